@@ -1,0 +1,1 @@
+//! lagtrace-diagnose: see ../shared/DESIGN.md. Not built yet.

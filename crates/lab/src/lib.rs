@@ -1,0 +1,1 @@
+//! lagtrace-lab: see ../shared/DESIGN.md. Not built yet.

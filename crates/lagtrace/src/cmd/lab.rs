@@ -1,0 +1,9 @@
+//! `lagtrace lab`.
+
+use std::process::ExitCode;
+
+pub type Args = super::Pending;
+
+pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    super::not_built("lab", 2)
+}

@@ -1,0 +1,75 @@
+//! `lagtrace`: find where network request latency comes from, layer by layer, and say why.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// Find where network request latency comes from, layer by layer, and say why.
+///
+/// An expert checks a slow service layer by layer: the path (SYN RTT, hops), the
+/// application (latency at one request and under concurrency), the packets (what the TCP
+/// streams show) and the sockets (how the server set them). lagtrace does each of these and
+/// correlates them into one verdict with evidence, a fix, and a check that the fix worked.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lagtrace",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+#[command(after_help = "\
+Start with `lagtrace demo` to see the reference case (nginx `tcp_nodelay off`, a 40 ms
+Nagle/delayed-ACK stall) found, fixed and verified end to end on this machine.
+
+Exit status: 0 success; 1 the command ran and found a problem (e.g. loss, a non-healthy
+verdict); 2 the command could not run (bad usage, missing privilege, unreachable input).")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// TCP SYN RTT to HOST[:PORT] (like hping3 -S); --connect, --udp, --icmp modes
+    Ping(cmd::ping::Args),
+    /// Per-hop latency with TCP/UDP/ICMP probes, all TTLs at once (like traceroute/mtr)
+    Route(cmd::route::Args),
+    /// HTTP/1.1 load with a latency distribution (like wrk, wrk2)
+    Load(cmd::load::Args),
+    /// Capture packets with libpcap, in any network namespace (like tcpdump -w)
+    Capture(cmd::capture::Args),
+    /// TCP streams, transactions, flow graph and latency findings of a pcap (like tshark)
+    Analyze(cmd::analyze::Args),
+    /// Live socket options and TCP_INFO of processes; record a command's socket calls
+    Sockets(cmd::sockets::Args),
+    /// Run every layer against URL, correlate them, and print the verdict
+    Diagnose(cmd::diagnose::Args),
+    /// Build the reference case on this machine: real nginx good/latency servers in a namespace
+    Lab(cmd::lab::Args),
+    /// Run the built-in HTTP fault server (Nagle, think time, TCP_CORK, sizes)
+    Serve(cmd::serve::Args),
+    /// The reference case end to end: lab up, diagnose, fix, verify, lab down
+    Demo(cmd::demo::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Ping(a) => cmd::ping::run(a),
+        Command::Route(a) => cmd::route::run(a),
+        Command::Load(a) => cmd::load::run(a),
+        Command::Capture(a) => cmd::capture::run(a),
+        Command::Analyze(a) => cmd::analyze::run(a),
+        Command::Sockets(a) => cmd::sockets::run(a),
+        Command::Diagnose(a) => cmd::diagnose::run(a),
+        Command::Lab(a) => cmd::lab::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => cmd::report_error(&err),
+    }
+}

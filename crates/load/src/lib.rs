@@ -1,0 +1,1 @@
+//! lagtrace-load: see ../shared/DESIGN.md. Not built yet.

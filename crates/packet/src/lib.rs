@@ -1,0 +1,1 @@
+//! lagtrace-packet: see ../shared/DESIGN.md. Not built yet.

@@ -1,0 +1,1 @@
+//! lagtrace-probe: see ../shared/DESIGN.md. Not built yet.

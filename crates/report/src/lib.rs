@@ -1,0 +1,1 @@
+//! lagtrace-report: see ../shared/DESIGN.md. Not built yet.

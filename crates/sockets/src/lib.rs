@@ -1,0 +1,1 @@
+//! lagtrace-sockets: see ../shared/DESIGN.md. Not built yet.
