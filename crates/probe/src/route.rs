@@ -156,8 +156,10 @@ pub fn run_trace<N: Network>(
         let max = target_ttl.unwrap_or(opts.max_ttl);
         let mut pending: HashMap<u16, Pending> = HashMap::new();
         let mut last_sent = 0;
-        for _ in 0..opts.queries {
-            for ttl in 1..=max {
+        // All queries of a TTL back to back, TTLs ascending: the target's own answers (and
+        // its ICMP rate limit tokens) go to the lowest TTLs that reach it first.
+        for ttl in 1..=max {
+            for _ in 0..opts.queries {
                 let id = probe_id(n);
                 n += 1;
                 let pkt = wire::build_probe(flow, id);

@@ -104,6 +104,11 @@ impl Chain {
         for r in [&self.ns[1], &self.ns[2]] {
             in_ns(r, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
         }
+        // Linux rate-limits ICMP errors per destination (burst 6, then 1/s); a test runs
+        // several traces back to back, so the routers and the server do not limit.
+        for n in &self.ns[1..] {
+            in_ns(n, &["sysctl", "-qw", "net.ipv4.icmp_ratelimit=0"])?;
+        }
         in_ns(
             &self.ns[0],
             &[
