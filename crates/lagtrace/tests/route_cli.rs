@@ -20,8 +20,7 @@ fn run_in(ns: &str, args: &[&str]) -> Output {
 fn hop_addrs(out: &str) -> Vec<String> {
     out.lines()
         .filter(|l| {
-            l.trim_start()
-                .split_whitespace()
+            l.split_whitespace()
                 .next()
                 .is_some_and(|t| t.parse::<u8>().is_ok())
         })

@@ -285,3 +285,82 @@ fn tbf_queue_under_load_makes_the_syn_rtt_rise() {
     assert!(loaded.stats.received >= 5, "{:#?}", loaded.stats);
     assert!(b > i + 20_000.0, "SYN RTT under load {b} µs vs idle {i} µs");
 }
+
+/// A namespace with only loopback (so no other process's services answer), deleted on drop.
+struct LoopNs(String);
+impl Drop for LoopNs {
+    fn drop(&mut self) {
+        let _ = lagtrace_probe::testnet::sh(&["ip", "netns", "del", &self.0]);
+    }
+}
+
+#[test]
+fn ipv6_syn_udp_icmp_ping_and_route_on_loopback() {
+    let ns = LoopNs(format!("ltv6lo{}", std::process::id()));
+    lagtrace_probe::testnet::sh(&["ip", "netns", "add", &ns.0]).unwrap();
+    in_ns(&ns.0, &["ip", "link", "set", "lo", "up"]).unwrap();
+    let net = NetNs::Named(ns.0.clone());
+    let l = net.run(|| TcpListener::bind("[::1]:0")).unwrap().unwrap();
+    let open = l.local_addr().unwrap().port();
+    for (mode, port, kind) in [
+        (PingMode::Syn, open, SampleKind::SynAck),
+        (PingMode::Syn, 1, SampleKind::Rst),
+        (PingMode::Udp, 33434, SampleKind::PortUnreachable),
+        (PingMode::Icmp, 0, SampleKind::EchoReply),
+    ] {
+        let mut o = PingOptions::new(SocketAddr::new("::1".parse().unwrap(), port));
+        o.mode = mode;
+        o.count = 3;
+        o.interval = Duration::from_millis(5);
+        let r = net
+            .run(|| lagtrace_probe::ping(&o, &AtomicBool::new(false)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.stats.received, 3, "{mode:?} {r:#?}");
+        assert!(
+            r.samples
+                .iter()
+                .all(|s| s.kind == kind && s.ttl == Some(64)),
+            "{mode:?} {r:#?}"
+        );
+    }
+    for proto in [Proto::Tcp, Proto::Udp, Proto::Icmp] {
+        let mut o = RouteOptions::new("::1".parse().unwrap());
+        o.proto = proto;
+        o.port = if proto == Proto::Udp { 33434 } else { open };
+        let r = net.run(|| lagtrace_probe::route(&o)).unwrap().unwrap();
+        assert!(r.reached, "{proto:?}");
+        assert_eq!(r.hops.len(), 1);
+        assert_eq!(r.hops[0].addrs, vec!["::1".parse::<IpAddr>().unwrap()]);
+    }
+}
+
+#[test]
+fn ipv6_route_and_syn_ping_through_the_routers() {
+    let c = chain("v6route");
+    let server: IpAddr = c.addr6(2, 2).into();
+    let want: Vec<Vec<IpAddr>> = vec![
+        vec![c.addr6(0, 2).into()],
+        vec![c.addr6(1, 2).into()],
+        vec![server],
+    ];
+    for proto in [Proto::Tcp, Proto::Udp, Proto::Icmp] {
+        let mut o = RouteOptions::new(server);
+        o.proto = proto;
+        o.port = if proto == Proto::Udp { 33434 } else { 80 };
+        o.max_ttl = 8;
+        let r = in_client(&c, || lagtrace_probe::route(&o)).unwrap();
+        assert!(r.reached, "{proto:?} {r:#?}");
+        assert_eq!(hop_addrs(&r), want, "{proto:?}");
+    }
+    let mut o = PingOptions::new(SocketAddr::new(server, 80));
+    o.count = 3;
+    o.interval = Duration::from_millis(10);
+    let r = in_client(&c, || lagtrace_probe::ping(&o, &AtomicBool::new(false))).unwrap();
+    assert_eq!(r.stats.received, 3, "{r:#?}");
+    assert!(
+        r.samples
+            .iter()
+            .all(|s| s.kind == SampleKind::Rst && s.ttl == Some(62))
+    );
+}

@@ -218,19 +218,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     let timeout = opts.timeout;
     let mut on_sample = |s: &Sample| {
-        if !json {
-            let _ = writeln!(out, "{}", sample_line(s, timeout));
+        // Output closed (e.g. piped into `head`): stop probing.
+        if !json && writeln!(out, "{}", sample_line(s, timeout)).is_err() {
+            STOP.store(true, Ordering::Relaxed);
         }
     };
     if !json {
-        println!(
+        writeln!(
+            std::io::stdout(),
             "LAGTRACE PING {} ({}): {} probes, interval {:?}, timeout {:?}",
             opts.target,
             mode_label(mode),
             opts.count,
             opts.interval,
             opts.timeout
-        );
+        )?;
     }
     let fallback_said = mode == PingMode::Syn && !lagtrace_probe::net::have_cap_net_raw();
     if fallback_said {
@@ -240,18 +242,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let report = lagtrace_probe::ping_with(&opts, &STOP, &mut on_sample)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&report)?
+        )?;
     } else {
         if let Some(n) = report.note.as_ref().filter(|_| !fallback_said) {
             eprintln!("lagtrace ping: {n}");
         }
-        print!("{}", summary(&report));
-        println!(
+        write!(std::io::stdout(), "{}", summary(&report))?;
+        writeln!(
+            std::io::stdout(),
             "source {} ({}); times: {}",
             report.source,
             mode_label(report.mode),
             report.timestamp_source
-        );
+        )?;
     }
     Ok(if report.stats.received > 0 {
         ExitCode::SUCCESS

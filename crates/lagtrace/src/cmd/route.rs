@@ -1,5 +1,6 @@
 //! `lagtrace route`.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -182,7 +183,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         round_interval: args.interval,
     };
     if !args.json {
-        println!(
+        writeln!(
+            std::io::stdout(),
             "lagtrace route to {ip} ({}{}, {} probe(s) per hop, {} hops max, all TTLs at once{})",
             proto_label(proto),
             if proto == Proto::Icmp {
@@ -197,15 +199,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             } else {
                 String::new()
             }
-        );
+        )?;
     }
     let report = lagtrace_probe::route(&opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&report)?
+        )?;
     } else if args.report.is_some() {
-        print!("{}", render_report(&report));
+        write!(std::io::stdout(), "{}", render_report(&report))?;
     } else {
-        print!("{}", render_trace(&report));
+        write!(std::io::stdout(), "{}", render_trace(&report))?;
     }
     Ok(if report.reached {
         ExitCode::SUCCESS
