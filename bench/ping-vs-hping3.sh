@@ -4,7 +4,7 @@
 #
 # Makes two network namespaces joined by a veth pair (client 10.251.X.1, server 10.251.X.2),
 # starts a listener in the server namespace, and tears everything down on exit (trap).
-# Needs root, hping3, python3 and a built lagtrace (cargo build --release -p lagtrace).
+# Needs root, hping3, tcpdump, tshark, python3 and a built lagtrace (cargo build --release -p lagtrace).
 #
 # Usage: bench/ping-vs-hping3.sh [COUNT per run, default 200] [ROUNDS, default 5]
 # Prints per tool: median RTT, p10, p90, p90-p10 and mdev (µs), and lagtrace/hping3 ratios.
@@ -32,8 +32,10 @@ SA=10.251.$X.2
 PORT=8088
 WORK=$(mktemp -d)
 SRV_PID=
+DUMP_PID=
 cleanup() {
   [ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null || true
+  [ -n "$DUMP_PID" ] && kill "$DUMP_PID" 2>/dev/null || true
   ip netns del "$C" 2>/dev/null || true
   ip netns del "$S" 2>/dev/null || true
   rm -rf "$WORK"
@@ -54,6 +56,30 @@ sleep 0.5
 # Warm up neighbour tables.
 ip netns exec "$C" "$BIN" ping "$SA:$PORT" -c 2 -i 10ms >/dev/null
 
+# Wire truth for one extra lagtrace run: tcpdump in the client namespace timestamps the SYN
+# as it leaves and the SYN-ACK as it arrives; lagtrace's RTT should sit just above it.
+ip netns exec "$C" tcpdump -i bv0 -s 96 -w "$WORK/wire.pcap" -U "tcp port $PORT and tcp[13] & 2 != 0" 2>/dev/null &
+DUMP_PID=$!
+sleep 1
+ip netns exec "$C" "$BIN" ping "$SA:$PORT" -c "$COUNT" -i 10ms --json \
+  | python3 -c 'import json,sys; [print(s["rtt_us"]) for s in json.load(sys.stdin)["samples"] if s["rtt_us"] is not None]' \
+  >"$WORK/lagtrace-wire.us"
+sleep 0.5
+kill "$DUMP_PID"; wait "$DUMP_PID" 2>/dev/null || true
+tshark -r "$WORK/wire.pcap" -T fields -e frame.time_epoch -e tcp.flags.ack -e tcp.seq_raw -e tcp.ack_raw 2>/dev/null \
+  | python3 -c '
+import sys
+syn = {}
+for line in sys.stdin:
+    t, ack, seq, acknum = line.split("\t")
+    if ack.strip() in ("0", "False"):
+        syn[int(seq)] = float(t)
+    else:
+        s = (int(acknum) - 1) % 2**32
+        if s in syn:
+            print((float(t) - syn.pop(s)) * 1e6)
+' >"$WORK/wire.us"
+
 for r in $(seq 1 "$ROUNDS"); do
   ip netns exec "$C" hping3 -S -p "$PORT" -c "$COUNT" -i u10000 "$SA" 2>/dev/null \
     | sed -n 's/.*rtt=\([0-9.]*\) ms.*/\1/p' | awk '{ printf "%.1f\n", $1 * 1000 }' >>"$WORK/hping3.us"
@@ -63,7 +89,7 @@ for r in $(seq 1 "$ROUNDS"); do
   echo "round $r/$ROUNDS done" >&2
 done
 
-python3 - "$WORK/hping3.us" "$WORK/lagtrace.us" "$COUNT" "$ROUNDS" <<'PY'
+python3 - "$WORK/hping3.us" "$WORK/lagtrace.us" "$COUNT" "$ROUNDS" "$WORK/wire.us" "$WORK/lagtrace-wire.us" <<'PY'
 import math, sys
 def load(p):
     return [float(x) for x in open(p) if x.strip()]
@@ -87,5 +113,9 @@ ok_med = l["median"] <= h["median"]
 ok_spread = l["mdev"] <= h["mdev"] or l["spread"] <= h["spread"]
 print(f"target median not above hping3's: {'met' if ok_med else 'NOT met'}; "
       f"spread at most hping3's: {'met' if ok_spread else 'NOT met'}")
+w, lw = stats(load(sys.argv[5])), stats(load(sys.argv[6]))
+print(f"wire check (tcpdump SYN->SYN-ACK in the client namespace, same run as one lagtrace run):")
+print(f"  wire median {w['median']:.1f} µs (n={w['n']}), lagtrace median {lw['median']:.1f} µs (n={lw['n']}), "
+      f"lagtrace - wire = {lw['median'] - w['median']:+.1f} µs")
 print("note: hping3 prints rtt with 0.1 ms resolution; lagtrace uses kernel RX timestamps (ns).")
 PY
