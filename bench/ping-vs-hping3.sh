@@ -117,5 +117,5 @@ w, lw = stats(load(sys.argv[5])), stats(load(sys.argv[6]))
 print(f"wire check (tcpdump SYN->SYN-ACK in the client namespace, same run as one lagtrace run):")
 print(f"  wire median {w['median']:.1f} µs (n={w['n']}), lagtrace median {lw['median']:.1f} µs (n={lw['n']}), "
       f"lagtrace - wire = {lw['median'] - w['median']:+.1f} µs")
-print("note: hping3 prints rtt with 0.1 ms resolution; lagtrace uses kernel RX timestamps (ns).")
+print("note: hping3 prints rtt with 0.1 ms resolution and times in user space; lagtrace uses kernel TX/RX software timestamps (ns). The TX stamp is taken in the driver, just after the capture tap, so lagtrace may read a few µs under the wire.")
 PY

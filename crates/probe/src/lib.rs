@@ -163,7 +163,12 @@ pub fn ping_with(
     let mut network = net::RawNetwork::open(flow).context("opening raw sockets")?;
     let samples = ping::run_probes(&mut network, &flow, opts, stop, on_sample)
         .with_context(|| format!("probing {}", opts.target))?;
-    let mut ts = net::TIMESTAMP_SOURCE_RAW.to_string();
+    let mut ts = format!(
+        "{} [this run: {} sends with kernel TX timestamps, {} with user-space send times]",
+        net::TIMESTAMP_SOURCE_RAW,
+        network.tx_kernel,
+        network.tx_user
+    );
     if network.untimestamped > 0 {
         ts.push_str(&format!(
             " ({} replies had no kernel timestamp: user-space CLOCK_MONOTONIC at read)",
