@@ -25,7 +25,8 @@ pub trait Network {
     /// Sends one probe (transport header + payload) with this TTL / hop limit and returns the
     /// CLOCK_MONOTONIC time taken right before the send.
     fn send(&mut self, ttl: u8, probe: &[u8]) -> io::Result<u64>;
-    /// Waits until a reply arrives or the monotonic clock reaches `deadline_ns`.
+    /// Waits until a reply arrives or the monotonic clock reaches `deadline_ns`; a deadline
+    /// already past returns a reply that has arrived, or `None`, without waiting.
     fn recv(&mut self, deadline_ns: u64) -> io::Result<Option<Received>>;
     /// The current time on the same clock.
     fn now_ns(&self) -> u64;
