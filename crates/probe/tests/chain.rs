@@ -218,6 +218,23 @@ fn udp_icmp_and_connect_modes_measure_the_same_path() {
     assert!(r.samples.iter().all(|s| s.kind == SampleKind::Connected));
     let r = ping(&c, 1, PingMode::Connect, 2, 1000);
     assert!(r.samples.iter().all(|s| s.kind == SampleKind::Refused));
+
+    // TTL 1 dies at r1: its time exceeded is recorded, but it is not a reply from the target.
+    let mut o = PingOptions::new(SocketAddr::new(IpAddr::V4(c.server()), open));
+    o.count = 2;
+    o.interval = Duration::from_millis(10);
+    o.ttl = 1;
+    let r = in_client(&c, || lagtrace_probe::ping(&o, &AtomicBool::new(false))).unwrap();
+    assert_eq!(r.stats.received, 0);
+    assert_eq!(r.stats.loss_pct, 100.0);
+    for s in &r.samples {
+        assert_eq!(s.kind, SampleKind::IcmpError);
+        assert_eq!(s.from, Some(IpAddr::V4(c.r1())));
+        assert_eq!(
+            s.icmp_error,
+            Some(lagtrace_probe::wire::IcmpError::TimeExceeded)
+        );
+    }
 }
 
 #[test]

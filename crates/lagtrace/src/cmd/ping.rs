@@ -135,7 +135,11 @@ pub fn sample_line(s: &Sample, timeout: Duration) -> String {
                     l.push_str(&format!(" ICMP port unreachable seq={} {rtt}", s.seq))
                 }
                 _ => l.push_str(&format!(
-                    " ICMP error code={} (not from the target) seq={} {rtt}",
+                    " ICMP {} code={} (not from the target) seq={} {rtt}",
+                    match s.icmp_error {
+                        Some(lagtrace_probe::wire::IcmpError::TimeExceeded) => "time exceeded",
+                        _ => "destination unreachable",
+                    },
                     s.icmp_code.unwrap_or(0),
                     s.seq
                 )),
