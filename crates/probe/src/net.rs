@@ -124,6 +124,7 @@ pub struct RawNetwork {
     recv: Vec<(Socket, u8)>,
     dst: SockAddr,
     offset_ns: i128,
+    offset_at: u64,
     last_ttl: u8,
     buf: Vec<u8>,
     /// Replies read without a kernel timestamp (user-space time used instead).
@@ -240,7 +241,7 @@ impl RawNetwork {
             }
             Proto::Icmp => recv.push((send.try_clone()?, flow.proto.ip_proto(v6))),
         }
-        // Drain what arrived before the filter was attached.
+        // Segments queued before the filter was attached are simply not matched later.
         let (offset_ns, _) = realtime_offset();
         let mut n = RawNetwork {
             flow,
@@ -248,6 +249,7 @@ impl RawNetwork {
             recv,
             dst: SocketAddr::new(flow.dst, 0).into(),
             offset_ns,
+            offset_at: mono_ns(),
             last_ttl: 0,
             buf: vec![0; 65536],
             untimestamped: 0,
@@ -420,6 +422,12 @@ impl RawNetwork {
 impl Network for RawNetwork {
     fn send(&mut self, ttl: u8, probe: &[u8]) -> io::Result<u64> {
         self.set_ttl(ttl)?;
+        // NTP may slew CLOCK_REALTIME against CLOCK_MONOTONIC (≤ 500 ppm): re-measure the
+        // offset every 10 s so that long runs keep kernel receive times in the right domain.
+        if mono_ns().saturating_sub(self.offset_at) > 10_000_000_000 {
+            self.offset_ns = realtime_offset().0;
+            self.offset_at = mono_ns();
+        }
         let t = mono_ns();
         loop {
             match self.send.send_to(probe, &self.dst) {

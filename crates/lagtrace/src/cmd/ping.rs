@@ -16,12 +16,15 @@ Modes: the default sends TCP SYNs from a raw socket (CAP_NET_RAW) from a local p
 bound, unconnected socket, so the kernel answers the SYN-ACK with RST and no half-open
 connection stays on the target; a RST from a closed port is a valid RTT sample. Without
 CAP_NET_RAW it falls back to --connect and says so. --connect times connect() (no privilege;
-it completes real handshakes, the server's application sees connections). --udp sends to a
-closed port and times the ICMP port unreachable; --icmp sends echo requests.
+it completes real handshakes: the server's application sees connections, each closed with
+RST so no TIME_WAIT piles up). --udp sends to a closed port and times the ICMP port
+unreachable; --icmp sends echo requests. All probes of a run use one flow (same ports).
 
-Timing: send time is CLOCK_MONOTONIC right before sendto(); receive time is the kernel's
-software RX timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME) converted to CLOCK_MONOTONIC with an
-offset measured at start. --json states the source as `timestamp_source`.
+Timing: the send time is the kernel's software TX timestamp (SO_TIMESTAMPING) when the device
+takes the packet during the send, else CLOCK_MONOTONIC right before sendto(); the receive time
+is the kernel's software RX timestamp (SO_TIMESTAMPNS). Kernel timestamps are CLOCK_REALTIME
+and are converted to CLOCK_MONOTONIC with one measured offset, so clock domains never mix.
+--json states the source as `timestamp_source`.
 
 Exit status: 0 at least one reply; 1 no reply (100% loss); 2 could not run (bad input, no
 route, missing privilege).")]
