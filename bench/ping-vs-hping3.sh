@@ -106,7 +106,7 @@ print(f"{'tool':<10}{'n':>6}{'median':>9}{'p10':>9}{'p90':>9}{'p90-p10':>9}{'mea
 for name, s in (("hping3", h), ("lagtrace", l)):
     print(f"{name:<10}{s['n']:>6}{s['median']:>9.1f}{s['p10']:>9.1f}{s['p90']:>9.1f}{s['spread']:>9.1f}{s['mean']:>9.1f}{s['mdev']:>9.1f}")
 def ratio(a, b):
-    return "n/a (hping3 printed 0.0)" if b == 0 else f"{a / b:.2f}"
+    return "n/a (hping3 printed 0.0)" if b == 0 else f"{a / b:.3f}"
 print(f"ratio lagtrace/hping3: median {ratio(l['median'], h['median'])}, "
       f"p90-p10 {ratio(l['spread'], h['spread'])}, mdev {ratio(l['mdev'], h['mdev'])}")
 ok_med = l["median"] <= h["median"]
