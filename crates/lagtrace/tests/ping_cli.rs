@@ -262,3 +262,45 @@ fn bad_input_is_one_line_and_exit_2() {
         }
     }
 }
+
+/// The fields of a reply line, without the probe number and the RTT (which differ by tool).
+fn reply_fields(line: &str) -> Vec<String> {
+    line.split_whitespace()
+        .filter(|f| !f.starts_with("seq=") && !f.starts_with("rtt=") && *f != "ms")
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn reply_lines_agree_with_hping3_on_the_same_target() {
+    let c = Chain::up("clihping").unwrap();
+    let l = listen(&c);
+    let port = l.0.local_addr().unwrap().port().to_string();
+    let server = c.server().to_string();
+    for p in [port.as_str(), "1"] {
+        let ours = run_in(
+            c.client_ns(),
+            &["ping", &server, "-p", p, "-c", "2", "-i", "10ms"],
+        );
+        let ours = String::from_utf8_lossy(&ours.stdout).into_owned();
+        let peer = in_ns(
+            c.client_ns(),
+            &["hping3", "-S", "-p", p, "-c", "2", "-i", "u10000", &server],
+        )
+        .unwrap();
+        let a: Vec<_> = ours
+            .lines()
+            .filter(|l| l.starts_with("len="))
+            .map(reply_fields)
+            .collect();
+        let b: Vec<_> = peer
+            .lines()
+            .filter(|l| l.starts_with("len="))
+            .map(reply_fields)
+            .collect();
+        assert_eq!(a.len(), 2, "{ours}");
+        assert_eq!(b.len(), 2, "{peer}");
+        // len, ip, ttl, DF, id, sport, flags, win: the same packets seen the same way.
+        assert_eq!(a[0], b[0], "port {p}\nours: {ours}\nhping3: {peer}");
+    }
+}
