@@ -306,6 +306,10 @@ fn tbf_queue_under_load_makes_the_syn_rtt_rise() {
     reader.join().unwrap();
     let i = idle.stats.rtt.p50_us;
     let b = loaded.stats.rtt.p50_us;
+    eprintln!(
+        "SYN RTT p50 idle {i:.1} µs, under load through tbf {b:.1} µs ({} of {} answered)",
+        loaded.stats.received, loaded.stats.sent
+    );
     assert!(loaded.stats.received >= 5, "{:#?}", loaded.stats);
     assert!(b > i + 20_000.0, "SYN RTT under load {b} µs vs idle {i} µs");
 }
