@@ -489,6 +489,12 @@ impl Lab {
                     let s = serve::Server::spawn(o)
                         .context("restarting the built-in latency server")?;
                     inproc.insert(p, ("latency".to_string(), s));
+                } else {
+                    bail!(
+                        "the built-in servers of lab {} run inside process {}; fix them from there",
+                        self.name,
+                        self.st().owner_pid
+                    );
                 }
             }
             _ => {
@@ -692,6 +698,7 @@ impl Lab {
         sys::wait_answer(
             SocketAddr::from((self.server_addr, port)),
             Duration::from_secs(10),
+            Some(pid),
         )
         .with_context(|| {
             format!(
@@ -720,6 +727,7 @@ impl Lab {
         sys::wait_answer(
             SocketAddr::from((self.server_addr, port)),
             Duration::from_secs(10),
+            Some(pid),
         )
         .with_context(|| {
             format!(
@@ -750,7 +758,9 @@ fn builtin_options(addr: Ipv4Addr, port: u16, nodelay: bool, netns: NetNs) -> se
     serve::ServeOptions {
         listen: SocketAddr::from((addr, port)),
         nodelay,
-        split_writes: !nodelay,
+        // The latency server writes headers and body separately (like nginx's header write
+        // + sendfile); the fix only changes TCP_NODELAY.
+        split_writes: port == LATENCY_PORT,
         netns,
         ..serve::ServeOptions::default()
     }

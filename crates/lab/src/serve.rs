@@ -122,6 +122,11 @@ impl Server {
         self.requests.load(Ordering::Relaxed)
     }
 
+    /// The shared request counter (readable after [`Server::wait`] consumed the server).
+    pub fn request_counter(&self) -> Arc<AtomicU64> {
+        self.requests.clone()
+    }
+
     /// Blocks until the server stops (never, unless [`Server::stop`] runs elsewhere).
     pub fn wait(mut self) {
         if let Some(t) = self.thread.take() {

@@ -253,9 +253,12 @@ pub fn tail(path: &Path, n: usize) -> String {
 }
 
 /// Polls until a TCP connect to `addr` succeeds.
-pub fn wait_answer(addr: SocketAddr, limit: Duration) -> Result<()> {
+pub fn wait_answer(addr: SocketAddr, limit: Duration, pid: Option<u32>) -> Result<()> {
     let deadline = Instant::now() + limit;
     loop {
+        if let Some(p) = pid.filter(|&p| !alive(p)) {
+            bail!("process {p} exited");
+        }
         match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
             Ok(_) => return Ok(()),
             Err(e) if Instant::now() > deadline => {
@@ -269,7 +272,11 @@ pub fn wait_answer(addr: SocketAddr, limit: Duration) -> Result<()> {
 /// Starts `ip netns exec NS EXE ARGS` in its own session with output to `log`, and
 /// returns its pid (the exec keeps it).
 pub fn spawn_detached(ns: &str, exe: &Path, args: &[String], log: &Path) -> Result<u32> {
-    let out = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let out = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("creating {}", log.display()))?;
     let err = out.try_clone()?;
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", ns])
