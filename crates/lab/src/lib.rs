@@ -16,7 +16,7 @@
 //! serve::Server::spawn(serve::ServeOptions{..})  // in-process fault server (tests)
 //! lab.start_builtin(exe, port, &opts)? // extra `lagtrace serve` process in the namespace
 //! lab.shape(rate_bps, burst, limit)?   // tbf on the server->client direction
-//! lab.drop_percent(pct)?               // nftables: drop pct% of server->client TCP
+//! lab.drop_percent(pct)?               // nftables: drop pct% of server->client TCP (wire-like)
 //! ```
 //!
 //! State lives in `/run/lagtrace/labs/<name>/` (configs, logs, `state.json`) so another
@@ -565,39 +565,30 @@ impl Lab {
         Ok(())
     }
 
-    /// Drops `pct` percent (0..=100) of the server->client TCP packets with nftables in the
-    /// lab namespace (`numgen random mod 100 < pct`); 0 removes the rule.
+    /// Drops `pct` percent (0..=100) of the server->client TCP packets
+    /// (`numgen random mod 100 < pct`); 0 removes the rule.
+    ///
+    /// The drop happens where the wire would lose them: at the ingress of the client-side
+    /// veth, with an nftables `netdev` table bound to that device in the current namespace
+    /// (`lagtrace_lab_<tag>`, removed with the lab). Dropping in the lab namespace's own
+    /// output path would not do: the server's TCP sees a local send failure and quietly
+    /// sends again, with no retransmission on the wire.
     pub fn drop_percent(&self, pct: u8) -> Result<()> {
         if pct > 100 {
             bail!("drop percentage {pct} is above 100");
         }
-        let ns = &self.netns;
-        let _ = sys::run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                ns,
-                "nft",
-                "delete",
-                "table",
-                "inet",
-                "lagtrace_lab",
-            ],
-        );
+        let table = drop_table(&self.name);
+        sys::delete_nft_table(&table);
         if pct == 0 {
             return Ok(());
         }
         let rules = format!(
-            "table inet lagtrace_lab {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n    oifname \"{}\" meta l4proto tcp numgen random mod 100 < {pct} counter drop\n  }}\n}}\n",
-            self.server_iface
+            "table netdev {table} {{\n  chain server_to_client {{\n    type filter hook ingress device \"{}\" priority 0; policy accept;\n    ip saddr {} meta l4proto tcp numgen random mod 100 < {pct} counter drop\n  }}\n}}\n",
+            self.client_iface, self.server_addr
         );
         let file = state_dir(&self.name).join("drop.nft");
         fs::write(&file, rules)?;
-        sys::run(
-            "ip",
-            &["netns", "exec", ns, "nft", "-f", &file.to_string_lossy()],
-        )
+        sys::run("nft", &["-f", &file.to_string_lossy()])
     }
 
     /// Tears the lab `name` down: its processes, namespace (and so the veth pair), and
@@ -802,7 +793,13 @@ http {{\n{tuning}    types_hash_max_size 2048;\n    include /etc/nginx/mime.type
     )
 }
 
+/// Name of the nftables `netdev` table of [`Lab::drop_percent`].
+pub fn drop_table(name: &str) -> String {
+    format!("lagtrace_lab_{:08x}", fnv1a(name) as u32)
+}
+
 fn teardown(name: &str, state: Option<&LabState>) -> Result<()> {
+    sys::delete_nft_table(&drop_table(name));
     let ns = netns_name(name);
     let nsfile = NetNs::Named(ns.clone());
     // Processes the lab started (nginx masters, serve processes), then anything still in

@@ -309,3 +309,16 @@ pub fn spawn_detached(ns: &str, exe: &Path, args: &[String], log: &Path) -> Resu
 pub fn exe_of_state(info: &ServerInfo) -> Option<std::path::PathBuf> {
     info.config.clone().filter(|p| p.exists())
 }
+
+/// Deletes the `netdev` table `table` in the current namespace if it exists.
+pub fn delete_nft_table(table: &str) {
+    if Command::new("nft")
+        .args(["list", "table", "netdev", table])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let _ = run("nft", &["delete", "table", "netdev", table]);
+    }
+}
