@@ -73,6 +73,8 @@ pub struct LabOptions {
     pub name: String,
     /// The servers.
     pub server: ServerKind,
+    /// The nginx binary ([`NGINX`] unless changed).
+    pub nginx: PathBuf,
 }
 
 impl LabOptions {
@@ -81,7 +83,14 @@ impl LabOptions {
         LabOptions {
             name: name.to_string(),
             server: ServerKind::Nginx,
+            nginx: PathBuf::from(NGINX),
         }
+    }
+
+    /// Same, with another nginx binary.
+    pub fn nginx(mut self, path: &Path) -> LabOptions {
+        self.nginx = path.to_path_buf();
+        self
     }
 
     /// Same, with another server kind.
@@ -279,7 +288,7 @@ impl Lab {
         lab.save()?;
 
         let mut kind = opts.server.clone();
-        if kind == ServerKind::Nginx && !Path::new(NGINX).exists() {
+        if kind == ServerKind::Nginx && !opts.nginx.exists() {
             let fallback = match std::env::current_exe() {
                 Ok(exe) if exe.file_name().is_some_and(|n| n == "lagtrace") => {
                     ServerKind::BuiltinProcess(exe)
@@ -287,14 +296,15 @@ impl Lab {
                 _ => ServerKind::Builtin,
             };
             lab.st().notes.push(format!(
-                "nginx not found at {NGINX} (Debian package nginx-light); using the built-in server"
+                "nginx not found at {} (Debian package nginx-light); using the built-in server",
+                opts.nginx.display()
             ));
             kind = fallback;
         }
         match kind {
             ServerKind::Nginx => {
-                lab.start_nginx("good", GOOD_PORT, false)?;
-                lab.start_nginx("latency", LATENCY_PORT, false)?;
+                lab.start_nginx(&opts.nginx, "good", GOOD_PORT, false)?;
+                lab.start_nginx(&opts.nginx, "latency", LATENCY_PORT, false)?;
             }
             ServerKind::Builtin => {
                 for (role, port, nodelay) in
@@ -633,7 +643,7 @@ impl Lab {
         Ok(())
     }
 
-    fn start_nginx(&self, role: &str, port: u16, fixed: bool) -> Result<()> {
+    fn start_nginx(&self, nginx: &Path, role: &str, port: u16, fixed: bool) -> Result<()> {
         let prefix = state_dir(&self.name).join(format!("nginx-{role}"));
         fs::create_dir_all(prefix.join("logs"))?;
         let config = prefix.join("nginx.conf");
@@ -641,7 +651,9 @@ impl Lab {
         fs::write(&config, nginx_config(&prefix, port, latency, fixed))?;
         let log = prefix.join("error.log");
         let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &self.netns, NGINX, "-p"])
+            .args(["netns", "exec", &self.netns])
+            .arg(nginx)
+            .arg("-p")
             .arg(&prefix)
             .arg("-c")
             .arg(&config)
@@ -652,10 +664,17 @@ impl Lab {
             .context("running ip netns exec nginx")?;
         let pidfile = prefix.join("nginx.pid");
         if !out.status.success() {
-            bail!(
-                "nginx ({role}, port {port}) failed to start: {} {}",
-                String::from_utf8_lossy(&out.stderr).trim(),
+            let stderr = String::from_utf8_lossy(&out.stderr)
+                .trim()
+                .replace('\n', " | ");
+            let why = if fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
                 sys::tail(&log, 5)
+            } else {
+                format!("its output: {stderr}")
+            };
+            bail!(
+                "nginx ({role}, port {port}) failed to start ({}); {why}",
+                out.status
             );
         }
         let deadline = Instant::now() + Duration::from_secs(10);

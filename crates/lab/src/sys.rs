@@ -246,7 +246,11 @@ pub fn tail(path: &Path, n: usize) -> String {
         Ok(s) => {
             let lines: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
             let from = lines.len().saturating_sub(n);
-            format!("{}: {}", path.display(), lines[from..].join(" | "))
+            format!(
+                "last lines of {}: {}",
+                path.display(),
+                lines[from..].join(" | ")
+            )
         }
         Err(_) => format!("{} is empty", path.display()),
     }
