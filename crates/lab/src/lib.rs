@@ -5,8 +5,8 @@
 //! API CONTRACT (other crates' tests code against this; keep it stable):
 //! ```ignore
 //! let lab = Lab::up(&LabOptions::new("mytest-1234"))?;   // guard: Drop tears it down
-//! lab.good_url()     // "http://10.x.y.2:80/"
-//! lab.latency_url()  // "http://10.x.y.2:8080/"
+//! lab.good_url()     // "http://10.x.y.2:80/"     (good_addr(): SocketAddr)
+//! lab.latency_url()  // "http://10.x.y.2:8080/"   (latency_addr(): SocketAddr)
 //! lab.server_addr()  // Ipv4Addr inside the namespace
 //! lab.client_addr()  // Ipv4Addr on this namespace's veth end
 //! lab.netns()        // NetNs::Named(..) of the server host
@@ -14,10 +14,15 @@
 //! lab.fix()? / lab.unfix()?   // latency server: tcp_nodelay on / off, reloaded
 //! Lab::down("name")?          // idempotent teardown by name (CLI `lab down`)
 //! serve::Server::spawn(serve::ServeOptions{..})  // in-process fault server (tests)
-//! lab.start_builtin(exe, port, &opts)? // extra `lagtrace serve` process in the namespace
-//! lab.shape(rate_bps, burst, limit)?   // tbf on the server->client direction
-//! lab.drop_percent(pct)?               // nftables: drop pct% of server->client TCP (wire-like)
+//! lab.start_builtin(exe, port, &opts)? // extra `EXE serve` process in the namespace -> pid
+//! lab.shape(rate_bps, burst, limit)?   // tbf on the server->client direction; unshape()
+//! lab.drop_percent(pct)?               // nftables: drop pct% of server->client TCP
+//! probe_client::get_sequence(addr, n, timeout)? // n keep-alive GETs, timed
 //! ```
+//! Options: `LabOptions::new(name).server(ServerKind::Builtin)` runs the built-in server
+//! on threads of this process instead of nginx (`BuiltinProcess(exe)`: detached
+//! `EXE serve` processes); `.nginx(path)` another nginx binary. A missing nginx falls back
+//! to the built-in server with a note in [`Lab::notes`].
 //!
 //! State lives in `/run/lagtrace/labs/<name>/` (configs, logs, `state.json`) so another
 //! process (`lagtrace lab status|fix|unfix|down`) can act on a lab.
