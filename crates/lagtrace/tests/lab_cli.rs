@@ -333,3 +333,26 @@ fn demo_interrupted_leaves_nothing() {
     );
     assert!(!lagtrace_lab::state_dir(&n).exists());
 }
+
+#[test]
+fn serve_cork_left_on_holds_each_response_until_the_cork_timer() {
+    let s = serve(&["--cork"]);
+    // The kernel flushes a corked partial segment after 200 ms.
+    let r = get_sequence(s.1, 3, TIMEOUT).expect("corked serve");
+    assert!(
+        r.iter().all(|x| x.elapsed >= Duration::from_millis(150)),
+        "{:?}",
+        millis(&r)
+    );
+    // Cross-check with curl (a new connection).
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{time_total}"])
+        .arg(format!("http://{}/", s.1))
+        .output()
+        .expect("curl");
+    let secs: f64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("time");
+    assert!(secs >= 0.15, "curl: {secs} s");
+}
