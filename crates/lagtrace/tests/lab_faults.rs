@@ -196,3 +196,55 @@ fn wrk_sees_the_same_stall_as_the_probe_client() {
         "probe client p50 {ours_p50:.2} ms vs wrk {wrk_slow:.2} ms"
     );
 }
+
+#[test]
+fn serve_netns_flag_listens_inside_the_lab() {
+    let lab =
+        Lab::up(&LabOptions::new(&name("serve-ns")).server(ServerKind::Builtin)).expect("lab");
+    let listen = SocketAddr::from((lab.server_addr(), 9100));
+    /// Kills the serve process on drop: it runs in this namespace (only its socket is in
+    /// the lab's), so the lab's teardown would not find it.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Command::new(BIN)
+        .args([
+            "serve",
+            "--netns",
+            &lab.state().netns,
+            "--listen",
+            &listen.to_string(),
+        ])
+        .args(["--nodelay", "off", "--split-writes"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve");
+    let _kill = Kill(child);
+    let t0 = std::time::Instant::now();
+    while std::net::TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "serve --netns never answered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = lagtrace_lab::probe_client::sample_until(listen, 8, TIMEOUT, 3, |r| {
+        lagtrace_lab::probe_client::stalls(r, 30.0)
+    })
+    .expect("requests");
+    assert!(
+        lagtrace_lab::probe_client::stalls(&r, 30.0),
+        "{:?}",
+        millis(&r)
+    );
+}
+
+#[test]
+fn lab_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Lab>();
+}
