@@ -870,3 +870,66 @@ fn teardown(name: &str, state: Option<&LabState>) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate_name("a-b_C9").is_ok());
+        assert!(validate_name(&"x".repeat(24)).is_ok());
+        for bad in ["", "a b", "a/b", "a.b", &"x".repeat(25)] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+        // Interface names stay within IFNAMSIZ - 1 = 15 characters.
+        let tag = format!("{:08x}", fnv1a(&"x".repeat(24)) as u32);
+        assert!(format!("lt{tag}c").len() <= 15);
+    }
+
+    /// The generated configs are valid for the real nginx (`nginx -t`), and the latency
+    /// server has exactly the case's settings.
+    #[test]
+    fn nginx_configs_pass_nginx_t() {
+        if !Path::new(NGINX).exists() {
+            eprintln!("nginx not installed: skipping nginx -t");
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (latency, nodelay) in [(false, true), (true, false), (true, true)] {
+            let conf = nginx_config(dir.path(), 8080, latency, nodelay);
+            if latency {
+                assert!(conf.contains("worker_processes 1;"));
+                assert!(conf.contains("sendfile on;") && conf.contains("tcp_nopush off;"));
+                let want = if nodelay {
+                    "tcp_nodelay on;"
+                } else {
+                    "tcp_nodelay off;"
+                };
+                assert!(conf.contains(want), "{conf}");
+            } else {
+                assert!(
+                    !conf.contains("tcp_nodelay"),
+                    "good server keeps the stock default"
+                );
+            }
+            let file = dir.path().join("t.conf");
+            fs::write(&file, &conf).expect("write");
+            let out = std::process::Command::new(NGINX)
+                .arg("-t")
+                .arg("-p")
+                .arg(dir.path())
+                .arg("-c")
+                .arg(&file)
+                .arg("-e")
+                .arg(dir.path().join("t.log"))
+                .output()
+                .expect("nginx -t");
+            assert!(
+                out.status.success(),
+                "{}\n{conf}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}

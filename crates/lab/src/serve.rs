@@ -356,3 +356,44 @@ fn connection(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_heads() {
+        let h = parse_head(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .expect("ok")
+            .expect("complete");
+        assert!(!h.close);
+        assert_eq!(h.content_length, 0);
+        let h =
+            parse_head(b"POST / HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+                .expect("ok")
+                .expect("complete");
+        assert!(h.close);
+        assert_eq!((h.content_length, h.len), (5, 57));
+        let h = parse_head(b"GET / HTTP/1.0\r\n\r\n")
+            .expect("ok")
+            .expect("complete");
+        assert!(h.close, "HTTP/1.0 closes by default");
+        assert!(
+            parse_head(b"GET / HTTP/1.1\r\nHo").expect("ok").is_none(),
+            "partial"
+        );
+        assert!(parse_head(b"\x00\x01garbage\r\n\r\n").is_err());
+        assert!(parse_head(b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n").is_err());
+        assert!(
+            parse_head(&vec![b'a'; MAX_HEAD + 1]).is_err(),
+            "oversized head"
+        );
+    }
+
+    #[test]
+    fn body_has_the_asked_size() {
+        assert_eq!(body(0).len(), 0);
+        assert_eq!(body(DEFAULT_BODY_SIZE).len(), 615);
+        assert_eq!(body(100_000).len(), 100_000);
+    }
+}
