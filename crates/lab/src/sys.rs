@@ -74,13 +74,11 @@ fn output(prog: &str, args: &[&str]) -> String {
 }
 
 /// Turns IPv6 off on a lab interface so captures only see the lab's IPv4 traffic
-/// (best effort).
+/// (best effort). /proc/sys/net belongs to the namespace of the thread that opens it.
 pub fn disable_ipv6(ns: Option<&str>, iface: &str) {
-    let key = format!("net.ipv6.conf.{iface}.disable_ipv6=1");
-    let _ = match ns {
-        None => run("sysctl", &["-q", "-w", &key]),
-        Some(ns) => run("ip", &["netns", "exec", ns, "sysctl", "-q", "-w", &key]),
-    };
+    let path = format!("/proc/sys/net/ipv6/conf/{iface}/disable_ipv6");
+    let netns = lagtrace_netns::NetNs::from_flag(ns);
+    let _ = netns.run(move || fs::write(path, "1"));
 }
 
 fn parse_net(s: &str) -> Option<(u32, u8)> {
