@@ -173,21 +173,25 @@ fn accept_loop(
     n: &Arc<AtomicU64>,
     stop: &Arc<AtomicBool>,
 ) {
-    let mut conns: Vec<JoinHandle<()>> = Vec::new();
+    // Each connection's thread, with a handle on its socket to shut it down at stop (a
+    // thread blocked writing to a client that stopped reading would never see the flag).
+    let mut conns: Vec<(JoinHandle<()>, Option<TcpStream>)> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
+                let handle = stream.try_clone().ok();
                 let (o, n, s) = (opts.clone(), n.clone(), stop.clone());
-                if let Ok(h) =
+                let spawned =
                     std::thread::Builder::new()
                         .name("serve conn".into())
                         .spawn(move || {
                             let _ = connection(stream, &o, &n, &s);
-                        })
-                {
-                    conns.push(h);
+                        });
+                match spawned {
+                    Ok(h) => conns.push((h, handle)),
+                    Err(e) => log(&format!("no thread for a connection: {e}")),
                 }
-                conns.retain(|h| !h.is_finished());
+                conns.retain(|(h, _)| !h.is_finished());
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_readable(listener, POLL),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -197,7 +201,10 @@ fn accept_loop(
             }
         }
     }
-    for h in conns {
+    for (h, sock) in conns {
+        if let Some(sock) = sock {
+            let _ = sock.shutdown(std::net::Shutdown::Both);
+        }
         let _ = h.join();
     }
 }
@@ -395,5 +402,31 @@ mod tests {
         assert_eq!(body(0).len(), 0);
         assert_eq!(body(DEFAULT_BODY_SIZE).len(), 615);
         assert_eq!(body(100_000).len(), 100_000);
+    }
+}
+
+#[cfg(test)]
+mod stop_tests {
+    use super::*;
+
+    /// A client that never reads a large response must not keep the server from stopping.
+    #[test]
+    fn stop_does_not_hang_on_a_client_that_does_not_read() {
+        let mut server = Server::spawn(ServeOptions {
+            body_size: 64 << 20,
+            ..ServeOptions::default()
+        })
+        .expect("spawn");
+        let mut c = TcpStream::connect(server.local_addr()).expect("connect");
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("request");
+        std::thread::sleep(Duration::from_millis(200));
+        let t0 = std::time::Instant::now();
+        server.stop();
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "stop took {:?}",
+            t0.elapsed()
+        );
     }
 }
