@@ -6,8 +6,9 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -173,25 +174,34 @@ fn accept_loop(
     n: &Arc<AtomicU64>,
     stop: &Arc<AtomicBool>,
 ) {
-    // Each connection's thread, with a handle on its socket to shut it down at stop (a
-    // thread blocked writing to a client that stopped reading would never see the flag).
-    let mut conns: Vec<(JoinHandle<()>, Option<TcpStream>)> = Vec::new();
+    // The sockets of live connections, to shut them down at stop: a thread blocked writing
+    // to a client that stopped reading would never see the flag. A thread removes its fd
+    // under the lock before closing it, so only open sockets are ever shut down.
+    let live: Arc<Mutex<Vec<RawFd>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut conns: Vec<JoinHandle<()>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
-                let handle = stream.try_clone().ok();
-                let (o, n, s) = (opts.clone(), n.clone(), stop.clone());
+                let (o, n, s, l) = (opts.clone(), n.clone(), stop.clone(), live.clone());
+                let fd = stream.as_raw_fd();
+                lock(&live).push(fd);
                 let spawned =
                     std::thread::Builder::new()
                         .name("serve conn".into())
                         .spawn(move || {
-                            let _ = connection(stream, &o, &n, &s);
+                            let mut stream = stream;
+                            let _ = connection(&mut stream, &o, &n, &s);
+                            lock(&l).retain(|&f| f != fd);
+                            drop(stream);
                         });
                 match spawned {
-                    Ok(h) => conns.push((h, handle)),
-                    Err(e) => log(&format!("no thread for a connection: {e}")),
+                    Ok(h) => conns.push(h),
+                    Err(e) => {
+                        lock(&live).retain(|&f| f != fd);
+                        log(&format!("no thread for a connection: {e}"));
+                    }
                 }
-                conns.retain(|(h, _)| !h.is_finished());
+                conns.retain(|h| !h.is_finished());
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_readable(listener, POLL),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -201,17 +211,24 @@ fn accept_loop(
             }
         }
     }
-    for (h, sock) in conns {
-        if let Some(sock) = sock {
-            let _ = sock.shutdown(std::net::Shutdown::Both);
+    for &fd in lock(&live).iter() {
+        // SAFETY: `fd` is open: its thread removes it from `live` (under this lock) before
+        // closing it.
+        unsafe {
+            libc::shutdown(fd, libc::SHUT_RDWR);
         }
+    }
+    for h in conns {
         let _ = h.join();
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Waits until `listener` has a connection to accept, at most `limit`.
 fn wait_readable(listener: &TcpListener, limit: Duration) {
-    use std::os::fd::AsRawFd;
     let mut fds = [libc::pollfd {
         fd: listener.as_raw_fd(),
         events: libc::POLLIN,
@@ -276,7 +293,7 @@ fn body(size: usize) -> Vec<u8> {
 }
 
 fn connection(
-    mut s: TcpStream,
+    s: &mut TcpStream,
     o: &ServeOptions,
     n: &AtomicU64,
     stop: &AtomicBool,
