@@ -149,6 +149,9 @@ pub struct LabState {
     pub notes: Vec<String>,
     /// Process that brought the lab up.
     pub owner_pid: u32,
+    /// Inode of the namespace: identifies the lab's processes even after its name is gone.
+    #[serde(default)]
+    pub netns_inode: u64,
 }
 
 impl LabState {
@@ -245,6 +248,7 @@ impl Lab {
             servers: Vec::new(),
             notes: Vec::new(),
             owner_pid: std::process::id(),
+            netns_inode: 0,
         };
         let mut lab = Lab::from_state(state, true);
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -279,6 +283,7 @@ impl Lab {
         ])?;
         sys::ip(&["link", "set", &client_iface, "up"])?;
         sys::ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        lab.st().netns_inode = lab.netns().inode().unwrap_or(0);
         sys::disable_ipv6(Some(&ns), &server_iface);
         sys::ip(&[
             "-n",
@@ -831,7 +836,12 @@ fn teardown(name: &str, state: Option<&LabState>) -> Result<()> {
     let mut pids: Vec<u32> = state
         .map(|s| s.servers.iter().filter_map(|x| x.pid).collect())
         .unwrap_or_default();
-    let ns_inode = nsfile.inode().ok();
+    // Only processes still in the lab's namespace: a pid from the state may have been
+    // reused. The recorded inode also finds them when the namespace's name was removed.
+    let ns_inode = nsfile
+        .inode()
+        .ok()
+        .or(state.map(|s| s.netns_inode).filter(|&i| i != 0));
     pids.retain(|&p| ns_inode.is_some() && sys::pid_netns_inode(p) == ns_inode);
     if nsfile.exists() {
         pids.extend(sys::netns_pids(&ns));

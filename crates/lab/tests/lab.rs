@@ -238,3 +238,20 @@ fn nginx_failing_to_start_reports_its_error_log_and_cleans_up() {
     );
     assert!(!lagtrace_lab::state_dir(&n).exists());
 }
+
+#[test]
+fn down_finds_the_servers_even_when_the_namespace_name_was_removed() {
+    let lab = Lab::up(&LabOptions::new(&name("ns-gone"))).expect("lab up");
+    let st = lab.state();
+    let pids: Vec<u32> = st.servers.iter().filter_map(|s| s.pid).collect();
+    assert_eq!(pids.len(), 2);
+    // Someone runs `ip netns del` behind the lab's back: nginx keeps the namespace alive.
+    let ok = std::process::Command::new("ip")
+        .args(["netns", "del", &st.netns])
+        .status()
+        .expect("ip");
+    assert!(ok.success());
+    assert!(pids.iter().all(|&p| !is_zombie(p)), "nginx still runs");
+    drop(lab);
+    assert_gone(&st.name, &st.client_iface, &pids);
+}
