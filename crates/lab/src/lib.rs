@@ -17,6 +17,7 @@
 //! lab.start_builtin(exe, port, &opts)? // extra `EXE serve` process in the namespace -> pid
 //! lab.shape(rate_bps, burst, limit)?   // tbf on the server->client direction; unshape()
 //! lab.drop_percent(pct)?               // nftables: drop pct% of server->client TCP
+//! lab.server_pids("latency")          // nginx workers / serve pid owning the sockets
 //! probe_client::get_sequence(addr, n, timeout)? // n keep-alive GETs, timed
 //! ```
 //! Options: `LabOptions::new(name).server(ServerKind::Builtin)` runs the built-in server
@@ -452,6 +453,22 @@ impl Lab {
     /// Notes for the user (fallbacks).
     pub fn notes(&self) -> Vec<String> {
         self.st().notes.clone()
+    }
+
+    /// Processes that own the accepted sockets of the server with `role` (`good`, `latency`,
+    /// `extra`): nginx's workers, the `serve` process, or this process for the in-process
+    /// server. Empty if there is no such server. For `sockets` tests.
+    pub fn server_pids(&self, role: &str) -> Vec<u32> {
+        let st = self.st();
+        let mut out = Vec::new();
+        for s in st.servers.iter().filter(|s| s.role == role) {
+            match (s.kind.as_str(), s.pid) {
+                ("nginx", Some(master)) => out.extend(sys::children(master)),
+                (_, Some(pid)) => out.push(pid),
+                (_, None) => out.push(std::process::id()),
+            }
+        }
+        out
     }
 
     /// Requests answered by the in-process built-in server with `role`, if it is one.

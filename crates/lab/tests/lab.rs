@@ -100,8 +100,19 @@ fn nginx_latency_server_stalls_and_fix_flips_it() {
         millis(&again)
     );
 
+    // The latency server has one worker (worker_processes 1), a child of its master.
+    let workers = lab.server_pids("latency");
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    let stat = std::fs::read_to_string(format!("/proc/{}/cmdline", workers[0])).expect("worker");
+    assert!(stat.contains("worker process"), "{stat}");
+
     let st = lab.state();
-    let pids: Vec<u32> = st.servers.iter().filter_map(|s| s.pid).collect();
+    let pids: Vec<u32> = st
+        .servers
+        .iter()
+        .filter_map(|s| s.pid)
+        .chain(workers)
+        .collect();
     drop(lab);
     assert_gone(&st.name, &st.client_iface, &pids);
     // Idempotent.
