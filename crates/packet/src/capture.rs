@@ -526,8 +526,9 @@ pub fn route_iface(host: std::net::IpAddr, netns: &NetNs) -> Option<String> {
     None
 }
 
-/// One line per packet like `tcpdump -nn`: time of day (UTC), addresses and ports, TCP
-/// flags, seq/ack, window and payload length.
+/// One line per packet like `tcpdump -nn -S` without TCP options: time of day (UTC),
+/// addresses and ports, TCP flags, absolute seq (range when carrying data)/ack, window and
+/// payload length.
 pub fn summary_line(p: &PacketRef<'_>) -> String {
     use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TransportSlice};
     let secs = p.ts_ns / 1_000_000_000;
@@ -603,11 +604,19 @@ pub fn summary_line(p: &PacketRef<'_>) -> String {
             }
             let hl = t.data_offset() as usize * 4;
             let len = ip_payload_len.saturating_sub(hl);
+            let seq = t.sequence_number();
+            // As tcpdump -S: a segment with data shows its sequence range, a pure ACK none.
+            let seq = if len > 0 {
+                format!(", seq {seq}:{}", seq.wrapping_add(len as u32))
+            } else if t.syn() || t.fin() || t.rst() {
+                format!(", seq {seq}")
+            } else {
+                String::new()
+            };
             let mut line = format!(
-                "{time} {fam} {src}.{} > {dst}.{}: Flags [{flags}], seq {}",
+                "{time} {fam} {src}.{} > {dst}.{}: Flags [{flags}]{seq}",
                 t.source_port(),
                 t.destination_port(),
-                t.sequence_number()
             );
             if t.ack() {
                 line.push_str(&format!(", ack {}", t.acknowledgment_number()));
