@@ -175,36 +175,53 @@ pub fn write_annotated(
         }
     }
     let f = File::open(input).with_context(|| format!("opening {}", input.display()))?;
-    let mut rd = BufReader::with_capacity(1 << 20, f);
-    let mut magic = [0u8; 4];
-    rd.read_exact(&mut magic)
-        .with_context(|| format!("{}: too short for a capture file", input.display()))?;
+    let rd = BufReader::with_capacity(1 << 20, f);
     let out = File::create(output).with_context(|| format!("creating {}", output.display()))?;
     let mut out = BufWriter::with_capacity(1 << 20, out);
+    let done = annotate_stream(rd, &mut out, comments)
+        .with_context(|| format!("annotating {} into {}", input.display(), output.display()))
+        .and_then(|st| {
+            out.flush()
+                .with_context(|| format!("writing {}", output.display()))?;
+            Ok(st)
+        });
+    if done.is_err() {
+        // Leave no half-written file behind.
+        drop(out);
+        let _ = std::fs::remove_file(output);
+    }
+    done
+}
+
+/// [`write_annotated`] on a reader and a writer (the writer is not flushed).
+pub fn annotate_stream<R: Read, W: Write>(
+    mut rd: R,
+    mut out: W,
+    comments: &BTreeMap<u64, String>,
+) -> Result<AnnotateStats> {
+    let mut magic = [0u8; 4];
+    if read_full(&mut rd, &mut magic)? < 4 {
+        bail!("too short for a capture file");
+    }
     let mut stats = AnnotateStats::default();
     let m = u32::from_le_bytes(magic);
     match m {
         SHB => {
             stats.input_format = "pcapng".into();
-            copy_pcapng(&mut rd, magic, &mut out, comments, &mut stats)
-                .with_context(|| format!("reading {}", input.display()))?;
+            copy_pcapng(&mut rd, magic, &mut out, comments, &mut stats)?;
         }
         0xA1B2_C3D4 | 0xD4C3_B2A1 | 0xA1B2_3C4D | 0x4D3C_B2A1 => {
             stats.input_format = "pcap".into();
-            copy_pcap(&mut rd, magic, &mut out, comments, &mut stats)
-                .with_context(|| format!("reading {}", input.display()))?;
+            copy_pcap(&mut rd, magic, &mut out, comments, &mut stats)?;
         }
         _ => bail!(
-            "{}: not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})",
-            input.display(),
+            "not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})",
             magic[0],
             magic[1],
             magic[2],
             magic[3]
         ),
     }
-    out.flush()
-        .with_context(|| format!("writing {}", output.display()))?;
     let last = stats.frames;
     stats.missing_frames = comments.range(last + 1..).map(|(k, _)| *k).collect();
     if comments.contains_key(&0) {

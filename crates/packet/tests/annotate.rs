@@ -237,6 +237,7 @@ fn junk_and_overwriting_the_input_are_errors() {
     let out = dir.path().join("o.pcapng");
     let e = write_annotated(&junk, &out, &BTreeMap::new()).unwrap_err();
     assert!(format!("{e:#}").contains("not a pcap or pcapng"), "{e:#}");
+    assert!(!out.exists(), "no output is left behind for a junk input");
     let empty = dir.path().join("empty.pcap");
     std::fs::write(&empty, b"").unwrap();
     assert!(write_annotated(&empty, &out, &BTreeMap::new()).is_err());
