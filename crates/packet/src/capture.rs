@@ -497,11 +497,19 @@ fn run_capture(
 
 fn open(opts: &CaptureOptions) -> Result<(pcap::Capture<pcap::Active>, Sink, u32)> {
     if let Some(p) = opts.netns.path() {
+        if !p.exists() {
+            return Err(anyhow!("network namespace {} does not exist", p.display()));
+        }
         opts.netns.enter_current_thread().map_err(|e| {
-            anyhow!(
-                "entering network namespace {} (needs CAP_SYS_ADMIN): {e}",
-                p.display()
-            )
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                anyhow!(
+                    "entering network namespace {} needs CAP_SYS_ADMIN (run as root); \
+                     capturing in the current namespace works without it: {e}",
+                    p.display()
+                )
+            } else {
+                anyhow!("entering network namespace {}: {e}", p.display())
+            }
         })?;
     }
     if opts.snaplen == 0 {
