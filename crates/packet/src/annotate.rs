@@ -338,6 +338,7 @@ fn copy_pcapng<R: Read, W: Write>(
     let mut pending_first = Some(first);
     let mut block = Vec::new();
     let mut seen_shb = false;
+    let mut shb_written = false;
     loop {
         // type(4) + length(4) + (for the byte-order magic of an SHB) 4 more bytes.
         let n = match pending_first.take() {
@@ -431,8 +432,18 @@ fn copy_pcapng<R: Read, W: Write>(
                     None => out.write_all(&block)?,
                 }
             }
-            _ => out.write_all(&block)?,
+            _ => {
+                shb_written |= btype == SHB;
+                out.write_all(&block)?;
+            }
         }
+    }
+    if !shb_written {
+        // Nothing valid at all: an empty "pcapng" would not be one.
+        bail!(
+            "pcapng section header is damaged: {}",
+            stats.warnings.join("; ")
+        );
     }
     Ok(())
 }

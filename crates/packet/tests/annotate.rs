@@ -369,3 +369,32 @@ fn big_endian_pcapng_is_annotated_in_its_own_byte_order() {
         ]
     );
 }
+
+#[test]
+fn a_damaged_section_header_is_an_error_not_an_empty_file() {
+    // Found by the fuzz target: a pcapng whose only section header fails its length check
+    // used to give an "annotated" file with no bytes at all.
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.pcapng");
+    {
+        let f = std::fs::File::create(&good).unwrap();
+        let mut w = PcapngWriter::new(f).unwrap();
+        w.add_interface(1, 65535, 6, None).unwrap();
+        w.write_packet(0, 1, 60, &[0u8; 60], None).unwrap();
+        w.finish().unwrap();
+    }
+    let mut bytes = std::fs::read(&good).unwrap();
+    bytes[4] = bytes[4].wrapping_add(4); // SHB length no longer matches its trailer
+    let bad = dir.path().join("bad.pcapng");
+    std::fs::write(&bad, &bytes).unwrap();
+    let out = dir.path().join("out.pcapng");
+    let e = write_annotated(&bad, &out, &BTreeMap::new()).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("section header is damaged"),
+        "{e:#}"
+    );
+    assert!(!out.exists());
+    // The undamaged file annotates fine.
+    let st = write_annotated(&good, &out, &BTreeMap::new()).unwrap();
+    assert_eq!(st.frames, 1);
+}
