@@ -4,13 +4,14 @@ use std::io::Write;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use lagtrace_netns::NetNs;
 use lagtrace_packet::capture::{
     Capture, CaptureOptions, DEFAULT_BUFFER_BYTES, DEFAULT_SNAPLEN, FileFormat, PacketCallback,
-    linktype_name, summary_line,
+    Stopper, linktype_name, summary_line,
 };
 
 /// Capture packets with libpcap (like tcpdump): to a file with -w, else one line per packet.
@@ -153,16 +154,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
         promisc: args.promisc,
         immediate: args.immediate,
     };
+    // Set once the capture runs, so that a closed stdout (`| head`) can stop it.
+    let stop_cell: Arc<OnceLock<Stopper>> = Arc::new(OnceLock::new());
     let callback: Option<PacketCallback> = if args.write.is_none() {
         let mut out = std::io::BufWriter::new(std::io::stdout());
+        let cell = stop_cell.clone();
         Some(Box::new(move |p| {
-            // A closed stdout (piped into head) just stops the printing.
-            let _ = writeln!(out, "{}", summary_line(p)).and_then(|_| out.flush());
+            if writeln!(out, "{}", summary_line(p))
+                .and_then(|_| out.flush())
+                .is_err()
+            {
+                if let Some(s) = cell.get() {
+                    s.stop();
+                }
+            }
         }))
     } else {
         None
     };
     let handle = Capture::start(&opts, callback)?;
+    let _ = stop_cell.set(handle.stopper());
     let (lt_name, lt_desc) = linktype_name(handle.linktype());
     eprintln!(
         "lagtrace capture: listening on {}, link-type {lt_name} ({lt_desc}), snapshot length {} bytes",
