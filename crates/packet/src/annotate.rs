@@ -27,8 +27,9 @@ const OPT_COMMENT: u16 = 1;
 const SHB_USERAPPL: u16 = 4;
 const IF_NAME: u16 = 2;
 const IF_TSRESOL: u16 = 9;
-/// Larger blocks than this are taken as corruption, not as data.
-const MAX_BLOCK: u32 = 64 << 20;
+/// Larger blocks than this are taken as corruption, not as data (16 MiB: well above any
+/// snaplen libpcap or Wireshark writes for network link types).
+const MAX_BLOCK: u32 = 16 << 20;
 
 /// Writes a pcapng file: one section (little-endian), interfaces, Enhanced Packet Blocks.
 pub struct PcapngWriter<W: Write> {
@@ -307,8 +308,9 @@ fn copy_pcap<R: Read, W: Write>(
             ));
             break;
         }
-        data.resize(incl as usize, 0);
-        let got = read_full(rd, &mut data)?;
+        data.clear();
+        // Grows with the bytes really there: a corrupt length costs no huge allocation.
+        let got = rd.by_ref().take(incl as u64).read_to_end(&mut data)?;
         if got < incl as usize {
             stats.warnings.push(format!(
                 "frame {frame}: packet data cut short ({got} of {incl} bytes); stopped there"
@@ -390,8 +392,7 @@ fn copy_pcapng<R: Read, W: Write>(
         }
         block.clear();
         block.extend_from_slice(&head);
-        block.resize(len as usize, 0);
-        let got = read_full(rd, &mut block[12..])?;
+        let got = rd.by_ref().take(len as u64 - 12).read_to_end(&mut block)?;
         if got < len as usize - 12 {
             stats.warnings.push(format!(
                 "block after frame {}: cut short ({} of {len} bytes); stopped there",
