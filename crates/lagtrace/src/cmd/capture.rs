@@ -47,7 +47,7 @@ pub struct Args {
     /// Stop after this long (e.g. 5s, 500ms, 2m)
     #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Bytes kept of each packet
+    /// Bytes kept of each packet (0: the default, as in tcpdump)
     #[arg(short = 's', long = "snaplen", value_name = "SNAPLEN", default_value_t = DEFAULT_SNAPLEN)]
     pub snaplen: u32,
     /// Capture inside this network namespace (as made by `ip netns add`)
@@ -140,7 +140,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let opts = CaptureOptions {
         iface,
         filter,
-        snaplen: args.snaplen,
+        // As tcpdump: -s 0 means the default.
+        snaplen: if args.snaplen == 0 {
+            DEFAULT_SNAPLEN
+        } else {
+            args.snaplen
+        },
         netns,
         buffer_bytes: args.buffer_mib.saturating_mul(1 << 20),
         count: args.count,
