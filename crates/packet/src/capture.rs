@@ -9,6 +9,10 @@
 //! // ... generate traffic ...
 //! let stats = handle.stop()?;           // prompt; drains what the kernel already holds
 //! let packets: Vec<CapturedPacket> = rx.try_iter().collect();
+//! // Or stream into the analyzer without keeping packets, from a callback:
+//! //   Capture::start(&opts, Some(Box::new(move |p: &PacketRef<'_>| {
+//! //       analyzer.push(p.ts_ns as i64, p.orig_len, p.linktype, p.data) })))
+//! // and write a file at the same time with `output: Some(path)`.
 //! ```
 //!
 //! The handle is opened on the capture thread after it entered `netns`, so it stays bound
@@ -249,6 +253,8 @@ impl Capture {
     }
 
     /// Like [`Capture::start`], sending every packet (owned) to the returned channel.
+    /// The channel is unbounded: a long capture should be consumed as it runs (or use a
+    /// callback, or `output` and read the file afterwards).
     pub fn start_channel(
         opts: &CaptureOptions,
     ) -> Result<(CaptureHandle, mpsc::Receiver<CapturedPacket>)> {
