@@ -4,7 +4,7 @@
 #[path = "../../sockets/tests/common/mod.rs"]
 mod common;
 
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
@@ -272,4 +272,104 @@ fn bad_input_is_one_line_and_exit_2() {
         assert!(err.starts_with("lagtrace: error: "), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
+}
+
+/// Recording a server: nginx (under `timeout`, so it ends by itself) binds, listens, forks
+/// its worker, accepts; the latency config's accepted sockets never set TCP_NODELAY while
+/// the default config's set it when the connection enters keep-alive.
+#[test]
+fn record_nginx_follows_its_worker_and_its_accepts() {
+    for (http, expect_nodelay) in [(LATENCY_HTTP, false), ("", true)] {
+        let port = free_port();
+        let (dir, conf) = nginx_conf(http, port);
+        let child = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+            .args(["sockets", "--record", "--json", "-o"])
+            .arg(dir.path().join("trace.txt"))
+            .args(["--", "timeout", "-s", "QUIT", "3", "nginx", "-c"])
+            .arg(&conf)
+            .arg("-p")
+            .arg(dir.path())
+            .args(["-g", "daemon off;"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(2), "nginx did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let conns: Vec<_> = (0..2).map(|_| keepalive_client(port, 2)).collect();
+        drop(conns);
+        let out = child.wait_with_output().unwrap();
+        // timeout's own status (124: it had to stop nginx) is passed through
+        assert_eq!(out.status.code(), Some(124), "{out:?}");
+        let rec = json(&out);
+        let socks = rec["sockets"].as_array().unwrap();
+        let listener = socks
+            .iter()
+            .find(|s| s["bound"] == format!("{{AF_INET, 127.0.0.1:{port}}}"))
+            .unwrap_or_else(|| panic!("{rec:#}"));
+        let master = listener["pid"].as_u64().unwrap();
+        let accepted: Vec<&Value> = socks
+            .iter()
+            .filter(|s| s["origin"] == "accept" && s["tcp"] == true)
+            .collect();
+        // the probe connection of the wait loop above, then the two keep-alive clients
+        assert!(accepted.len() >= 3, "{rec:#}");
+        for a in &accepted {
+            assert_ne!(a["pid"].as_u64().unwrap(), master, "accepted by the worker");
+        }
+        let with_nodelay = accepted
+            .iter()
+            .filter(|a| {
+                a["options"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|o| o["option"] == "TCP_NODELAY" && o["value"] == "1")
+            })
+            .count();
+        if expect_nodelay {
+            // the keep-alive clients' sockets (the probe closed without a request)
+            assert!(with_nodelay >= 2, "{rec:#}");
+        } else {
+            assert_eq!(with_nodelay, 0, "{rec:#}");
+        }
+        let trace = std::fs::read_to_string(dir.path().join("trace.txt")).unwrap();
+        assert!(trace.contains("listen("), "{trace}");
+        assert!(trace.contains("accept4("), "{trace}");
+    }
+}
+
+/// TCP_NODELAY set on a listener is inherited by the sockets it accepts: those are not
+/// listed as "never set TCP_NODELAY"; the client end that set nothing is.
+#[test]
+fn record_counts_options_inherited_from_the_listener() {
+    let script = "import socket\n\
+        l = socket.socket()\n\
+        l.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n\
+        l.bind(('127.0.0.1', 0)); l.listen(1)\n\
+        c = socket.create_connection(l.getsockname())\n\
+        a, _ = l.accept()\n\
+        assert a.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1\n";
+    let out = lagtrace(&[
+        "sockets", "--record", "--json", "--", "python3", "-c", script,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rec = json(&out);
+    let socks = rec["sockets"].as_array().unwrap();
+    let acc = socks.iter().find(|s| s["origin"] == "accept").unwrap();
+    let lis = acc["listener"].as_u64().unwrap();
+    let client = socks
+        .iter()
+        .find(|s| s["origin"] == "socket" && s["id"] != lis && s["tcp"] == true)
+        .unwrap();
+    let never: Vec<u64> = rec["never_nodelay"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(never, vec![client["id"].as_u64().unwrap()], "{rec:#}");
 }

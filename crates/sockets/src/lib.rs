@@ -307,7 +307,8 @@ pub fn inspect_sockets(o: &InspectOptions) -> Result<Inspection, InspectError> {
             pid: *pid,
             comm: comm.clone(),
             reason: format!(
-                "/proc/{pid}/fd: {kind}: reading another uid's descriptors needs CAP_SYS_PTRACE"
+                "/proc/{pid}/fd: {kind}: needs ptrace read access (CAP_SYS_PTRACE, or the \
+                 same uid and a dumpable process)"
             ),
         })
         .collect();
@@ -368,7 +369,9 @@ pub fn inspect_sockets(o: &InspectOptions) -> Result<Inspection, InspectError> {
         .count();
     if orphans > 0 && !ins.unreadable.is_empty() {
         ins.notes.push(format!(
-            "{orphans} listed socket{} no known owner: the descriptors of {} processes could              not be read (needs CAP_SYS_PTRACE, or the same uid); states, addresses and              TCP_INFO are complete",
+            "{orphans} listed socket{} no known owner: its holder may have exited meanwhile, \
+             or be among the {} processes whose descriptors could not be read (needs CAP_SYS_PTRACE, or the same uid); states, addresses and \
+             TCP_INFO are complete",
             if orphans == 1 { " has" } else { "s have" },
             ins.unreadable.len()
         ));

@@ -129,6 +129,9 @@ pub struct RecordedSocket {
     pub options: Vec<OptionSet>,
     /// Whether it was closed under us.
     pub closed: bool,
+    /// For an accepted socket: the listening socket it came from (whose options, such as
+    /// TCP_NODELAY, it inherited).
+    pub listener: Option<usize>,
 }
 
 /// Sockets that set one option to one value.
@@ -630,6 +633,7 @@ impl Tracer {
             peer: None,
             options: vec![],
             closed: false,
+            listener: None,
         });
         self.fds.insert((pid, fd), id);
         id
@@ -761,6 +765,7 @@ impl Tracer {
                     s.kind = Some("SOCK_STREAM".into());
                     s.tcp = tcp;
                     s.peer = peer.clone();
+                    s.listener = listener;
                     id
                 });
                 (call, args, sock)
@@ -878,9 +883,15 @@ impl Tracer {
             }
         }
         let tcp: Vec<&RecordedSocket> = self.sockets.iter().filter(|s| s.tcp).collect();
+        // An accepted socket inherits the options set on its listener before the accept;
+        // counted as set if the listener set it at all (the order is in `events`).
+        let set =
+            |s: &RecordedSocket, name: &str| s.options.iter().any(|o| o.option == name && o.ok);
         let never = |name: &str| -> Vec<usize> {
             tcp.iter()
-                .filter(|s| !s.options.iter().any(|o| o.option == name && o.ok))
+                .filter(|s| {
+                    !set(s, name) && !s.listener.is_some_and(|l| set(&self.sockets[l], name))
+                })
                 .map(|s| s.id)
                 .collect()
         };

@@ -56,6 +56,27 @@ pub struct Nginx {
     pub master: u32,
 }
 
+/// Writes an nginx config (prefix = a new temporary directory) listening on 127.0.0.1:port
+/// with `http_extra` inside `http {}`.
+pub fn nginx_conf(http_extra: &str, port: u16) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("logs")).unwrap();
+    let conf = d.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "worker_processes 1;\npid {pid};\nerror_log {d}/logs/error.log;\nevents {{ }}\n\
+             http {{\n    access_log off;\n{http_extra}    server {{\n        listen 127.0.0.1:{port};\n        \
+             root /var/www/html;\n        index index.nginx-debian.html;\n    }}\n}}\n",
+            pid = d.join("nginx.pid").display(),
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    (dir, conf)
+}
+
 /// The latency server's http block, as in the reference case.
 pub const LATENCY_HTTP: &str =
     "    sendfile on;\n    tcp_nopush off;\n    tcp_nodelay off;\n    keepalive_timeout 65;\n";
@@ -64,21 +85,8 @@ impl Nginx {
     /// Starts nginx listening on 127.0.0.1:port with `http_extra` inside `http {}`,
     /// optionally inside a namespace.
     pub fn start(http_extra: &str, port: u16, netns: Option<&str>) -> Nginx {
-        let dir = tempfile::tempdir().unwrap();
+        let (dir, conf) = nginx_conf(http_extra, port);
         let d = dir.path();
-        std::fs::create_dir(d.join("logs")).unwrap();
-        let conf = d.join("nginx.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "worker_processes 1;\npid {pid};\nerror_log {d}/logs/error.log;\nevents {{ }}\n\
-                 http {{\n    access_log off;\n{http_extra}    server {{\n        listen 127.0.0.1:{port};\n        \
-                 root /var/www/html;\n        index index.nginx-debian.html;\n    }}\n}}\n",
-                pid = d.join("nginx.pid").display(),
-                d = d.display()
-            ),
-        )
-        .unwrap();
         let mut cmd = match netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
