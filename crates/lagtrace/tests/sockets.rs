@@ -373,3 +373,68 @@ fn record_counts_options_inherited_from_the_listener() {
         .collect();
     assert_eq!(never, vec![client["id"].as_u64().unwrap()], "{rec:#}");
 }
+
+/// Cross-check with the peer tool: strace sees the same setsockopt calls as --record.
+#[test]
+fn record_agrees_with_strace_on_setsockopt() {
+    let port = free_port();
+    let _n = Nginx::start("", port, None);
+    let url = format!("http://127.0.0.1:{port}/");
+    let st = Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=setsockopt",
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{st:?}");
+    let calls = |text: &str| -> Vec<String> {
+        // "setsockopt(5, SOL_TCP, TCP_NODELAY, [1], 4) = 0" without pid prefixes
+        let mut v: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.find("setsockopt(").map(|i| l[i..].to_string()))
+            .collect();
+        v.sort();
+        v
+    };
+    let theirs = calls(&String::from_utf8_lossy(&st.stderr));
+    let out = lagtrace(&[
+        "sockets",
+        "--record",
+        "--",
+        "curl",
+        "-s",
+        "-o",
+        "/dev/null",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let ours = calls(&String::from_utf8_lossy(&out.stderr));
+    assert!(!ours.is_empty());
+    assert_eq!(ours, theirs);
+}
+
+/// Ctrl-C (SIGINT to the whole process group) ends CMD, not the recording: the summary is
+/// still printed and the status is CMD's (130).
+#[test]
+fn record_survives_ctrl_c_and_reports_cmds_status() {
+    let child = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(["sockets", "--record", "--", "sleep", "10"])
+        .process_group(0)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    // SAFETY: signalling the process group this test just created.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("killed by signal 2"));
+}

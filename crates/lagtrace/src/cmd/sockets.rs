@@ -267,6 +267,21 @@ fn run_record(args: Args) -> anyhow::Result<ExitCode> {
         )),
         None => Box::new(std::io::stderr()),
     };
+    // Ctrl-C / Ctrl-\ reach CMD too (same process group): let CMD decide what to do and
+    // keep recording until it exits, rather than dying and taking it down (EXITKILL).
+    // A handler, not SIG_IGN, so that CMD does not inherit the disposition across exec.
+    extern "C" fn keep_recording(_: libc::c_int) {}
+    // SAFETY: installing an async-signal-safe no-op handler.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            keep_recording as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGQUIT,
+            keep_recording as *const () as libc::sighandler_t,
+        );
+    }
     let rec = lagtrace_sockets::record(
         &args.cmd,
         RecordOptions {
