@@ -36,17 +36,18 @@ URL="http://127.0.0.1:$PORT/"
 WRK=(wrk -t2 -c50 -d"$DUR" "$URL")
 
 rps() { awk '/^Requests\/sec:/ {print $2}'; }
-declare -a A R S
+declare -a A R N S
 for i in $(seq 1 "$ROUNDS"); do
     a=$("${WRK[@]}" | rps)
     r=$("$LAGTRACE" sockets --record -o "$DIR/trace.txt" -- "${WRK[@]}" 2>/dev/null | rps)
+    n=$("$LAGTRACE" sockets --record --no-close -o /dev/null -- "${WRK[@]}" 2>/dev/null | rps)
     s=$(strace -f -qq -o /dev/null -e trace=setsockopt "${WRK[@]}" | rps)
-    A+=("$a"); R+=("$r"); S+=("$s")
-    printf 'round %d: wrk alone %10.0f req/s | --record %10.0f (%.3f) | strace -f %10.0f (%.3f)\n' \
-        "$i" "$a" "$r" "$(echo "$r / $a" | bc -l)" "$s" "$(echo "$s / $a" | bc -l)"
+    A+=("$a"); R+=("$r"); N+=("$n"); S+=("$s")
+    printf 'round %d: wrk alone %8.0f req/s | --record %8.0f (%.3f) | --record --no-close %8.0f (%.3f) | strace -f %8.0f (%.3f)\n' \
+        "$i" "$a" "$r" "$(echo "$r / $a" | bc -l)" "$n" "$(echo "$n / $a" | bc -l)" "$s" "$(echo "$s / $a" | bc -l)"
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-ma=$(med "${A[@]}"); mr=$(med "${R[@]}"); ms=$(med "${S[@]}")
+ma=$(med "${A[@]}"); mr=$(med "${R[@]}"); mn=$(med "${N[@]}"); ms=$(med "${S[@]}")
 echo "calls recorded in the last --record run: $(wc -l < "$DIR/trace.txt")"
-printf 'median: wrk alone %.0f req/s; --record %.0f req/s = %.1f%% of alone (target >= 95%%); strace -f -e trace=setsockopt %.0f req/s = %.1f%%\n' \
-    "$ma" "$mr" "$(echo "100 * $mr / $ma" | bc -l)" "$ms" "$(echo "100 * $ms / $ma" | bc -l)"
+printf 'median: wrk alone %.0f req/s; --record %.0f = %.1f%% of alone (target >= 95%%); --record --no-close %.0f = %.1f%%; strace -f -e trace=setsockopt %.0f = %.1f%%\n' \
+    "$ma" "$mr" "$(echo "100 * $mr / $ma" | bc -l)" "$mn" "$(echo "100 * $mn / $ma" | bc -l)" "$ms" "$(echo "100 * $ms / $ma" | bc -l)"

@@ -528,6 +528,9 @@ fn filter(trace_close: bool) -> Vec<libc::sock_filter> {
     f
 }
 
+/// Nice value of the tracer thread while recording.
+const TRACER_NICE: i32 = -10;
+
 // ---- the tracer --------------------------------------------------------------------------
 
 fn read_mem(tid: i32, addr: u64, len: usize) -> Option<Vec<u8>> {
@@ -960,6 +963,12 @@ pub fn record(cmd: &[String], opts: RecordOptions) -> Result<Recording, RecordEr
         err,
     })?;
     let main = child.id() as i32;
+    // Every stop holds a tracee thread (and all the connections it serves) until we have
+    // run: on a busy machine the wait for a CPU dominates the cost of a stop. Raise this
+    // thread's priority (Linux nice values are per thread; CMD, forked before, keeps its
+    // own). Best effort: without CAP_SYS_NICE this fails and nothing changes.
+    // SAFETY: setpriority on the calling thread (who = 0) only.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, TRACER_NICE) };
     // Without PTRACE_O_TRACEEXEC yet, the exec leaves the child stopped with SIGTRAP.
     let mut status = 0;
     // SAFETY: waiting for our own child.
