@@ -298,3 +298,37 @@ fn missing_namespace_is_an_error() {
     .unwrap_err();
     assert!(e.to_string().contains("lt-sk-no-such-ns"), "{e}");
 }
+
+/// IPv6 sockets are enumerated too, and the state filter keeps only what was asked.
+#[test]
+fn ipv6_and_state_filter() {
+    let Ok(l) = TcpListener::bind("[::1]:0") else {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    };
+    let port = l.local_addr().unwrap().port();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (a, _) = l.accept().unwrap();
+    a.set_nodelay(true).unwrap();
+    let ins = inspect(&InspectOptions {
+        port: Some(port),
+        ..Default::default()
+    })
+    .unwrap();
+    let est = established_on(&ins, port);
+    assert_eq!(est.len(), 1, "{ins:#?}");
+    assert!(est[0].local.is_ipv6());
+    assert_eq!(est[0].options.as_ref().unwrap().nodelay, Some(true));
+    assert!(est[0].ack.is_some(), "/proc/net/tcp6 read");
+    let listen_only = inspect(&InspectOptions {
+        port: Some(port),
+        states: Some(vec![
+            lagtrace_sockets::diag::state_number("listen").unwrap(),
+        ]),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(listen_only.sockets.len(), 1);
+    assert_eq!(listen_only.sockets[0].state, "LISTEN");
+    drop((c, a));
+}
