@@ -172,3 +172,11 @@ pub fn stalls(rs: &[Response], floor_ms: f64) -> bool {
 pub fn fast(rs: &[Response], ms: f64) -> bool {
     rs.len() >= 2 && after_first_ms(rs).1 < ms
 }
+
+/// Whether no request after the first took `floor_ms` or more (no stall at all).
+pub fn no_stall(rs: &[Response], floor_ms: f64) -> bool {
+    rs.len() >= 2
+        && rs[1..]
+            .iter()
+            .all(|r| r.elapsed.as_secs_f64() * 1e3 < floor_ms)
+}

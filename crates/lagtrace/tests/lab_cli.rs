@@ -6,7 +6,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use lagtrace_lab::probe_client::{Response, fast, get_sequence, millis, sample_until, stalls};
+use lagtrace_lab::probe_client::{
+    Response, fast, get_sequence, millis, no_stall, sample_until, stalls,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
 const N: usize = 10;
@@ -84,8 +86,13 @@ fn slow_sample(addr: SocketAddr) -> Vec<Response> {
     sample_until(addr, N, TIMEOUT, ATTEMPTS, |r| stalls(r, STALL_MS)).expect("requests")
 }
 
+/// Median under 5 ms and not one request near the stall.
+fn is_fast(r: &[Response]) -> bool {
+    fast(r, FAST_MS) && no_stall(r, STALL_MS)
+}
+
 fn fast_sample(addr: SocketAddr) -> Vec<Response> {
-    sample_until(addr, N, TIMEOUT, ATTEMPTS, |r| fast(r, FAST_MS)).expect("requests")
+    sample_until(addr, N, TIMEOUT, ATTEMPTS, is_fast).expect("requests")
 }
 
 #[test]
@@ -104,7 +111,7 @@ fn serve_nagle_split_writes_stalls_nodelay_does_not() {
         "nodelay off + split writes should stall: {:?}",
         millis(&s)
     );
-    assert!(fast(&f, FAST_MS), "nodelay on should not: {:?}", millis(&f));
+    assert!(is_fast(&f), "nodelay on should not: {:?}", millis(&f));
 }
 
 #[test]
@@ -194,7 +201,7 @@ fn lab_cli_up_fix_unfix_down() {
 
     assert_eq!(lagtrace(&["lab", "fix", "--name", &n]).0, 0);
     let fixed = fast_sample(latency);
-    assert!(fast(&fixed, FAST_MS), "fixed: {:?}", millis(&fixed));
+    assert!(is_fast(&fixed), "fixed: {:?}", millis(&fixed));
     assert_eq!(lagtrace(&["lab", "unfix", "--name", &n]).0, 0);
     let again = slow_sample(latency);
     assert!(stalls(&again, STALL_MS), "unfixed: {:?}", millis(&again));
@@ -228,11 +235,11 @@ fn lab_cli_builtin_servers() {
         millis(&good),
         millis(&slow)
     );
-    assert!(fast(&good, FAST_MS), "{:?}", millis(&good));
+    assert!(is_fast(&good), "{:?}", millis(&good));
     assert!(stalls(&slow, STALL_MS), "{:?}", millis(&slow));
     assert_eq!(lagtrace(&["lab", "fix", "--name", &n]).0, 0);
     let fixed = fast_sample(SocketAddr::from((server, 8080)));
-    assert!(fast(&fixed, FAST_MS), "{:?}", millis(&fixed));
+    assert!(is_fast(&fixed), "{:?}", millis(&fixed));
     let pids: Vec<u32> = lagtrace_lab::Lab::open(&n)
         .expect("open")
         .state()
@@ -332,4 +339,27 @@ fn demo_interrupted_leaves_nothing() {
             .exists()
     );
     assert!(!lagtrace_lab::state_dir(&n).exists());
+}
+
+#[test]
+fn serve_cork_left_on_holds_each_response_until_the_cork_timer() {
+    let s = serve(&["--cork"]);
+    // The kernel flushes a corked partial segment after 200 ms.
+    let r = get_sequence(s.1, 3, TIMEOUT).expect("corked serve");
+    assert!(
+        r.iter().all(|x| x.elapsed >= Duration::from_millis(150)),
+        "{:?}",
+        millis(&r)
+    );
+    // Cross-check with curl (a new connection).
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{time_total}"])
+        .arg(format!("http://{}/", s.1))
+        .output()
+        .expect("curl");
+    let secs: f64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("time");
+    assert!(secs >= 0.15, "curl: {secs} s");
 }
