@@ -438,3 +438,26 @@ fn record_survives_ctrl_c_and_reports_cmds_status() {
     assert_eq!(out.status.code(), Some(130), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("killed by signal 2"));
 }
+
+/// Only socket calls stop the command: a program that opens, reads and closes files
+/// records nothing (its close() of a non-socket is resumed without a log line).
+#[test]
+fn record_ignores_everything_but_socket_calls() {
+    let out = lagtrace(&[
+        "sockets",
+        "--record",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "cat /etc/hostname /etc/passwd >/dev/null",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rec = json(&out);
+    assert_eq!(rec["events"], serde_json::json!([]), "{rec:#}");
+    assert_eq!(rec["sockets"], serde_json::json!([]));
+    assert!(
+        rec["tasks"].as_u64().unwrap() >= 2,
+        "sh and its cat child followed"
+    );
+}

@@ -137,6 +137,13 @@ impl ProcessSummary {
                 .collect::<Vec<_>>()
                 .join(",")
         };
+        if self.established == 0 {
+            s += &format!("{} listening", self.listening);
+            if !self.server_ports.is_empty() {
+                s += &format!(" on {}", ports(&self.server_ports));
+            }
+            return s;
+        }
         s += &format!("{} established", self.established);
         if !self.server_ports.is_empty() {
             s += &format!(" on {}", ports(&self.server_ports));
