@@ -964,11 +964,18 @@ pub fn record(cmd: &[String], opts: RecordOptions) -> Result<Recording, RecordEr
     })?;
     let main = child.id() as i32;
     // Every stop holds a tracee thread (and all the connections it serves) until we have
-    // run: on a busy machine the wait for a CPU dominates the cost of a stop. Raise this
-    // thread's priority (Linux nice values are per thread; CMD, forked before, keeps its
-    // own). Best effort: without CAP_SYS_NICE this fails and nothing changes.
-    // SAFETY: setpriority on the calling thread (who = 0) only.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, TRACER_NICE) };
+    // run: on a busy machine the wait for a CPU dominates the cost of a stop. So this
+    // thread (only: policy and nice are per thread on Linux, and CMD was forked before)
+    // runs SCHED_FIFO at the lowest real-time priority — it does microseconds of work per
+    // stop and sleeps in waitpid otherwise — or, without that right, at nice -10.
+    // Best effort: without CAP_SYS_NICE both fail and nothing changes.
+    // SAFETY: scheduling calls on the calling thread (pid 0) with a valid sched_param.
+    unsafe {
+        let p = libc::sched_param { sched_priority: 1 };
+        if libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const p) != 0 {
+            libc::setpriority(libc::PRIO_PROCESS, 0, TRACER_NICE);
+        }
+    }
     // Without PTRACE_O_TRACEEXEC yet, the exec leaves the child stopped with SIGTRAP.
     let mut status = 0;
     // SAFETY: waiting for our own child.
