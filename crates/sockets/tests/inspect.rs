@@ -86,8 +86,24 @@ fn own_listener_options_are_read_back_exactly() {
         .map(|v| v.parse().unwrap())
         .collect();
     assert_eq!(ss_cwnds.len(), 4, "{text}");
+    let ss_vals = |key: &str| -> Vec<u64> {
+        text.split_whitespace()
+            .filter_map(|w| w.strip_prefix(key))
+            .map(|v| v.split('.').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let (ss_rto, ss_mss) = (ss_vals("rto:"), ss_vals("mss:"));
     for s in &mine {
-        assert!(ss_cwnds.contains(&s.tcp_info.as_ref().unwrap().snd_cwnd.unwrap()));
+        let t = s.tcp_info.as_ref().unwrap();
+        assert!(ss_cwnds.contains(&t.snd_cwnd.unwrap()));
+        assert!(
+            ss_rto.contains(&(u64::from(t.rto_us.unwrap()) / 1000)),
+            "{ss_rto:?} {t:?}"
+        );
+        assert!(
+            ss_mss.contains(&u64::from(t.snd_mss.unwrap())),
+            "{ss_mss:?} {t:?}"
+        );
         let cc = s.congestion.as_deref().unwrap();
         assert!(text.contains(&format!(" {cc} ")), "{cc} not in {text}");
     }
