@@ -351,6 +351,8 @@ fn record_counts_options_inherited_from_the_listener() {
         l.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n\
         l.bind(('127.0.0.1', 0)); l.listen(1)\n\
         c = socket.create_connection(l.getsockname())\n\
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)\n\
+        l.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)\n\
         a, _ = l.accept()\n\
         assert a.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1\n";
     let out = lagtrace(&[
@@ -372,6 +374,14 @@ fn record_counts_options_inherited_from_the_listener() {
         .map(|v| v.as_u64().unwrap())
         .collect();
     assert_eq!(never, vec![client["id"].as_u64().unwrap()], "{rec:#}");
+    // TCP_QUICKACK is not inherited: the accepted socket never set it; the client and the
+    // listener did.
+    assert_eq!(
+        rec["never_quickack"],
+        serde_json::json!([acc["id"]]),
+        "{rec:#}"
+    );
+    assert_eq!(summary_count(&rec, "TCP_QUICKACK", "1"), 2);
 }
 
 /// Cross-check with the peer tool: strace sees the same setsockopt calls as --record.

@@ -886,14 +886,18 @@ impl Tracer {
             }
         }
         let tcp: Vec<&RecordedSocket> = self.sockets.iter().filter(|s| s.tcp).collect();
-        // An accepted socket inherits the options set on its listener before the accept;
-        // counted as set if the listener set it at all (the order is in `events`).
+        // An accepted socket inherits most options set on its listener (the kernel clones
+        // the listener: Nagle/cork flags, buffers, keepalive); counted as set if the
+        // listener set it at all (the order is in `events`). Not the ACK mode: a new
+        // socket starts with fresh delayed-ACK state, so TCP_QUICKACK is never inherited.
         let set =
             |s: &RecordedSocket, name: &str| s.options.iter().any(|o| o.option == name && o.ok);
         let never = |name: &str| -> Vec<usize> {
             tcp.iter()
                 .filter(|s| {
-                    !set(s, name) && !s.listener.is_some_and(|l| set(&self.sockets[l], name))
+                    !set(s, name)
+                        && (name == "TCP_QUICKACK"
+                            || !s.listener.is_some_and(|l| set(&self.sockets[l], name)))
                 })
                 .map(|s| s.id)
                 .collect()
