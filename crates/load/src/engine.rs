@@ -456,6 +456,13 @@ impl Worker<'_, '_> {
         }
     }
 
+    fn budget_spent(&self) -> bool {
+        self.sh
+            .budget
+            .as_ref()
+            .is_some_and(|(n, claimed)| claimed.load(Ordering::Relaxed) >= *n)
+    }
+
     fn claim(&self) -> bool {
         match &self.sh.budget {
             Some((n, claimed)) => claimed.fetch_add(1, Ordering::Relaxed) < *n,
@@ -649,7 +656,9 @@ impl Worker<'_, '_> {
         c.st = St::Idle;
         if close {
             self.drop_conn(i);
-            self.connect(i, now);
+            if !self.budget_spent() {
+                self.connect(i, now);
+            }
         } else {
             self.start_request(i, now);
         }

@@ -248,7 +248,7 @@ fn stop_flag_ends_the_run_with_a_report() {
 
 #[test]
 fn https_with_insecure_and_certificate_rejection_without() {
-    let srv = TestServer::spawn_with(Mode::ok(), Some(common::tls_config()));
+    let srv = TestServer::spawn_with(Mode::ok(), Some(tls_wrapper()));
     let url = format!("https://localhost:{}/", srv.addr.port());
     let mut o = opts(&url, 3, 1);
     o.insecure = true;
@@ -327,4 +327,24 @@ fn sequential_returns_one_latency_per_request() {
     assert_eq!(v.len(), 10);
     assert_eq!(srv.count(), 10);
     assert!(v.iter().all(|d| *d < Duration::from_secs(1)));
+}
+
+/// Serves over TLS with a fresh self-signed certificate for "localhost".
+fn tls_wrapper() -> common::Wrapper {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert = ck.cert.der().clone();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = std::sync::Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .unwrap(),
+    );
+    std::sync::Arc::new(move |sock| {
+        let conn = rustls::ServerConnection::new(cfg.clone()).unwrap();
+        Box::new(rustls::StreamOwned::new(conn, sock))
+    })
 }

@@ -9,6 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// A byte stream a connection can be served over.
+pub trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
+/// Turns an accepted socket into the stream to serve over.
+pub type Wrapper = Arc<dyn Fn(TcpStream) -> Box<dyn Stream> + Send + Sync>;
+
 /// How the server answers.
 #[derive(Clone, Copy, Debug)]
 pub enum Mode {
@@ -56,8 +63,9 @@ impl TestServer {
         Self::spawn_with(mode, None)
     }
 
-    /// With `tls`, connections are served over TLS with this config.
-    pub fn spawn_with(mode: Mode, tls: Option<Arc<rustls::ServerConfig>>) -> TestServer {
+    /// With `wrap`, each accepted connection is served through the stream it returns
+    /// (e.g. a TLS server stream).
+    pub fn spawn_with(mode: Mode, wrap: Option<Wrapper>) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(AtomicU64::new(0));
@@ -71,16 +79,13 @@ impl TestServer {
                 }
                 let Ok(sock) = sock else { continue };
                 c.fetch_add(1, Ordering::Relaxed);
-                let (r, s, tls) = (r.clone(), s.clone(), tls.clone());
+                let (r, s, wrap) = (r.clone(), s.clone(), wrap.clone());
                 std::thread::spawn(move || {
                     let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
                     let _ = sock.set_nodelay(true);
-                    match tls {
+                    match wrap {
                         None => serve(sock, mode, &r, &s),
-                        Some(cfg) => {
-                            let conn = rustls::ServerConnection::new(cfg).unwrap();
-                            serve(rustls::StreamOwned::new(conn, sock), mode, &r, &s)
-                        }
+                        Some(w) => serve(w(sock), mode, &r, &s),
                     }
                 });
             }
@@ -200,20 +205,4 @@ fn serve<S: Read + Write>(mut sock: S, mode: Mode, count: &AtomicU64, stop: &Ato
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// A self-signed certificate for "localhost" and a server config using it.
-pub fn tls_config() -> Arc<rustls::ServerConfig> {
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let cert = ck.cert.der().clone();
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Arc::new(
-        rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert], key)
-            .unwrap(),
-    )
 }
