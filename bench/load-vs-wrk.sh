@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # lagtrace load vs wrk against the lab's real nginx, alternating in one run.
-#   sudo bench/load-vs-wrk.sh [ROUNDS] [SECONDS]
+#   sudo bench/load-vs-wrk.sh [ROUNDS] [SECONDS] [LONG_SECONDS]
 # Prints, per -t/-c configuration: req/s and CPU seconds per request (user+sys from
 # /usr/bin/time) for both, and the ratios; then p50/p99 on the latency server (tcp_nodelay
 # off, the 40 ms stall) for both; then max RSS at -c 1000.
@@ -9,6 +9,7 @@
 set -euo pipefail
 ROUNDS=${1:-3}
 SECS=${2:-5}
+LONG=${3:-30}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/target/release/lagtrace
 [ "$(id -u)" = 0 ] || { echo "load-vs-wrk: needs root (the lab creates a network namespace)" >&2; exit 2; }
@@ -116,3 +117,9 @@ read -r ln _ _ lm < <(summ lt "$TMP/lm")
 printf "  wrk max RSS %.1f MB | lagtrace max RSS %.1f MB (target <= 64 MB), %s requests, errors %s\n" \
     "$(echo "$wm / 1024" | bc -l)" "$(echo "$lm / 1024" | bc -l)" "$ln" \
     "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["errors"])' "$TMP/lm")"
+
+echo "memory growth: lagtrace -t2 -c1000 for ${LONG}s vs ${SECS}s (max RSS must not grow with requests):"
+run lt "$TMP/lm2" -t2 -c1000 -d"${LONG}s" --timeout 2s "$GOOD"
+read -r ln2 _ _ lm2 < <(summ lt "$TMP/lm2")
+printf "  %ss: %.1f MB after %s requests | %ss: %.1f MB after %s requests\n" \
+    "$SECS" "$(echo "$lm / 1024" | bc -l)" "$ln" "$LONG" "$(echo "$lm2 / 1024" | bc -l)" "$ln2"
