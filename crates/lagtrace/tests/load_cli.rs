@@ -202,3 +202,32 @@ fn post_body_and_rate_with_uncorrected() {
         .expect(&s);
     assert!((97..=103).contains(&n), "{n} requests at 100/s for 1 s");
 }
+
+#[test]
+fn ctrl_c_prints_the_report_for_what_ran() {
+    let srv = TestServer::spawn(Mode::ok());
+    let child = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(["load", "-c2", "-t1", "-d30s", &srv.url()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let t0 = std::time::Instant::now();
+    // SAFETY: signals our own child process by its pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(3), "stops promptly");
+    assert!(o.status.success(), "{o:?}");
+    let s = stdout(&o);
+    assert!(
+        s.contains("interrupted") && s.contains("Requests/sec:"),
+        "{s}"
+    );
+    let n: u64 = s
+        .lines()
+        .find(|l| l.contains(" requests in "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .expect(&s);
+    assert!(n > 0 && srv.count() >= n, "{n}");
+}

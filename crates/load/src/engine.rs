@@ -628,7 +628,9 @@ impl Worker<'_, '_> {
         } else {
             // The server closed an idle keep-alive connection: reconnect, not an error.
             self.drop_conn(i);
-            self.retry.push(i);
+            if !self.budget_spent() {
+                self.retry.push(i);
+            }
         }
     }
 

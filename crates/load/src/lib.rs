@@ -255,6 +255,23 @@ fn preflight(p: &Prepared, opts: &LoadOptions) -> Result<()> {
     Ok(())
 }
 
+/// Raises the soft limit on open files towards `need` (at most the hard limit), so that
+/// `-c 1000` does not fail on the usual soft limit of 1024. If it cannot be raised, the
+/// connections that cannot be opened are counted as connect errors.
+fn raise_fd_limit(need: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < need {
+            lim.rlim_cur = need.min(lim.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// Runs a load and returns what it measured. `progress` is called on this thread about
 /// every 100 ms; setting `stop` ends the run early (the report covers what ran and says
 /// `interrupted`).
@@ -265,6 +282,7 @@ pub fn run(
 ) -> Result<LoadReport> {
     let p = prepare(opts)?;
     preflight(&p, opts)?;
+    raise_fd_limit(opts.connections as u64 + 64);
     let duration = opts.effective_duration();
     let start = Instant::now();
     let shared = engine::Shared {
