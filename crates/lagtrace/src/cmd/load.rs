@@ -42,7 +42,8 @@ pub struct LoadArgs {
     /// Duration of the test (10s, 1m, 500ms) [default: 10s; with -n: until N, at most 10m]
     #[arg(short = 'd', long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Stop after exactly N requests
+    /// Stop after exactly N requests (responses plus requests that failed: timeout, read,
+    /// write)
     #[arg(short = 'n', long = "requests", value_name = "N")]
     pub requests: Option<u64>,
     /// Constant throughput, requests/sec across all connections (wrk2); latency is measured
