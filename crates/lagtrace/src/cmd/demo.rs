@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use lagtrace_lab::probe_client::{Response, get_sequence};
+use lagtrace_lab::probe_client::{Response, get_sequence_until};
 use lagtrace_lab::{Lab, LabOptions, ServerKind};
 
 /// Show the reference case on this machine: real nginx with `tcp_nodelay off` stalls each
@@ -76,10 +76,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let n = args.requests as usize;
     println!("2. {n} sequential GETs on one keep-alive connection to each server:");
     println!("     {:<22} {:>10} {:>10}", "server", "p50", "max");
-    let good = measure(lab.good_addr(), n)?;
+    let good = measure(lab.good_addr(), n, &stop)?;
     row("good    :80", &good);
     check()?;
-    let slow = measure(lab.latency_addr(), n)?;
+    let slow = measure(lab.latency_addr(), n, &stop)?;
     row("latency :8080", &slow);
     check()?;
     let slow_p50 = p50(&slow);
@@ -91,7 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     lab.fix().context("lab fix")?;
     println!("3. lab fix: latency server set to `tcp_nodelay on`, nginx reloaded");
-    let fixed = measure(lab.latency_addr(), n)?;
+    let fixed = measure(lab.latency_addr(), n, &stop)?;
     row("latency :8080 (fixed)", &fixed);
     check()?;
     println!("   p50 {:.1} ms -> {:.2} ms", ms(slow_p50), ms(p50(&fixed)));
@@ -101,9 +101,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn measure(addr: SocketAddr, n: usize) -> anyhow::Result<Vec<Duration>> {
-    let r: Vec<Response> =
-        get_sequence(addr, n, TIMEOUT).with_context(|| format!("GET http://{addr}/"))?;
+fn measure(addr: SocketAddr, n: usize, stop: &AtomicBool) -> anyhow::Result<Vec<Duration>> {
+    let r: Vec<Response> = get_sequence_until(addr, n, TIMEOUT, stop)
+        .with_context(|| format!("GET http://{addr}/"))?;
+    if r.len() < n {
+        bail!("interrupted; the lab was removed");
+    }
     if let Some(bad) = r.iter().find(|r| r.status != 200) {
         bail!("http://{addr}/ answered {}", bad.status);
     }
