@@ -295,3 +295,57 @@ fn damaged_files_are_analyzed_up_to_the_damage() {
         assert!(matches!(out.status.code(), Some(0..=2)), "prefix {n}");
     }
 }
+
+#[test]
+fn annotate_comments_every_finding_frame_for_wireshark() {
+    let f = case_file("nagle-delayed-ack.pcap");
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("annotated.pcapng");
+    let out = lagtrace(&[
+        "analyze",
+        f.to_str().unwrap(),
+        "--annotate",
+        out_file.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let an = json(&f);
+    let expected: BTreeSet<u64> = an["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| {
+            f["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+        })
+        .collect();
+    let text = tshark(&[
+        "-r",
+        out_file.to_str().unwrap(),
+        "-Y",
+        "frame.comment",
+        "-T",
+        "fields",
+        "-e",
+        "frame.number",
+        "-e",
+        "frame.comment",
+    ]);
+    let mut got = BTreeSet::new();
+    for l in text.lines() {
+        let (n, c) = l.split_once('\t').unwrap();
+        assert!(c.starts_with("lagtrace: nagle-delayed-ack"), "{c}");
+        got.insert(n.parse::<u64>().unwrap());
+    }
+    assert_eq!(got, expected);
+    // The annotated copy holds the same packets: same analysis.
+    let again = json(&out_file);
+    assert_eq!(again["findings"], an["findings"]);
+}
