@@ -678,7 +678,8 @@ impl Analyzer {
             }
             if f & flags::ACK == 0 {
                 live.client.get_or_insert(d);
-                live.syn_time.get_or_insert(ts);
+                // Wireshark's iRTT counts from the most recent SYN (ts_mru_syn).
+                live.syn_time = Some(ts);
             } else {
                 live.client.get_or_insert(r);
                 live.synack_time.get_or_insert(ts);
@@ -785,9 +786,17 @@ impl Analyzer {
                 && fw.next_seq == Some(seq)
                 && fw.last_ack == Some(seg.ack)
                 && f & (flags::SYN | flags::FIN | flags::RST) == 0;
+            // Wireshark keeps counting across a pure window update (same seq and ack).
+            let window_update = len == 0
+                && f & flags::ACK != 0
+                && win != 0
+                && fw.window != Some(win)
+                && fw.next_seq == Some(seq)
+                && fw.last_ack == Some(seg.ack)
+                && f & (flags::SYN | flags::FIN | flags::RST) == 0;
             if is_dupack {
                 fw.dupacks += 1;
-            } else {
+            } else if !window_update {
                 fw.dupacks = 0;
             }
             if !zwp && fw.next_seq.is_none_or(|n| seq_lt(n, nextseq)) {
@@ -1139,11 +1148,13 @@ impl Analyzer {
                 if let Some(t) = live.txn.as_mut()
                     && t.resp_first_ts.is_none()
                 {
-                    t.t.request_bytes += u64::from(len);
                     if retrans.is_none() {
-                        t.t.request_last_frame = Some(frame);
-                        t.req_last_ts = ts;
+                        t.t.request_bytes += u64::from(len);
                     }
+                    // A retransmitted request reaches the server only now: the server's
+                    // time starts here, the wait before it belongs to the retransmission.
+                    t.t.request_last_frame = Some(frame);
+                    t.req_last_ts = ts;
                 }
             } else {
                 if live.txn.is_none() {
