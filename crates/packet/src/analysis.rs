@@ -254,6 +254,21 @@ pub struct PacketRecord {
     pub marks: Vec<String>,
 }
 
+/// Latency of the transactions kept in detail.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TransactionStats {
+    /// Transactions with both a request and a response.
+    pub complete: u64,
+    /// Median request-first-byte to response-last-byte, µs.
+    pub median_us: u64,
+    /// 99th percentile of the same, µs.
+    pub p99_us: u64,
+    /// Largest, µs.
+    pub max_us: u64,
+    /// Median server time (request's last byte to response's first byte), µs.
+    pub median_server_us: u64,
+}
+
 /// Everything `analyze` found.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Analysis {
@@ -271,6 +286,8 @@ pub struct Analysis {
     pub transactions_total: u64,
     /// Transactions kept in detail (up to `max_transactions`).
     pub transactions: Vec<Transaction>,
+    /// Latency over the transactions kept in detail.
+    pub transaction_stats: TransactionStats,
     /// Findings kept in detail (up to `max_findings`), in time order of detection.
     pub findings: Vec<Finding>,
     /// Findings summary per kind (only kinds that occurred).
@@ -1365,20 +1382,13 @@ impl Analyzer {
             }
             let v = &mut self.costs[k];
             v.sort_unstable();
-            let pct = |p: f64| -> u64 {
-                if v.is_empty() {
-                    return 0;
-                }
-                let idx = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
-                v[idx]
-            };
             summary.push(KindSummary {
                 kind: (*name).to_string(),
                 findings: self.counts[k],
                 transactions_affected: self.affected[k],
                 share: self.affected[k] as f64 / total_tx as f64,
-                median_us: pct(0.5),
-                p99_us: pct(0.99),
+                median_us: percentile(v, 0.5),
+                p99_us: percentile(v, 0.99),
                 total_us: v.iter().sum(),
             });
         }
@@ -1414,6 +1424,25 @@ impl Analyzer {
             ));
         }
         let first = self.first_ts.unwrap_or(0);
+        let mut total: Vec<u64> = self
+            .transactions
+            .iter()
+            .filter_map(|t| t.time_to_last_byte_us)
+            .collect();
+        let mut server: Vec<u64> = self
+            .transactions
+            .iter()
+            .filter_map(|t| t.server_time_us)
+            .collect();
+        total.sort_unstable();
+        server.sort_unstable();
+        let transaction_stats = TransactionStats {
+            complete: total.len() as u64,
+            median_us: percentile(&total, 0.5),
+            p99_us: percentile(&total, 0.99),
+            max_us: total.last().copied().unwrap_or(0),
+            median_server_us: percentile(&server, 0.5),
+        };
         Analysis {
             frames: self.frames,
             tcp_frames: self.tcp_frames,
@@ -1422,6 +1451,7 @@ impl Analyzer {
             streams: self.streams,
             transactions_total: self.transactions_total,
             transactions: self.transactions,
+            transaction_stats,
             findings: self.findings,
             summary,
             retransmitted_frames: self.retrans_frames,
@@ -1430,6 +1460,15 @@ impl Analyzer {
             warnings,
         }
     }
+}
+
+/// Nearest-rank percentile of sorted values (0 when empty).
+fn percentile(v: &[u64], p: f64) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    let idx = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    v[idx]
 }
 
 fn kind_bit(k: &str) -> u16 {

@@ -20,7 +20,7 @@ use anyhow::Context as _;
 
 pub use analysis::{
     Analysis, AnalyzeOptions, Analyzer, Finding, KindSummary, PacketRecord, StreamSummary,
-    SynOptions, Transaction, kind,
+    SynOptions, Transaction, TransactionStats, kind,
 };
 pub use reader::{CaptureReader, Frame, ReadEvent};
 

@@ -152,7 +152,17 @@ fn ms(us: u64) -> String {
 
 fn render_summary(out: &mut String, an: &Analysis, verbose: bool) {
     let _ = writeln!(out);
-    let _ = writeln!(out, "transactions: {}", an.transactions_total);
+    let ts = &an.transaction_stats;
+    let _ = writeln!(
+        out,
+        "transactions: {} ({} complete): request to last response byte median {}, p99 {}, max {}; server time median {}",
+        an.transactions_total,
+        ts.complete,
+        ms(ts.median_us),
+        ms(ts.p99_us),
+        ms(ts.max_us),
+        ms(ts.median_server_us)
+    );
     if an.summary.is_empty() {
         let _ = writeln!(out, "findings: none");
         return;
