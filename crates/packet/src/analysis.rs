@@ -54,6 +54,9 @@ pub const DELAYED_ACK_MIN_US: u64 = 30_000;
 pub const CORK_CEILING_US: u64 = 200_000;
 /// Minimum server time, before `slow-server` is considered at all.
 pub const SLOW_SERVER_MIN_US: u64 = 10_000;
+/// How long a closed stream keeps its state for late packets (retransmitted FINs, final
+/// ACKs): twice Linux's TIME_WAIT.
+pub const CLOSED_LINGER_NS: i64 = 120_000_000_000;
 /// Wireshark keeps at most this many unacknowledged segments per direction.
 const MAX_UNACKED: usize = 10_000;
 
@@ -450,6 +453,8 @@ struct Live {
     txn_count: u32,
     /// Data direction of the last payload packet, to split transactions.
     last_data_dir: Option<usize>,
+    /// When RST or the second FIN was seen.
+    closed_at: Option<i64>,
 }
 
 fn seq_lt(a: u32, b: u32) -> bool {
@@ -472,7 +477,10 @@ pub struct Analyzer {
     max_ts: i64,
     map: HashMap<Key, u32, BuildHasherDefault<Fx>>,
     streams: Vec<StreamSummary>,
-    lives: Vec<Live>,
+    /// Per-stream state; `None` once a closed stream has been quiet for [`CLOSED_LINGER_NS`].
+    lives: Vec<Option<Box<Live>>>,
+    /// Streams in the order they closed, with the time: freed after [`CLOSED_LINGER_NS`].
+    closed: VecDeque<(i64, usize)>,
     transactions: Vec<Transaction>,
     transactions_total: u64,
     findings: Vec<Finding>,
@@ -509,6 +517,7 @@ impl Analyzer {
             map: HashMap::default(),
             streams: Vec::new(),
             lives: Vec::new(),
+            closed: VecDeque::new(),
             transactions: Vec::new(),
             transactions_total: 0,
             findings: Vec::new(),
@@ -525,6 +534,12 @@ impl Analyzer {
             backwards: 0,
             warnings: Vec::new(),
         }
+    }
+
+    /// Streams whose tracking state is held now (open, or closed less than
+    /// [`CLOSED_LINGER_NS`] ago).
+    pub fn live_streams(&self) -> usize {
+        self.lives.iter().filter(|l| l.is_some()).count()
     }
 
     /// Records a reader warning.
@@ -545,6 +560,13 @@ impl Analyzer {
         }
         self.last_ts = ts_ns;
         self.max_ts = self.max_ts.max(ts_ns);
+        if self
+            .closed
+            .front()
+            .is_some_and(|&(at, _)| self.max_ts - at >= CLOSED_LINGER_NS)
+        {
+            self.sweep(self.max_ts);
+        }
         match wire::decode(linktype, data) {
             Ok(seg) => {
                 self.tcp_frames += 1;
@@ -588,12 +610,18 @@ impl Analyzer {
             if pure_syn {
                 let st = &self.streams[i as usize];
                 let d = usize::from(!(st.a.ip() == seg.src && st.a.port() == seg.sport));
-                let dir = &self.lives[i as usize].dirs[d];
-                if dir
-                    .base
-                    .is_some_and(|b| dir.isn.map_or(b.wrapping_add(1), |x| x) != seg.seq)
-                {
-                    idx = None;
+                match self.lives[i as usize].as_deref() {
+                    Some(live) => {
+                        let dir = &live.dirs[d];
+                        if dir
+                            .base
+                            .is_some_and(|b| dir.isn.map_or(b.wrapping_add(1), |x| x) != seg.seq)
+                        {
+                            idx = None;
+                        }
+                    }
+                    // Closed long ago and freed: a SYN starts a new stream.
+                    None => idx = None,
                 }
             }
         }
@@ -627,7 +655,7 @@ impl Analyzer {
                     retransmissions: 0,
                     transactions: 0,
                 });
-                self.lives.push(Live {
+                self.lives.push(Some(Box::new(Live {
                     dirs: [Dir::default(), Dir::default()],
                     client: None,
                     syn_time: None,
@@ -638,7 +666,8 @@ impl Analyzer {
                     txn: None,
                     txn_count: 0,
                     last_data_dir: None,
-                });
+                    closed_at: None,
+                })));
                 i
             }
         };
@@ -674,7 +703,15 @@ impl Analyzer {
                 st.fin_b = true;
             }
         }
-        let live = &mut self.lives[i];
+        let both_fin = st.fin_a && st.fin_b;
+        let Some(live) = self.lives[i].as_deref_mut() else {
+            // A stream closed and freed long ago: counted above, nothing more to analyze.
+            return;
+        };
+        if live.closed_at.is_none() && (f & flags::RST != 0 || both_fin) {
+            live.closed_at = Some(ts);
+            self.closed.push_back((ts, i));
+        }
         let gap_ns = (ts - live.last_ts).max(0);
         let prev_stream_ts = live.last_ts;
         live.last_ts = ts;
@@ -1219,7 +1256,9 @@ impl Analyzer {
             if self.retrans_frames.len() < self.opts.max_findings {
                 self.retrans_frames.push(frame);
             }
-            let live = &self.lives[i];
+            let Some(live) = self.lives[i].as_deref() else {
+                return;
+            };
             let orig = live.dirs[d]
                 .unacked
                 .iter()
@@ -1308,8 +1347,7 @@ impl Analyzer {
             self.costs[k].push(f.cost_us);
         }
         let bit = 1u16 << k;
-        let live = &mut self.lives[i];
-        if let Some(t) = live.txn.as_mut()
+        if let Some(t) = self.lives[i].as_deref_mut().and_then(|l| l.txn.as_mut())
             && Some(t.t.index) == f.transaction
         {
             if t.kinds & bit == 0 {
@@ -1325,36 +1363,55 @@ impl Analyzer {
         }
     }
 
+    /// Finishes the open transaction of stream `i`, if any.
+    fn close_txn(&mut self, i: usize) {
+        let Some(live) = self.lives[i].as_deref_mut() else {
+            return;
+        };
+        let Some(t) = live.txn.take() else {
+            return;
+        };
+        let far = match (live.syn_time, live.synack_time, live.rtt_us, live.client) {
+            (Some(s), Some(sa), Some(total), Some(_)) => {
+                let leg1 = us(sa - s);
+                if leg1 >= total.saturating_sub(leg1) {
+                    total
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        };
+        let mut fs = Vec::new();
+        let done = finish_txn(t, far, &mut fs);
+        self.transactions_total += 1;
+        self.streams[i].transactions += 1;
+        if self.transactions.len() < self.opts.max_transactions {
+            self.transactions.push(done);
+        }
+        for f in fs {
+            self.record(i, f);
+        }
+    }
+
+    /// Frees the state of streams that closed more than [`CLOSED_LINGER_NS`] before `now`:
+    /// memory follows the connections alive in the capture, not its length.
+    fn sweep(&mut self, now: i64) {
+        while let Some(&(at, i)) = self.closed.front() {
+            if now - at < CLOSED_LINGER_NS {
+                break;
+            }
+            self.closed.pop_front();
+            self.close_txn(i);
+            self.lives[i] = None;
+        }
+    }
+
     /// Ends the analysis and returns the result.
     pub fn finish(mut self) -> Analysis {
         // Close open transactions.
         for i in 0..self.lives.len() {
-            if let Some(t) = self.lives[i].txn.take() {
-                let mut fs = Vec::new();
-                let far = {
-                    let live = &self.lives[i];
-                    match (live.syn_time, live.synack_time, live.rtt_us, live.client) {
-                        (Some(s), Some(sa), Some(total), Some(_)) => {
-                            let leg1 = us(sa - s);
-                            if leg1 >= total.saturating_sub(leg1) {
-                                total
-                            } else {
-                                0
-                            }
-                        }
-                        _ => 0,
-                    }
-                };
-                let done = finish_txn(t, far, &mut fs);
-                self.transactions_total += 1;
-                self.streams[i].transactions += 1;
-                if self.transactions.len() < self.opts.max_transactions {
-                    self.transactions.push(done);
-                }
-                for f in fs {
-                    self.record(i, f);
-                }
-            }
+            self.close_txn(i);
         }
         self.transactions.sort_by_key(|t| (t.stream, t.index));
         // Marks on kept packets.
