@@ -542,6 +542,11 @@ impl Analyzer {
         self.lives.iter().filter(|l| l.is_some()).count()
     }
 
+    /// Feeds one frame from a [`crate::CaptureReader`].
+    pub fn push_frame(&mut self, f: &crate::Frame<'_>) {
+        self.push(f.ts_ns, f.len, f.linktype, f.data);
+    }
+
     /// Records a reader warning.
     pub fn warn(&mut self, w: String) {
         if self.warnings.len() < 1000 {
@@ -552,6 +557,7 @@ impl Analyzer {
     /// Feeds one captured frame: timestamp (ns since epoch), original length, link type and
     /// captured bytes. Frames are numbered 1, 2, ... in the order fed.
     pub fn push(&mut self, ts_ns: i64, len: u32, linktype: u32, data: &[u8]) {
+        let ts_ns = ts_ns.clamp(0, crate::reader::MAX_TS_NS);
         self.frames += 1;
         let first = *self.first_ts.get_or_insert(ts_ns);
         let _ = first;

@@ -9,6 +9,8 @@ use std::io::Read;
 
 /// Maximum record size accepted (larger lengths mean a corrupt header).
 const MAX_RECORD: usize = 256 * 1024 * 1024;
+/// Largest timestamp (ns) handed out: year 2116; keeps all time arithmetic in range.
+pub const MAX_TS_NS: i64 = 1 << 62;
 /// Maximum captured frame length we believe.
 const MAX_FRAME: u32 = 16 * 1024 * 1024;
 
@@ -439,9 +441,11 @@ impl<R: Read> CaptureReader<R> {
 fn ts_to_ns(ts: u64, iface: Iface) -> i64 {
     let ups = u128::from(iface.units_per_sec.max(1));
     let ns = u128::from(ts) * 1_000_000_000 / ups;
+    // Clamped so that differences of two timestamps can never overflow.
     i64::try_from(ns)
         .unwrap_or(i64::MAX)
         .saturating_add(iface.offset_s.saturating_mul(1_000_000_000))
+        .clamp(0, MAX_TS_NS)
 }
 
 #[cfg(test)]
