@@ -22,7 +22,7 @@ pub struct Args {
     /// Capture file (pcap or pcapng).
     pub file: PathBuf,
     /// Stream index (as Wireshark's tcp.stream) for --flow.
-    #[arg(long)]
+    #[arg(long, requires = "flow")]
     pub stream: Option<u32>,
     /// Print the stream given by --stream as a text flow graph.
     #[arg(long, requires = "stream")]
