@@ -75,7 +75,7 @@ impl<R: Read> CaptureReader<R> {
     pub fn new(src: R) -> anyhow::Result<Self> {
         let mut r = CaptureReader {
             src,
-            buf: vec![0; 4 << 20],
+            buf: vec![0; 256 << 10],
             start: 0,
             end: 0,
             eof: false,
@@ -494,6 +494,17 @@ mod tests {
         assert_eq!(fs[1].2, b"de");
         let f = pcap_le(true, &[(10, 5, b"abc", 3)]);
         assert_eq!(frames(&f).0[0].0, 10_000_000_005);
+    }
+
+    #[test]
+    fn records_larger_than_the_buffer() {
+        let big = vec![7u8; 600 << 10];
+        let f = pcap_le(false, &[(1, 0, b"a", 1), (2, 0, &big, 600 << 10), (3, 0, b"z", 1)]);
+        let (fs, ws) = frames(&f);
+        assert!(ws.is_empty());
+        assert_eq!(fs.len(), 3);
+        assert_eq!(fs[1].2, big);
+        assert_eq!(fs[2].2, b"z");
     }
 
     #[test]
