@@ -230,7 +230,10 @@ pub fn run_probes<N: Network>(
     loop {
         let now = net.now_ns();
         let stopping = stop.load(Ordering::Relaxed);
-        if !stopping && seq < opts.count && now >= next_send {
+        // Ids wrap after MAX_ID probes: never reuse one still in flight (its sample would be
+        // overwritten and vanish from the report); wait until it resolves instead.
+        let id_free = !outstanding.contains_key(&probe_id(u64::from(seq)));
+        if !stopping && seq < opts.count && now >= next_send && id_free {
             let id = probe_id(u64::from(seq));
             let pkt = wire::build_probe(flow, id);
             let t = net.send(opts.ttl, &pkt)?;
@@ -263,7 +266,7 @@ pub fn run_probes<N: Network>(
             .map(|(_, t)| t + timeout)
             .min()
             .unwrap_or(u64::MAX);
-        if seq < opts.count {
+        if seq < opts.count && id_free {
             deadline = deadline.min(next_send);
         }
         // Look at the stop flag at least every 100 ms.
@@ -489,6 +492,25 @@ mod tests {
             "ended at {} ns",
             net.now
         );
+    }
+
+    #[test]
+    fn more_probes_than_ids_in_flight_lose_no_sample() {
+        // A short interval with a long timeout: more probes than there are ids are in flight.
+        let mut o = opts(u32::from(MAX_ID) + 100);
+        o.interval = Duration::ZERO;
+        o.timeout = Duration::from_millis(100);
+        let mut net = SimNet::new(&o, Behaviour::Silent);
+        let flow = net.flow;
+        let mut seen = 0u32;
+        let s = run_probes(&mut net, &flow, &o, &AtomicBool::new(false), &mut |_| {
+            seen += 1
+        })
+        .unwrap();
+        assert_eq!(s.len() as u32, o.count, "every probe has a sample");
+        assert_eq!(seen, o.count);
+        assert!(s.iter().enumerate().all(|(i, s)| s.seq as usize == i));
+        assert_eq!(PingStats::of(&s).sent, u64::from(o.count));
     }
 
     #[test]
