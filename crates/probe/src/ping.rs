@@ -243,7 +243,9 @@ pub fn run_probes<N: Network>(
             out.push(None);
             seq += 1;
             next_send += interval;
-            continue;
+            // No `continue`: when sends fall behind (-i 0 or shorter than a send), read
+            // between sends anyway so replies are timestamped now, not after the burst, and
+            // do not overflow the receive buffer into false losses.
         }
         // Expire probes whose time is up (or all of them when stopping).
         let expired: Vec<u16> = outstanding
