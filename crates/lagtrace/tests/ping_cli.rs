@@ -216,11 +216,18 @@ fn connect_mode_works_unprivileged_and_syn_mode_falls_back_saying_so() {
         "{err}"
     );
     assert!(out.contains(" connected rtt="), "{out}");
+    // The header names the mode that runs, not the raw SYN mode it fell back from.
+    let header = out.lines().next().unwrap_or("");
+    assert!(
+        header.contains("tcp connect()") && !header.contains("raw socket"),
+        "{header}"
+    );
 
     // Modes that only exist with raw sockets: one line naming the capability, exit 2.
     let o = run_as_nobody_in(c.client_ns(), &["ping", &target, "--udp", "-c", "1"]);
-    let (_, err) = text(&o);
+    let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(out.is_empty(), "no header before the refusal: {out}");
     assert!(
         err.starts_with("lagtrace: error:") && err.contains("CAP_NET_RAW"),
         "{err}"

@@ -205,5 +205,7 @@ fn unreachable_target_and_bad_input() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(o.stdout.is_empty(), "no header before the refusal");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("CAP_NET_RAW"), "{err}");
 }

@@ -230,18 +230,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             STOP.store(true, Ordering::Relaxed);
         }
     };
+    // Decide the privilege question before the header, so the header names the mode that
+    // really runs and a refusal is one line with nothing printed before it.
+    let no_raw = mode != PingMode::Connect && !lagtrace_probe::net::have_cap_net_raw();
+    if no_raw && mode != PingMode::Syn {
+        bail!(
+            "--{} probes need raw sockets (CAP_NET_RAW: run as root); --connect works without it",
+            if mode == PingMode::Udp { "udp" } else { "icmp" }
+        );
+    }
+    let fallback_said = no_raw && mode == PingMode::Syn;
     if !json {
         writeln!(
             std::io::stdout(),
             "LAGTRACE PING {} ({}): {} probes, interval {:?}, timeout {:?}",
             opts.target,
-            mode_label(mode),
+            mode_label(if fallback_said {
+                PingMode::Connect
+            } else {
+                mode
+            }),
             opts.count,
             opts.interval,
             opts.timeout
         )?;
     }
-    let fallback_said = mode == PingMode::Syn && !lagtrace_probe::net::have_cap_net_raw();
     if fallback_said {
         eprintln!(
             "lagtrace ping: no CAP_NET_RAW: SYN mode needs raw sockets; falling back to --connect (timed connect(), completes handshakes)"

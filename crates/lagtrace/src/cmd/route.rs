@@ -172,6 +172,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.timeout.is_zero() {
         bail!("invalid timeout 0: must be positive");
     }
+    // Refuse before the header: a missing privilege is one line with nothing before it.
+    if !lagtrace_probe::net::have_cap_net_raw() {
+        bail!(
+            "route needs raw sockets (CAP_NET_RAW: run as root); `lagtrace ping --connect` works without it"
+        );
+    }
     let opts = RouteOptions {
         target: ip,
         proto,
