@@ -358,8 +358,15 @@ fn connection(
         }
         need = need.min(buf.len());
         buf.drain(..need);
-        if !o.think.is_zero() {
-            std::thread::sleep(o.think);
+        // Think in slices so a stop (Ctrl-C, `lab down`) is not held up by a long think time.
+        let mut left = o.think;
+        while !left.is_zero() {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let step = left.min(POLL);
+            std::thread::sleep(step);
+            left -= step;
         }
         let headers = format!(
             "HTTP/1.1 200 OK\r\nServer: lagtrace-serve\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
@@ -443,6 +450,28 @@ mod stop_tests {
         assert!(
             t0.elapsed() < Duration::from_secs(2),
             "stop took {:?}",
+            t0.elapsed()
+        );
+    }
+
+    /// A request in its think time must not keep the server from stopping (Ctrl-C on
+    /// `lagtrace serve --think 600000` waited out the whole think time).
+    #[test]
+    fn stop_does_not_wait_out_a_think_time() {
+        let mut server = Server::spawn(ServeOptions {
+            think: Duration::from_secs(60),
+            ..ServeOptions::default()
+        })
+        .expect("spawn");
+        let mut c = TcpStream::connect(server.local_addr()).expect("connect");
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("request");
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = std::time::Instant::now();
+        server.stop();
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "stop took {:?} with a 60 s think time",
             t0.elapsed()
         );
     }
