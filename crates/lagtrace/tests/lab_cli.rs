@@ -363,3 +363,46 @@ fn serve_cork_left_on_holds_each_response_until_the_cork_timer() {
         .expect("time");
     assert!(secs >= 0.15, "curl: {secs} s");
 }
+
+/// Runs lagtrace with stdout a pipe whose reader is gone (as under `| head -1` once head
+/// has exited): returns exit code and stderr.
+fn lagtrace_into_closed_pipe(args: &[&str]) -> (i32, String) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 fills two fds that we then own.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both fds are fresh from pipe2 and owned by nothing else.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    let out = Command::new(BIN)
+        .args(args)
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run lagtrace");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn closed_stdout_is_a_silent_exit_0_and_demo_still_cleans_up() {
+    // `println!` panicked on the broken pipe (exit 101 with a backtrace).
+    let n = name("pipe");
+    let (code, err) = lagtrace_into_closed_pipe(&["lab", "down", "--name", &n]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    let (code, err) = lagtrace_into_closed_pipe(&["lab", "status"]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    let n = name("demo-pipe");
+    let _down = Down(n.clone());
+    let (code, err) = lagtrace_into_closed_pipe(&["demo", "--name", &n, "--requests", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        !Path::new("/run/netns")
+            .join(lagtrace_lab::netns_name(&n))
+            .exists()
+    );
+    assert!(!lagtrace_lab::state_dir(&n).exists());
+}

@@ -1,5 +1,14 @@
 //! `lagtrace lab`: the reference case as two hosts on this machine.
 
+/// `println!` that returns the write error (a closed pipe, as under `| head`) instead of
+/// panicking; `report_error` turns a broken pipe into a silent exit 0.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($t)*)?
+    }};
+}
+
 use std::net::{SocketAddr, TcpStream};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -86,22 +95,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             };
             for n in &names {
                 Lab::down(n).with_context(|| format!("lab down {n}"))?;
-                println!("lab {n} is down");
+                outln!("lab {n} is down");
             }
             if names.is_empty() {
-                println!("no labs are up");
+                outln!("no labs are up");
             }
             Ok(ExitCode::SUCCESS)
         }
         LabCommand::Status { json } => status(json),
         LabCommand::Fix { name } => {
             Lab::open(&name)?.fix()?;
-            println!("lab {name}: latency server now has tcp_nodelay on (reloaded)");
+            outln!("lab {name}: latency server now has tcp_nodelay on (reloaded)");
             Ok(ExitCode::SUCCESS)
         }
         LabCommand::Unfix { name } => {
             Lab::open(&name)?.unfix()?;
-            println!("lab {name}: latency server back to tcp_nodelay off (reloaded)");
+            outln!("lab {name}: latency server back to tcp_nodelay off (reloaded)");
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -117,13 +126,13 @@ fn up(name: &str, server: Server, json: bool) -> anyhow::Result<ExitCode> {
     let lab = Lab::up(&LabOptions::new(name).server(kind))?;
     let st = lab.keep();
     if json {
-        println!("{}", serde_json::to_string_pretty(&st)?);
+        outln!("{}", serde_json::to_string_pretty(&st)?);
     } else {
         for n in &st.notes {
             eprintln!("lagtrace lab: {n}");
         }
-        print_lab(&st);
-        println!(
+        print_lab(&st)?;
+        outln!(
             "Capture on {}; `lagtrace lab fix --name {name}` sets tcp_nodelay on, `lagtrace lab down --name {name}` removes it all.",
             st.client_iface
         );
@@ -131,10 +140,15 @@ fn up(name: &str, server: Server, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_lab(st: &LabState) {
-    println!(
+fn print_lab(st: &LabState) -> std::io::Result<()> {
+    outln!(
         "lab {}: namespace {}, {} {} (here) <-> {} {} (server host)",
-        st.name, st.netns, st.client_iface, st.client_addr, st.server_iface, st.server_addr
+        st.name,
+        st.netns,
+        st.client_iface,
+        st.client_addr,
+        st.server_iface,
+        st.server_addr
     );
     for s in &st.servers {
         let what = match (s.role.as_str(), s.fixed) {
@@ -148,7 +162,7 @@ fn print_lab(st: &LabState) {
             .map(|p| format!("pid {p}"))
             .unwrap_or_else(|| "in-process".into());
         let answers = answers(SocketAddr::from((st.server_addr, s.port)));
-        println!(
+        outln!(
             "  {:<8} http://{}:{}/  {} {}  {}  {}",
             s.role,
             st.server_addr,
@@ -159,6 +173,7 @@ fn print_lab(st: &LabState) {
             if answers { "answers" } else { "NOT ANSWERING" }
         );
     }
+    Ok(())
 }
 
 fn answers(addr: SocketAddr) -> bool {
@@ -202,17 +217,17 @@ fn status(json: bool) -> anyhow::Result<ExitCode> {
                 .collect(),
             orphan_namespaces: orphans,
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
     if labs.is_empty() {
-        println!("no labs are up");
+        outln!("no labs are up");
     }
     for st in &labs {
-        print_lab(st);
+        print_lab(st)?;
     }
     for o in &orphans {
-        println!(
+        outln!(
             "namespace {o} has no lab state (left by a crash?): `lagtrace lab down --all` removes it"
         );
     }
