@@ -209,3 +209,38 @@ fn unreachable_target_and_bad_input() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("CAP_NET_RAW"), "{err}");
 }
+
+#[test]
+fn net_unreachable_is_marked_like_traceroute() {
+    let c = Chain::up("clirtnet").unwrap();
+    // 10.A.(B+3).0/24 belongs to this chain's block but no router has a route to it: r1
+    // answers "network unreachable", which traceroute shows as `!N`.
+    let o = c.server().octets();
+    let dst = format!("{}.{}.{}.9", o[0], o[1], o[2] + 1);
+    let out = run_in(
+        c.client_ns(),
+        &["route", "-n", &dst, "-m", "5", "-W", "500ms"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(hop_addrs(&text), [c.r1().to_string()], "{text}");
+    let hop = text.lines().find(|l| l.starts_with(" 1 ")).unwrap_or("");
+    assert!(hop.contains("!N"), "{text}");
+    let tr = in_ns(
+        c.client_ns(),
+        &[
+            "traceroute",
+            "-T",
+            "-n",
+            "-p",
+            "80",
+            "-w",
+            "1",
+            "-m",
+            "5",
+            &dst,
+        ],
+    )
+    .unwrap();
+    assert!(tr.contains("!N"), "traceroute agrees: {tr}");
+}

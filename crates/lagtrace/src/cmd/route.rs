@@ -72,6 +72,39 @@ fn proto_label(p: Proto) -> &'static str {
     }
 }
 
+/// traceroute's annotation of an ICMP destination unreachable by code: `!N` network, `!H`
+/// host, `!P` protocol, `!F` fragmentation needed, `!S` source route, `!X` administratively
+/// prohibited, else `!<code>`.
+pub fn unreachable_mark(ipv6: bool, code: Option<u8>) -> String {
+    let Some(c) = code else {
+        return "!".to_string();
+    };
+    let m = if ipv6 {
+        match c {
+            0 => "!N",
+            1 => "!X",
+            3 => "!H",
+            4 => "!P",
+            _ => "",
+        }
+    } else {
+        match c {
+            0 | 6 | 11 => "!N",
+            1 | 7 | 12 => "!H",
+            2 => "!P",
+            4 => "!F",
+            5 => "!S",
+            9 | 10 | 13 => "!X",
+            _ => "",
+        }
+    };
+    if m.is_empty() {
+        format!("!{c}")
+    } else {
+        m.to_string()
+    }
+}
+
 /// traceroute-style lines.
 pub fn render_trace(r: &RouteReport) -> String {
     let mut s = String::new();
@@ -87,7 +120,8 @@ pub fn render_trace(r: &RouteReport) -> String {
                     }
                     line.push_str(&format!("  {} ms", ms(rtt)));
                     if p.reply == HopReply::Unreachable {
-                        line.push_str(&format!(" !U{}", p.code.unwrap_or(0)));
+                        line.push(' ');
+                        line.push_str(&unreachable_mark(r.target.is_ipv6(), p.code));
                     }
                 }
                 _ => line.push_str("  *"),
