@@ -137,6 +137,34 @@ fn dropped_time_exceeded_shows_stars_and_report_mode_counts_loss() {
     assert_eq!(v["reached"], true);
     assert_eq!(v["hops"].as_array().unwrap().len(), 3);
     assert_eq!(v["hops"][1]["stats"]["received"], 0);
+
+    // --report's StDev is mtr's: the sample standard deviation (n - 1) of the hop's RTTs.
+    let o = run_in(
+        c.client_ns(),
+        &[
+            "route",
+            &server,
+            "--report",
+            "4",
+            "--interval",
+            "50ms",
+            "--json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let hop = &v["hops"][2];
+    let rtts: Vec<f64> = hop["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["rtt_us"].as_f64())
+        .collect();
+    assert!(rtts.len() >= 2, "{hop}");
+    let n = rtts.len() as f64;
+    let mean = rtts.iter().sum::<f64>() / n;
+    let sd = (rtts.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    let got = hop["stats"]["rtt"]["stdev_us"].as_f64().unwrap();
+    assert!((got - sd).abs() < 1e-6 * sd.max(1.0), "{got} vs {sd}");
 }
 
 #[test]

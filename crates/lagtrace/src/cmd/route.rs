@@ -21,7 +21,8 @@ Addresses are always numeric (no reverse DNS; -n is accepted for traceroute comp
 Needs CAP_NET_RAW.
 
 --report N runs N rounds (mtr style, one probe per hop per round unless -q is given, rounds
---interval apart) and prints per hop Loss%, Snt, Last, Avg, Best, Wrst, StDev in ms.
+--interval apart) and prints per hop Loss%, Snt, Last, Avg, Best, Wrst, StDev in ms (StDev is
+the sample standard deviation, n - 1, as mtr computes it).
 
 Exit status: 0 the target answered; 1 it did not (the hops show where the path stops);
 2 could not run (bad input, no route, missing privilege).")]
@@ -164,7 +165,7 @@ pub fn render_report(r: &RouteReport) -> String {
                 ms(t.avg_us),
                 ms(t.min_us),
                 ms(t.max_us),
-                ms(t.mdev_us)
+                ms(t.stdev_us)
             )
         } else {
             format!("{:>8} {:>8} {:>8} {:>8} {:>8}", "-", "-", "-", "-", "-")
