@@ -35,6 +35,7 @@ mod sys;
 
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -686,6 +687,9 @@ impl Lab {
             .arg("-e")
             .arg(&log)
             .stdin(std::process::Stdio::null())
+            // Its own process group: a terminal's Ctrl-C (sent to the foreground group) must
+            // not kill nginx while it starts; the caller decides what an interrupt means.
+            .process_group(0)
             .output()
             .context("running ip netns exec nginx")?;
         let pidfile = prefix.join("nginx.pid");

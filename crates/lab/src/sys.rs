@@ -46,6 +46,8 @@ pub fn run(prog: &str, args: &[&str]) -> Result<()> {
     let out = Command::new(prog)
         .args(args)
         .stdin(Stdio::null())
+        // Not in the terminal's foreground group: Ctrl-C must not kill a step half-way.
+        .process_group(0)
         .output()
         .with_context(|| format!("running {prog} (is it installed?)"))?;
     if !out.status.success() {

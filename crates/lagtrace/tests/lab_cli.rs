@@ -406,3 +406,45 @@ fn closed_stdout_is_a_silent_exit_0_and_demo_still_cleans_up() {
     );
     assert!(!lagtrace_lab::state_dir(&n).exists());
 }
+
+#[test]
+fn lab_up_interrupted_half_way_leaves_nothing() {
+    // SIGINT's default action killed `lab up` between two steps: namespace, veth and state
+    // stayed, and the next `lab up` said "already up".
+    let n = name("up-int");
+    let _down = Down(n.clone());
+    let state = lagtrace_lab::state_dir(&n);
+    let ns = Path::new("/run/netns").join(lagtrace_lab::netns_name(&n));
+    for attempt in 0..3 {
+        let child = Command::new(BIN)
+            .args(["lab", "up", "--name", &n])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lab up");
+        // The state directory appears early, before the servers start: interrupt then.
+        let t0 = std::time::Instant::now();
+        while !state.exists() && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // SAFETY: kill(2) on our own child.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGINT);
+        }
+        let out = child.wait_with_output().expect("lab up exits");
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() == Some(0) && attempt < 2 {
+            // The lab was complete before the signal landed (a loaded machine): again.
+            let _ = lagtrace(&["lab", "down", "--name", &n]);
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("interrupted"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!ns.exists(), "namespace left behind");
+        assert!(!state.exists(), "state left behind");
+        let (code, _, err) = lagtrace(&["lab", "up", "--name", &n]);
+        assert_eq!(code, 0, "a new lab up works: {err}");
+        return;
+    }
+}

@@ -13,7 +13,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
 use lagtrace_lab::{Lab, LabOptions, LabState, ServerKind};
 use serde::Serialize;
@@ -82,7 +84,13 @@ pub enum Server {
     Builtin,
 }
 
+/// Set by Ctrl-C. Every lab subcommand changes namespaces, links, processes or configs in
+/// steps; dying between two steps (SIGINT's default) left a half-built lab behind. The
+/// command finishes its step sequence instead, and `up` then takes its lab down again.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
     match args.command {
         LabCommand::Up { name, server, json } => up(&name, server, json),
         LabCommand::Down { name, all } => {
@@ -124,6 +132,10 @@ fn up(name: &str, server: Server, json: bool) -> anyhow::Result<ExitCode> {
         ),
     };
     let lab = Lab::up(&LabOptions::new(name).server(kind))?;
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        drop(lab); // tears down everything it made
+        bail!("interrupted; lab {name:?} was not left up");
+    }
     let st = lab.keep();
     if json {
         outln!("{}", serde_json::to_string_pretty(&st)?);
