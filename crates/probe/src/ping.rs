@@ -375,7 +375,7 @@ pub fn run_connect(
             }
         }
         let t0 = net::mono_ns();
-        let res = sock.connect_timeout(&opts.target.into(), opts.timeout);
+        let res = connect_until(&sock, opts.target, opts.timeout, stop);
         let t1 = net::mono_ns();
         let sent_at_us = (t0 - start) as f64 / 1000.0;
         let mut s = Sample::lost(seq, sent_at_us);
@@ -410,6 +410,50 @@ pub fn run_connect(
         out.push(s);
     }
     Ok((out, source))
+}
+
+/// `connect()` with a timeout that also returns (as `TimedOut`) soon after `stop` is set, so
+/// Ctrl-C does not wait out a long `--timeout` on a silent target.
+fn connect_until(
+    sock: &Socket,
+    target: SocketAddr,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    sock.set_nonblocking(true)?;
+    match sock.connect(&target.into()) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    let deadline = net::mono_ns() + timeout.as_nanos() as u64;
+    loop {
+        let now = net::mono_ns();
+        if now >= deadline || stop.load(Ordering::Relaxed) {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let slice_ms = ((deadline - now).div_ceil(1_000_000)).min(100) as i32;
+        let mut fds = [libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(sock),
+            events: libc::POLLOUT,
+            revents: 0,
+        }];
+        // SAFETY: `fds` is a valid array of one pollfd for the duration of the call.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 1, slice_ms) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if rc > 0 {
+            return match sock.take_error()? {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
+        }
+    }
 }
 
 #[cfg(test)]
@@ -537,6 +581,46 @@ mod tests {
         })
         .unwrap();
         assert!(s.len() <= 4, "{}", s.len());
+    }
+
+    #[test]
+    fn connect_mode_stops_soon_after_the_stop_flag_during_a_long_timeout() {
+        // A listener whose backlog is full and that never accepts: further SYNs go
+        // unanswered, so connect() waits out its timeout.
+        let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        l.listen(0).unwrap();
+        let addr = l.local_addr().unwrap().as_socket().unwrap();
+        let mut fill = Vec::new();
+        for _ in 0..4 {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let _ = s.connect(&addr.into());
+            fill.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut o = PingOptions::new(addr);
+        o.mode = PingMode::Connect;
+        o.count = 3;
+        o.timeout = Duration::from_secs(60);
+        let stop = AtomicBool::new(false);
+        let t0 = std::time::Instant::now();
+        let (s, _) = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                stop.store(true, Ordering::Relaxed);
+            });
+            run_connect(&o, &stop, &mut |_| {}).unwrap()
+        });
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "took {:?} with a 60 s timeout",
+            t0.elapsed()
+        );
+        // As in SYN mode, the probe in flight at the stop counts as sent and lost.
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(s[0].kind, SampleKind::Lost);
     }
 
     #[test]
