@@ -258,6 +258,12 @@ fn bad_input_is_one_line_and_exit_2() {
         (&["ping", "no-such-host.invalid:80"], "cannot resolve host"),
         (&["ping", "[::1:80"], "missing ']'"),
         (&["ping", "127.0.0.1:80", "-i", "fast"], "invalid duration"),
+        (&["ping", "127.0.0.1:80", "-c", "0"], "invalid count 0"),
+        // Every sample is kept: a count that would exhaust memory is refused up front.
+        (
+            &["ping", "127.0.0.1:80", "-c", "4294967295", "-i", "0"],
+            "invalid count 4294967295",
+        ),
     ];
     for (args, want) in cases {
         let o = run_in(&ns.0, args);

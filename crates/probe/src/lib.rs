@@ -111,6 +111,10 @@ fn seq_base() -> u32 {
     (t as u32) ^ (std::process::id().rotate_left(16)) ^ ((t >> 32) as u32)
 }
 
+/// The most probes one ping run takes: every sample is kept (for the statistics, the JSON
+/// report and `diagnose`), so memory grows with the count (about 200 bytes a probe).
+pub const MAX_PING_COUNT: u32 = 1_000_000;
+
 /// Runs `opts.count` probes (or until `stop` is set) and returns every sample.
 /// `Err` only when probing cannot run (no route, no privilege without fallback, bad input).
 pub fn ping(opts: &PingOptions, stop: &AtomicBool) -> anyhow::Result<PingReport> {
@@ -128,6 +132,12 @@ pub fn ping_with(
     }
     if opts.ttl == 0 {
         bail!("invalid TTL 0: must be 1-255");
+    }
+    if opts.count > MAX_PING_COUNT {
+        bail!(
+            "invalid count {}: at most {MAX_PING_COUNT} (every sample is kept for the statistics)",
+            opts.count
+        );
     }
     let src = net::source_for(opts.target.ip())
         .with_context(|| format!("no route to {}", opts.target.ip()))?;
@@ -293,5 +303,13 @@ mod tests {
             resolve_target("no-such-host.invalid:80").unwrap_err()
         );
         assert!(e.contains("cannot resolve host"), "{e}");
+    }
+
+    #[test]
+    fn a_count_beyond_the_kept_samples_is_refused() {
+        let mut o = PingOptions::new("127.0.0.1:80".parse().unwrap());
+        o.count = MAX_PING_COUNT + 1;
+        let e = ping(&o, &AtomicBool::new(false)).unwrap_err().to_string();
+        assert!(e.contains("at most"), "{e}");
     }
 }

@@ -34,7 +34,7 @@ pub struct Args {
     /// Destination port (default 80 for TCP modes, 33434 for --udp); overrides HOST:PORT
     #[arg(short = 'p', long)]
     pub port: Option<u64>,
-    /// Number of probes
+    /// Number of probes (1-1000000; Ctrl-C ends early and prints the statistics)
     #[arg(short = 'c', long, default_value_t = 4)]
     pub count: u32,
     /// Interval between probes: 10ms, 1s, 500us, or seconds (0.2)
@@ -207,6 +207,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if args.count == 0 {
         bail!("invalid count 0: must be at least 1");
+    }
+    if args.count > lagtrace_probe::MAX_PING_COUNT {
+        bail!(
+            "invalid count {}: at most {} (every sample is kept for the statistics; Ctrl-C ends a run early with its statistics)",
+            args.count,
+            lagtrace_probe::MAX_PING_COUNT
+        );
     }
     if args.timeout.is_zero() {
         bail!("invalid timeout 0: must be positive");
