@@ -198,6 +198,11 @@ fn lab_cli_up_fix_unfix_down() {
     let (code, out, _) = lagtrace(&["lab", "status"]);
     assert_eq!(code, 0);
     assert!(out.contains(&n) && out.contains("answers"), "{out}");
+    // --name shows that lab alone, like the other lab subcommands take it.
+    let (code, out, err) = lagtrace(&["lab", "status", "--name", &n]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with(&format!("lab {n}:")), "{out}");
+    assert_eq!(out.matches("lab ").count(), 1, "{out}");
 
     assert_eq!(lagtrace(&["lab", "fix", "--name", &n]).0, 0);
     let fixed = fast_sample(latency);
@@ -214,6 +219,9 @@ fn lab_cli_up_fix_unfix_down() {
     }
     // Idempotent.
     assert_eq!(lagtrace(&["lab", "down", "--name", &n]).0, 0);
+    let (code, out, _) = lagtrace(&["lab", "status", "--name", &n]);
+    assert_eq!(code, 1, "a lab that is not up: {out}");
+    assert!(out.contains("is not up"), "{out}");
 }
 
 #[test]

@@ -55,8 +55,11 @@ pub enum LabCommand {
         #[arg(long)]
         all: bool,
     },
-    /// List labs, their servers and whether they answer
+    /// List labs, their servers and whether they answer (exit 1 if --name is not up)
     Status {
+        /// Only this lab
+        #[arg(long)]
+        name: Option<String>,
         /// As JSON
         #[arg(long)]
         json: bool,
@@ -110,7 +113,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        LabCommand::Status { json } => status(json),
+        LabCommand::Status { name, json } => status(name.as_deref(), json),
         LabCommand::Fix { name } => {
             Lab::open(&name)?.fix()?;
             outln!("lab {name}: latency server now has tcp_nodelay on (reloaded)");
@@ -205,12 +208,25 @@ struct LabStatus {
     answering: Vec<bool>,
 }
 
-fn status(json: bool) -> anyhow::Result<ExitCode> {
-    let labs = Lab::list();
+fn status(name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    if let Some(n) = name {
+        lagtrace_lab::validate_name(n)?;
+    }
+    let wanted = |n: &str| name.is_none_or(|w| w == n);
+    let labs: Vec<LabState> = Lab::list()
+        .into_iter()
+        .filter(|s| wanted(&s.name))
+        .collect();
     let orphans: Vec<String> = Lab::orphans()
         .into_iter()
+        .filter(|n| wanted(n))
         .map(|n| lagtrace_lab::netns_name(&n))
         .collect();
+    let code = if name.is_some() && labs.is_empty() {
+        ExitCode::from(super::EXIT_FINDING)
+    } else {
+        ExitCode::SUCCESS
+    };
     if json {
         let out = StatusJson {
             labs: labs
@@ -230,10 +246,12 @@ fn status(json: bool) -> anyhow::Result<ExitCode> {
             orphan_namespaces: orphans,
         };
         outln!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(code);
     }
-    if labs.is_empty() {
-        outln!("no labs are up");
+    match name {
+        Some(n) if labs.is_empty() => outln!("lab {n} is not up"),
+        None if labs.is_empty() => outln!("no labs are up"),
+        _ => {}
     }
     for st in &labs {
         print_lab(st)?;
@@ -243,5 +261,5 @@ fn status(json: bool) -> anyhow::Result<ExitCode> {
             "namespace {o} has no lab state (left by a crash?): `lagtrace lab down --all` removes it"
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }
