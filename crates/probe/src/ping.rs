@@ -375,15 +375,12 @@ pub fn run_connect(
             }
         }
         let t0 = net::mono_ns();
-        let res = connect_until(&sock, opts.target, opts.timeout, stop);
+        let res = connect_until(&sock, opts.target, opts.timeout, stop, &mut source);
         let t1 = net::mono_ns();
         let sent_at_us = (t0 - start) as f64 / 1000.0;
         let mut s = Sample::lost(seq, sent_at_us);
         match res {
             Ok(()) => {
-                if let Some(a) = sock.local_addr().ok().and_then(|a| a.as_socket()) {
-                    source = a;
-                }
                 s.kind = SampleKind::Connected;
                 s.rtt_us = Some((t1 - t0) as f64 / 1000.0);
                 s.from = Some(opts.target.ip());
@@ -419,9 +416,18 @@ fn connect_until(
     target: SocketAddr,
     timeout: Duration,
     stop: &AtomicBool,
+    source: &mut SocketAddr,
 ) -> io::Result<()> {
     sock.set_nonblocking(true)?;
-    match sock.connect(&target.into()) {
+    let started = sock.connect(&target.into());
+    // The kernel has picked our address and port now; a refused or silent probe still
+    // reports where it came from.
+    if let Some(a) = sock.local_addr().ok().and_then(|a| a.as_socket()) {
+        if a.port() != 0 {
+            *source = a;
+        }
+    }
+    match started {
         Ok(()) => return Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
         Err(e) => return Err(e),
@@ -639,7 +645,9 @@ mod tests {
         let port = l.local_addr().unwrap().port();
         drop(l);
         o.target.set_port(port);
-        let (s, _) = run_connect(&o, &AtomicBool::new(false), &mut |_| {}).unwrap();
+        let (s, src) = run_connect(&o, &AtomicBool::new(false), &mut |_| {}).unwrap();
         assert!(s.iter().all(|s| s.kind == SampleKind::Refused), "{s:?}");
+        // Refused probes still say where they came from (it read 0.0.0.0:0).
+        assert!(src.ip().is_loopback() && src.port() != 0, "{src}");
     }
 }
