@@ -259,6 +259,9 @@ fn bad_input_is_one_line_and_exit_2() {
         (&["ping", "[::1:80"], "missing ']'"),
         (&["ping", "127.0.0.1:80", "-i", "fast"], "invalid duration"),
         (&["ping", "127.0.0.1:80", "-c", "0"], "invalid count 0"),
+        (&["ping", "0.0.0.0:80"], "not one host"),
+        (&["ping", "[ff02::1]:80"], "not one host"),
+        (&["ping", "fe80::1%lo"], "scoped addresses"),
         // Every sample is kept: a count that would exhaust memory is refused up front.
         (
             &["ping", "127.0.0.1:80", "-c", "4294967295", "-i", "0"],
@@ -270,6 +273,10 @@ fn bad_input_is_one_line_and_exit_2() {
         let (out, err) = text(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {out}{err}");
         assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            out.is_empty(),
+            "{args:?}: nothing on stdout before an error: {out}"
+        );
         if !err.contains("For more information") {
             // Our own errors are one line; clap's usage errors add a hint line.
             assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");

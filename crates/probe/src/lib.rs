@@ -53,8 +53,31 @@ pub use stats::RttStats;
 pub use wire::Proto;
 
 /// Parses `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address, resolving names with
-/// getaddrinfo. Returns the address and the port if one was given.
+/// getaddrinfo. Returns the address and the port if one was given. The address is one
+/// unicast host: an IPv4-mapped IPv6 address becomes IPv4; the unspecified address,
+/// multicast, broadcast and `%scope` suffixes are refused (probes to them never come back as
+/// replies from one host).
 pub fn resolve_target(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
+    if s.contains('%') {
+        bail!(
+            "{s:?}: scoped addresses (%IFACE) are not supported; use a global or unique-local address"
+        );
+    }
+    let (ip, port) = resolve_any(s)?;
+    let ip = ip.to_canonical();
+    let what = if ip.is_unspecified() {
+        "the unspecified address"
+    } else if ip.is_multicast() {
+        "a multicast address"
+    } else if ip == IpAddr::from([255, 255, 255, 255]) {
+        "the broadcast address"
+    } else {
+        return Ok((ip, port));
+    };
+    bail!("{ip} is {what}, not one host to probe")
+}
+
+fn resolve_any(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
     let s = s.trim();
     if s.is_empty() {
         bail!("empty target");
@@ -303,6 +326,28 @@ mod tests {
             resolve_target("no-such-host.invalid:80").unwrap_err()
         );
         assert!(e.contains("cannot resolve host"), "{e}");
+        // One unicast host only.
+        assert_eq!(
+            resolve_target("::ffff:10.0.0.2").unwrap(),
+            (ip("10.0.0.2"), None)
+        );
+        assert_eq!(
+            resolve_target("[::ffff:10.0.0.2]:80").unwrap(),
+            (ip("10.0.0.2"), Some(80))
+        );
+        for bad in [
+            "0.0.0.0",
+            "::",
+            "[::]:80",
+            "224.0.0.1",
+            "ff02::1",
+            "255.255.255.255:80",
+        ] {
+            let e = resolve_target(bad).unwrap_err().to_string();
+            assert!(e.contains("not one host"), "{bad}: {e}");
+        }
+        let e = resolve_target("fe80::1%lo").unwrap_err().to_string();
+        assert!(e.contains("scoped addresses"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use lagtrace_probe::{PingMode, PingOptions, PingReport, Sample, SampleKind};
 
 /// TCP SYN RTT to HOST[:PORT], like `hping3 -S`, with µs precision.
@@ -237,6 +237,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             STOP.store(true, Ordering::Relaxed);
         }
     };
+    // A target without a route is one line, with no header printed before it.
+    lagtrace_probe::net::source_for(ip).with_context(|| format!("no route to {ip}"))?;
     // Decide the privilege question before the header, so the header names the mode that
     // really runs and a refusal is one line with nothing printed before it.
     let no_raw = mode != PingMode::Connect && !lagtrace_probe::net::have_cap_net_raw();

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use lagtrace_probe::{HopReply, Proto, RouteOptions, RouteReport};
 
 use super::ping::parse_duration;
@@ -207,7 +207,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.timeout.is_zero() {
         bail!("invalid timeout 0: must be positive");
     }
-    // Refuse before the header: a missing privilege is one line with nothing before it.
+    // Refuse before the header: a missing route or privilege is one line, nothing before it.
+    lagtrace_probe::net::source_for(ip).with_context(|| format!("no route to {ip}"))?;
     if !lagtrace_probe::net::have_cap_net_raw() {
         bail!(
             "route needs raw sockets (CAP_NET_RAW: run as root); `lagtrace ping --connect` works without it"
