@@ -211,6 +211,18 @@ fn unreachable_target_and_bad_input() {
             vec!["route", "127.0.0.1", "-q", "0"],
             "invalid number of queries 0",
         ),
+        // Every probe is kept: a round count that would exhaust memory is refused.
+        (
+            vec![
+                "route",
+                "127.0.0.1",
+                "--report",
+                "4294967295",
+                "--interval",
+                "0",
+            ],
+            "invalid --report 4294967295",
+        ),
     ] {
         let o = run_in(c.client_ns(), &args);
         let err = String::from_utf8_lossy(&o.stderr);

@@ -50,7 +50,7 @@ pub struct Args {
     /// How long to wait for replies after the last probe of a round
     #[arg(short = 'W', long, default_value = "1s", value_parser = parse_duration)]
     pub timeout: Duration,
-    /// mtr-style report: run N rounds and print per-hop statistics
+    /// mtr-style report: run N rounds (1-100000) and print per-hop statistics
     #[arg(long, value_name = "N")]
     pub report: Option<u32>,
     /// Time between rounds in --report mode
@@ -60,6 +60,9 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 }
+
+/// The most `--report` rounds: memory grows with rounds x hops x queries.
+const MAX_ROUNDS: u32 = 100_000;
 
 fn ms(us: f64) -> String {
     format!("{:.3}", us / 1000.0)
@@ -197,6 +200,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let rounds = args.report.unwrap_or(1);
     if rounds == 0 {
         bail!("invalid --report 0: must be at least 1 round");
+    }
+    // Every probe of every round is kept for the per-hop statistics and --json.
+    if rounds > MAX_ROUNDS {
+        bail!("invalid --report {rounds}: at most {MAX_ROUNDS} rounds (every probe is kept)");
     }
     let queries = args
         .queries
