@@ -493,6 +493,7 @@ impl Lab {
     }
 
     fn set_latency_nodelay(&self, on: bool) -> Result<()> {
+        check_privileges()?;
         let info = self
             .st()
             .servers
@@ -632,6 +633,9 @@ impl Lab {
     /// state directory. Idempotent: a lab that is not up is not an error.
     pub fn down(name: &str) -> Result<()> {
         validate_name(name)?;
+        // Without the capabilities teardown fails half-way (or, for a lab that is not up,
+        // would claim success it could not have had): say what is missing up front.
+        check_privileges()?;
         let state = read_state(name).ok().flatten();
         teardown(name, state.as_ref())
     }

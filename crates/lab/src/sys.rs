@@ -34,7 +34,7 @@ pub fn check_privileges() -> Result<()> {
     .collect();
     if !missing.is_empty() {
         bail!(
-            "the lab needs {} (run as root) to create network namespaces and veth links; `lagtrace serve` on loopback works without",
+            "the lab needs {} (run as root) to create and remove network namespaces, veth links and their servers; `lagtrace serve` on loopback works without",
             missing.join(" and ")
         );
     }

@@ -312,6 +312,52 @@ fn lab_without_capabilities_names_them() {
 }
 
 #[test]
+fn lab_down_and_fix_unprivileged_name_the_capability_and_touch_nothing() {
+    // They failed half-way with an `ip netns del` / log file error, or (down of a lab that
+    // is not up) claimed "lab X is down".
+    let n = name("nopriv");
+    let _down = Down(n.clone());
+    let (code, _, err) = lagtrace(&["lab", "up", "--name", &n, "--server", "builtin"]);
+    assert_eq!(code, 0, "{err}");
+    let st: serde_json::Value = {
+        let (_, out, _) = lagtrace(&["lab", "status", "--name", &n, "--json"]);
+        serde_json::from_str(&out).expect("status json")
+    };
+    let pids: Vec<u64> = st["labs"][0]["servers"]
+        .as_array()
+        .expect("servers")
+        .iter()
+        .filter_map(|s| s["pid"].as_u64())
+        .collect();
+    assert_eq!(pids.len(), 2, "{st}");
+    for cmd in ["down", "fix", "unfix"] {
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                BIN,
+                "lab",
+                cmd,
+                "--name",
+                &n,
+            ])
+            .output()
+            .expect("setpriv");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{cmd}: {err}");
+        assert!(err.contains("CAP_NET_ADMIN"), "{cmd}: {err}");
+    }
+    for p in pids {
+        assert!(running(p), "server pid {p} still runs");
+    }
+    let (code, out, _) = lagtrace(&["lab", "status", "--name", &n]);
+    assert_eq!(code, 0);
+    assert_eq!(out.matches("answers").count(), 2, "{out}");
+}
+
+#[test]
 fn demo_interrupted_leaves_nothing() {
     let n = name("demo-int");
     let child = Command::new(BIN)
