@@ -35,6 +35,7 @@ mod sys;
 
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -492,6 +493,7 @@ impl Lab {
     }
 
     fn set_latency_nodelay(&self, on: bool) -> Result<()> {
+        check_privileges()?;
         let info = self
             .st()
             .servers
@@ -631,6 +633,9 @@ impl Lab {
     /// state directory. Idempotent: a lab that is not up is not an error.
     pub fn down(name: &str) -> Result<()> {
         validate_name(name)?;
+        // Without the capabilities teardown fails half-way (or, for a lab that is not up,
+        // would claim success it could not have had): say what is missing up front.
+        check_privileges()?;
         let state = read_state(name).ok().flatten();
         teardown(name, state.as_ref())
     }
@@ -686,6 +691,9 @@ impl Lab {
             .arg("-e")
             .arg(&log)
             .stdin(std::process::Stdio::null())
+            // Its own process group: a terminal's Ctrl-C (sent to the foreground group) must
+            // not kill nginx while it starts; the caller decides what an interrupt means.
+            .process_group(0)
             .output()
             .context("running ip netns exec nginx")?;
         let pidfile = prefix.join("nginx.pid");

@@ -337,11 +337,17 @@ fn connection(
                 Err(e) => return Err(e),
             }
         };
-        let mut need = head.len + head.content_length;
-        while buf.len() < need {
-            match s.read(&mut chunk) {
+        // The body is discarded as it arrives, never buffered: a client's Content-Length
+        // (up to usize::MAX) must not decide how much memory the server takes.
+        buf.drain(..head.len);
+        let mut body_left = head.content_length;
+        let in_buf = body_left.min(buf.len());
+        buf.drain(..in_buf);
+        body_left -= in_buf;
+        while body_left > 0 {
+            match s.read(&mut chunk[..body_left.min(4096)]) {
                 Ok(0) => return Ok(()),
-                Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                Ok(k) => body_left -= k,
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -356,10 +362,15 @@ fn connection(
                 Err(e) => return Err(e),
             }
         }
-        need = need.min(buf.len());
-        buf.drain(..need);
-        if !o.think.is_zero() {
-            std::thread::sleep(o.think);
+        // Think in slices so a stop (Ctrl-C, `lab down`) is not held up by a long think time.
+        let mut left = o.think;
+        while !left.is_zero() {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let step = left.min(POLL);
+            std::thread::sleep(step);
+            left -= step;
         }
         let headers = format!(
             "HTTP/1.1 200 OK\r\nServer: lagtrace-serve\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
@@ -443,6 +454,65 @@ mod stop_tests {
         assert!(
             t0.elapsed() < Duration::from_secs(2),
             "stop took {:?}",
+            t0.elapsed()
+        );
+    }
+
+    /// A request body is discarded as it streams in (not buffered), a huge Content-Length
+    /// does not overflow, and the next keep-alive request on the connection is answered.
+    #[test]
+    fn request_bodies_are_discarded_and_keep_alive_continues() {
+        let mut server = Server::spawn(ServeOptions::default()).expect("spawn");
+        let mut c = TcpStream::connect(server.local_addr()).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let body = vec![b'x'; 3 << 20];
+        let mut req = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3145728\r\n\r\n".to_vec();
+        req.extend_from_slice(&body);
+        req.extend_from_slice(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        c.write_all(&req).expect("requests");
+        let mut resp = Vec::new();
+        c.read_to_end(&mut resp).expect("responses");
+        let text = String::from_utf8_lossy(&resp);
+        assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
+
+        let mut c = TcpStream::connect(server.local_addr()).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        c.write_all(b"POST / HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\nab")
+            .expect("request");
+        // The server waits for the rest of the body: no response, no crash.
+        let mut b = [0u8; 64];
+        assert!(
+            c.read(&mut b).is_err(),
+            "no response before the body is complete"
+        );
+        drop(c);
+        let mut c = TcpStream::connect(server.local_addr()).expect("server still serves");
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request");
+        let mut resp = Vec::new();
+        c.read_to_end(&mut resp).expect("response");
+        assert!(resp.starts_with(b"HTTP/1.1 200 OK"));
+        server.stop();
+    }
+
+    /// A request in its think time must not keep the server from stopping (Ctrl-C on
+    /// `lagtrace serve --think 600000` waited out the whole think time).
+    #[test]
+    fn stop_does_not_wait_out_a_think_time() {
+        let mut server = Server::spawn(ServeOptions {
+            think: Duration::from_secs(60),
+            ..ServeOptions::default()
+        })
+        .expect("spawn");
+        let mut c = TcpStream::connect(server.local_addr()).expect("connect");
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("request");
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = std::time::Instant::now();
+        server.stop();
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "stop took {:?} with a 60 s think time",
             t0.elapsed()
         );
     }

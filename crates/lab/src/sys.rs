@@ -34,7 +34,7 @@ pub fn check_privileges() -> Result<()> {
     .collect();
     if !missing.is_empty() {
         bail!(
-            "the lab needs {} (run as root) to create network namespaces and veth links; `lagtrace serve` on loopback works without",
+            "the lab needs {} (run as root) to create and remove network namespaces, veth links and their servers; `lagtrace serve` on loopback works without",
             missing.join(" and ")
         );
     }
@@ -46,6 +46,8 @@ pub fn run(prog: &str, args: &[&str]) -> Result<()> {
     let out = Command::new(prog)
         .args(args)
         .stdin(Stdio::null())
+        // Not in the terminal's foreground group: Ctrl-C must not kill a step half-way.
+        .process_group(0)
         .output()
         .with_context(|| format!("running {prog} (is it installed?)"))?;
     if !out.status.success() {

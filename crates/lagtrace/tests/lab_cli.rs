@@ -198,6 +198,11 @@ fn lab_cli_up_fix_unfix_down() {
     let (code, out, _) = lagtrace(&["lab", "status"]);
     assert_eq!(code, 0);
     assert!(out.contains(&n) && out.contains("answers"), "{out}");
+    // --name shows that lab alone, like the other lab subcommands take it.
+    let (code, out, err) = lagtrace(&["lab", "status", "--name", &n]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with(&format!("lab {n}:")), "{out}");
+    assert_eq!(out.matches("lab ").count(), 1, "{out}");
 
     assert_eq!(lagtrace(&["lab", "fix", "--name", &n]).0, 0);
     let fixed = fast_sample(latency);
@@ -214,6 +219,9 @@ fn lab_cli_up_fix_unfix_down() {
     }
     // Idempotent.
     assert_eq!(lagtrace(&["lab", "down", "--name", &n]).0, 0);
+    let (code, out, _) = lagtrace(&["lab", "status", "--name", &n]);
+    assert_eq!(code, 1, "a lab that is not up: {out}");
+    assert!(out.contains("is not up"), "{out}");
 }
 
 #[test]
@@ -304,6 +312,52 @@ fn lab_without_capabilities_names_them() {
 }
 
 #[test]
+fn lab_down_and_fix_unprivileged_name_the_capability_and_touch_nothing() {
+    // They failed half-way with an `ip netns del` / log file error, or (down of a lab that
+    // is not up) claimed "lab X is down".
+    let n = name("nopriv");
+    let _down = Down(n.clone());
+    let (code, _, err) = lagtrace(&["lab", "up", "--name", &n, "--server", "builtin"]);
+    assert_eq!(code, 0, "{err}");
+    let st: serde_json::Value = {
+        let (_, out, _) = lagtrace(&["lab", "status", "--name", &n, "--json"]);
+        serde_json::from_str(&out).expect("status json")
+    };
+    let pids: Vec<u64> = st["labs"][0]["servers"]
+        .as_array()
+        .expect("servers")
+        .iter()
+        .filter_map(|s| s["pid"].as_u64())
+        .collect();
+    assert_eq!(pids.len(), 2, "{st}");
+    for cmd in ["down", "fix", "unfix"] {
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                BIN,
+                "lab",
+                cmd,
+                "--name",
+                &n,
+            ])
+            .output()
+            .expect("setpriv");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{cmd}: {err}");
+        assert!(err.contains("CAP_NET_ADMIN"), "{cmd}: {err}");
+    }
+    for p in pids {
+        assert!(running(p), "server pid {p} still runs");
+    }
+    let (code, out, _) = lagtrace(&["lab", "status", "--name", &n]);
+    assert_eq!(code, 0);
+    assert_eq!(out.matches("answers").count(), 2, "{out}");
+}
+
+#[test]
 fn demo_interrupted_leaves_nothing() {
     let n = name("demo-int");
     let child = Command::new(BIN)
@@ -362,4 +416,89 @@ fn serve_cork_left_on_holds_each_response_until_the_cork_timer() {
         .parse()
         .expect("time");
     assert!(secs >= 0.15, "curl: {secs} s");
+}
+
+/// Runs lagtrace with stdout a pipe whose reader is gone (as under `| head -1` once head
+/// has exited): returns exit code and stderr.
+fn lagtrace_into_closed_pipe(args: &[&str]) -> (i32, String) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 fills two fds that we then own.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both fds are fresh from pipe2 and owned by nothing else.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    let out = Command::new(BIN)
+        .args(args)
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run lagtrace");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn closed_stdout_is_a_silent_exit_0_and_demo_still_cleans_up() {
+    // `println!` panicked on the broken pipe (exit 101 with a backtrace).
+    let n = name("pipe");
+    let (code, err) = lagtrace_into_closed_pipe(&["lab", "down", "--name", &n]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    let (code, err) = lagtrace_into_closed_pipe(&["lab", "status"]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    let n = name("demo-pipe");
+    let _down = Down(n.clone());
+    let (code, err) = lagtrace_into_closed_pipe(&["demo", "--name", &n, "--requests", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        !Path::new("/run/netns")
+            .join(lagtrace_lab::netns_name(&n))
+            .exists()
+    );
+    assert!(!lagtrace_lab::state_dir(&n).exists());
+}
+
+#[test]
+fn lab_up_interrupted_half_way_leaves_nothing() {
+    // SIGINT's default action killed `lab up` between two steps: namespace, veth and state
+    // stayed, and the next `lab up` said "already up".
+    let n = name("up-int");
+    let _down = Down(n.clone());
+    let state = lagtrace_lab::state_dir(&n);
+    let ns = Path::new("/run/netns").join(lagtrace_lab::netns_name(&n));
+    for attempt in 0..3 {
+        let child = Command::new(BIN)
+            .args(["lab", "up", "--name", &n])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lab up");
+        // The state directory appears early, before the servers start: interrupt then.
+        let t0 = std::time::Instant::now();
+        while !state.exists() && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // SAFETY: kill(2) on our own child.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGINT);
+        }
+        let out = child.wait_with_output().expect("lab up exits");
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() == Some(0) && attempt < 2 {
+            // The lab was complete before the signal landed (a loaded machine): again.
+            let _ = lagtrace(&["lab", "down", "--name", &n]);
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("interrupted"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!ns.exists(), "namespace left behind");
+        assert!(!state.exists(), "state left behind");
+        let (code, _, err) = lagtrace(&["lab", "up", "--name", &n]);
+        assert_eq!(code, 0, "a new lab up works: {err}");
+        return;
+    }
 }

@@ -216,11 +216,18 @@ fn connect_mode_works_unprivileged_and_syn_mode_falls_back_saying_so() {
         "{err}"
     );
     assert!(out.contains(" connected rtt="), "{out}");
+    // The header names the mode that runs, not the raw SYN mode it fell back from.
+    let header = out.lines().next().unwrap_or("");
+    assert!(
+        header.contains("tcp connect()") && !header.contains("raw socket"),
+        "{header}"
+    );
 
     // Modes that only exist with raw sockets: one line naming the capability, exit 2.
     let o = run_as_nobody_in(c.client_ns(), &["ping", &target, "--udp", "-c", "1"]);
-    let (_, err) = text(&o);
+    let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(out.is_empty(), "no header before the refusal: {out}");
     assert!(
         err.starts_with("lagtrace: error:") && err.contains("CAP_NET_RAW"),
         "{err}"
@@ -251,12 +258,25 @@ fn bad_input_is_one_line_and_exit_2() {
         (&["ping", "no-such-host.invalid:80"], "cannot resolve host"),
         (&["ping", "[::1:80"], "missing ']'"),
         (&["ping", "127.0.0.1:80", "-i", "fast"], "invalid duration"),
+        (&["ping", "127.0.0.1:80", "-c", "0"], "invalid count 0"),
+        (&["ping", "0.0.0.0:80"], "not one host"),
+        (&["ping", "[ff02::1]:80"], "not one host"),
+        (&["ping", "fe80::1%lo"], "scoped addresses"),
+        // Every sample is kept: a count that would exhaust memory is refused up front.
+        (
+            &["ping", "127.0.0.1:80", "-c", "4294967295", "-i", "0"],
+            "invalid count 4294967295",
+        ),
     ];
     for (args, want) in cases {
         let o = run_in(&ns.0, args);
         let (out, err) = text(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {out}{err}");
         assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            out.is_empty(),
+            "{args:?}: nothing on stdout before an error: {out}"
+        );
         if !err.contains("For more information") {
             // Our own errors are one line; clap's usage errors add a hint line.
             assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");

@@ -137,6 +137,34 @@ fn dropped_time_exceeded_shows_stars_and_report_mode_counts_loss() {
     assert_eq!(v["reached"], true);
     assert_eq!(v["hops"].as_array().unwrap().len(), 3);
     assert_eq!(v["hops"][1]["stats"]["received"], 0);
+
+    // --report's StDev is mtr's: the sample standard deviation (n - 1) of the hop's RTTs.
+    let o = run_in(
+        c.client_ns(),
+        &[
+            "route",
+            &server,
+            "--report",
+            "4",
+            "--interval",
+            "50ms",
+            "--json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let hop = &v["hops"][2];
+    let rtts: Vec<f64> = hop["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["rtt_us"].as_f64())
+        .collect();
+    assert!(rtts.len() >= 2, "{hop}");
+    let n = rtts.len() as f64;
+    let mean = rtts.iter().sum::<f64>() / n;
+    let sd = (rtts.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    let got = hop["stats"]["rtt"]["stdev_us"].as_f64().unwrap();
+    assert!((got - sd).abs() < 1e-6 * sd.max(1.0), "{got} vs {sd}");
 }
 
 #[test]
@@ -183,6 +211,18 @@ fn unreachable_target_and_bad_input() {
             vec!["route", "127.0.0.1", "-q", "0"],
             "invalid number of queries 0",
         ),
+        // Every probe is kept: a round count that would exhaust memory is refused.
+        (
+            vec![
+                "route",
+                "127.0.0.1",
+                "--report",
+                "4294967295",
+                "--interval",
+                "0",
+            ],
+            "invalid --report 4294967295",
+        ),
     ] {
         let o = run_in(c.client_ns(), &args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -205,5 +245,42 @@ fn unreachable_target_and_bad_input() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(o.stdout.is_empty(), "no header before the refusal");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("CAP_NET_RAW"), "{err}");
+}
+
+#[test]
+fn net_unreachable_is_marked_like_traceroute() {
+    let c = Chain::up("clirtnet").unwrap();
+    // 10.A.(B+3).0/24 belongs to this chain's block but no router has a route to it: r1
+    // answers "network unreachable", which traceroute shows as `!N`.
+    let o = c.server().octets();
+    let dst = format!("{}.{}.{}.9", o[0], o[1], o[2] + 1);
+    let out = run_in(
+        c.client_ns(),
+        &["route", "-n", &dst, "-m", "5", "-W", "500ms"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(hop_addrs(&text), [c.r1().to_string()], "{text}");
+    let hop = text.lines().find(|l| l.starts_with(" 1 ")).unwrap_or("");
+    assert!(hop.contains("!N"), "{text}");
+    let tr = in_ns(
+        c.client_ns(),
+        &[
+            "traceroute",
+            "-T",
+            "-n",
+            "-p",
+            "80",
+            "-w",
+            "1",
+            "-m",
+            "5",
+            &dst,
+        ],
+    )
+    .unwrap();
+    assert!(tr.contains("!N"), "traceroute agrees: {tr}");
 }

@@ -53,8 +53,31 @@ pub use stats::RttStats;
 pub use wire::Proto;
 
 /// Parses `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address, resolving names with
-/// getaddrinfo. Returns the address and the port if one was given.
+/// getaddrinfo. Returns the address and the port if one was given. The address is one
+/// unicast host: an IPv4-mapped IPv6 address becomes IPv4; the unspecified address,
+/// multicast, broadcast and `%scope` suffixes are refused (probes to them never come back as
+/// replies from one host).
 pub fn resolve_target(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
+    if s.contains('%') {
+        bail!(
+            "{s:?}: scoped addresses (%IFACE) are not supported; use a global or unique-local address"
+        );
+    }
+    let (ip, port) = resolve_any(s)?;
+    let ip = ip.to_canonical();
+    let what = if ip.is_unspecified() {
+        "the unspecified address"
+    } else if ip.is_multicast() {
+        "a multicast address"
+    } else if ip == IpAddr::from([255, 255, 255, 255]) {
+        "the broadcast address"
+    } else {
+        return Ok((ip, port));
+    };
+    bail!("{ip} is {what}, not one host to probe")
+}
+
+fn resolve_any(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
     let s = s.trim();
     if s.is_empty() {
         bail!("empty target");
@@ -111,6 +134,10 @@ fn seq_base() -> u32 {
     (t as u32) ^ (std::process::id().rotate_left(16)) ^ ((t >> 32) as u32)
 }
 
+/// The most probes one ping run takes: every sample is kept (for the statistics, the JSON
+/// report and `diagnose`), so memory grows with the count (about 200 bytes a probe).
+pub const MAX_PING_COUNT: u32 = 1_000_000;
+
 /// Runs `opts.count` probes (or until `stop` is set) and returns every sample.
 /// `Err` only when probing cannot run (no route, no privilege without fallback, bad input).
 pub fn ping(opts: &PingOptions, stop: &AtomicBool) -> anyhow::Result<PingReport> {
@@ -128,6 +155,12 @@ pub fn ping_with(
     }
     if opts.ttl == 0 {
         bail!("invalid TTL 0: must be 1-255");
+    }
+    if opts.count > MAX_PING_COUNT {
+        bail!(
+            "invalid count {}: at most {MAX_PING_COUNT} (every sample is kept for the statistics)",
+            opts.count
+        );
     }
     let src = net::source_for(opts.target.ip())
         .with_context(|| format!("no route to {}", opts.target.ip()))?;
@@ -293,5 +326,35 @@ mod tests {
             resolve_target("no-such-host.invalid:80").unwrap_err()
         );
         assert!(e.contains("cannot resolve host"), "{e}");
+        // One unicast host only.
+        assert_eq!(
+            resolve_target("::ffff:10.0.0.2").unwrap(),
+            (ip("10.0.0.2"), None)
+        );
+        assert_eq!(
+            resolve_target("[::ffff:10.0.0.2]:80").unwrap(),
+            (ip("10.0.0.2"), Some(80))
+        );
+        for bad in [
+            "0.0.0.0",
+            "::",
+            "[::]:80",
+            "224.0.0.1",
+            "ff02::1",
+            "255.255.255.255:80",
+        ] {
+            let e = resolve_target(bad).unwrap_err().to_string();
+            assert!(e.contains("not one host"), "{bad}: {e}");
+        }
+        let e = resolve_target("fe80::1%lo").unwrap_err().to_string();
+        assert!(e.contains("scoped addresses"), "{e}");
+    }
+
+    #[test]
+    fn a_count_beyond_the_kept_samples_is_refused() {
+        let mut o = PingOptions::new("127.0.0.1:80".parse().unwrap());
+        o.count = MAX_PING_COUNT + 1;
+        let e = ping(&o, &AtomicBool::new(false)).unwrap_err().to_string();
+        assert!(e.contains("at most"), "{e}");
     }
 }

@@ -230,7 +230,10 @@ pub fn run_probes<N: Network>(
     loop {
         let now = net.now_ns();
         let stopping = stop.load(Ordering::Relaxed);
-        if !stopping && seq < opts.count && now >= next_send {
+        // Ids wrap after MAX_ID probes: never reuse one still in flight (its sample would be
+        // overwritten and vanish from the report); wait until it resolves instead.
+        let id_free = !outstanding.contains_key(&probe_id(u64::from(seq)));
+        if !stopping && seq < opts.count && now >= next_send && id_free {
             let id = probe_id(u64::from(seq));
             let pkt = wire::build_probe(flow, id);
             let t = net.send(opts.ttl, &pkt)?;
@@ -240,7 +243,9 @@ pub fn run_probes<N: Network>(
             out.push(None);
             seq += 1;
             next_send += interval;
-            continue;
+            // No `continue`: when sends fall behind (-i 0 or shorter than a send), read
+            // between sends anyway so replies are timestamped now, not after the burst, and
+            // do not overflow the receive buffer into false losses.
         }
         // Expire probes whose time is up (or all of them when stopping).
         let expired: Vec<u16> = outstanding
@@ -263,7 +268,7 @@ pub fn run_probes<N: Network>(
             .map(|(_, t)| t + timeout)
             .min()
             .unwrap_or(u64::MAX);
-        if seq < opts.count {
+        if seq < opts.count && id_free {
             deadline = deadline.min(next_send);
         }
         // Look at the stop flag at least every 100 ms.
@@ -370,15 +375,12 @@ pub fn run_connect(
             }
         }
         let t0 = net::mono_ns();
-        let res = sock.connect_timeout(&opts.target.into(), opts.timeout);
+        let res = connect_until(&sock, opts.target, opts.timeout, stop, &mut source);
         let t1 = net::mono_ns();
         let sent_at_us = (t0 - start) as f64 / 1000.0;
         let mut s = Sample::lost(seq, sent_at_us);
         match res {
             Ok(()) => {
-                if let Some(a) = sock.local_addr().ok().and_then(|a| a.as_socket()) {
-                    source = a;
-                }
                 s.kind = SampleKind::Connected;
                 s.rtt_us = Some((t1 - t0) as f64 / 1000.0);
                 s.from = Some(opts.target.ip());
@@ -405,6 +407,59 @@ pub fn run_connect(
         out.push(s);
     }
     Ok((out, source))
+}
+
+/// `connect()` with a timeout that also returns (as `TimedOut`) soon after `stop` is set, so
+/// Ctrl-C does not wait out a long `--timeout` on a silent target.
+fn connect_until(
+    sock: &Socket,
+    target: SocketAddr,
+    timeout: Duration,
+    stop: &AtomicBool,
+    source: &mut SocketAddr,
+) -> io::Result<()> {
+    sock.set_nonblocking(true)?;
+    let started = sock.connect(&target.into());
+    // The kernel has picked our address and port now; a refused or silent probe still
+    // reports where it came from.
+    if let Some(a) = sock.local_addr().ok().and_then(|a| a.as_socket()) {
+        if a.port() != 0 {
+            *source = a;
+        }
+    }
+    match started {
+        Ok(()) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    let deadline = net::mono_ns() + timeout.as_nanos() as u64;
+    loop {
+        let now = net::mono_ns();
+        if now >= deadline || stop.load(Ordering::Relaxed) {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let slice_ms = ((deadline - now).div_ceil(1_000_000)).min(100) as i32;
+        let mut fds = [libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(sock),
+            events: libc::POLLOUT,
+            revents: 0,
+        }];
+        // SAFETY: `fds` is a valid array of one pollfd for the duration of the call.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 1, slice_ms) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if rc > 0 {
+            return match sock.take_error()? {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
+        }
+    }
 }
 
 #[cfg(test)]
@@ -492,6 +547,25 @@ mod tests {
     }
 
     #[test]
+    fn more_probes_than_ids_in_flight_lose_no_sample() {
+        // A short interval with a long timeout: more probes than there are ids are in flight.
+        let mut o = opts(u32::from(MAX_ID) + 100);
+        o.interval = Duration::ZERO;
+        o.timeout = Duration::from_millis(100);
+        let mut net = SimNet::new(&o, Behaviour::Silent);
+        let flow = net.flow;
+        let mut seen = 0u32;
+        let s = run_probes(&mut net, &flow, &o, &AtomicBool::new(false), &mut |_| {
+            seen += 1
+        })
+        .unwrap();
+        assert_eq!(s.len() as u32, o.count, "every probe has a sample");
+        assert_eq!(seen, o.count);
+        assert!(s.iter().enumerate().all(|(i, s)| s.seq as usize == i));
+        assert_eq!(PingStats::of(&s).sent, u64::from(o.count));
+    }
+
+    #[test]
     fn stop_flag_ends_the_run() {
         let o = opts(1000);
         let mut net = SimNet::new(
@@ -516,6 +590,46 @@ mod tests {
     }
 
     #[test]
+    fn connect_mode_stops_soon_after_the_stop_flag_during_a_long_timeout() {
+        // A listener whose backlog is full and that never accepts: further SYNs go
+        // unanswered, so connect() waits out its timeout.
+        let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        l.listen(0).unwrap();
+        let addr = l.local_addr().unwrap().as_socket().unwrap();
+        let mut fill = Vec::new();
+        for _ in 0..4 {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let _ = s.connect(&addr.into());
+            fill.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut o = PingOptions::new(addr);
+        o.mode = PingMode::Connect;
+        o.count = 3;
+        o.timeout = Duration::from_secs(60);
+        let stop = AtomicBool::new(false);
+        let t0 = std::time::Instant::now();
+        let (s, _) = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                stop.store(true, Ordering::Relaxed);
+            });
+            run_connect(&o, &stop, &mut |_| {}).unwrap()
+        });
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "took {:?} with a 60 s timeout",
+            t0.elapsed()
+        );
+        // As in SYN mode, the probe in flight at the stop counts as sent and lost.
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(s[0].kind, SampleKind::Lost);
+    }
+
+    #[test]
     fn connect_mode_times_a_real_loopback_handshake_and_a_refusal() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut o = PingOptions::new(l.local_addr().unwrap());
@@ -531,7 +645,9 @@ mod tests {
         let port = l.local_addr().unwrap().port();
         drop(l);
         o.target.set_port(port);
-        let (s, _) = run_connect(&o, &AtomicBool::new(false), &mut |_| {}).unwrap();
+        let (s, src) = run_connect(&o, &AtomicBool::new(false), &mut |_| {}).unwrap();
         assert!(s.iter().all(|s| s.kind == SampleKind::Refused), "{s:?}");
+        // Refused probes still say where they came from (it read 0.0.0.0:0).
+        assert!(src.ip().is_loopback() && src.port() != 0, "{src}");
     }
 }

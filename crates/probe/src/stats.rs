@@ -15,6 +15,9 @@ pub struct RttStats {
     pub max_us: f64,
     /// Standard deviation (ping's "mdev": sqrt(mean(x²) − mean²)).
     pub mdev_us: f64,
+    /// Sample standard deviation, sqrt(Σ(x − mean)² / (n − 1)), 0 below 2 samples: mtr's
+    /// "StDev" column.
+    pub stdev_us: f64,
     /// 10th percentile (nearest rank).
     pub p10_us: f64,
     /// Median (nearest rank).
@@ -46,6 +49,11 @@ impl RttStats {
             avg_us: mean,
             max_us: s[n - 1],
             mdev_us: var.sqrt(),
+            stdev_us: if n > 1 {
+                (s.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1) as f64).sqrt()
+            } else {
+                0.0
+            },
             p10_us: pct(10.0),
             p50_us: pct(50.0),
             p90_us: pct(90.0),
@@ -80,6 +88,9 @@ mod tests {
         assert_eq!(s.last_us, 10.0);
         // mean(x²) = (9+1+4+16+100)/5 = 26; 26 − 16 = 10
         assert!((s.mdev_us - 10f64.sqrt()).abs() < 1e-9);
+        // mtr's StDev: Σ(x − 4)² = 9+1+4+0+36 = 50; 50 / (5 − 1) = 12.5
+        assert!((s.stdev_us - 12.5f64.sqrt()).abs() < 1e-9);
+        assert_eq!(RttStats::of(&[7.0]).stdev_us, 0.0);
         assert_eq!(RttStats::of(&[]), RttStats::default());
         assert_eq!(loss_pct(4, 1), 75.0);
         assert_eq!(loss_pct(0, 0), 0.0);

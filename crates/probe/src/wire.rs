@@ -703,4 +703,77 @@ mod tests {
             Some((9, Answer::Error(IcmpError::PortUnreachable, 4)))
         );
     }
+
+    /// Hostile input: random bytes, every truncation and byte-flip of real replies, fed to
+    /// both parsers and to the matcher, must never panic (raw sockets receive anything).
+    #[test]
+    fn parsers_never_panic_on_arbitrary_bytes() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let te: Vec<u8> = [
+            &[
+                0x45, 0xc0, 0x00, 0x38, 0x12, 0x34, 0x00, 0x00, 0x40, 0x01, 0x00, 0x00, 10, 0, 1,
+                1, 10, 0, 0, 1,
+            ][..],
+            &[11, 0, 0, 0, 0, 0, 0, 0],
+            &[
+                0x45, 0x00, 0x00, 0x20, 0x00, 0x01, 0x40, 0x00, 0x01, 0x11, 0x00, 0x00, 10, 0, 0,
+                1, 10, 0, 0, 2,
+            ],
+            &[0x9c, 0x40, 0x00, 0x50, 0x00, 0x14, 0x01, 0x02],
+        ]
+        .concat();
+        let mut v6 = vec![1, 4, 0, 0, 0, 0, 0, 0, 0x60, 0, 0, 0, 0, 20, 17, 1];
+        v6.extend_from_slice(&[0xfd; 32]);
+        v6.extend_from_slice(&[0x9c, 0x40, 0x00, 0x50, 0x00, 0x14, 0x00, 0x09]);
+        let flows = [flow(Proto::Tcp), flow(Proto::Udp), flow(Proto::Icmp)];
+        let a6: Ipv6Addr = "fd00::1".parse().unwrap();
+        let mut parsed = 0u32;
+        let mut feed = |b: &[u8]| {
+            let mut replies = Vec::new();
+            replies.extend(parse_ipv4(b));
+            for nh in [6, 58, 17, 0] {
+                replies.extend(parse_ipv6(b, nh, a6, a6, 1));
+            }
+            for r in &replies {
+                parsed += 1;
+                for f in &flows {
+                    let _ = match_reply(f, r);
+                }
+            }
+        };
+        let seeds: Vec<Vec<u8>> = vec![SYN_ACK.to_vec(), te.clone(), v6.clone()];
+        for seed in &seeds {
+            for n in 0..=seed.len() {
+                feed(&seed[..n]);
+            }
+            for _ in 0..20_000 {
+                let mut b = seed.clone();
+                for _ in 0..1 + rnd() % 4 {
+                    let i = (rnd() as usize) % b.len();
+                    b[i] = rnd() as u8;
+                }
+                let cut = (rnd() as usize) % (b.len() + 1);
+                feed(&b[..cut]);
+                feed(&b);
+            }
+        }
+        for _ in 0..50_000 {
+            let n = (rnd() % 120) as usize;
+            let mut b: Vec<u8> = (0..n).map(|_| rnd() as u8).collect();
+            if n > 0 && rnd() % 2 == 0 {
+                b[0] = 0x45; // look like IPv4 so the deeper paths run
+            }
+            feed(&b);
+        }
+        assert!(
+            parsed > 1000,
+            "mutations of real replies still parse: {parsed}"
+        );
+    }
 }

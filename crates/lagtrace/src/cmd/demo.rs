@@ -1,6 +1,15 @@
 //! `lagtrace demo`: the reference case end to end. Until `diagnose` exists: lab up, a short
 //! measurement of both servers side by side, lab fix, measure again, lab down.
 
+/// `println!` that returns the write error (a closed pipe, as under `| head`) instead of
+/// panicking; `report_error` turns a broken pipe into a silent exit 0.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($t)*)?
+    }};
+}
+
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -49,13 +58,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(())
     };
 
-    println!(
+    outln!(
         "lagtrace demo: nginx with `tcp_nodelay off` meets the client's delayed ACK (the reference case)"
     );
     let kind = if std::path::Path::new(lagtrace_lab::NGINX).exists() {
         ServerKind::Nginx
     } else {
-        println!(
+        outln!(
             "  nginx is not installed (apt-get install nginx-light): using the built-in server instead"
         );
         ServerKind::BuiltinProcess(std::env::current_exe()?)
@@ -67,37 +76,40 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .first()
         .map(|s| s.kind.clone())
         .unwrap_or_default();
-    println!(
+    outln!(
         "1. lab up: server host in namespace {} at {}, this host at {} ({}); {what} good on :80, latency on :8080",
-        st.netns, st.server_addr, st.client_addr, st.client_iface
+        st.netns,
+        st.server_addr,
+        st.client_addr,
+        st.client_iface
     );
     check()?;
 
     let n = args.requests as usize;
-    println!("2. {n} sequential GETs on one keep-alive connection to each server:");
-    println!("     {:<22} {:>10} {:>10}", "server", "p50", "max");
+    outln!("2. {n} sequential GETs on one keep-alive connection to each server:");
+    outln!("     {:<22} {:>10} {:>10}", "server", "p50", "max");
     let good = measure(lab.good_addr(), n, &stop)?;
-    row("good    :80", &good);
+    row("good    :80", &good)?;
     check()?;
     let slow = measure(lab.latency_addr(), n, &stop)?;
-    row("latency :8080", &slow);
+    row("latency :8080", &slow)?;
     check()?;
     let slow_p50 = p50(&slow);
-    println!(
+    outln!(
         "   the latency server takes {:.1} ms per response vs {:.2} ms: Nagle holds the body until the client's delayed ACK",
         ms(slow_p50),
         ms(p50(&good))
     );
 
     lab.fix().context("lab fix")?;
-    println!("3. lab fix: latency server set to `tcp_nodelay on`, nginx reloaded");
+    outln!("3. lab fix: latency server set to `tcp_nodelay on`, nginx reloaded");
     let fixed = measure(lab.latency_addr(), n, &stop)?;
-    row("latency :8080 (fixed)", &fixed);
+    row("latency :8080 (fixed)", &fixed)?;
     check()?;
-    println!("   p50 {:.1} ms -> {:.2} ms", ms(slow_p50), ms(p50(&fixed)));
+    outln!("   p50 {:.1} ms -> {:.2} ms", ms(slow_p50), ms(p50(&fixed)));
     drop(lab);
-    println!("4. lab down: servers, namespace and veth removed");
-    println!("   (`lagtrace diagnose`, which finds and explains this by itself, is not built yet)");
+    outln!("4. lab down: servers, namespace and veth removed");
+    outln!("   (`lagtrace diagnose`, which finds and explains this by itself, is not built yet)");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -123,11 +135,12 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn row(label: &str, d: &[Duration]) {
+fn row(label: &str, d: &[Duration]) -> std::io::Result<()> {
     let max = d.iter().max().copied().unwrap_or_default();
-    println!(
+    outln!(
         "     {label:<22} {:>7.2} ms {:>7.2} ms",
         ms(p50(d)),
         ms(max)
     );
+    Ok(())
 }

@@ -1,10 +1,21 @@
 //! `lagtrace lab`: the reference case as two hosts on this machine.
 
+/// `println!` that returns the write error (a closed pipe, as under `| head`) instead of
+/// panicking; `report_error` turns a broken pipe into a silent exit 0.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($t)*)?
+    }};
+}
+
 use std::net::{SocketAddr, TcpStream};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
 use lagtrace_lab::{Lab, LabOptions, LabState, ServerKind};
 use serde::Serialize;
@@ -44,8 +55,11 @@ pub enum LabCommand {
         #[arg(long)]
         all: bool,
     },
-    /// List labs, their servers and whether they answer
+    /// List labs, their servers and whether they answer (exit 1 if --name is not up)
     Status {
+        /// Only this lab
+        #[arg(long)]
+        name: Option<String>,
         /// As JSON
         #[arg(long)]
         json: bool,
@@ -73,7 +87,13 @@ pub enum Server {
     Builtin,
 }
 
+/// Set by Ctrl-C. Every lab subcommand changes namespaces, links, processes or configs in
+/// steps; dying between two steps (SIGINT's default) left a half-built lab behind. The
+/// command finishes its step sequence instead, and `up` then takes its lab down again.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
     match args.command {
         LabCommand::Up { name, server, json } => up(&name, server, json),
         LabCommand::Down { name, all } => {
@@ -86,22 +106,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             };
             for n in &names {
                 Lab::down(n).with_context(|| format!("lab down {n}"))?;
-                println!("lab {n} is down");
+                outln!("lab {n} is down");
             }
             if names.is_empty() {
-                println!("no labs are up");
+                outln!("no labs are up");
             }
             Ok(ExitCode::SUCCESS)
         }
-        LabCommand::Status { json } => status(json),
+        LabCommand::Status { name, json } => status(name.as_deref(), json),
         LabCommand::Fix { name } => {
             Lab::open(&name)?.fix()?;
-            println!("lab {name}: latency server now has tcp_nodelay on (reloaded)");
+            outln!("lab {name}: latency server now has tcp_nodelay on (reloaded)");
             Ok(ExitCode::SUCCESS)
         }
         LabCommand::Unfix { name } => {
             Lab::open(&name)?.unfix()?;
-            println!("lab {name}: latency server back to tcp_nodelay off (reloaded)");
+            outln!("lab {name}: latency server back to tcp_nodelay off (reloaded)");
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -115,15 +135,19 @@ fn up(name: &str, server: Server, json: bool) -> anyhow::Result<ExitCode> {
         ),
     };
     let lab = Lab::up(&LabOptions::new(name).server(kind))?;
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        drop(lab); // tears down everything it made
+        bail!("interrupted; lab {name:?} was not left up");
+    }
     let st = lab.keep();
     if json {
-        println!("{}", serde_json::to_string_pretty(&st)?);
+        outln!("{}", serde_json::to_string_pretty(&st)?);
     } else {
         for n in &st.notes {
             eprintln!("lagtrace lab: {n}");
         }
-        print_lab(&st);
-        println!(
+        print_lab(&st)?;
+        outln!(
             "Capture on {}; `lagtrace lab fix --name {name}` sets tcp_nodelay on, `lagtrace lab down --name {name}` removes it all.",
             st.client_iface
         );
@@ -131,10 +155,15 @@ fn up(name: &str, server: Server, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_lab(st: &LabState) {
-    println!(
+fn print_lab(st: &LabState) -> std::io::Result<()> {
+    outln!(
         "lab {}: namespace {}, {} {} (here) <-> {} {} (server host)",
-        st.name, st.netns, st.client_iface, st.client_addr, st.server_iface, st.server_addr
+        st.name,
+        st.netns,
+        st.client_iface,
+        st.client_addr,
+        st.server_iface,
+        st.server_addr
     );
     for s in &st.servers {
         let what = match (s.role.as_str(), s.fixed) {
@@ -148,7 +177,7 @@ fn print_lab(st: &LabState) {
             .map(|p| format!("pid {p}"))
             .unwrap_or_else(|| "in-process".into());
         let answers = answers(SocketAddr::from((st.server_addr, s.port)));
-        println!(
+        outln!(
             "  {:<8} http://{}:{}/  {} {}  {}  {}",
             s.role,
             st.server_addr,
@@ -159,6 +188,7 @@ fn print_lab(st: &LabState) {
             if answers { "answers" } else { "NOT ANSWERING" }
         );
     }
+    Ok(())
 }
 
 fn answers(addr: SocketAddr) -> bool {
@@ -178,12 +208,25 @@ struct LabStatus {
     answering: Vec<bool>,
 }
 
-fn status(json: bool) -> anyhow::Result<ExitCode> {
-    let labs = Lab::list();
+fn status(name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    if let Some(n) = name {
+        lagtrace_lab::validate_name(n)?;
+    }
+    let wanted = |n: &str| name.is_none_or(|w| w == n);
+    let labs: Vec<LabState> = Lab::list()
+        .into_iter()
+        .filter(|s| wanted(&s.name))
+        .collect();
     let orphans: Vec<String> = Lab::orphans()
         .into_iter()
+        .filter(|n| wanted(n))
         .map(|n| lagtrace_lab::netns_name(&n))
         .collect();
+    let code = if name.is_some() && labs.is_empty() {
+        ExitCode::from(super::EXIT_FINDING)
+    } else {
+        ExitCode::SUCCESS
+    };
     if json {
         let out = StatusJson {
             labs: labs
@@ -202,19 +245,21 @@ fn status(json: bool) -> anyhow::Result<ExitCode> {
                 .collect(),
             orphan_namespaces: orphans,
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(ExitCode::SUCCESS);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(code);
     }
-    if labs.is_empty() {
-        println!("no labs are up");
+    match name {
+        Some(n) if labs.is_empty() => outln!("lab {n} is not up"),
+        None if labs.is_empty() => outln!("no labs are up"),
+        _ => {}
     }
     for st in &labs {
-        print_lab(st);
+        print_lab(st)?;
     }
     for o in &orphans {
-        println!(
+        outln!(
             "namespace {o} has no lab state (left by a crash?): `lagtrace lab down --all` removes it"
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }

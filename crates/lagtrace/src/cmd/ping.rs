@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use lagtrace_probe::{PingMode, PingOptions, PingReport, Sample, SampleKind};
 
 /// TCP SYN RTT to HOST[:PORT], like `hping3 -S`, with µs precision.
@@ -34,7 +34,7 @@ pub struct Args {
     /// Destination port (default 80 for TCP modes, 33434 for --udp); overrides HOST:PORT
     #[arg(short = 'p', long)]
     pub port: Option<u64>,
-    /// Number of probes
+    /// Number of probes (1-1000000; Ctrl-C ends early and prints the statistics)
     #[arg(short = 'c', long, default_value_t = 4)]
     pub count: u32,
     /// Interval between probes: 10ms, 1s, 500us, or seconds (0.2)
@@ -208,6 +208,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.count == 0 {
         bail!("invalid count 0: must be at least 1");
     }
+    if args.count > lagtrace_probe::MAX_PING_COUNT {
+        bail!(
+            "invalid count {}: at most {} (every sample is kept for the statistics; Ctrl-C ends a run early with its statistics)",
+            args.count,
+            lagtrace_probe::MAX_PING_COUNT
+        );
+    }
     if args.timeout.is_zero() {
         bail!("invalid timeout 0: must be positive");
     }
@@ -230,18 +237,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             STOP.store(true, Ordering::Relaxed);
         }
     };
+    // A target without a route is one line, with no header printed before it.
+    lagtrace_probe::net::source_for(ip).with_context(|| format!("no route to {ip}"))?;
+    // Decide the privilege question before the header, so the header names the mode that
+    // really runs and a refusal is one line with nothing printed before it.
+    let no_raw = mode != PingMode::Connect && !lagtrace_probe::net::have_cap_net_raw();
+    if no_raw && mode != PingMode::Syn {
+        bail!(
+            "--{} probes need raw sockets (CAP_NET_RAW: run as root); --connect works without it",
+            if mode == PingMode::Udp { "udp" } else { "icmp" }
+        );
+    }
+    let fallback_said = no_raw && mode == PingMode::Syn;
     if !json {
         writeln!(
             std::io::stdout(),
             "LAGTRACE PING {} ({}): {} probes, interval {:?}, timeout {:?}",
             opts.target,
-            mode_label(mode),
+            mode_label(if fallback_said {
+                PingMode::Connect
+            } else {
+                mode
+            }),
             opts.count,
             opts.interval,
             opts.timeout
         )?;
     }
-    let fallback_said = mode == PingMode::Syn && !lagtrace_probe::net::have_cap_net_raw();
     if fallback_said {
         eprintln!(
             "lagtrace ping: no CAP_NET_RAW: SYN mode needs raw sockets; falling back to --connect (timed connect(), completes handshakes)"

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use lagtrace_probe::{HopReply, Proto, RouteOptions, RouteReport};
 
 use super::ping::parse_duration;
@@ -21,7 +21,8 @@ Addresses are always numeric (no reverse DNS; -n is accepted for traceroute comp
 Needs CAP_NET_RAW.
 
 --report N runs N rounds (mtr style, one probe per hop per round unless -q is given, rounds
---interval apart) and prints per hop Loss%, Snt, Last, Avg, Best, Wrst, StDev in ms.
+--interval apart) and prints per hop Loss%, Snt, Last, Avg, Best, Wrst, StDev in ms (StDev is
+the sample standard deviation, n - 1, as mtr computes it).
 
 Exit status: 0 the target answered; 1 it did not (the hops show where the path stops);
 2 could not run (bad input, no route, missing privilege).")]
@@ -49,7 +50,7 @@ pub struct Args {
     /// How long to wait for replies after the last probe of a round
     #[arg(short = 'W', long, default_value = "1s", value_parser = parse_duration)]
     pub timeout: Duration,
-    /// mtr-style report: run N rounds and print per-hop statistics
+    /// mtr-style report: run N rounds (1-100000) and print per-hop statistics
     #[arg(long, value_name = "N")]
     pub report: Option<u32>,
     /// Time between rounds in --report mode
@@ -60,6 +61,9 @@ pub struct Args {
     pub json: bool,
 }
 
+/// The most `--report` rounds: memory grows with rounds x hops x queries.
+const MAX_ROUNDS: u32 = 100_000;
+
 fn ms(us: f64) -> String {
     format!("{:.3}", us / 1000.0)
 }
@@ -69,6 +73,39 @@ fn proto_label(p: Proto) -> &'static str {
         Proto::Tcp => "tcp-syn",
         Proto::Udp => "udp",
         Proto::Icmp => "icmp-echo",
+    }
+}
+
+/// traceroute's annotation of an ICMP destination unreachable by code: `!N` network, `!H`
+/// host, `!P` protocol, `!F` fragmentation needed, `!S` source route, `!X` administratively
+/// prohibited, else `!<code>`.
+pub fn unreachable_mark(ipv6: bool, code: Option<u8>) -> String {
+    let Some(c) = code else {
+        return "!".to_string();
+    };
+    let m = if ipv6 {
+        match c {
+            0 => "!N",
+            1 => "!X",
+            3 => "!H",
+            4 => "!P",
+            _ => "",
+        }
+    } else {
+        match c {
+            0 | 6 | 11 => "!N",
+            1 | 7 | 12 => "!H",
+            2 => "!P",
+            4 => "!F",
+            5 => "!S",
+            9 | 10 | 13 => "!X",
+            _ => "",
+        }
+    };
+    if m.is_empty() {
+        format!("!{c}")
+    } else {
+        m.to_string()
     }
 }
 
@@ -87,7 +124,8 @@ pub fn render_trace(r: &RouteReport) -> String {
                     }
                     line.push_str(&format!("  {} ms", ms(rtt)));
                     if p.reply == HopReply::Unreachable {
-                        line.push_str(&format!(" !U{}", p.code.unwrap_or(0)));
+                        line.push(' ');
+                        line.push_str(&unreachable_mark(r.target.is_ipv6(), p.code));
                     }
                 }
                 _ => line.push_str("  *"),
@@ -130,7 +168,7 @@ pub fn render_report(r: &RouteReport) -> String {
                 ms(t.avg_us),
                 ms(t.min_us),
                 ms(t.max_us),
-                ms(t.mdev_us)
+                ms(t.stdev_us)
             )
         } else {
             format!("{:>8} {:>8} {:>8} {:>8} {:>8}", "-", "-", "-", "-", "-")
@@ -163,6 +201,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if rounds == 0 {
         bail!("invalid --report 0: must be at least 1 round");
     }
+    // Every probe of every round is kept for the per-hop statistics and --json.
+    if rounds > MAX_ROUNDS {
+        bail!("invalid --report {rounds}: at most {MAX_ROUNDS} rounds (every probe is kept)");
+    }
     let queries = args
         .queries
         .unwrap_or(if args.report.is_some() { 1 } else { 3 });
@@ -171,6 +213,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if args.timeout.is_zero() {
         bail!("invalid timeout 0: must be positive");
+    }
+    // Refuse before the header: a missing route or privilege is one line, nothing before it.
+    lagtrace_probe::net::source_for(ip).with_context(|| format!("no route to {ip}"))?;
+    if !lagtrace_probe::net::have_cap_net_raw() {
+        bail!(
+            "route needs raw sockets (CAP_NET_RAW: run as root); `lagtrace ping --connect` works without it"
+        );
     }
     let opts = RouteOptions {
         target: ip,
