@@ -226,6 +226,34 @@ fn inspect_text_names_the_setting_and_the_line() {
     assert!(v["sockets"].as_array().unwrap().len() >= 5); // listener + 2×2 ends
 }
 
+/// A config edited after nginx loaded it is what is on disk, not what runs: the lens says so
+/// (and says nothing while the file is as loaded).
+#[test]
+fn config_changed_since_nginx_loaded_it_is_flagged() {
+    let port = free_port();
+    let n = Nginx::start(LATENCY_HTTP, port, None);
+    let args = ["sockets", "--port", &port.to_string(), "--state", "listen"];
+    let before = String::from_utf8_lossy(&lagtrace(&args).stderr).into_owned()
+        + &String::from_utf8_lossy(&lagtrace(&args).stdout);
+    assert!(!before.contains("changed after nginx"), "{before}");
+    // Edit it (mtime now, well after the workers' start), as someone fixing it would.
+    std::thread::sleep(Duration::from_millis(1100));
+    let text = std::fs::read_to_string(n.conf_path()).unwrap();
+    std::fs::write(
+        n.conf_path(),
+        text.replace("tcp_nodelay off;", "tcp_nodelay on;"),
+    )
+    .unwrap();
+    let out = lagtrace(&args);
+    let all =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let want = format!(
+        "{} changed after nginx last loaded",
+        n.conf_path().display()
+    );
+    assert!(all.contains(&want), "{want} not in {all}");
+}
+
 /// Without CAP_SYS_PTRACE, a process of another uid cannot be looked into: the sockets are
 /// still listed with TCP_INFO, and a note says what is missing and why.
 #[test]

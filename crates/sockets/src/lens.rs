@@ -6,6 +6,7 @@
 //! can be added the same way and registered in [`lenses`].
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -122,6 +123,40 @@ impl ConfigLens for NginxLens {
             Ok((tree, mut notes)) => {
                 report.notes.append(&mut notes);
                 report.findings = nginx_effective(&tree, pid);
+                // nginx reads its files at start (and on reload): a file changed since is
+                // what is on disk, maybe not what runs.
+                let mut files: Vec<PathBuf> = report
+                    .findings
+                    .iter()
+                    .filter_map(|f| f.file.clone())
+                    .collect();
+                files.push(conf.clone());
+                files.sort();
+                files.dedup();
+                // Workers are forked after each (re)load: the newest one dates the config in
+                // force (the master's own start time, without workers).
+                let loaded = procfs::pids()
+                    .into_iter()
+                    .filter(|&p| procfs::ppid(p) == Some(pid))
+                    .filter_map(procfs::start_time)
+                    .chain(procfs::start_time(pid))
+                    .max();
+                if let Some(started) = loaded {
+                    for f in files {
+                        let modified = std::fs::metadata(reader.real(&f))
+                            .and_then(|m| m.modified())
+                            .ok();
+                        // One second of slack: starttime has clock-tick resolution.
+                        if modified.is_some_and(|m| m > started + Duration::from_secs(1)) {
+                            report.notes.push(format!(
+                                "nginx pid {pid}: {} changed after nginx last loaded its \
+                                 configuration: the values shown are the file's and may not be \
+                                 in effect until `nginx -s reload`",
+                                f.display()
+                            ));
+                        }
+                    }
+                }
             }
             Err(e) => report
                 .notes
