@@ -4,6 +4,9 @@
 # (Debian's, our own config on loopback, stopped by a trap). Target: --record >= 95% of alone.
 #
 # usage: bench/sockets-record-overhead.sh [ROUNDS] [DURATION]   (as root; default 3 rounds, 5s)
+# CONN_CLOSE=1 adds `-H "Connection: close"`: a new connection per request, so every request
+# makes socket/setsockopt/connect/getsockopt/close stops — the recorder's worst case, where
+# keep-alive wrk (the default) only stops while it opens its connections.
 set -euo pipefail
 ROUNDS=${1:-3}
 DUR=${2:-5s}
@@ -34,6 +37,8 @@ nginx -c "$DIR/nginx.conf" -p "$DIR" -g 'daemon on;'
 sleep 0.3
 URL="http://127.0.0.1:$PORT/"
 WRK=(wrk -t2 -c50 -d"$DUR" "$URL")
+[ "${CONN_CLOSE:-0}" = 1 ] && WRK=(wrk -t2 -c50 -d"$DUR" -H "Connection: close" "$URL")
+echo "load: ${WRK[*]}"
 
 rps() { awk '/^Requests\/sec:/ {print $2}'; }
 declare -a A R N S

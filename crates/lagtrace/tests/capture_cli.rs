@@ -384,3 +384,63 @@ fn netns_without_cap_sys_admin_names_the_capability() {
     assert!(err.contains("needs CAP_SYS_ADMIN"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+/// A veth pair this test owns (named by its first end); deleted on drop (even on panic) if
+/// still there.
+struct Dummy(String);
+
+impl Drop for Dummy {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.0])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+#[test]
+fn interface_that_disappears_mid_capture_ends_with_counters_and_exit_2() {
+    let name = format!("ltgone{}", std::process::id() % 100_000);
+    let ok = Command::new("ip")
+        .args([
+            "link",
+            "add",
+            &name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &format!("{name}p"),
+        ])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cannot create veth pair {name}");
+    let dummy = Dummy(name.clone());
+    assert!(
+        Command::new("ip")
+            .args(["link", "set", &name, "up"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("gone.pcap");
+    let mut cap = Cap::start(&["-i", &name, "-w", f.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!cap.finished(), "capture ended before the interface went");
+    drop(dummy);
+    let d = cap.wait(Duration::from_secs(10));
+    assert_eq!(d.status.code(), Some(2), "{}", d.stderr);
+    assert!(!d.stderr.contains("panicked"), "{}", d.stderr);
+    let n = counter(&d.stderr, " packets captured");
+    let errors: Vec<&str> = d
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("lagtrace: error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", d.stderr);
+    assert!(errors[0].contains(&name), "{}", d.stderr);
+    // The file is complete and readable with what was captured before.
+    assert_eq!(tshark_fields(&f, None, &["frame.number"]).len() as u64, n);
+}

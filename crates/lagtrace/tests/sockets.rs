@@ -13,6 +13,50 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 
+/// A child process this test started: killed and reaped on drop, even on panic.
+struct Owned(std::process::Child);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (at most 10 s, polling) until `pred` holds: no fixed sleep that a loaded machine
+/// can outlast.
+fn wait_until(what: &str, mut pred: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !pred() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Whether a process named `name` whose parent is `ppid` exists.
+fn has_child_named(ppid: u32, name: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .any(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // "pid (comm) state ppid ...": the comm may hold spaces, so split after ')'.
+            let ppid_of = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            ppid_of == Some(ppid) && comm(pid) == name
+        })
+}
+
 fn lagtrace(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lagtrace"))
         .args(args)
@@ -182,6 +226,34 @@ fn inspect_text_names_the_setting_and_the_line() {
     assert!(v["sockets"].as_array().unwrap().len() >= 5); // listener + 2×2 ends
 }
 
+/// A config edited after nginx loaded it is what is on disk, not what runs: the lens says so
+/// (and says nothing while the file is as loaded).
+#[test]
+fn config_changed_since_nginx_loaded_it_is_flagged() {
+    let port = free_port();
+    let n = Nginx::start(LATENCY_HTTP, port, None);
+    let args = ["sockets", "--port", &port.to_string(), "--state", "listen"];
+    let before = String::from_utf8_lossy(&lagtrace(&args).stderr).into_owned()
+        + &String::from_utf8_lossy(&lagtrace(&args).stdout);
+    assert!(!before.contains("changed after nginx"), "{before}");
+    // Edit it (mtime now, well after the workers' start), as someone fixing it would.
+    std::thread::sleep(Duration::from_millis(1100));
+    let text = std::fs::read_to_string(n.conf_path()).unwrap();
+    std::fs::write(
+        n.conf_path(),
+        text.replace("tcp_nodelay off;", "tcp_nodelay on;"),
+    )
+    .unwrap();
+    let out = lagtrace(&args);
+    let all =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let want = format!(
+        "{} changed after nginx last loaded",
+        n.conf_path().display()
+    );
+    assert!(all.contains(&want), "{want} not in {all}");
+}
+
 /// Without CAP_SYS_PTRACE, a process of another uid cannot be looked into: the sockets are
 /// still listed with TCP_INFO, and a note says what is missing and why.
 #[test]
@@ -189,7 +261,7 @@ fn without_cap_sys_ptrace_results_are_partial_with_a_note() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let fd = l.as_raw_fd();
-    let mut child = unsafe {
+    let child = unsafe {
         Command::new("setpriv")
             .args([
                 "--reuid=65534",
@@ -208,8 +280,11 @@ fn without_cap_sys_ptrace_results_are_partial_with_a_note() {
             .spawn()
             .unwrap()
     };
+    let mut child = Owned(child);
     drop(l);
-    std::thread::sleep(Duration::from_millis(200));
+    // setpriv holds fd 100 already; wait until it has become `sleep` (the comm asserted).
+    let cpid = child.0.id();
+    wait_until("setpriv exec'd sleep", || comm(cpid) == "sleep");
     let out = Command::new("setpriv")
         .args([
             "--inh-caps=-sys_ptrace",
@@ -222,9 +297,9 @@ fn without_cap_sys_ptrace_results_are_partial_with_a_note() {
         ])
         .output()
         .unwrap();
-    let pid = child.id();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let pid = child.0.id();
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v = json(&out);
     let socks = v["sockets"].as_array().unwrap();
@@ -441,7 +516,11 @@ fn record_survives_ctrl_c_and_reports_cmds_status() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    // Ctrl-C only once the command runs under the recorder (its handler is in place then).
+    let lpid = child.id();
+    wait_until("sleep started under the recorder", || {
+        has_child_named(lpid, "sleep")
+    });
     // SAFETY: signalling the process group this test just created.
     unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
     let out = child.wait_with_output().unwrap();

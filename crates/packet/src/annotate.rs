@@ -471,10 +471,10 @@ fn with_comment(block: &[u8], le: bool, comment: &str) -> Option<Vec<u8>> {
     let w16 = |v: &mut Vec<u8>, x: u16| {
         v.extend_from_slice(&if le { x.to_le_bytes() } else { x.to_be_bytes() })
     };
-    let end = block.len() - 4;
     if block.len() < 32 {
         return None;
     }
+    let end = block.len() - 4;
     let caplen = u32_at(20) as usize;
     let opts_start = 28usize.checked_add(caplen.checked_add(3)? & !3)?;
     if opts_start > end {

@@ -154,6 +154,9 @@ pub enum StopReason {
     Count,
     /// `duration` elapsed.
     Duration,
+    /// Reading failed (e.g. the interface disappeared): see [`CaptureStats::error`]. What
+    /// was captured before is in the counters and the file.
+    Failed,
 }
 
 /// Counters at the end of a capture, as tcpdump prints them.
@@ -175,6 +178,9 @@ pub struct CaptureStats {
     pub elapsed_us: u64,
     /// Why it stopped.
     pub stop_reason: StopReason,
+    /// With [`StopReason::Failed`]: why reading stopped, one line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Callback invoked on the capture thread for every packet.
@@ -407,6 +413,7 @@ fn run_capture(
             None => 100_000,
         }
     };
+    let mut failure: Option<String> = None;
     let reason = loop {
         if opts.count.is_some_and(|c| captured >= c) {
             break StopReason::Count;
@@ -418,9 +425,15 @@ fn run_capture(
         if deadline.is_some_and(|d| now >= d) {
             break StopReason::Duration;
         }
-        let n = cap
-            .dispatch(Some(remaining(captured)), |p| handle(p, &mut captured))
-            .map_err(|e| anyhow!("reading packets on {}: {e}", opts.iface))?;
+        // A read error (the interface went away) ends the capture, but what was captured
+        // so far is still flushed and counted.
+        let n = match cap.dispatch(Some(remaining(captured)), |p| handle(p, &mut captured)) {
+            Ok(n) => n,
+            Err(e) => {
+                failure = Some(format!("reading packets on {}: {e}", opts.iface));
+                break StopReason::Failed;
+            }
+        };
         if n == 0 {
             let mut wait = POLL_MS;
             if let Some(d) = deadline {
@@ -446,7 +459,7 @@ fn run_capture(
     // Drain what the kernel already captured before the stop (not past `count`). Without
     // immediate mode the last packets sit in a block the kernel hands over only when its
     // timeout expires, so wait until the interface has been quiet for longer than that.
-    if reason != StopReason::Count {
+    if reason != StopReason::Count && reason != StopReason::Failed {
         let quiet_for = Duration::from_millis(if opts.immediate {
             10
         } else {
@@ -474,9 +487,16 @@ fn run_capture(
         }
     }
     let elapsed = started.elapsed();
-    let st = cap
-        .stats()
-        .map_err(|e| anyhow!("reading capture statistics: {e}"))?;
+    let st = match cap.stats() {
+        Ok(st) => st,
+        // The kernel counters are gone with the interface: report what we counted.
+        Err(_) if failure.is_some() => pcap::Stat {
+            received: captured.min(u64::from(u32::MAX)) as u32,
+            dropped: 0,
+            if_dropped: 0,
+        },
+        Err(e) => return Err(anyhow!("reading capture statistics: {e}")),
+    };
     match sink {
         Sink::None => {}
         Sink::Pcap(mut s) => s
@@ -498,6 +518,7 @@ fn run_capture(
         dropped_by_interface: st.if_dropped as u64,
         elapsed_us: elapsed.as_micros() as u64,
         stop_reason: reason,
+        error: failure,
     })
 }
 

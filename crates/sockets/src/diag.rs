@@ -345,38 +345,46 @@ pub fn dump(family: u8, states: u32) -> io::Result<Vec<DiagSocket>> {
             return Err(e);
         }
         let n = n as usize;
-        if n == 0 {
+        if n == 0 || parse_batch(&buf[..n], &mut out)? {
             return Ok(out);
         }
-        let mut off = 0;
-        while off + NLMSG_HDRLEN <= n {
-            let len = u32_at(&buf, off).unwrap_or(0) as usize;
-            let ty = u16::from_ne_bytes([buf[off + 4], buf[off + 5]]);
-            if len < NLMSG_HDRLEN || off + len > n {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "sock_diag: truncated netlink message",
-                ));
-            }
-            match ty {
-                NLMSG_DONE => return Ok(out),
-                NLMSG_ERROR => {
-                    let code = u32_at(&buf, off + NLMSG_HDRLEN).unwrap_or(0) as i32;
-                    if code == 0 {
-                        return Ok(out);
-                    }
-                    return Err(io::Error::from_raw_os_error(-code));
-                }
-                SOCK_DIAG_BY_FAMILY => {
-                    if let Some(s) = parse_diag_msg(&buf[off + NLMSG_HDRLEN..off + len]) {
-                        out.push(s);
-                    }
-                }
-                _ => {}
-            }
-            off += (len + 3) & !3;
-        }
     }
+}
+
+/// Parses one datagram of a sock_diag dump into `out`. Returns whether the dump is over
+/// (`NLMSG_DONE`, or an `NLMSG_ERROR` ack). A message whose length runs past the datagram
+/// is an error; unknown message types are skipped.
+pub fn parse_batch(buf: &[u8], out: &mut Vec<DiagSocket>) -> io::Result<bool> {
+    let n = buf.len();
+    let mut off = 0;
+    while off + NLMSG_HDRLEN <= n {
+        let len = u32_at(buf, off).unwrap_or(0) as usize;
+        let ty = u16::from_ne_bytes([buf[off + 4], buf[off + 5]]);
+        if len < NLMSG_HDRLEN || len > n - off {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "sock_diag: truncated netlink message",
+            ));
+        }
+        match ty {
+            NLMSG_DONE => return Ok(true),
+            NLMSG_ERROR => {
+                let code = u32_at(buf, off + NLMSG_HDRLEN).unwrap_or(0) as i32;
+                if code == 0 {
+                    return Ok(true);
+                }
+                return Err(io::Error::from_raw_os_error(code.unsigned_abs() as i32));
+            }
+            SOCK_DIAG_BY_FAMILY => {
+                if let Some(s) = parse_diag_msg(&buf[off + NLMSG_HDRLEN..off + len]) {
+                    out.push(s);
+                }
+            }
+            _ => {}
+        }
+        off += (len + 3) & !3;
+    }
+    Ok(false)
 }
 
 /// Every TCP socket (IPv4 then IPv6) in the calling thread's namespace, in `states`.
@@ -423,6 +431,93 @@ mod tests {
         assert_eq!(s.inode, 99);
         assert_eq!(s.state, 10);
         assert!(s.tcp_info.is_none());
+    }
+
+    /// A deterministic byte stream (xorshift) for garbage inputs.
+    fn noise(seed: u64, len: usize) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tcp_info_of_every_length_parses_the_fields_that_fit() {
+        // A real-sized struct with each u32 slot numbered: every field present in a prefix
+        // must read its own slot, every field beyond it must be None.
+        let full: Vec<u8> = (0u32..75).flat_map(|i| i.to_ne_bytes()).collect();
+        for len in 0..=300usize {
+            let b: Vec<u8> = full.iter().copied().cycle().take(len).collect();
+            let t = TcpInfo::parse(&b);
+            assert_eq!(t.struct_len, len);
+            assert_eq!(t.rto_us, (len >= 12).then_some(2), "len {len}");
+            assert_eq!(t.rtt_us, (len >= 72).then_some(17), "len {len}");
+            assert_eq!(t.total_retrans, (len >= 104).then_some(25), "len {len}");
+            assert_eq!(t.min_rtt_us, (len >= 152).then_some(37), "len {len}");
+            assert_eq!(t.delivery_rate.is_some(), len >= 168, "len {len}");
+            assert_eq!(t.snd_wnd, (len >= 232).then_some(57), "len {len}");
+            assert_eq!(
+                t.last_data_sent_us,
+                (len >= 48).then_some(11_000),
+                "len {len}"
+            );
+        }
+    }
+
+    #[test]
+    fn garbage_and_truncated_netlink_never_panics() {
+        // One well-formed SOCK_DIAG_BY_FAMILY message with an INET_DIAG_INFO attribute
+        // of 232 bytes, then NLMSG_DONE.
+        let mut msg = vec![0u8; INET_DIAG_MSG_LEN];
+        msg[0] = libc::AF_INET6 as u8;
+        msg[1] = 1;
+        msg.extend_from_slice(&(4u16 + 232).to_ne_bytes());
+        msg.extend_from_slice(&INET_DIAG_INFO.to_ne_bytes());
+        msg.extend_from_slice(&noise(7, 232));
+        let mut dgram = Vec::new();
+        dgram.extend_from_slice(&((NLMSG_HDRLEN + msg.len()) as u32).to_ne_bytes());
+        dgram.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        dgram.extend_from_slice(&[0u8; 10]);
+        dgram.extend_from_slice(&msg);
+        dgram.extend_from_slice(&(NLMSG_HDRLEN as u32).to_ne_bytes());
+        dgram.extend_from_slice(&NLMSG_DONE.to_ne_bytes());
+        dgram.extend_from_slice(&[0u8; 10]);
+        let mut out = Vec::new();
+        assert!(parse_batch(&dgram, &mut out).unwrap());
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].tcp_info.as_ref().map(|t| t.struct_len), Some(232));
+        // Every truncation of it: an error or a partial parse, never a panic.
+        for cut in 0..dgram.len() {
+            let mut out = Vec::new();
+            let _ = parse_batch(&dgram[..cut], &mut out);
+            assert!(out.len() <= 1);
+            let _ = parse_diag_msg(&msg[..cut.min(msg.len())]);
+        }
+        // Random bytes, and random bytes behind a valid header.
+        for seed in 0..2000u64 {
+            let len = (seed as usize * 7) % 600;
+            let g = noise(seed, len);
+            let _ = parse_batch(&g, &mut Vec::new());
+            let _ = parse_diag_msg(&g);
+            let mut h = dgram[..NLMSG_HDRLEN + INET_DIAG_MSG_LEN].to_vec();
+            h.extend_from_slice(&g);
+            let total = h.len() as u32;
+            h[..4].copy_from_slice(&total.to_ne_bytes());
+            let _ = parse_batch(&h, &mut Vec::new());
+        }
+        // An error message with errno i32::MIN, and one cut before its errno.
+        let mut e = ((NLMSG_HDRLEN + 4) as u32).to_ne_bytes().to_vec();
+        e.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        e.extend_from_slice(&[0u8; 10]);
+        e.extend_from_slice(&i32::MIN.to_ne_bytes());
+        assert!(parse_batch(&e, &mut Vec::new()).is_err());
+        e[..4].copy_from_slice(&(NLMSG_HDRLEN as u32).to_ne_bytes());
+        assert!(parse_batch(&e[..NLMSG_HDRLEN], &mut Vec::new()).unwrap());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! can be added the same way and registered in [`lenses`].
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -122,6 +123,40 @@ impl ConfigLens for NginxLens {
             Ok((tree, mut notes)) => {
                 report.notes.append(&mut notes);
                 report.findings = nginx_effective(&tree, pid);
+                // nginx reads its files at start (and on reload): a file changed since is
+                // what is on disk, maybe not what runs.
+                let mut files: Vec<PathBuf> = report
+                    .findings
+                    .iter()
+                    .filter_map(|f| f.file.clone())
+                    .collect();
+                files.push(conf.clone());
+                files.sort();
+                files.dedup();
+                // Workers are forked after each (re)load: the newest one dates the config in
+                // force (the master's own start time, without workers).
+                let loaded = procfs::pids()
+                    .into_iter()
+                    .filter(|&p| procfs::ppid(p) == Some(pid))
+                    .filter_map(procfs::start_time)
+                    .chain(procfs::start_time(pid))
+                    .max();
+                if let Some(started) = loaded {
+                    for f in files {
+                        let modified = std::fs::metadata(reader.real(&f))
+                            .and_then(|m| m.modified())
+                            .ok();
+                        // One second of slack: starttime has clock-tick resolution.
+                        if modified.is_some_and(|m| m > started + Duration::from_secs(1)) {
+                            report.notes.push(format!(
+                                "nginx pid {pid}: {} changed after nginx last loaded its \
+                                 configuration: the values shown are the file's and may not be \
+                                 in effect until `nginx -s reload`",
+                                f.display()
+                            ));
+                        }
+                    }
+                }
             }
             Err(e) => report
                 .notes
@@ -268,6 +303,17 @@ fn tokenize(text: &str) -> Result<Vec<Tok>, String> {
             ';' => {
                 flush!();
                 toks.push(Tok::Semi(line));
+            }
+            // `${name}` is a variable inside a word (nginx's own parser does the same),
+            // not the start of a block.
+            '{' if word.ends_with('$') => {
+                word.push('{');
+                for c in chars.by_ref() {
+                    word.push(c);
+                    if c == '}' {
+                        break;
+                    }
+                }
             }
             '{' => {
                 flush!();
@@ -459,7 +505,13 @@ fn listen_port(args: &[String]) -> Option<u16> {
     if a.starts_with("unix:") {
         return None;
     }
-    // "8080", "127.0.0.1:8080", "[::]:80", "*:80", "localhost" (port 80)
+    // "8080", "127.0.0.1:8080", "[::]:80", "*:80", "localhost" (port 80), "[::1]" (port 80)
+    if let Some(rest) = a.strip_prefix('[') {
+        return match rest.split_once("]:") {
+            Some((_, p)) => p.parse().ok(),
+            None => Some(80),
+        };
+    }
     let port = match a.rsplit_once(':') {
         Some((_, p)) => p,
         None if a.chars().all(|c| c.is_ascii_digit()) => a,
@@ -522,17 +574,28 @@ pub fn nginx_effective(tree: &[Directive], pid: u32) -> Vec<ConfigFinding> {
                 let d = find(sb, name).or_else(|| find(hb, name));
                 out.push(mk(scope.clone(), ports.clone(), name, d.as_ref()));
             }
-            for loc in sb.iter().filter(|d| d.name == "location") {
+            // Locations (nested ones too: `location /a { location /a/b { ... } }`), each
+            // reported where it overrides a directive.
+            let mut stack: Vec<(&Directive, String)> = sb
+                .iter()
+                .filter(|d| d.name == "location")
+                .map(|l| (l, String::new()))
+                .collect();
+            while let Some((loc, outer)) = stack.pop() {
                 let lb = loc.block.as_deref().unwrap_or(&[]);
+                let label = format!("location {}{outer}", loc.args.join(" "));
                 for (name, _) in NGINX_DIRECTIVES {
                     if let Some(d) = find(lb, name) {
                         out.push(mk(
-                            format!("location {} in {scope}", loc.args.join(" ")),
+                            format!("{label} in {scope}"),
                             ports.clone(),
                             name,
                             Some(&d),
                         ));
                     }
+                }
+                for inner in lb.iter().filter(|d| d.name == "location") {
+                    stack.push((inner, format!(" in {label}")));
                 }
             }
         }
@@ -559,6 +622,15 @@ mod tests {
             ]
         );
         assert!(tokenize("a 'b;").is_err());
+        assert_eq!(
+            tokenize("set $p ${host}x;").unwrap(),
+            vec![
+                Tok::Word("set".into(), 1),
+                Tok::Word("$p".into(), 1),
+                Tok::Word("${host}x".into(), 1),
+                Tok::Semi(1)
+            ]
+        );
     }
 
     #[test]
@@ -605,6 +677,73 @@ mod tests {
         assert_eq!(get("http", "tcp_nopush").value, "off");
     }
 
+    /// Debian's stock layout (nginx.conf including modules-enabled, conf.d and
+    /// sites-enabled) with realistic variations: quoted values, comments holding braces,
+    /// `${var}` in an unquoted word, tcp_nodelay at http, server and (nested) location level,
+    /// several servers on different ports, `listen [::]` without a port.
+    #[test]
+    fn debian_layout_per_port_effective_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for sub in ["modules-enabled", "conf.d", "sites-enabled"] {
+            std::fs::create_dir(d.join(sub)).unwrap();
+        }
+        let conf = format!(
+            "user www-data;\nworker_processes auto;\npid /run/nginx.pid;\n\
+             include {0}/modules-enabled/*.conf;\nevents {{\n\tworker_connections 768;\n}}\n\
+             http {{\n\tsendfile on;\n\ttcp_nopush on;\n\ttcp_nodelay off; # was on {{ }}\n\
+             \tinclude {0}/conf.d/*.conf;\n\tinclude {0}/sites-enabled/*;\n}}\n",
+            d.display()
+        );
+        std::fs::write(d.join("nginx.conf"), conf).unwrap();
+        std::fs::write(
+            d.join("modules-enabled/50-mod.conf"),
+            "load_module modules/x.so;\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("conf.d/log.conf"),
+            "log_format main '$remote_addr \"$request\" {x}';\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("sites-enabled/default"),
+            "server {\n\tlisten 80 default_server;\n\tlisten [::] default_server;\n\
+             \tset $p ${host}x;\n\tlocation / {\n\t\ttry_files $uri $uri/ =404;\n\t}\n}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("sites-enabled/api"),
+            "server {\n  listen 127.0.0.1:8081;\n  tcp_nodelay \"on\";\n\
+             \x20 location /a {\n    location /a/b { tcp_nodelay off; }\n  }\n}\n\
+             server { listen 8082; keepalive_timeout 5s; }\n",
+        )
+        .unwrap();
+        let (tree, notes) = parse_nginx(&d.join("nginx.conf"), &FsReader { root: None }).unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        let f = nginx_effective(&tree, 1);
+        let get = |scope: &str, name: &str| {
+            f.iter()
+                .find(|x| x.server == scope && x.directive == name)
+                .unwrap_or_else(|| panic!("{scope} {name}: {f:#?}"))
+                .clone()
+        };
+        let n = get("server :80", "tcp_nodelay");
+        assert_eq!((n.value.as_str(), n.line), ("off", Some(11)));
+        assert_eq!(n.file.as_deref(), Some(d.join("nginx.conf").as_path()));
+        assert_eq!(n.ports, vec![80]);
+        let n = get("server :8081", "tcp_nodelay");
+        assert_eq!((n.value.as_str(), n.line), ("on", Some(3)));
+        assert_eq!(get("server :8082", "tcp_nodelay").value, "off");
+        assert_eq!(get("server :8082", "keepalive_timeout").value, "5s");
+        assert_eq!(get("server :8082", "tcp_nopush").value, "on");
+        let l = get(
+            "location /a/b in location /a in server :8081",
+            "tcp_nodelay",
+        );
+        assert_eq!((l.value.as_str(), l.line), ("off", Some(5)));
+    }
+
     #[test]
     fn broken_config_is_an_error_with_position() {
         let dir = tempfile::tempdir().unwrap();
@@ -634,5 +773,10 @@ mod tests {
             Some(80)
         );
         assert_eq!(listen_port(&["localhost".into()]), Some(80));
+        assert_eq!(listen_port(&["[::]".into()]), Some(80));
+        assert_eq!(
+            listen_port(&["[::1]:8443".into(), "ssl".into()]),
+            Some(8443)
+        );
     }
 }

@@ -156,10 +156,17 @@ impl ProcessSummary {
         }
         let known = self.nodelay_on + self.nodelay_off;
         if self.established > 0 {
-            if known > 0 {
+            // Say the state that is there: "off on 0/4" reads as a riddle for a client
+            // that set it everywhere.
+            if self.nodelay_off > 0 {
                 s += &format!(
                     ", TCP_NODELAY off on {}/{}",
                     self.nodelay_off, self.established
+                );
+            } else if known > 0 {
+                s += &format!(
+                    ", TCP_NODELAY on for {}/{}",
+                    self.nodelay_on, self.established
                 );
             }
             if self.nodelay_unknown > 0 {
@@ -580,4 +587,36 @@ pub fn finish_inspection(mut ins: Inspection, o: &InspectOptions) -> Inspection 
         run_lenses(&mut ins);
     }
     ins
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_line_names_the_nodelay_state_present() {
+        let mut p = ProcessSummary {
+            pid: 7,
+            comm: "wrk".into(),
+            listening: 0,
+            established: 4,
+            server_ports: vec![],
+            client_ports: vec![8080],
+            nodelay_on: 4,
+            nodelay_off: 0,
+            nodelay_unknown: 0,
+            cork_on: 0,
+            pingpong: 0,
+        };
+        assert!(
+            p.line()
+                .contains("4 established to :8080, TCP_NODELAY on for 4/4"),
+            "{}",
+            p.line()
+        );
+        (p.nodelay_on, p.nodelay_off) = (1, 3);
+        assert!(p.line().contains("TCP_NODELAY off on 3/4"), "{}", p.line());
+        (p.nodelay_on, p.nodelay_off, p.nodelay_unknown) = (0, 0, 4);
+        assert!(!p.line().contains("TCP_NODELAY"), "{}", p.line());
+    }
 }

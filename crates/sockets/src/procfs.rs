@@ -45,6 +45,30 @@ pub fn ppid(pid: u32) -> Option<u32> {
 }
 
 /// The arguments of a process, as NUL-separated in /proc/PID/cmdline.
+/// When the process started (wall clock), from its `starttime` (clock ticks after boot) and
+/// the boot time in /proc/stat. `None` if unreadable.
+pub fn start_time(pid: u32) -> Option<std::time::SystemTime> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the comm, which may hold spaces: state is field 3, starttime field 22.
+    let ticks: u64 = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
+    let btime: u64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = u64::try_from(hz).ok().filter(|&h| h > 0)?;
+    let secs = btime.checked_add(ticks / hz)?;
+    let nanos = (ticks % hz) * 1_000_000_000 / hz;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos as u32))
+}
+
 pub fn cmdline(pid: u32) -> Option<Vec<String>> {
     let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     Some(

@@ -6,8 +6,9 @@
 //! (`PTRACE_O_TRACESECCOMP | TRACEFORK | TRACEVFORK | TRACECLONE | EXITKILL`): at each
 //! seccomp stop we read the arguments (option values through `process_vm_readv`), resume
 //! with `PTRACE_SYSCALL` to see the return value at the syscall-exit stop, then let the task
-//! run on with `PTRACE_CONT`. A `close` of a descriptor that is not a recorded socket is
-//! resumed at once, without waiting for its exit.
+//! run on with `PTRACE_CONT`. A `close` is never waited for: of a descriptor that is not a
+//! recorded socket it is resumed at once without a log line, of a recorded socket it is
+//! logged at entry (`= ?`), since Linux frees the descriptor whatever close returns.
 //!
 //! Not seen: socket calls made through the 32-bit (int 0x80 / x32) ABIs, descriptors
 //! duplicated with dup/fcntl (a later setsockopt on them shows as an "inherited" socket),
@@ -60,10 +61,20 @@ pub struct SyscallEvent {
     pub call: String,
     /// Decoded arguments, strace-style (`52, SOL_TCP, TCP_NODELAY, [1], 4`).
     pub args: String,
-    /// Return value (`-errno` on failure, as the kernel returns it).
+    /// Return value (`-errno` on failure, as the kernel returns it); 0 when not waited for
+    /// (see `ret_known`).
     pub ret: i64,
+    /// Whether the return value was seen. `close` is logged at its entry without waiting
+    /// for the result (Linux frees the descriptor even when close fails), saving a stop
+    /// per socket; its line then ends `= ?`, as strace writes an unknown result.
+    #[serde(default = "yes")]
+    pub ret_known: bool,
     /// The recorded socket it concerns (index into `Recording::sockets`).
     pub socket: Option<usize>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl SyscallEvent {
@@ -74,7 +85,11 @@ impl SyscallEvent {
             self.tid,
             self.call,
             self.args,
-            ret_text(self.ret)
+            if self.ret_known {
+                ret_text(self.ret)
+            } else {
+                "?".into()
+            }
         )
     }
 }
@@ -664,8 +679,15 @@ impl Tracer {
             addr: None,
         };
         match r.nr {
-            arch::CLOSE if !self.fds.contains_key(&(tgid, a[0] as i32)) => {
-                return false; // not a socket of ours: no exit stop, no log
+            arch::CLOSE => {
+                // Not a socket of ours: no log. Ours: logged now, without an exit stop —
+                // the descriptor is released whatever close returns.
+                let fd = a[0] as i32;
+                if let Some(id) = self.fds.remove(&(tgid, fd)) {
+                    self.sockets[id].closed = true;
+                    self.log(tid, tgid, "close", format!("{fd}"), 0, false, Some(id));
+                }
+                return false;
             }
             arch::SETSOCKOPT => {
                 let (level, opt, len) = (a[1] as i32 as i64, a[2] as i32 as i64, a[4] as usize);
@@ -827,16 +849,22 @@ impl Tracer {
                 );
                 ("getsockopt", args, id)
             }
-            arch::CLOSE => {
-                let id = self.fds.get(&(tgid, fd0)).copied();
-                if ok && let Some(id) = id {
-                    self.fds.remove(&(tgid, fd0));
-                    self.sockets[id].closed = true;
-                }
-                ("close", format!("{fd0}"), id)
-            }
             _ => return,
         };
+        self.log(tid, tgid, call, args, ret, true, socket);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn log(
+        &mut self,
+        tid: i32,
+        tgid: u32,
+        call: &str,
+        args: String,
+        ret: i64,
+        ret_known: bool,
+        socket: Option<usize>,
+    ) {
         let ev = SyscallEvent {
             tid: tid as u32,
             pid: tgid,
@@ -844,6 +872,7 @@ impl Tracer {
             call: call.into(),
             args,
             ret,
+            ret_known,
             socket,
         };
         if let Some(w) = self.opts.live.as_mut() {

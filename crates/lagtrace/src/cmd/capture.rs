@@ -195,6 +195,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if st.dropped_by_interface > 0 {
         eprintln!("{} packets dropped by interface", st.dropped_by_interface);
     }
+    if let Some(e) = &st.error {
+        // The counts above and the file hold what was captured before the failure.
+        let kept = match &args.write {
+            Some(w) => format!(
+                " ({} packets before it are in {})",
+                st.captured,
+                w.display()
+            ),
+            None => String::new(),
+        };
+        eprintln!("lagtrace: error: {e}{kept}");
+        return Ok(ExitCode::from(super::EXIT_ERROR));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
