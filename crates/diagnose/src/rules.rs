@@ -1086,7 +1086,7 @@ fn fixes(cause: Cause, x: &Facts<'_>, target: &Target) -> Vec<Fix> {
                 v.push(Fix {
                     side: FixSide::Server,
                     location: Some(d.file.clone()),
-                    change: "or `sendfile off;`, or `tcp_nopush on;` (the response leaves in \
+                    change: "or sendfile off; or tcp_nopush on; (the response then leaves in \
                              full frames)"
                         .into(),
                     tradeoff: Some("tcp_nopush delays the last partial frame slightly".into()),
