@@ -1,0 +1,153 @@
+//! The lab's fault knobs that `diagnose` tests use: an extra `lagtrace serve` process in the
+//! namespace, tbf shaping, and nftables drops. Need root.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use lagtrace_lab::probe_client::{get_sequence, millis};
+use lagtrace_lab::serve::ServeOptions;
+use lagtrace_lab::{Lab, LabOptions, ServerKind};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn name(test: &str) -> String {
+    format!("{test}-{}", std::process::id())
+}
+
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+    })
+}
+
+fn in_ns(lab: &Lab, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &lab.state().netns])
+        .args(args)
+        .output()
+        .expect("ip netns exec");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// TCP RetransSegs of the lab namespace (/proc/net/snmp read from inside it).
+fn retrans_segs(lab: &Lab) -> u64 {
+    let snmp = in_ns(lab, &["cat", "/proc/net/snmp"]);
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (
+        tcp.next().expect("Tcp header"),
+        tcp.next().expect("Tcp values"),
+    );
+    let i = names
+        .split_whitespace()
+        .position(|w| w == "RetransSegs")
+        .expect("RetransSegs");
+    values
+        .split_whitespace()
+        .nth(i)
+        .expect("value")
+        .parse()
+        .expect("number")
+}
+
+#[test]
+fn start_builtin_runs_an_extra_server_killed_by_teardown() {
+    let lab = Lab::up(&LabOptions::new(&name("extra")).server(ServerKind::Builtin)).expect("lab");
+    let opts = ServeOptions {
+        think: Duration::from_millis(60),
+        body_size: 2000,
+        ..ServeOptions::default()
+    };
+    let pid = lab
+        .start_builtin(Path::new(BIN), 9000, &opts)
+        .expect("start_builtin");
+    assert!(running(pid));
+    let r = get_sequence(SocketAddr::from((lab.server_addr(), 9000)), 4, TIMEOUT)
+        .expect("extra server");
+    for x in &r {
+        assert_eq!(x.status, 200);
+        assert_eq!(x.body.len(), 2000);
+        assert!(x.elapsed >= Duration::from_millis(60), "{:?}", x.elapsed);
+    }
+    drop(lab);
+    assert!(!running(pid), "extra server {pid} survived teardown");
+}
+
+#[test]
+fn shape_limits_server_to_client_rate() {
+    let lab = Lab::up(&LabOptions::new(&name("shape")).server(ServerKind::Builtin)).expect("lab");
+    let opts = ServeOptions {
+        body_size: 200_000,
+        ..ServeOptions::default()
+    };
+    lab.start_builtin(Path::new(BIN), 9001, &opts)
+        .expect("server");
+    let addr = SocketAddr::from((lab.server_addr(), 9001));
+    let free = millis(&get_sequence(addr, 3, TIMEOUT).expect("unshaped"));
+    // 8 Mbit/s: 200 kB take >= 200 ms (minus the 16 kB burst).
+    lab.shape(8_000_000, 16_000, 400_000).expect("shape");
+    let shaped = millis(&get_sequence(addr, 3, TIMEOUT).expect("shaped"));
+    let qdisc = in_ns(
+        &lab,
+        &["tc", "-s", "qdisc", "show", "dev", lab.server_iface()],
+    );
+    eprintln!("unshaped {free:?}\nshaped {shaped:?}\n{qdisc}");
+    assert!(qdisc.contains("tbf"), "{qdisc}");
+    for ms in &shaped {
+        assert!(*ms >= 150.0, "shaped transfer took {ms:.1} ms: {shaped:?}");
+    }
+    assert!(free[1..].iter().all(|ms| *ms < 100.0), "unshaped: {free:?}");
+    lab.unshape().expect("unshape");
+    let again = millis(&get_sequence(addr, 3, TIMEOUT).expect("unshaped again"));
+    assert!(
+        again[1..].iter().all(|ms| *ms < 100.0),
+        "after unshape: {again:?}"
+    );
+}
+
+#[test]
+fn drop_percent_drops_and_tcp_retransmits() {
+    let lab = Lab::up(&LabOptions::new(&name("drop")).server(ServerKind::Builtin)).expect("lab");
+    let before = retrans_segs(&lab);
+    lab.drop_percent(30).expect("drop");
+    // Drops are measurements: the requests still complete, through retransmissions.
+    let r = get_sequence(lab.good_addr(), 30, Duration::from_secs(20)).expect("requests");
+    assert!(r.iter().all(|x| x.status == 200));
+    let table_name = lagtrace_lab::drop_table(lab.name());
+    let table = String::from_utf8_lossy(
+        &Command::new("nft")
+            .args(["list", "table", "netdev", &table_name])
+            .output()
+            .expect("nft")
+            .stdout,
+    )
+    .into_owned();
+    let dropped: u64 = table
+        .split("counter packets ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("nft counter");
+    let retrans = retrans_segs(&lab) - before;
+    eprintln!("nft dropped {dropped} packets; the server retransmitted {retrans} segments");
+    assert!(dropped >= 1, "{table}");
+    // Every dropped server->client segment is one the server sends again.
+    assert!(retrans >= 1, "no retransmissions for {dropped} drops");
+    lab.drop_percent(0).expect("undrop");
+    let tables = Command::new("nft")
+        .args(["list", "tables"])
+        .output()
+        .expect("nft");
+    assert!(!String::from_utf8_lossy(&tables.stdout).contains(&table_name));
+    // Teardown removes the table too.
+    lab.drop_percent(10).expect("drop again");
+    drop(lab);
+    let tables = Command::new("nft")
+        .args(["list", "tables"])
+        .output()
+        .expect("nft");
+    assert!(!String::from_utf8_lossy(&tables.stdout).contains(&table_name));
+}
