@@ -1,1 +1,510 @@
-//! lagtrace-load: see ../shared/DESIGN.md. Not built yet.
+//! lagtrace-load: an HTTP/1.1 load generator in the manner of wrk and wrk2.
+//!
+//! N threads each run their own epoll loop (mio) over their share of the connections:
+//! non-blocking sockets with `TCP_NODELAY` (delayed ACK left on unless `quickack`), one
+//! request in flight per connection, the request bytes built once, responses parsed
+//! incrementally (bodies skipped without copying), per-thread HdrHistograms (1 µs .. 1 h,
+//! 3 significant figures) merged at the end, all on the monotonic clock. Timeouts, resets,
+//! garbage and error statuses are counted by kind in the [`LoadReport`]; `Err` means the
+//! run could not start (bad URL, unresolvable host, nothing listening, TLS failure).
+//!
+//! ```no_run
+//! use std::sync::atomic::AtomicBool;
+//! let opts = lagtrace_load::LoadOptions::new("http://127.0.0.1:8080/");
+//! let report = lagtrace_load::run(&opts, None, &AtomicBool::new(false))?;
+//! println!("p99 {} µs", report.latency_us.p99);
+//! # anyhow::Ok(())
+//! ```
+
+mod engine;
+mod http;
+mod report;
+mod target;
+mod tls;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail};
+
+pub use http::{Done, ParseError, ResponseParser};
+pub use report::{
+    ErrorCounts, LatencySummary, LoadReport, OptionsUsed, PercentilePoint, RateSummary,
+    chart_percentiles, format_binary, format_metric, format_time_us, render_header, render_text,
+};
+pub use target::{Target, build_request};
+
+/// Run length when neither a duration nor a request count is given (wrk's default).
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+/// Time limit of a `-n` run without a duration: a run always stops by itself.
+pub const MAX_COUNTED_DURATION: Duration = Duration::from_secs(600);
+
+/// How to load the target.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// `http://` or `https://` URL.
+    pub url: String,
+    /// Concurrent connections (each has one request in flight).
+    pub connections: usize,
+    /// Threads (each with its own event loop); at most `connections`.
+    pub threads: usize,
+    /// Run length. `None`: [`DEFAULT_DURATION`], or [`MAX_COUNTED_DURATION`] with `requests`.
+    pub duration: Option<Duration>,
+    /// Stop after exactly this many requests have finished (responses plus failed requests).
+    pub requests: Option<u64>,
+    /// Constant throughput across all connections, requests/sec (wrk2): every request has an
+    /// intended send time and its latency is measured from it.
+    pub rate: Option<f64>,
+    /// A request without a complete response after this long is abandoned and counted.
+    pub timeout: Duration,
+    /// A connection not established after this long is counted as a connect error.
+    pub connect_timeout: Duration,
+    /// HTTP method.
+    pub method: String,
+    /// Extra request headers, "Name: value".
+    pub headers: Vec<String>,
+    /// Request body.
+    pub body: Option<Vec<u8>>,
+    /// Set TCP_QUICKACK after every read (it is not permanent). Off: behave like wrk and
+    /// ordinary clients, with delayed ACKs.
+    pub quickack: bool,
+    /// https: accept any certificate (self-signed, wrong name). The handshake is still
+    /// authenticated against the certificate's key, but nobody vouches for the key.
+    pub insecure: bool,
+    /// Write an HdrHistogram interval log (V2 compressed, µs) to this file.
+    pub hdr_log: Option<PathBuf>,
+    /// Interval of the HdrHistogram log.
+    pub hdr_log_interval: Duration,
+}
+
+impl LoadOptions {
+    /// wrk's defaults: 2 threads, 10 connections, 10 s, GET, 2 s timeout.
+    pub fn new(url: &str) -> Self {
+        LoadOptions {
+            url: url.to_string(),
+            connections: 10,
+            threads: 2,
+            duration: None,
+            requests: None,
+            rate: None,
+            timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            method: "GET".into(),
+            headers: Vec::new(),
+            body: None,
+            quickack: false,
+            insecure: false,
+            hdr_log: None,
+            hdr_log_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// The run length that applies.
+    pub fn effective_duration(&self) -> Duration {
+        match (self.duration, self.requests) {
+            (Some(d), _) => d,
+            (None, Some(_)) => MAX_COUNTED_DURATION,
+            (None, None) => DEFAULT_DURATION,
+        }
+    }
+
+    /// The options as reported.
+    pub fn used(&self) -> OptionsUsed {
+        OptionsUsed {
+            url: self.url.clone(),
+            connections: self.connections,
+            threads: self.threads,
+            duration_s: self.effective_duration().as_secs_f64(),
+            requests: self.requests,
+            rate: self.rate,
+            timeout_s: self.timeout.as_secs_f64(),
+            connect_timeout_s: self.connect_timeout.as_secs_f64(),
+            method: self.method.clone(),
+            headers: self.headers.clone(),
+            body_bytes: self.body.as_ref().map_or(0, Vec::len),
+            quickack: self.quickack,
+            insecure: self.insecure,
+        }
+    }
+}
+
+/// A progress snapshot, delivered about every 100 ms on the calling thread.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Time since the start.
+    pub elapsed: Duration,
+    /// Run length limit.
+    pub duration: Duration,
+    /// Responses so far.
+    pub requests: u64,
+    /// Socket errors so far.
+    pub errors: u64,
+}
+
+/// Parses a wrk-style duration: `10s`, `1m`, `500ms`, `2h`, `250us`; a bare number is seconds.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+        .with_context(|| format!("invalid duration {s:?} (examples: 10s, 1m, 500ms)"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1e3,
+        "us" => v / 1e6,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => bail!("invalid duration {s:?}: unknown unit {unit:?} (use us, ms, s, m, h)"),
+    };
+    Duration::try_from_secs_f64(secs).with_context(|| format!("invalid duration {s:?}"))
+}
+
+struct Prepared {
+    target: Target,
+    addr: std::net::SocketAddr,
+    request: Vec<u8>,
+    tls: Option<(
+        std::sync::Arc<rustls::ClientConfig>,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+}
+
+fn prepare(opts: &LoadOptions) -> Result<Prepared> {
+    if opts.connections == 0 {
+        bail!("connections must be at least 1");
+    }
+    if opts.threads == 0 {
+        bail!("threads must be at least 1");
+    }
+    if opts.threads > opts.connections {
+        bail!(
+            "number of connections ({}) must be >= threads ({})",
+            opts.connections,
+            opts.threads
+        );
+    }
+    if opts.connections > 1 << 20 {
+        bail!("too many connections ({})", opts.connections);
+    }
+    if let Some(r) = opts.rate {
+        if !(r.is_finite() && r > 0.0) {
+            bail!("rate must be a positive number of requests/sec, not {r}");
+        }
+    }
+    if opts.requests == Some(0) {
+        bail!("request count must be at least 1");
+    }
+    if opts.timeout.is_zero() || opts.connect_timeout.is_zero() {
+        bail!("timeouts must be greater than zero");
+    }
+    let target = Target::parse(&opts.url)?;
+    let request = build_request(&target, &opts.method, &opts.headers, opts.body.as_deref())?;
+    let addr = target.resolve()?;
+    let tls = if target.tls {
+        Some((
+            tls::client_config(opts.insecure)?,
+            tls::server_name(&target.host)?,
+        ))
+    } else {
+        None
+    };
+    Ok(Prepared {
+        target,
+        addr,
+        request,
+        tls,
+    })
+}
+
+/// wrk's probe connection: connect (and handshake) once, so that a target that cannot be
+/// reached is one clear error instead of a report full of connect errors.
+fn preflight(p: &Prepared, opts: &LoadOptions) -> Result<()> {
+    let what = || format!("cannot connect to {} ({})", p.target.host_header(), p.addr);
+    let mut sock = TcpStream::connect_timeout(&p.addr, opts.connect_timeout).with_context(what)?;
+    if let Some((cfg, name)) = &p.tls {
+        sock.set_read_timeout(Some(opts.connect_timeout))?;
+        sock.set_write_timeout(Some(opts.connect_timeout))?;
+        let mut conn =
+            rustls::ClientConnection::new(cfg.clone(), name.clone()).context("TLS setup")?;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut sock).with_context(|| {
+                format!(
+                    "TLS handshake with {} failed{}",
+                    p.target.host_header(),
+                    if opts.insecure {
+                        ""
+                    } else {
+                        " (--insecure accepts self-signed certificates)"
+                    }
+                )
+            })?;
+        }
+        conn.send_close_notify();
+        let _ = conn.complete_io(&mut sock);
+    }
+    Ok(())
+}
+
+/// Runs a load and returns what it measured. `progress` is called on this thread about
+/// every 100 ms; setting `stop` ends the run early (the report covers what ran and says
+/// `interrupted`).
+pub fn run(
+    opts: &LoadOptions,
+    progress: Option<&dyn Fn(&Progress)>,
+    stop: &AtomicBool,
+) -> Result<LoadReport> {
+    let p = prepare(opts)?;
+    preflight(&p, opts)?;
+    let duration = opts.effective_duration();
+    let start = Instant::now();
+    let shared = engine::Shared {
+        addr: p.addr,
+        request: &p.request,
+        method: &opts.method,
+        tls: p.tls.clone(),
+        timeout: opts.timeout,
+        connect_timeout: opts.connect_timeout,
+        quickack: opts.quickack,
+        start,
+        end: start + duration,
+        stop,
+        budget: opts.requests.map(|n| (n, AtomicU64::new(0))),
+        pacing: opts.rate.map(|r| {
+            let spacing = Duration::from_secs_f64(1.0 / r);
+            (spacing * opts.connections as u32, spacing)
+        }),
+        progress: (0..opts.threads)
+            .map(|_| engine::ThreadCounters::default())
+            .collect(),
+        interval: opts.hdr_log.as_ref().map(|_| opts.hdr_log_interval),
+    };
+    let mut log = match &opts.hdr_log {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .map(std::io::BufWriter::new)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let (tx, rx) = mpsc::channel::<engine::Interval>();
+    let mut intervals = Vec::new();
+    let results = std::thread::scope(|s| -> Result<Vec<engine::ThreadResult>> {
+        let mut handles = Vec::new();
+        let mut first = 0;
+        for id in 0..opts.threads {
+            let count =
+                opts.connections / opts.threads + usize::from(id < opts.connections % opts.threads);
+            let tx = log.as_ref().map(|_| tx.clone());
+            let sh = &shared;
+            let from = first;
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("load-{id}"))
+                    .spawn_scoped(s, move || engine::run_thread(sh, id, from, count, tx))
+                    .context("cannot start a load thread")?,
+            );
+            first += count;
+        }
+        while handles.iter().any(|h| !h.is_finished()) {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(iv) => intervals.push(iv),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+            }
+            if let Some(cb) = progress {
+                cb(&Progress {
+                    elapsed: start.elapsed(),
+                    duration,
+                    requests: shared
+                        .progress
+                        .iter()
+                        .map(|c| c.requests.load(Ordering::Relaxed))
+                        .sum(),
+                    errors: shared
+                        .progress
+                        .iter()
+                        .map(|c| c.errors.load(Ordering::Relaxed))
+                        .sum(),
+                });
+            }
+        }
+        let mut out = Vec::new();
+        for h in handles {
+            match h.join() {
+                Ok(r) => out.push(r.context("load thread failed")?),
+                Err(_) => bail!("a load thread panicked"),
+            }
+        }
+        Ok(out)
+    })?;
+    drop(tx);
+    intervals.extend(rx.try_iter());
+    if let (Some(w), Some(path)) = (log.as_mut(), &opts.hdr_log) {
+        write_hdr_log(w, &mut intervals, start)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(merge(opts, results, start, stop.load(Ordering::Relaxed)))
+}
+
+fn write_hdr_log(
+    w: &mut impl Write,
+    intervals: &mut [engine::Interval],
+    start: Instant,
+) -> Result<()> {
+    use hdrhistogram::serialization::V2DeflateSerializer;
+    use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+    intervals.sort_by_key(|iv| iv.start);
+    let wall_start = SystemTime::now() - start.elapsed();
+    let mut ser = V2DeflateSerializer::new();
+    let mut log = IntervalLogWriterBuilder::new()
+        .add_comment("[Logged with lagtrace load; values in microseconds]")
+        .with_start_time(wall_start)
+        .with_base_time(wall_start)
+        .begin_log_with(w, &mut ser)?;
+    for iv in intervals.iter() {
+        log.write_histogram(&iv.hist, iv.start, iv.end.saturating_sub(iv.start), None)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    drop(log);
+    w.flush()?;
+    Ok(())
+}
+
+fn merge(
+    opts: &LoadOptions,
+    results: Vec<engine::ThreadResult>,
+    start: Instant,
+    interrupted: bool,
+) -> LoadReport {
+    let mut hist = engine::new_hist();
+    let mut uncorrected = engine::new_hist();
+    let mut first = engine::new_hist();
+    let mut errors = ErrorCounts::default();
+    let mut status_codes = BTreeMap::new();
+    let (mut requests, mut bytes, mut connects) = (0, 0, 0);
+    let mut samples = Vec::new();
+    let mut ended = start;
+    for r in &results {
+        // Same bounds everywhere: adding cannot fail.
+        let _ = hist.add(&r.hist);
+        let _ = uncorrected.add(&r.uncorrected);
+        let _ = first.add(&r.first);
+        requests += r.requests;
+        bytes += r.bytes;
+        connects += r.connects;
+        errors.connect += r.errors.connect;
+        errors.read += r.errors.read;
+        errors.write += r.errors.write;
+        errors.timeout += r.errors.timeout;
+        errors.status += r.errors.status;
+        for (code, &n) in r.status.iter().enumerate() {
+            if n > 0 {
+                *status_codes.entry(code as u16).or_insert(0) += n;
+            }
+        }
+        samples.extend_from_slice(&r.rate_samples);
+        ended = ended.max(r.ended);
+    }
+    let mut later = hist.clone();
+    let _ = later.subtract(&first);
+    let duration_s = (ended - start).as_secs_f64().max(1e-9);
+    LoadReport {
+        requests,
+        duration_s,
+        requests_per_sec: requests as f64 / duration_s,
+        bytes,
+        bytes_per_sec: bytes as f64 / duration_s,
+        latency_us: LatencySummary::from_hist(&hist),
+        uncorrected_latency_us: opts.rate.map(|_| LatencySummary::from_hist(&uncorrected)),
+        first_request_latency_us: LatencySummary::from_hist(&first),
+        later_request_latency_us: LatencySummary::from_hist(&later),
+        percentiles: report::percentile_points(&hist),
+        thread_requests_per_sec: RateSummary::from_samples(&samples),
+        errors,
+        status_codes,
+        connections_opened: connects,
+        interrupted,
+        options: opts.used(),
+        histogram: hist,
+    }
+}
+
+/// `n` GET requests one after another on one keep-alive connection (c=1), returning each
+/// latency. A failure ends the series with `Err` (the caller wanted every sample).
+pub fn sequential(url: &str, n: usize, timeout: Duration) -> Result<Vec<Duration>> {
+    let mut opts = LoadOptions::new(url);
+    opts.timeout = timeout;
+    opts.connect_timeout = timeout;
+    let p = prepare(&LoadOptions {
+        threads: 1,
+        connections: 1,
+        ..opts.clone()
+    })?;
+    if p.tls.is_some() {
+        bail!("sequential: https is not supported; use run() with one connection");
+    }
+    let connect = || -> Result<TcpStream> {
+        let s = TcpStream::connect_timeout(&p.addr, timeout)
+            .with_context(|| format!("cannot connect to {}", p.addr))?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(timeout))?;
+        Ok(s)
+    };
+    let mut sock = connect()?;
+    let mut parser = ResponseParser::new("GET");
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        sock.write_all(&p.request).context("write request")?;
+        parser.reset();
+        let close = loop {
+            let k = sock.read(&mut buf).context("read response")?;
+            if k == 0 {
+                match parser.eof() {
+                    Some(d) => break d.close,
+                    None => bail!("server closed the connection in the middle of a response"),
+                }
+            }
+            match parser.feed(&buf[..k]) {
+                Ok(Some(d)) => break d.close,
+                Ok(None) => {}
+                Err(e) => bail!("invalid response: {e:?}"),
+            }
+        };
+        out.push(t0.elapsed());
+        if close {
+            sock = connect()?;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

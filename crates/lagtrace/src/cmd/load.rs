@@ -1,9 +1,155 @@
-//! `lagtrace load`.
+//! `lagtrace load`: HTTP/1.1 load with a latency distribution, like wrk and wrk2.
 
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-pub type Args = super::Pending;
+use anyhow::{Context, Result};
+use lagtrace_load::{LoadOptions, Progress, parse_duration};
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    super::not_built("load", 3)
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Load an http:// or https:// URL and report its latency distribution (wrk's flags and
+/// layout; `--rate` is wrk2's constant-throughput mode).
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Errors are measurements: connect, read (reset, garbage, closed mid-response), write, timeout
+(request abandoned after --timeout, connection replaced) and status >= 400 are counted in the
+report. A target that cannot be reached at all is an error (exit 2).
+
+Examples:
+  lagtrace load -t2 -c100 -d10s --latency http://10.0.0.2/
+  lagtrace load -c50 --rate 2000 -d30s --uncorrected --latency http://10.0.0.2:8080/
+  lagtrace load -n 1000 -c1 --json http://127.0.0.1:8080/")]
+pub struct Args {
+    #[command(flatten)]
+    inner: Box<LoadArgs>,
+}
+
+/// The flags of `lagtrace load` (boxed: keeps the command enum small).
+#[derive(Debug, clap::Args)]
+pub struct LoadArgs {
+    /// Target URL (http:// or https://)
+    pub url: String,
+    /// Connections to keep open (one request in flight on each)
+    #[arg(short = 'c', long, default_value_t = 10)]
+    pub connections: usize,
+    /// Threads, each with its own event loop
+    #[arg(short = 't', long, default_value_t = 2)]
+    pub threads: usize,
+    /// Duration of the test (10s, 1m, 500ms) [default: 10s; with -n: until N, at most 10m]
+    #[arg(short = 'd', long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Stop after exactly N requests
+    #[arg(short = 'n', long = "requests", value_name = "N")]
+    pub requests: Option<u64>,
+    /// Constant throughput, requests/sec across all connections (wrk2); latency is measured
+    /// from each request's intended send time (coordinated-omission correction)
+    #[arg(short = 'R', long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// With --rate: also show latency measured from the actual send times
+    #[arg(long, requires = "rate")]
+    pub uncorrected: bool,
+    /// Abandon a request (count a timeout, replace the connection) after this long
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    pub timeout: Duration,
+    /// Count a connect error when a connection is not established after this long
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    pub connect_timeout: Duration,
+    /// Print the latency distribution (50% .. 99.99%)
+    #[arg(long)]
+    pub latency: bool,
+    /// Add a request header, "Name: value" (repeatable)
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    pub headers: Vec<String>,
+    /// HTTP method
+    #[arg(short = 'm', long, default_value = "GET")]
+    pub method: String,
+    /// Request body
+    #[arg(long, conflicts_with = "body_file")]
+    pub body: Option<String>,
+    /// Request body read from a file
+    #[arg(long, value_name = "FILE")]
+    pub body_file: Option<PathBuf>,
+    /// Set TCP_QUICKACK after every read (default off: delayed ACKs like wrk and browsers)
+    #[arg(long)]
+    pub quickack: bool,
+    /// https: accept any server certificate (self-signed or for another name). Traffic is
+    /// still encrypted, but the server is not authenticated
+    #[arg(short = 'k', long)]
+    pub insecure: bool,
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Write an HdrHistogram interval log (V2 compressed, 1 s intervals, values in µs)
+    #[arg(long, value_name = "FILE")]
+    pub hdr_log: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let args = *args.inner;
+    let body = match (&args.body, &args.body_file) {
+        (Some(b), _) => Some(b.clone().into_bytes()),
+        (None, Some(f)) => Some(
+            std::fs::read(f).with_context(|| format!("cannot read body file {}", f.display()))?,
+        ),
+        (None, None) => None,
+    };
+    let opts = LoadOptions {
+        url: args.url.clone(),
+        connections: args.connections,
+        threads: args.threads,
+        duration: args.duration,
+        requests: args.requests,
+        rate: args.rate,
+        timeout: args.timeout,
+        connect_timeout: args.connect_timeout,
+        method: args.method.clone(),
+        headers: args.headers.clone(),
+        body,
+        quickack: args.quickack,
+        insecure: args.insecure,
+        hdr_log: args.hdr_log.clone(),
+        hdr_log_interval: Duration::from_secs(1),
+    };
+    // Ctrl-C stops the run; the report covers what ran. A second Ctrl-C is left to the
+    // handler too: the run ends within a few milliseconds of the first.
+    let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
+    let mut out = std::io::stdout().lock();
+    if !args.json {
+        write!(out, "{}", lagtrace_load::render_header(&opts.used()))?;
+        out.flush()?;
+    }
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(opts.effective_duration().as_millis() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("  {bar:30} {elapsed:>4} {msg}")
+                .expect("static template"),
+        );
+        b
+    });
+    let cb = |p: &Progress| {
+        if let Some(b) = &bar {
+            b.set_position(p.elapsed.as_millis() as u64);
+            b.set_message(format!("{} requests, {} errors", p.requests, p.errors));
+        }
+    };
+    let report = lagtrace_load::run(&opts, Some(&cb), &STOP);
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let report = report?;
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        write!(
+            out,
+            "{}",
+            lagtrace_load::render_text(&report, args.latency, args.uncorrected)
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,654 @@
+//! The event loop: one thread per share of the connections, each with its own epoll (mio),
+//! non-blocking sockets, one request in flight per connection, and its own histograms.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+
+use crate::http::ResponseParser;
+
+/// Highest latency a histogram holds (1 hour, in µs); larger values are clamped.
+pub(crate) const HIST_HIGH_US: u64 = 3_600_000_000;
+const READ_BUF: usize = 64 * 1024;
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+const SCAN_EVERY: Duration = Duration::from_millis(5);
+const GEN_SHIFT: u32 = 24;
+
+pub(crate) fn new_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_HIGH_US, 3).expect("static histogram bounds are valid")
+}
+
+/// What all worker threads share (read-only, plus counters).
+pub(crate) struct Shared<'a> {
+    pub addr: SocketAddr,
+    pub request: &'a [u8],
+    pub method: &'a str,
+    pub tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    pub quickack: bool,
+    pub start: Instant,
+    pub end: Instant,
+    pub stop: &'a AtomicBool,
+    /// With `-n`: the request budget and how many were claimed.
+    pub budget: Option<(u64, AtomicU64)>,
+    /// With `--rate`: the interval between two requests of one connection, and the spacing
+    /// between the first requests of consecutive connections.
+    pub pacing: Option<(Duration, Duration)>,
+    pub progress: Vec<ThreadCounters>,
+    pub interval: Option<Duration>,
+}
+
+/// Live counters of one thread, read by the progress loop.
+#[derive(Default)]
+pub(crate) struct ThreadCounters {
+    pub requests: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// Error counts by kind.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Errs {
+    pub connect: u64,
+    pub read: u64,
+    pub write: u64,
+    pub timeout: u64,
+    pub status: u64,
+}
+
+/// One thread's histogram of one interval of the run (for `--hdr-log`).
+pub(crate) struct Interval {
+    pub start: Duration,
+    pub end: Duration,
+    pub hist: Histogram<u64>,
+}
+
+/// What one thread measured.
+pub(crate) struct ThreadResult {
+    pub hist: Histogram<u64>,
+    pub uncorrected: Histogram<u64>,
+    pub first: Histogram<u64>,
+    pub requests: u64,
+    pub bytes: u64,
+    pub errors: Errs,
+    pub status: Vec<u64>,
+    pub rate_samples: Vec<f64>,
+    pub connects: u64,
+    pub ended: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum St {
+    /// No socket; connect when a request is due.
+    Closed,
+    Connecting,
+    /// Connected, no request in flight (waiting for its send time, or the budget is spent).
+    Idle,
+    Sending,
+    Receiving,
+}
+
+struct Io {
+    sock: TcpStream,
+    tls: Option<Box<rustls::ClientConnection>>,
+}
+
+impl Io {
+    fn write_req(&mut self, req: &[u8], written: &mut usize) -> io::Result<bool> {
+        if let Some(tls) = &mut self.tls {
+            if *written == 0 {
+                tls.writer().write_all(req)?;
+                *written = req.len();
+            }
+            return self.flush_tls();
+        }
+        while *written < req.len() {
+            match self.sock.write(&req[*written..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => *written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sends what TLS has queued; `Ok(false)` when the socket is full.
+    fn flush_tls(&mut self) -> io::Result<bool> {
+        if let Some(tls) = &mut self.tls {
+            while tls.wants_write() {
+                match tls.write_tls(&mut self.sock) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Like a socket read: `Ok(0)` at end of stream, `WouldBlock` when nothing is there.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(tls) = &mut self.tls else {
+            return self.sock.read(buf);
+        };
+        loop {
+            match tls.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+            }
+            match tls.read_tls(&mut self.sock) {
+                Ok(0) => return Ok(0),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            if let Err(e) = tls.process_new_packets() {
+                // Send the alert, then report the failure.
+                let _ = tls.write_tls(&mut self.sock);
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+            while tls.wants_write() {
+                match tls.write_tls(&mut self.sock) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+struct Conn {
+    io: Option<Io>,
+    st: St,
+    generation: u32,
+    parser: ResponseParser,
+    written: usize,
+    sent: Instant,
+    intended: Instant,
+    deadline: Instant,
+    next: Instant,
+    on_conn: u64,
+}
+
+enum Kind {
+    Connect,
+    Read,
+    Write,
+    Timeout,
+}
+
+struct Worker<'s, 'a> {
+    sh: &'s Shared<'a>,
+    id: usize,
+    poll: Poll,
+    conns: Vec<Conn>,
+    timers: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    retry: Vec<usize>,
+    buf: Vec<u8>,
+    interval_tx: Option<Sender<Interval>>,
+    interval_hist: Histogram<u64>,
+    r: ThreadResult,
+}
+
+/// Runs one worker thread over `count` connections whose global indices start at `first`.
+pub(crate) fn run_thread(
+    sh: &Shared<'_>,
+    id: usize,
+    first: usize,
+    count: usize,
+    interval_tx: Option<Sender<Interval>>,
+) -> io::Result<ThreadResult> {
+    let now = Instant::now();
+    let mut w = Worker {
+        sh,
+        id,
+        poll: Poll::new()?,
+        conns: Vec::with_capacity(count),
+        timers: BinaryHeap::new(),
+        retry: Vec::new(),
+        buf: vec![0; READ_BUF],
+        interval_tx,
+        interval_hist: new_hist(),
+        r: ThreadResult {
+            hist: new_hist(),
+            uncorrected: new_hist(),
+            first: new_hist(),
+            requests: 0,
+            bytes: 0,
+            errors: Errs::default(),
+            status: vec![0; 1000],
+            rate_samples: Vec::new(),
+            connects: 0,
+            ended: now,
+        },
+    };
+    for k in 0..count {
+        let next = match sh.pacing {
+            Some((_, spacing)) => sh.start + spacing * (first + k) as u32,
+            None => sh.start,
+        };
+        w.conns.push(Conn {
+            io: None,
+            st: St::Closed,
+            generation: 0,
+            parser: ResponseParser::new(sh.method),
+            written: 0,
+            sent: now,
+            intended: now,
+            deadline: now,
+            next,
+            on_conn: 0,
+        });
+    }
+    for i in 0..count {
+        w.connect(i, now);
+    }
+    let last_interval = w.run()?;
+    w.r.ended = Instant::now();
+    if let Some(tx) = &w.interval_tx {
+        let _ = tx.send(Interval {
+            start: last_interval - sh.start,
+            end: w.r.ended - sh.start,
+            hist: w.interval_hist.clone(),
+        });
+    }
+    Ok(w.r)
+}
+
+impl Worker<'_, '_> {
+    /// Runs until the end, a stop, or the budget is spent; returns the last interval start.
+    fn run(&mut self) -> io::Result<Instant> {
+        let mut events = Events::with_capacity(1024);
+        let mut last_scan = Instant::now();
+        let mut last_sample = last_scan;
+        let mut sample_reqs = 0u64;
+        let mut last_interval = self.sh.start;
+        loop {
+            let now = Instant::now();
+            if self.sh.stop.load(Ordering::Relaxed) || now >= self.sh.end || self.budget_done() {
+                return Ok(last_interval);
+            }
+            let mut wait = SCAN_EVERY.min(self.sh.end - now);
+            if let Some(Reverse((t, _, _))) = self.timers.peek() {
+                wait = wait.min(t.saturating_duration_since(now));
+            }
+            if !self.retry.is_empty() {
+                wait = Duration::ZERO;
+            }
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            for ev in events.iter() {
+                let t = ev.token().0;
+                let i = t & ((1 << GEN_SHIFT) - 1);
+                let g = (t >> GEN_SHIFT) as u32;
+                if i >= self.conns.len() || self.conns[i].generation & 0xff != g {
+                    continue;
+                }
+                self.on_event(
+                    i,
+                    ev.is_readable() || ev.is_read_closed(),
+                    ev.is_writable() || ev.is_error(),
+                );
+            }
+            let now = Instant::now();
+            while let Some(&Reverse((t, i, g))) = self.timers.peek() {
+                if t > now {
+                    break;
+                }
+                self.timers.pop();
+                if self.conns[i].generation == g && self.conns[i].st == St::Idle {
+                    self.start_request(i, now);
+                }
+            }
+            for i in std::mem::take(&mut self.retry) {
+                if self.conns[i].st == St::Closed {
+                    self.connect(i, now);
+                }
+            }
+            if now - last_scan >= SCAN_EVERY {
+                last_scan = now;
+                self.scan_deadlines(now);
+            }
+            if now - last_sample >= SAMPLE_EVERY {
+                let done = self.r.requests - sample_reqs;
+                self.r
+                    .rate_samples
+                    .push(done as f64 / (now - last_sample).as_secs_f64());
+                sample_reqs = self.r.requests;
+                last_sample = now;
+                let c = &self.sh.progress[self.id];
+                c.requests.store(self.r.requests, Ordering::Relaxed);
+                let e = self.r.errors;
+                c.errors
+                    .store(e.connect + e.read + e.write + e.timeout, Ordering::Relaxed);
+            }
+            if let (Some(every), Some(tx)) = (self.sh.interval, &self.interval_tx) {
+                if now - last_interval >= every {
+                    let _ = tx.send(Interval {
+                        start: last_interval - self.sh.start,
+                        end: now - self.sh.start,
+                        hist: self.interval_hist.clone(),
+                    });
+                    self.interval_hist.reset();
+                    last_interval = now;
+                }
+            }
+        }
+    }
+
+    fn budget_done(&self) -> bool {
+        match &self.sh.budget {
+            Some((n, claimed)) => {
+                claimed.load(Ordering::Relaxed) >= *n
+                    && !self
+                        .conns
+                        .iter()
+                        .any(|c| matches!(c.st, St::Sending | St::Receiving))
+            }
+            None => false,
+        }
+    }
+
+    fn claim(&self) -> bool {
+        match &self.sh.budget {
+            Some((n, claimed)) => claimed.fetch_add(1, Ordering::Relaxed) < *n,
+            None => true,
+        }
+    }
+
+    fn connect(&mut self, i: usize, now: Instant) {
+        let c = &mut self.conns[i];
+        if let Some(mut io) = c.io.take() {
+            let _ = self.poll.registry().deregister(&mut io.sock);
+        }
+        c.generation = c.generation.wrapping_add(1);
+        c.on_conn = 0;
+        c.parser.reset();
+        let sock = match open_socket(self.sh.addr) {
+            Ok(s) => s,
+            Err(_) => {
+                self.r.errors.connect += 1;
+                c.st = St::Closed;
+                self.retry.push(i);
+                return;
+            }
+        };
+        let mut sock = TcpStream::from_std(std::net::TcpStream::from(sock));
+        let token = Token(i | (((c.generation & 0xff) as usize) << GEN_SHIFT));
+        if self
+            .poll
+            .registry()
+            .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
+            .is_err()
+        {
+            self.r.errors.connect += 1;
+            c.st = St::Closed;
+            self.retry.push(i);
+            return;
+        }
+        let tls = match &self.sh.tls {
+            Some((cfg, name)) => match rustls::ClientConnection::new(cfg.clone(), name.clone()) {
+                Ok(t) => Some(Box::new(t)),
+                Err(_) => {
+                    self.r.errors.connect += 1;
+                    c.st = St::Closed;
+                    self.retry.push(i);
+                    return;
+                }
+            },
+            None => None,
+        };
+        c.io = Some(Io { sock, tls });
+        c.st = St::Connecting;
+        c.deadline = now + self.sh.connect_timeout;
+    }
+
+    fn on_event(&mut self, i: usize, readable: bool, writable: bool) {
+        if self.conns[i].st == St::Connecting {
+            let io = self.conns[i].io.as_ref().expect("connecting has a socket");
+            let res = match io.sock.take_error() {
+                Ok(Some(e)) | Err(e) => Err(e),
+                Ok(None) => io.sock.peer_addr().map(|_| ()),
+            };
+            match res {
+                Ok(()) => {
+                    self.r.connects += 1;
+                    self.conns[i].st = St::Idle;
+                    let now = Instant::now();
+                    self.start_request(i, now);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                Err(_) => {
+                    self.r.errors.connect += 1;
+                    self.drop_conn(i);
+                    self.retry.push(i);
+                    return;
+                }
+            }
+        }
+        if writable {
+            self.on_writable(i);
+        }
+        if readable && self.conns[i].io.is_some() {
+            self.on_readable(i);
+        }
+    }
+
+    fn on_writable(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        let Some(io) = c.io.as_mut() else { return };
+        let res = if c.st == St::Sending {
+            io.write_req(self.sh.request, &mut c.written)
+        } else {
+            io.flush_tls()
+        };
+        match res {
+            Ok(true) if c.st == St::Sending => c.st = St::Receiving,
+            Ok(_) => {}
+            Err(_) => self.fail(i, Kind::Write),
+        }
+    }
+
+    fn on_readable(&mut self, i: usize) {
+        let is_tls = self.sh.tls.is_some();
+        loop {
+            let c = &mut self.conns[i];
+            let Some(io) = c.io.as_mut() else { return };
+            let n = match io.read(&mut self.buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    if matches!(c.st, St::Sending | St::Receiving) {
+                        self.fail(i, Kind::Read);
+                    } else {
+                        self.drop_conn(i);
+                        self.retry.push(i);
+                    }
+                    return;
+                }
+            };
+            if n == 0 {
+                self.on_eof(i);
+                return;
+            }
+            self.r.bytes += n as u64;
+            if self.sh.quickack {
+                let _ = SockRef::from(&io.sock).set_tcp_quickack(true);
+            }
+            if !matches!(c.st, St::Sending | St::Receiving) {
+                // Bytes nobody asked for: the connection is out of step; replace it.
+                self.drop_conn(i);
+                self.retry.push(i);
+                return;
+            }
+            match c.parser.feed(&self.buf[..n]) {
+                Err(_) => {
+                    self.fail(i, Kind::Read);
+                    return;
+                }
+                Ok(Some(done)) => {
+                    self.complete(i, done.status, done.close);
+                    return;
+                }
+                Ok(None) => {
+                    if !is_tls && n < self.buf.len() {
+                        // Short read: the socket is drained; the next segment raises a new edge.
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_eof(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        if matches!(c.st, St::Sending | St::Receiving) {
+            if let Some(done) = c.parser.eof() {
+                self.complete(i, done.status, true);
+            } else {
+                self.fail(i, Kind::Read);
+            }
+        } else {
+            // The server closed an idle keep-alive connection: reconnect, not an error.
+            self.drop_conn(i);
+            self.retry.push(i);
+        }
+    }
+
+    fn complete(&mut self, i: usize, status: u16, close: bool) {
+        let now = Instant::now();
+        let c = &mut self.conns[i];
+        let lat = (now - c.intended).as_micros() as u64;
+        let raw = (now - c.sent).as_micros() as u64;
+        self.r.hist.saturating_record(lat.max(1));
+        if self.sh.pacing.is_some() {
+            self.r.uncorrected.saturating_record(raw.max(1));
+        }
+        if c.on_conn == 0 {
+            self.r.first.saturating_record(lat.max(1));
+        }
+        if self.interval_tx.is_some() {
+            self.interval_hist.saturating_record(lat.max(1));
+        }
+        c.on_conn += 1;
+        self.r.requests += 1;
+        self.r.status[usize::from(status).min(999)] += 1;
+        if status >= 400 {
+            self.r.errors.status += 1;
+        }
+        c.st = St::Idle;
+        if close {
+            self.drop_conn(i);
+            self.connect(i, now);
+        } else {
+            self.start_request(i, now);
+        }
+    }
+
+    fn start_request(&mut self, i: usize, now: Instant) {
+        let c = &mut self.conns[i];
+        match c.st {
+            St::Closed => {
+                self.connect(i, now);
+                return;
+            }
+            St::Idle => {}
+            _ => return,
+        }
+        if self.sh.pacing.is_some() && c.next > now {
+            self.timers.push(Reverse((c.next, i, c.generation)));
+            return;
+        }
+        if !self.claim() {
+            return;
+        }
+        let c = &mut self.conns[i];
+        c.sent = now;
+        c.intended = now;
+        if let Some((every, _)) = self.sh.pacing {
+            c.intended = c.next;
+            c.next += every;
+        }
+        c.deadline = now + self.sh.timeout;
+        c.written = 0;
+        c.parser.reset();
+        c.st = St::Sending;
+        let io = c.io.as_mut().expect("idle connection has a socket");
+        match io.write_req(self.sh.request, &mut c.written) {
+            Ok(true) => c.st = St::Receiving,
+            Ok(false) => {}
+            Err(_) => self.fail(i, Kind::Write),
+        }
+    }
+
+    fn drop_conn(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        if let Some(mut io) = c.io.take() {
+            let _ = self.poll.registry().deregister(&mut io.sock);
+        }
+        c.st = St::Closed;
+        c.generation = c.generation.wrapping_add(1);
+    }
+
+    /// A request failed: count it, and replace the connection.
+    fn fail(&mut self, i: usize, kind: Kind) {
+        let e = &mut self.r.errors;
+        match kind {
+            Kind::Connect => e.connect += 1,
+            Kind::Read => e.read += 1,
+            Kind::Write => e.write += 1,
+            Kind::Timeout => e.timeout += 1,
+        }
+        self.drop_conn(i);
+        self.retry.push(i);
+    }
+
+    fn scan_deadlines(&mut self, now: Instant) {
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if c.deadline > now {
+                continue;
+            }
+            match c.st {
+                St::Connecting => self.fail(i, Kind::Connect),
+                St::Sending | St::Receiving => self.fail(i, Kind::Timeout),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn open_socket(addr: SocketAddr) -> io::Result<Socket> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_nonblocking(true)?;
+    sock.set_tcp_nodelay(true)?;
+    match sock.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(sock)
+}
