@@ -1,1 +1,45 @@
-//! lagtrace-packet: see ../shared/DESIGN.md. Not built yet.
+//! lagtrace-packet: capture files to TCP streams, transactions and latency findings.
+//!
+//! - [`reader`]: a streaming pcap/pcapng reader that borrows each frame from one buffer.
+//! - [`wire`]: borrow-only link/IP/TCP header decoding (checksums are never checked).
+//! - [`analysis`]: the streaming [`Analyzer`] (connection tracking as Wireshark's
+//!   `tcp.stream`, transactions, findings) and its serde [`Analysis`].
+//!
+//! `diagnose` calls [`analyze_file`] on a finished capture, or feeds an [`Analyzer`] frame by
+//! frame from a live capture and calls [`Analyzer::finish`].
+
+pub mod analysis;
+pub mod reader;
+pub mod wire;
+
+use std::path::Path;
+
+use anyhow::Context as _;
+
+pub use analysis::{
+    Analysis, AnalyzeOptions, Analyzer, Finding, KindSummary, PacketRecord, StreamSummary,
+    SynOptions, Transaction, kind,
+};
+pub use reader::{CaptureReader, Frame, ReadEvent};
+
+/// Reads a pcap or pcapng file and analyzes every TCP stream in it.
+///
+/// Errors only when the file cannot be opened or is not a capture file at all; damage
+/// inside the file ends up in [`Analysis::warnings`].
+pub fn analyze_file(path: &Path, opts: &AnalyzeOptions) -> anyhow::Result<Analysis> {
+    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+    analyze_reader(file, opts).with_context(|| format!("read {}", path.display()))
+}
+
+/// Like [`analyze_file`] over any reader.
+pub fn analyze_reader<R: std::io::Read>(src: R, opts: &AnalyzeOptions) -> anyhow::Result<Analysis> {
+    let mut reader = CaptureReader::new(src)?;
+    let mut an = Analyzer::new(opts.clone());
+    while let Some(ev) = reader.next() {
+        match ev {
+            ReadEvent::Frame(f) => an.push(f.ts_ns, f.len, f.linktype, f.data),
+            ReadEvent::Warning(w) => an.warn(w),
+        }
+    }
+    Ok(an.finish())
+}

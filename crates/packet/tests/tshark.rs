@@ -1,0 +1,221 @@
+//! Cross-checks of the library against tshark on the reference captures.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lagtrace_packet::{AnalyzeOptions, analyze_file};
+
+fn case(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/case").join(name)
+}
+
+fn case_file(name: &str) -> PathBuf {
+    // The worktree layout (/work/wt/<x>) and the main checkout (/work/main) both sit next to
+    // /work/shared.
+    let p = case(name);
+    if p.exists() {
+        return p;
+    }
+    PathBuf::from("/work/shared/case").join(name)
+}
+
+fn tshark_fields(file: &Path, filter: Option<&str>, fields: &[&str]) -> Vec<Vec<String>> {
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-r").arg(file).args(["-T", "fields", "-E", "separator=\t"]);
+    if let Some(f) = filter {
+        cmd.args(["-Y", f]);
+    }
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("run tshark");
+    assert!(out.status.success(), "tshark failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+/// Per-stream frames and bytes each way, from tshark's per-packet view.
+fn tshark_streams(file: &Path) -> BTreeMap<u32, (String, u64, u64, u64, u64)> {
+    let mut m: BTreeMap<u32, (String, u64, u64, u64, u64)> = BTreeMap::new();
+    for r in tshark_fields(
+        file,
+        Some("tcp"),
+        &["tcp.stream", "frame.len", "ip.src", "ipv6.src", "tcp.srcport"],
+    ) {
+        let s: u32 = r[0].parse().unwrap();
+        let len: u64 = r[1].parse().unwrap();
+        let src = format!("{}{}:{}", r[2], r[3], r[4]);
+        let e = m.entry(s).or_insert_with(|| (src.clone(), 0, 0, 0, 0));
+        if e.0 == src {
+            e.1 += 1;
+            e.2 += len;
+        } else {
+            e.3 += 1;
+            e.4 += len;
+        }
+    }
+    m
+}
+
+fn check_streams(file: &Path) {
+    let an = analyze_file(file, &AnalyzeOptions::default()).unwrap();
+    let ts = tshark_streams(file);
+    assert_eq!(an.streams.len(), ts.len(), "stream count");
+    for s in &an.streams {
+        let t = &ts[&s.stream];
+        assert_eq!(t.0, s.a.to_string(), "stream {} endpoint A", s.stream);
+        assert_eq!(
+            (t.1, t.2, t.3, t.4),
+            (s.frames_ab, s.bytes_ab, s.frames_ba, s.bytes_ba),
+            "stream {} frames/bytes each way",
+            s.stream
+        );
+    }
+}
+
+#[test]
+fn streams_match_tshark_on_reference_captures() {
+    check_streams(&case_file("nagle-delayed-ack.pcap"));
+    check_streams(&case_file("healthy.pcap"));
+}
+
+fn check_ack_rtt(file: &Path) {
+    let all = analyze_file(file, &AnalyzeOptions::default()).unwrap();
+    let mut ours: BTreeMap<u64, f64> = BTreeMap::new();
+    for s in &all.streams {
+        let an = analyze_file(
+            file,
+            &AnalyzeOptions {
+                keep_stream: Some(s.stream),
+                ..AnalyzeOptions::default()
+            },
+        )
+        .unwrap();
+        ours.extend(an.ack_rtts.iter().copied());
+    }
+    let theirs: BTreeMap<u64, f64> = tshark_fields(
+        file,
+        Some("tcp.analysis.ack_rtt"),
+        &["frame.number", "tcp.analysis.ack_rtt"],
+    )
+    .into_iter()
+    .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
+    .collect();
+    assert!(!theirs.is_empty());
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>(),
+        "frames with an ACK RTT"
+    );
+    for (f, t) in &theirs {
+        let o = ours[f];
+        assert!((o - t).abs() < 1e-6, "frame {f}: ack_rtt {o} vs tshark {t}");
+    }
+}
+
+#[test]
+fn ack_rtt_matches_tshark() {
+    check_ack_rtt(&case_file("nagle-delayed-ack.pcap"));
+    check_ack_rtt(&case_file("healthy.pcap"));
+}
+
+#[test]
+fn retransmissions_match_tshark_on_healthy_capture() {
+    // healthy.pcap happens to hold three real retransmissions (one spurious).
+    let file = case_file("healthy.pcap");
+    let an = analyze_file(&file, &AnalyzeOptions::default()).unwrap();
+    let ours: BTreeSet<u64> = an.retransmitted_frames.iter().copied().collect();
+    let theirs: BTreeSet<u64> = tshark_fields(
+        &file,
+        Some("tcp.analysis.retransmission || tcp.analysis.fast_retransmission"),
+        &["frame.number"],
+    )
+    .into_iter()
+    .map(|r| r[0].parse().unwrap())
+    .collect();
+    assert!(!theirs.is_empty());
+    assert_eq!(ours, theirs);
+    let spurious: BTreeSet<u64> = tshark_fields(
+        &file,
+        Some("tcp.analysis.spurious_retransmission"),
+        &["frame.number"],
+    )
+    .into_iter()
+    .map(|r| r[0].parse().unwrap())
+    .collect();
+    let ours_spurious: BTreeSet<u64> = an
+        .findings
+        .iter()
+        .filter(|f| f.detail.as_deref() == Some("spurious"))
+        .filter_map(|f| f.frames.last().copied())
+        .collect();
+    assert_eq!(ours_spurious, spurious);
+}
+
+/// The same packets as pcapng (editcap) and with nanosecond timestamps give the same analysis.
+#[test]
+fn pcapng_and_nanosecond_copies_agree() {
+    let src = case_file("nagle-delayed-ack.pcap");
+    let dir = tempfile::tempdir().unwrap();
+    let base = analyze_file(&src, &AnalyzeOptions::default()).unwrap();
+    for (name, args) in [
+        ("ng.pcapng", vec!["-F", "pcapng"]),
+        ("ns.pcap", vec!["-F", "nsecpcap"]),
+    ] {
+        let out = dir.path().join(name);
+        let st = Command::new("editcap")
+            .args(&args)
+            .arg(&src)
+            .arg(&out)
+            .status()
+            .expect("run editcap");
+        assert!(st.success());
+        let an = analyze_file(&out, &AnalyzeOptions::default()).unwrap();
+        assert_eq!(an.frames, base.frames, "{name}");
+        assert_eq!(an.streams.len(), base.streams.len());
+        for (a, b) in an.streams.iter().zip(&base.streams) {
+            assert_eq!(
+                (a.frames_ab, a.bytes_ab, a.frames_ba, a.bytes_ba, a.start_us),
+                (b.frames_ab, b.bytes_ab, b.frames_ba, b.bytes_ba, b.start_us)
+            );
+        }
+        assert_eq!(an.summary.len(), base.summary.len());
+        assert_eq!(an.findings.len(), base.findings.len());
+        assert!(an.warnings.is_empty(), "{:?}", an.warnings);
+    }
+}
+
+/// pcapng with two interfaces of different link types: the Ethernet capture merged with a
+/// raw-IP copy of itself (editcap strips the Ethernet header), frames interleaved by time.
+#[test]
+fn pcapng_with_two_interfaces_and_link_types() {
+    let src = case_file("healthy.pcap");
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("raw.pcap");
+    // Strip 14 bytes of Ethernet and relabel as raw IP.
+    let st = Command::new("editcap")
+        .args(["-C", "14", "-T", "rawip"])
+        .arg(&src)
+        .arg(&raw)
+        .status()
+        .expect("run editcap");
+    assert!(st.success());
+    let merged = dir.path().join("merged.pcapng");
+    let st = Command::new("mergecap")
+        .args(["-F", "pcapng", "-w"])
+        .arg(&merged)
+        .arg(&src)
+        .arg(&raw)
+        .status()
+        .expect("run mergecap");
+    assert!(st.success());
+    let an = analyze_file(&merged, &AnalyzeOptions::default()).unwrap();
+    let base = analyze_file(&src, &AnalyzeOptions::default()).unwrap();
+    assert_eq!(an.frames, 2 * base.frames);
+    assert_eq!(an.tcp_frames, 2 * base.tcp_frames, "{:?}", an.warnings);
+    // Same streams (each packet seen twice), tshark agrees on the merged file too.
+    check_streams(&merged);
+}
