@@ -9,6 +9,8 @@
 //! frame from a live capture and calls [`Analyzer::finish`].
 
 pub mod analysis;
+pub mod annotate;
+pub mod capture;
 pub mod reader;
 pub mod wire;
 

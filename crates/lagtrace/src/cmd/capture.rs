@@ -1,9 +1,195 @@
-//! `lagtrace capture`.
+//! `lagtrace capture`: libpcap capture (like `tcpdump -w`), in any network namespace.
 
+use std::io::Write;
+use std::net::{IpAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-pub type Args = super::Pending;
+use anyhow::{Context, Result, anyhow, bail};
+use lagtrace_netns::NetNs;
+use lagtrace_packet::capture::{
+    Capture, CaptureOptions, DEFAULT_BUFFER_BYTES, DEFAULT_SNAPLEN, FileFormat, PacketCallback,
+    linktype_name, summary_line,
+};
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    super::not_built("capture", 4)
+/// Capture packets with libpcap (like tcpdump): to a file with -w, else one line per packet.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  lagtrace capture -i veth0 -w out.pcap tcp port 8080
+  lagtrace capture --netns lab-srv -i eth0 -c 100 --pcapng -w out.pcapng
+  lagtrace capture --target 10.0.0.2 --duration 5s
+
+Needs CAP_NET_RAW (and CAP_SYS_ADMIN for --netns). Stops on -c, --duration or Ctrl-C and
+prints packets captured / received by filter / dropped by kernel, like tcpdump.")]
+pub struct Args {
+    /// Interface to capture on ("any" for all); default: the interface of the route to
+    /// --target, else "any"
+    #[arg(short = 'i', long = "interface", value_name = "IFACE")]
+    pub iface: Option<String>,
+    /// Host whose route picks the default interface
+    #[arg(long, value_name = "HOST")]
+    pub target: Option<String>,
+    /// Filter in tcpdump syntax (alternative to trailing words)
+    #[arg(short = 'f', long = "filter", value_name = "EXPR")]
+    pub filter: Option<String>,
+    /// Write packets to FILE (pcap; pcapng with --pcapng) instead of printing them
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    pub write: Option<PathBuf>,
+    /// Write pcapng instead of pcap
+    #[arg(long)]
+    pub pcapng: bool,
+    /// Stop after COUNT packets
+    #[arg(short = 'c', long = "count", value_name = "COUNT")]
+    pub count: Option<u64>,
+    /// Stop after this long (e.g. 5s, 500ms, 2m)
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Bytes kept of each packet
+    #[arg(short = 's', long = "snaplen", value_name = "SNAPLEN", default_value_t = DEFAULT_SNAPLEN)]
+    pub snaplen: u32,
+    /// Capture inside this network namespace (as made by `ip netns add`)
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// Kernel capture buffer in MiB
+    #[arg(short = 'B', long = "buffer-mib", value_name = "MIB",
+          default_value_t = DEFAULT_BUFFER_BYTES >> 20)]
+    pub buffer_mib: u32,
+    /// Put the interface in promiscuous mode
+    #[arg(long)]
+    pub promisc: bool,
+    /// Filter expression in tcpdump syntax
+    #[arg(trailing_var_arg = true, value_name = "FILTER")]
+    pub expr: Vec<String>,
+}
+
+/// Parses `5s`, `500ms`, `2m`, `1h`, `100us` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (e.g. 5s, 500ms, 2m)"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1e3,
+        "us" | "µs" => v / 1e6,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {s:?} (use us, ms, s, m, h)"
+            ));
+        }
+    };
+    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
+        return Err(format!("duration {s:?} out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn resolve(host: &str) -> Result<IpAddr> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(ip);
+    }
+    (host, 0)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving --target {host}"))?
+        .next()
+        .map(|a| a.ip())
+        .ok_or_else(|| anyhow!("--target {host}: no address"))
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let netns = NetNs::from_flag(args.netns.as_deref());
+    if !netns.exists() {
+        bail!(
+            "network namespace {} does not exist",
+            args.netns.as_deref().unwrap_or_default()
+        );
+    }
+    let filter = match (&args.filter, args.expr.is_empty()) {
+        (Some(_), false) => bail!("give the filter either with -f or as trailing words, not both"),
+        (Some(f), true) => Some(f.clone()),
+        (None, false) => Some(args.expr.join(" ")),
+        (None, true) => None,
+    };
+    if args.pcapng && args.write.is_none() {
+        bail!("--pcapng needs -w FILE");
+    }
+    if args.count == Some(0) {
+        bail!("-c COUNT must be at least 1");
+    }
+    let iface = match (&args.iface, &args.target) {
+        (Some(i), _) => i.clone(),
+        (None, Some(t)) => {
+            let ip = resolve(t)?;
+            lagtrace_packet::capture::route_iface(ip, &netns).unwrap_or_else(|| "any".into())
+        }
+        (None, None) => "any".into(),
+    };
+    let opts = CaptureOptions {
+        iface,
+        filter,
+        snaplen: args.snaplen,
+        netns,
+        buffer_bytes: args.buffer_mib.saturating_mul(1 << 20),
+        count: args.count,
+        duration: args.duration,
+        output: args.write.clone(),
+        format: if args.pcapng {
+            FileFormat::Pcapng
+        } else {
+            FileFormat::Pcap
+        },
+        promisc: args.promisc,
+    };
+    let callback: Option<PacketCallback> = if args.write.is_none() {
+        let mut out = std::io::BufWriter::new(std::io::stdout());
+        Some(Box::new(move |p| {
+            // A closed stdout (piped into head) just stops the printing.
+            let _ = writeln!(out, "{}", summary_line(p)).and_then(|_| out.flush());
+        }))
+    } else {
+        None
+    };
+    let handle = Capture::start(&opts, callback)?;
+    let (lt_name, lt_desc) = linktype_name(handle.linktype());
+    eprintln!(
+        "lagtrace capture: listening on {}, link-type {lt_name} ({lt_desc}), snapshot length {} bytes",
+        handle.iface(),
+        opts.snaplen
+    );
+    let stopper = handle.stopper();
+    // Ctrl-C / SIGTERM: stop cleanly (drain, flush the file, print the counters).
+    ctrlc::set_handler(move || stopper.stop()).context("installing the Ctrl-C handler")?;
+    let st = handle.wait()?;
+    eprintln!("{} packets captured", st.captured);
+    eprintln!("{} packets received by filter", st.received_by_filter);
+    eprintln!("{} packets dropped by kernel", st.dropped_by_kernel);
+    if st.dropped_by_interface > 0 {
+        eprintln!("{} packets dropped by interface", st.dropped_by_interface);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("5x").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("").is_err());
+    }
 }

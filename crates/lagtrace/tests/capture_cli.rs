@@ -1,0 +1,296 @@
+//! `lagtrace capture` end to end: real libpcap on a veth into a namespace this test makes,
+//! files checked with tshark. Needs root.
+
+#[path = "../../packet/tests/capture_lab/mod.rs"]
+mod capture_lab;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use capture_lab::{NsLab, tshark_fields};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+
+/// A running `lagtrace capture`; killed (it is our own child) if the test panics.
+struct Cap {
+    child: Child,
+    err: BufReader<ChildStderr>,
+    head: String,
+}
+
+struct Done {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+impl Cap {
+    /// Starts the capture and waits until it says it is listening.
+    fn start(args: &[&str]) -> Cap {
+        let mut child = Command::new(BIN)
+            .arg("capture")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut head = String::new();
+        err.read_line(&mut head).unwrap();
+        let cap = Cap { child, err, head };
+        assert!(
+            cap.head.contains("listening on"),
+            "did not start: {}",
+            cap.head
+        );
+        cap
+    }
+
+    fn finished(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
+    /// Waits (at most `limit`) for the capture to exit by itself.
+    fn wait(mut self, limit: Duration) -> Done {
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "capture still running after {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let took = t0.elapsed();
+        let mut stdout = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        let mut stderr = std::mem::take(&mut self.head);
+        self.err.read_to_string(&mut stderr).unwrap();
+        Done {
+            status,
+            stdout,
+            stderr,
+            took,
+        }
+    }
+}
+
+impl Drop for Cap {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The number N in a line "N <what>" of the final counters.
+fn counter(stderr: &str, what: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_suffix(what))
+        .unwrap_or_else(|| panic!("no '{what}' line in: {stderr}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .arg("capture")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn count_writes_exactly_count_packets_as_pcap_and_pcapng() {
+    let lab = NsLab::up("clic", 2000);
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("a.pcap");
+    let ng = dir.path().join("a.pcapng");
+    let filter = format!("tcp port {}", lab.port);
+    let p = pcap.to_str().unwrap();
+    let n = ng.to_str().unwrap();
+    let mut a = Cap::start(&["-i", &lab.host_iface, "-c", "12", "-w", p, &filter]);
+    let mut b = Cap::start(&[
+        "-i",
+        &lab.host_iface,
+        "-c",
+        "12",
+        "--pcapng",
+        "-w",
+        n,
+        "-f",
+        &filter,
+    ]);
+    let t0 = Instant::now();
+    while !(a.finished() && b.finished()) && t0.elapsed() < Duration::from_secs(20) {
+        lab.exchange();
+    }
+    for (cap, file) in [(a, &pcap), (b, &ng)] {
+        let d = cap.wait(Duration::from_secs(5));
+        assert!(d.status.success(), "{}", d.stderr);
+        assert_eq!(counter(&d.stderr, " packets captured"), 12, "{}", d.stderr);
+        assert!(counter(&d.stderr, " packets received by filter") >= 12);
+        counter(&d.stderr, " packets dropped by kernel");
+        assert_eq!(tshark_fields(file, None, &["frame.number"]).len(), 12);
+    }
+    // Both saw the same packets (both were listening before the first one). Times are
+    // not compared: each packet socket stamps received packets itself, so two captures
+    // differ by a few µs on the incoming direction.
+    let f = &["frame.len", "tcp.flags", "tcp.seq_raw", "tcp.ack_raw"];
+    assert_eq!(tshark_fields(&pcap, None, f), tshark_fields(&ng, None, f));
+    let kinds = Command::new("capinfos")
+        .arg("-t")
+        .arg(&pcap)
+        .arg(&ng)
+        .output()
+        .unwrap();
+    let kinds = String::from_utf8_lossy(&kinds.stdout);
+    assert!(
+        kinds.contains("pcapng") && kinds.contains("nanosecond pcap"),
+        "{kinds}"
+    );
+}
+
+#[test]
+fn duration_stops_by_itself() {
+    let lab = NsLab::up("clid", 10);
+    let cap = Cap::start(&["-i", &lab.host_iface, "--duration", "800ms", "tcp port 9"]);
+    let d = cap.wait(Duration::from_secs(6));
+    assert!(d.status.success(), "{}", d.stderr);
+    assert!(d.took < Duration::from_secs(6));
+    assert_eq!(counter(&d.stderr, " packets captured"), 0);
+}
+
+#[test]
+fn netns_capture_prints_the_packets_like_tcpdump() {
+    let lab = NsLab::up("clin", 100);
+    let filter = format!("tcp port {}", lab.port);
+    let cap = Cap::start(&["--netns", &lab.ns, "-i", &lab.ns_iface, "-c", "3", &filter]);
+    lab.exchange();
+    let d = cap.wait(Duration::from_secs(10));
+    assert!(d.status.success(), "{}", d.stderr);
+    let lines: Vec<&str> = d.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", d.stdout);
+    let syn_to = format!("> {}.{}: Flags [S], seq ", lab.server, lab.port);
+    assert!(lines[0].contains(&syn_to), "{}", lines[0]);
+    assert!(
+        lines[0].starts_with(|c: char| c.is_ascii_digit()),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains("Flags [S.]") && lines[1].contains(", ack "),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].contains("Flags [.]") && lines[2].ends_with("length 0"),
+        "{}",
+        lines[2]
+    );
+    // Outside the namespace the interface does not exist.
+    let (code, _, err) = run(&["-i", &lab.ns_iface, "-c", "1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no interface named"), "{err}");
+}
+
+#[test]
+fn ctrl_c_stops_cleanly_with_the_counters_and_a_complete_file() {
+    let lab = NsLab::up("clis", 1000);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s.pcap");
+    let filter = format!("tcp port {}", lab.port);
+    let cap = Cap::start(&["-i", &lab.host_iface, "-w", f.to_str().unwrap(), &filter]);
+    lab.exchange();
+    lab.exchange();
+    // SIGINT to our own child, as Ctrl-C would.
+    let pid = cap.child.id() as libc::pid_t;
+    // SAFETY: signalling a child process this test started and still owns.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let d = cap.wait(Duration::from_secs(5));
+    assert!(d.status.success(), "{}", d.stderr);
+    let n = counter(&d.stderr, " packets captured");
+    assert!(n >= 2 * 9, "{}", d.stderr);
+    assert_eq!(tshark_fields(&f, None, &["frame.number"]).len() as u64, n);
+}
+
+#[test]
+fn target_picks_the_interface_of_its_route() {
+    let lab = NsLab::up("clit", 10);
+    let server = lab.server.to_string();
+    let cap = Cap::start(&["--target", &server, "--duration", "100ms"]);
+    let d = cap.wait(Duration::from_secs(5));
+    assert!(d.status.success(), "{}", d.stderr);
+    assert!(
+        d.stderr
+            .contains(&format!("listening on {},", lab.host_iface)),
+        "{}",
+        d.stderr
+    );
+}
+
+#[test]
+fn bad_input_is_a_one_line_error_with_exit_2() {
+    let lab = NsLab::up("clie", 10);
+    for (args, want) in [
+        (
+            vec!["-i", lab.host_iface.as_str(), "tcp", "port"],
+            "bad filter \"tcp port\"",
+        ),
+        (
+            vec!["-i", "lagtrace-nope0", "-c", "1"],
+            "no interface named lagtrace-nope0",
+        ),
+        (
+            vec!["--netns", "lagtrace-no-such-ns", "-c", "1"],
+            "lagtrace-no-such-ns",
+        ),
+        (vec!["-i", "lo", "--duration", "5x"], "invalid duration"),
+        (vec!["-i", "lo", "--pcapng"], "--pcapng needs -w"),
+    ] {
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        if want != "invalid duration" {
+            // (clap's own usage errors span a few lines; ours are one line.)
+            assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+            assert!(err.starts_with("lagtrace: error: "), "{err}");
+        }
+    }
+}
+
+#[test]
+fn without_cap_net_raw_it_names_the_capability() {
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        panic!("setpriv (util-linux) is needed to drop CAP_NET_RAW for this test");
+    }
+    let out = Command::new("setpriv")
+        .args(["--bounding-set=-net_raw", "--"])
+        .arg(BIN)
+        .args(["capture", "-i", "lo", "-c", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs CAP_NET_RAW"), "{err}");
+    assert!(err.contains("lagtrace analyze"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

@@ -1,0 +1,607 @@
+//! Live capture with libpcap, in any network namespace, on its own thread.
+//!
+//! ```ignore
+//! let (handle, rx) = Capture::start_channel(&CaptureOptions {
+//!     iface: "veth0".into(),
+//!     filter: Some("tcp port 8080".into()),
+//!     ..CaptureOptions::default()
+//! })?;
+//! // ... generate traffic ...
+//! let stats = handle.stop()?;           // prompt; drains what the kernel already holds
+//! let packets: Vec<CapturedPacket> = rx.try_iter().collect();
+//! ```
+//!
+//! The handle is opened on the capture thread after it entered `netns`, so it stays bound
+//! to that namespace's interface. Immediate mode and a large kernel buffer keep drops low;
+//! the loop is non-blocking (poll with a short timeout) so `stop` returns within ~50 ms.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use lagtrace_netns::NetNs;
+use serde::Serialize;
+
+use crate::annotate::PcapngWriter;
+
+/// Default snapshot length, as tcpdump's.
+pub const DEFAULT_SNAPLEN: u32 = 262_144;
+/// Default kernel buffer: large enough for a burst of a few thousand full-size frames.
+pub const DEFAULT_BUFFER_BYTES: u32 = 16 << 20;
+/// How long the capture loop waits for packets before looking at its stop flag again.
+const POLL_MS: i32 = 50;
+
+/// One captured packet, owned: what the analyzer consumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedPacket {
+    /// Capture time, nanoseconds since the Unix epoch.
+    pub ts_ns: u64,
+    /// LINKTYPE_* of the capture (1 Ethernet, 113 Linux SLL, 276 SLL2, ...).
+    pub linktype: u32,
+    /// Length on the wire (may exceed `data.len()` when the snaplen cut it).
+    pub orig_len: u32,
+    /// The captured bytes, from the link-layer header on.
+    pub data: Vec<u8>,
+}
+
+/// A captured packet borrowed from libpcap's buffer, as passed to a callback.
+#[derive(Debug, Clone, Copy)]
+pub struct PacketRef<'a> {
+    /// Capture time, nanoseconds since the Unix epoch.
+    pub ts_ns: u64,
+    /// LINKTYPE_* of the capture.
+    pub linktype: u32,
+    /// Length on the wire.
+    pub orig_len: u32,
+    /// The captured bytes.
+    pub data: &'a [u8],
+}
+
+impl PacketRef<'_> {
+    /// Copies the packet out of libpcap's buffer.
+    pub fn to_owned(&self) -> CapturedPacket {
+        CapturedPacket {
+            ts_ns: self.ts_ns,
+            linktype: self.linktype,
+            orig_len: self.orig_len,
+            data: self.data.to_vec(),
+        }
+    }
+}
+
+/// Format of the file a capture writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum FileFormat {
+    /// Classic pcap (nanosecond magic), written by libpcap's savefile.
+    #[default]
+    Pcap,
+    /// pcapng (interface with `if_tsresol` = ns), written by [`PcapngWriter`].
+    Pcapng,
+}
+
+/// What to capture and where to put it.
+#[derive(Debug, Clone)]
+pub struct CaptureOptions {
+    /// Interface name; "any" captures on all interfaces (Linux cooked link type).
+    pub iface: String,
+    /// Filter in tcpdump (pcap-filter) syntax.
+    pub filter: Option<String>,
+    /// Bytes kept of each packet.
+    pub snaplen: u32,
+    /// Namespace to capture in (the interface is looked up there).
+    pub netns: NetNs,
+    /// Kernel capture buffer size in bytes.
+    pub buffer_bytes: u32,
+    /// Stop after this many packets.
+    pub count: Option<u64>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Write the packets to this file.
+    pub output: Option<PathBuf>,
+    /// Format of `output`.
+    pub format: FileFormat,
+    /// Put the interface into promiscuous mode (tcpdump's default; off here since lagtrace
+    /// looks at this host's own traffic).
+    pub promisc: bool,
+}
+
+impl Default for CaptureOptions {
+    fn default() -> Self {
+        CaptureOptions {
+            iface: "any".into(),
+            filter: None,
+            snaplen: DEFAULT_SNAPLEN,
+            netns: NetNs::Current,
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+            count: None,
+            duration: None,
+            output: None,
+            format: FileFormat::Pcap,
+            promisc: false,
+        }
+    }
+}
+
+/// Why a capture ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopReason {
+    /// `stop()` was called (or Ctrl-C).
+    Stopped,
+    /// `count` packets were captured.
+    Count,
+    /// `duration` elapsed.
+    Duration,
+}
+
+/// Counters at the end of a capture, as tcpdump prints them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CaptureStats {
+    /// Interface captured on.
+    pub iface: String,
+    /// LINKTYPE_* of the packets.
+    pub linktype: u32,
+    /// Packets handed to us (written / passed to the callback).
+    pub captured: u64,
+    /// Packets that passed the filter in the kernel (`ps_recv`).
+    pub received_by_filter: u64,
+    /// Packets the kernel dropped for lack of buffer space (`ps_drop`).
+    pub dropped_by_kernel: u64,
+    /// Packets dropped by the interface or driver (`ps_ifdrop`).
+    pub dropped_by_interface: u64,
+    /// Wall time from open to stop, µs.
+    pub elapsed_us: u64,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+}
+
+/// Callback invoked on the capture thread for every packet.
+pub type PacketCallback = Box<dyn FnMut(&PacketRef<'_>) + Send + 'static>;
+
+/// Starts captures.
+pub struct Capture;
+
+impl Capture {
+    /// Opens the capture (errors here: missing interface or privilege, bad filter, file not
+    /// writable) and runs it on its own thread until `count`, `duration` or `stop()`.
+    pub fn start(opts: &CaptureOptions, callback: Option<PacketCallback>) -> Result<CaptureHandle> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<u32>>(1);
+        let opts2 = opts.clone();
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("lagtrace-capture".into())
+            .spawn(move || run_capture(opts2, callback, stop2, ready_tx))
+            .context("spawning the capture thread")?;
+        match ready_rx.recv() {
+            Ok(Ok(linktype)) => Ok(CaptureHandle {
+                stop,
+                thread: Some(thread),
+                iface: opts.iface.clone(),
+                linktype,
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => match thread.join() {
+                Ok(Err(e)) => Err(e),
+                _ => Err(anyhow!("capture thread ended before opening the capture")),
+            },
+        }
+    }
+
+    /// Like [`Capture::start`], sending every packet (owned) to the returned channel.
+    pub fn start_channel(
+        opts: &CaptureOptions,
+    ) -> Result<(CaptureHandle, mpsc::Receiver<CapturedPacket>)> {
+        let (tx, rx) = mpsc::channel();
+        let cb: PacketCallback = Box::new(move |p| {
+            let _ = tx.send(p.to_owned());
+        });
+        Ok((Capture::start(opts, Some(cb))?, rx))
+    }
+}
+
+/// A running capture. Dropping it stops the capture (and discards the stats).
+pub struct CaptureHandle {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<CaptureStats>>>,
+    iface: String,
+    linktype: u32,
+}
+
+/// Stops a capture from another thread (for example a Ctrl-C handler).
+#[derive(Debug, Clone)]
+pub struct Stopper(Arc<AtomicBool>);
+
+impl Stopper {
+    /// Asks the capture to stop; it drains what the kernel holds and ends.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+impl CaptureHandle {
+    /// The interface being captured.
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    /// LINKTYPE_* of the capture.
+    pub fn linktype(&self) -> u32 {
+        self.linktype
+    }
+
+    /// A handle that can stop this capture from elsewhere.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.stop.clone())
+    }
+
+    /// Whether the capture has ended by itself (count or duration).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Stops the capture, drains the packets already captured, and returns the stats.
+    pub fn stop(self) -> Result<CaptureStats> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.wait()
+    }
+
+    /// Waits until the capture ends by itself (count, duration, or a [`Stopper`]).
+    pub fn wait(mut self) -> Result<CaptureStats> {
+        let t = self.thread.take().expect("capture thread joined once");
+        match t.join() {
+            Ok(r) => r,
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+}
+
+impl Drop for CaptureHandle {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.stop.store(true, Ordering::SeqCst);
+            let _ = t.join();
+        }
+    }
+}
+
+enum Sink {
+    None,
+    Pcap(pcap::Savefile),
+    Pcapng(PcapngWriter<BufWriter<File>>),
+}
+
+/// Turns libpcap's open errors into one line naming the cause.
+fn open_error(iface: &str, netns: &NetNs, e: pcap::Error) -> anyhow::Error {
+    let msg = e.to_string();
+    let lower = msg.to_lowercase();
+    if lower.contains("permission") || lower.contains("operation not permitted") {
+        anyhow!(
+            "capturing on {iface} needs CAP_NET_RAW (run as root, or `setcap cap_net_raw+ep` on \
+             the binary); `lagtrace analyze` of a saved file works without it ({msg})"
+        )
+    } else if lower.contains("no such device") {
+        let wher = match netns.path() {
+            Some(p) => format!(" in network namespace {}", p.display()),
+            None => String::new(),
+        };
+        anyhow!("no interface named {iface}{wher} ({msg})")
+    } else {
+        anyhow!("opening capture on {iface}: {msg}")
+    }
+}
+
+fn run_capture(
+    opts: CaptureOptions,
+    mut callback: Option<PacketCallback>,
+    stop: Arc<AtomicBool>,
+    ready: mpsc::SyncSender<Result<u32>>,
+) -> Result<CaptureStats> {
+    let opened = open(&opts);
+    let (mut cap, mut sink, linktype) = match opened {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return Err(anyhow!("capture not opened"));
+        }
+    };
+    let _ = ready.send(Ok(linktype));
+    let started = Instant::now();
+    let deadline = opts.duration.map(|d| started + d);
+    let fd = {
+        use std::os::fd::AsRawFd;
+        cap.as_raw_fd()
+    };
+    let mut captured: u64 = 0;
+    let mut write_err: Option<std::io::Error> = None;
+    let mut handle = |p: pcap::Packet<'_>, captured: &mut u64| {
+        let ts_ns = (p.header.ts.tv_sec as u64) * 1_000_000_000 + p.header.ts.tv_usec as u64;
+        match &mut sink {
+            Sink::None => {}
+            Sink::Pcap(s) => s.write(&p),
+            Sink::Pcapng(w) => {
+                if write_err.is_none() {
+                    if let Err(e) = w.write_packet(0, ts_ns, p.header.len, p.data, None) {
+                        write_err = Some(e);
+                    }
+                }
+            }
+        }
+        if let Some(cb) = callback.as_mut() {
+            cb(&PacketRef {
+                ts_ns,
+                linktype,
+                orig_len: p.header.len,
+                data: p.data,
+            });
+        }
+        *captured += 1;
+    };
+    let remaining = |captured: u64| -> usize {
+        match opts.count {
+            Some(c) => c.saturating_sub(captured).min(100_000) as usize,
+            None => 100_000,
+        }
+    };
+    let reason = loop {
+        if opts.count.is_some_and(|c| captured >= c) {
+            break StopReason::Count;
+        }
+        if stop.load(Ordering::SeqCst) {
+            break StopReason::Stopped;
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break StopReason::Duration;
+        }
+        let n = cap
+            .dispatch(Some(remaining(captured)), |p| handle(p, &mut captured))
+            .map_err(|e| anyhow!("reading packets on {}: {e}", opts.iface))?;
+        if n == 0 {
+            let mut wait = POLL_MS;
+            if let Some(d) = deadline {
+                let left = d.saturating_duration_since(now).as_millis() as i32 + 1;
+                wait = wait.min(left);
+            }
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd for the duration of the call.
+            unsafe { libc::poll(&mut pfd, 1, wait) };
+        }
+    };
+    // Drain what the kernel already captured before the stop (not past `count`).
+    if reason != StopReason::Count {
+        let drain_until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < drain_until && opts.count.is_none_or(|c| captured < c) {
+            let n = cap
+                .dispatch(Some(remaining(captured)), |p| handle(p, &mut captured))
+                .map_err(|e| anyhow!("reading packets on {}: {e}", opts.iface))?;
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    let st = cap
+        .stats()
+        .map_err(|e| anyhow!("reading capture statistics: {e}"))?;
+    match sink {
+        Sink::None => {}
+        Sink::Pcap(mut s) => s
+            .flush()
+            .map_err(|e| anyhow!("writing capture file: {e}"))?,
+        Sink::Pcapng(w) => {
+            if let Some(e) = write_err {
+                return Err(anyhow!("writing capture file: {e}"));
+            }
+            w.finish().context("writing capture file")?;
+        }
+    }
+    Ok(CaptureStats {
+        iface: opts.iface.clone(),
+        linktype,
+        captured,
+        received_by_filter: st.received as u64,
+        dropped_by_kernel: st.dropped as u64,
+        dropped_by_interface: st.if_dropped as u64,
+        elapsed_us: elapsed.as_micros() as u64,
+        stop_reason: reason,
+    })
+}
+
+fn open(opts: &CaptureOptions) -> Result<(pcap::Capture<pcap::Active>, Sink, u32)> {
+    if let Some(p) = opts.netns.path() {
+        opts.netns.enter_current_thread().map_err(|e| {
+            anyhow!(
+                "entering network namespace {} (needs CAP_SYS_ADMIN): {e}",
+                p.display()
+            )
+        })?;
+    }
+    if opts.snaplen == 0 {
+        return Err(anyhow!("snaplen must be at least 1 byte"));
+    }
+    let inactive = pcap::Capture::from_device(opts.iface.as_str())
+        .map_err(|e| open_error(&opts.iface, &opts.netns, e))?;
+    let cap = inactive
+        .snaplen(opts.snaplen.min(i32::MAX as u32) as i32)
+        .buffer_size(opts.buffer_bytes.min(i32::MAX as u32) as i32)
+        .immediate_mode(true)
+        .promisc(opts.promisc)
+        .precision(pcap::Precision::Nano)
+        .timeout(POLL_MS)
+        .open()
+        .map_err(|e| open_error(&opts.iface, &opts.netns, e))?;
+    let mut cap = cap
+        .setnonblock()
+        .map_err(|e| anyhow!("capture on {}: setting non-blocking mode: {e}", opts.iface))?;
+    if let Some(f) = opts.filter.as_deref().filter(|f| !f.trim().is_empty()) {
+        cap.filter(f, true)
+            .map_err(|e| anyhow!("bad filter {f:?}: {e}"))?;
+    }
+    let linktype = cap.get_datalink().0 as u32;
+    let sink = match &opts.output {
+        None => Sink::None,
+        Some(path) => match opts.format {
+            FileFormat::Pcap => Sink::Pcap(
+                cap.savefile(path)
+                    .map_err(|e| anyhow!("creating {}: {e}", path.display()))?,
+            ),
+            FileFormat::Pcapng => {
+                let f =
+                    File::create(path).with_context(|| format!("creating {}", path.display()))?;
+                let mut w = PcapngWriter::new(BufWriter::with_capacity(1 << 20, f))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                w.add_interface(linktype as u16, opts.snaplen, 9, Some(&opts.iface))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                Sink::Pcapng(w)
+            }
+        },
+    };
+    Ok((cap, sink, linktype))
+}
+
+/// The interface the route to `host` leaves by, in `netns` (via `ip route get`).
+/// `None` when there is no route or `ip` fails (callers then use "any").
+pub fn route_iface(host: std::net::IpAddr, netns: &NetNs) -> Option<String> {
+    let mut cmd = std::process::Command::new("ip");
+    if let NetNs::Named(n) = netns {
+        cmd.args(["-n", n]);
+    }
+    let out = cmd
+        .args(["route", "get", &host.to_string()])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "dev" {
+            return words.next().map(str::to_string);
+        }
+    }
+    None
+}
+
+/// One line per packet like `tcpdump -nn`: time of day (UTC), addresses and ports, TCP
+/// flags, seq/ack, window and payload length.
+pub fn summary_line(p: &PacketRef<'_>) -> String {
+    use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TransportSlice};
+    let secs = p.ts_ns / 1_000_000_000;
+    let us = (p.ts_ns % 1_000_000_000) / 1000;
+    let tod = secs % 86_400;
+    let time = format!(
+        "{:02}:{:02}:{:02}.{:06}",
+        tod / 3600,
+        tod / 60 % 60,
+        tod % 60,
+        us
+    );
+    let d = p.data;
+    let sliced = match p.linktype {
+        1 => LaxSlicedPacket::from_ethernet(d).ok(),
+        113 if d.len() >= 16 => Some(LaxSlicedPacket::from_ether_type(
+            EtherType(u16::from_be_bytes([d[14], d[15]])),
+            &d[16..],
+        )),
+        276 if d.len() >= 20 => Some(LaxSlicedPacket::from_ether_type(
+            EtherType(u16::from_be_bytes([d[0], d[1]])),
+            &d[20..],
+        )),
+        0 | 108 if d.len() >= 4 => LaxSlicedPacket::from_ip(&d[4..]).ok(),
+        12 | 14 | 101 | 228 | 229 => LaxSlicedPacket::from_ip(d).ok(),
+        _ => None,
+    };
+    let Some(s) = sliced else {
+        return format!("{time} linktype {} length {}", p.linktype, p.orig_len);
+    };
+    let (src, dst, fam, ip_payload_len) = match &s.net {
+        Some(LaxNetSlice::Ipv4(v4)) => {
+            let h = v4.header();
+            let len = (h.total_len() as usize).saturating_sub(h.slice().len());
+            (
+                h.source_addr().to_string(),
+                h.destination_addr().to_string(),
+                "IP",
+                len,
+            )
+        }
+        Some(LaxNetSlice::Ipv6(v6)) => {
+            let h = v6.header();
+            let ext = v6.extensions().slice().len();
+            (
+                h.source_addr().to_string(),
+                h.destination_addr().to_string(),
+                "IP6",
+                (h.payload_length() as usize).saturating_sub(ext),
+            )
+        }
+        Some(LaxNetSlice::Arp(_)) => return format!("{time} ARP, length {}", p.orig_len),
+        None => return format!("{time} non-IP, length {}", p.orig_len),
+    };
+    match &s.transport {
+        Some(TransportSlice::Tcp(t)) => {
+            let mut flags = String::new();
+            for (on, c) in [
+                (t.syn(), 'S'),
+                (t.fin(), 'F'),
+                (t.psh(), 'P'),
+                (t.rst(), 'R'),
+                (t.urg(), 'U'),
+                (t.ece(), 'E'),
+                (t.cwr(), 'W'),
+            ] {
+                if on {
+                    flags.push(c);
+                }
+            }
+            if t.ack() {
+                flags.push('.');
+            }
+            let hl = t.data_offset() as usize * 4;
+            let len = ip_payload_len.saturating_sub(hl);
+            let mut line = format!(
+                "{time} {fam} {src}.{} > {dst}.{}: Flags [{flags}], seq {}",
+                t.source_port(),
+                t.destination_port(),
+                t.sequence_number()
+            );
+            if t.ack() {
+                line.push_str(&format!(", ack {}", t.acknowledgment_number()));
+            }
+            line.push_str(&format!(", win {}, length {len}", t.window_size()));
+            line
+        }
+        Some(TransportSlice::Udp(u)) => format!(
+            "{time} {fam} {src}.{} > {dst}.{}: UDP, length {}",
+            u.source_port(),
+            u.destination_port(),
+            ip_payload_len.saturating_sub(8)
+        ),
+        _ => format!("{time} {fam} {src} > {dst}: length {}", p.orig_len),
+    }
+}
+
+/// libpcap's name and description of a link type, e.g. ("EN10MB", "Ethernet").
+pub fn linktype_name(linktype: u32) -> (String, String) {
+    let lt = pcap::Linktype(linktype as i32);
+    (
+        lt.get_name().unwrap_or_else(|_| linktype.to_string()),
+        lt.get_description().unwrap_or_default(),
+    )
+}
