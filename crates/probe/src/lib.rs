@@ -1,1 +1,270 @@
-//! lagtrace-probe: see ../shared/DESIGN.md. Not built yet.
+//! lagtrace-probe: path latency without relying on ICMP.
+//!
+//! - [`ping()`]: TCP SYN (raw socket; the kernel resets the SYN-ACK), timed `connect()`, UDP or
+//!   ICMP echo probes to one target; every probe is a [`Sample`] (timeouts included).
+//! - [`route()`]: TCP SYN, UDP or ICMP probes at every TTL at once, one flow per trace
+//!   (Paris style), replies matched by probe identity; `rounds > 1` gives mtr-style totals.
+//!
+//! Both run in the calling thread's network namespace (wrap in `lagtrace_netns::NetNs::run`
+//! to probe from another one) and are safe to call from a background thread.
+//! The network sits behind [`net::Network`]; the engines are unit-tested on a simulation.
+#![deny(missing_docs)]
+
+pub mod net;
+pub mod ping;
+pub mod route;
+pub mod stats;
+pub mod testnet;
+pub mod wire;
+
+#[cfg(test)]
+mod sim;
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, bail};
+
+pub use ping::{PingMode, PingOptions, PingReport, PingStats, Sample, SampleKind};
+pub use route::{Hop, HopProbe, HopReply, HopStats, RouteOptions, RouteReport};
+pub use stats::RttStats;
+pub use wire::Proto;
+
+/// Parses `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address, resolving names with
+/// getaddrinfo. Returns the address and the port if one was given.
+pub fn resolve_target(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
+    let s = s.trim();
+    if s.is_empty() {
+        bail!("empty target");
+    }
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok((ip, None));
+    }
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, tail) = rest
+            .split_once(']')
+            .with_context(|| format!("{s:?}: missing ']'"))?;
+        let port = match tail {
+            "" => None,
+            t => Some(
+                t.strip_prefix(':')
+                    .with_context(|| format!("{s:?}: expected ':PORT' after ']'"))?,
+            ),
+        };
+        (h, port)
+    } else {
+        match s.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        }
+    };
+    let port = match port {
+        None => None,
+        Some(p) => Some(parse_port(p)?),
+    };
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok((ip, port));
+    }
+    let addr = (host, 0u16)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve host {host:?}"))?
+        .next()
+        .with_context(|| format!("cannot resolve host {host:?}: no address"))?;
+    Ok((addr.ip(), port))
+}
+
+/// A port in 1..=65535, with a one-line error otherwise.
+pub fn parse_port(p: &str) -> anyhow::Result<u16> {
+    let n: u64 = p
+        .parse()
+        .map_err(|_| anyhow::anyhow!("invalid port {p:?}: not a number"))?;
+    if n == 0 || n > 65535 {
+        bail!("invalid port {n}: must be 1-65535");
+    }
+    Ok(n as u16)
+}
+
+fn seq_base() -> u32 {
+    let t = net::mono_ns();
+    (t as u32) ^ (std::process::id().rotate_left(16)) ^ ((t >> 32) as u32)
+}
+
+/// Runs `opts.count` probes (or until `stop` is set) and returns every sample.
+/// `Err` only when probing cannot run (no route, no privilege without fallback, bad input).
+pub fn ping(opts: &PingOptions, stop: &AtomicBool) -> anyhow::Result<PingReport> {
+    ping_with(opts, stop, &mut |_| {})
+}
+
+/// [`ping()`] that also calls `on_sample` as each probe resolves (for live output).
+pub fn ping_with(
+    opts: &PingOptions,
+    stop: &AtomicBool,
+    on_sample: &mut dyn FnMut(&Sample),
+) -> anyhow::Result<PingReport> {
+    if opts.target.port() == 0 && opts.mode != PingMode::Icmp {
+        bail!("invalid port 0: must be 1-65535");
+    }
+    if opts.ttl == 0 {
+        bail!("invalid TTL 0: must be 1-255");
+    }
+    let src = net::source_for(opts.target.ip())
+        .with_context(|| format!("no route to {}", opts.target.ip()))?;
+    let mut mode = opts.mode;
+    let mut note = None;
+    if mode != PingMode::Connect && !net::have_cap_net_raw() {
+        if mode == PingMode::Syn && opts.fallback_to_connect {
+            mode = PingMode::Connect;
+            note = Some(
+                "no CAP_NET_RAW: SYN mode needs raw sockets; fell back to --connect (timed connect(), completes handshakes)"
+                    .to_string(),
+            );
+        } else {
+            bail!(
+                "{mode:?} probes need raw sockets (CAP_NET_RAW: run as root); --connect works without it"
+            );
+        }
+    }
+    if mode == PingMode::Connect {
+        let (samples, source) = ping::run_connect(opts, stop, on_sample)?;
+        return Ok(PingReport {
+            target: opts.target,
+            source,
+            mode,
+            timestamp_source: "CLOCK_MONOTONIC around connect() (user space)".to_string(),
+            note,
+            stats: PingStats::of(&samples),
+            samples,
+        });
+    }
+    let proto = match mode {
+        PingMode::Udp => Proto::Udp,
+        PingMode::Icmp => Proto::Icmp,
+        _ => Proto::Tcp,
+    };
+    let (_hold, sport) = match proto {
+        Proto::Tcp => {
+            let (s, p) = net::hold_tcp_port(src).context("holding a local TCP port")?;
+            (Some(s), p)
+        }
+        Proto::Udp => {
+            let (s, p) = net::hold_udp_port(src).context("holding a local UDP port")?;
+            (Some(s), p)
+        }
+        Proto::Icmp => (None, 0),
+    };
+    let flow = wire::Flow {
+        proto,
+        src,
+        dst: opts.target.ip(),
+        sport,
+        dport: opts.target.port(),
+        seq_base: seq_base(),
+    };
+    let mut network = net::RawNetwork::open(flow).context("opening raw sockets")?;
+    let samples = ping::run_probes(&mut network, &flow, opts, stop, on_sample)
+        .with_context(|| format!("probing {}", opts.target))?;
+    let mut ts = net::TIMESTAMP_SOURCE_RAW.to_string();
+    if network.untimestamped > 0 {
+        ts.push_str(&format!(
+            " ({} replies had no kernel timestamp: user-space CLOCK_MONOTONIC at read)",
+            network.untimestamped
+        ));
+    }
+    Ok(PingReport {
+        target: opts.target,
+        source: SocketAddr::new(src, sport),
+        mode,
+        timestamp_source: ts,
+        note,
+        stats: PingStats::of(&samples),
+        samples,
+    })
+}
+
+/// Traces the path to `opts.target`. Needs CAP_NET_RAW.
+pub fn route(opts: &RouteOptions) -> anyhow::Result<RouteReport> {
+    if opts.max_ttl == 0 {
+        bail!("invalid max TTL 0: must be 1-255");
+    }
+    if opts.queries == 0 {
+        bail!("invalid number of queries 0: must be at least 1");
+    }
+    if opts.port == 0 && opts.proto != Proto::Icmp {
+        bail!("invalid port 0: must be 1-65535");
+    }
+    let probes = u64::from(opts.queries) * u64::from(opts.max_ttl);
+    if probes > u64::from(wire::MAX_ID) {
+        bail!(
+            "too many probes per round ({probes}): queries x max TTL must be at most {}",
+            wire::MAX_ID
+        );
+    }
+    let src =
+        net::source_for(opts.target).with_context(|| format!("no route to {}", opts.target))?;
+    if !net::have_cap_net_raw() {
+        bail!(
+            "route needs raw sockets (CAP_NET_RAW: run as root); `lagtrace ping --connect` works without it"
+        );
+    }
+    let (_hold, sport) = match opts.proto {
+        Proto::Tcp => {
+            let (s, p) = net::hold_tcp_port(src).context("holding a local TCP port")?;
+            (Some(s), p)
+        }
+        Proto::Udp => {
+            let (s, p) = net::hold_udp_port(src).context("holding a local UDP port")?;
+            (Some(s), p)
+        }
+        Proto::Icmp => (None, 0),
+    };
+    let flow = wire::Flow {
+        proto: opts.proto,
+        src,
+        dst: opts.target,
+        sport,
+        dport: opts.port,
+        seq_base: seq_base(),
+    };
+    let mut network = net::RawNetwork::open(flow).context("opening raw sockets")?;
+    let (hops, reached) = route::run_trace(&mut network, &flow, opts)
+        .with_context(|| format!("tracing {}", opts.target))?;
+    Ok(RouteReport {
+        target: opts.target,
+        source: src,
+        proto: opts.proto,
+        port: opts.port,
+        source_port: sport,
+        rounds: opts.rounds,
+        timestamp_source: net::TIMESTAMP_SOURCE_RAW.to_string(),
+        hops,
+        reached,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            resolve_target("10.0.0.2:80").unwrap(),
+            (ip("10.0.0.2"), Some(80))
+        );
+        assert_eq!(resolve_target("10.0.0.2").unwrap(), (ip("10.0.0.2"), None));
+        assert_eq!(resolve_target("[::1]:443").unwrap(), (ip("::1"), Some(443)));
+        assert_eq!(resolve_target("::1").unwrap(), (ip("::1"), None));
+        assert_eq!(resolve_target("[fd00::2]").unwrap(), (ip("fd00::2"), None));
+        assert_eq!(resolve_target("localhost:22").unwrap().1, Some(22));
+        let e = resolve_target("10.0.0.2:0").unwrap_err().to_string();
+        assert!(e.contains("1-65535"), "{e}");
+        let e = resolve_target("10.0.0.2:70000").unwrap_err().to_string();
+        assert!(e.contains("1-65535"), "{e}");
+        let e = format!(
+            "{:#}",
+            resolve_target("no-such-host.invalid:80").unwrap_err()
+        );
+        assert!(e.contains("cannot resolve host"), "{e}");
+    }
+}

@@ -1,9 +1,261 @@
 //! `lagtrace ping`.
 
+use std::io::Write;
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-pub type Args = super::Pending;
+use anyhow::bail;
+use lagtrace_probe::{PingMode, PingOptions, PingReport, Sample, SampleKind};
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    super::not_built("ping", 5)
+/// TCP SYN RTT to HOST[:PORT], like `hping3 -S`, with µs precision.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Modes: the default sends TCP SYNs from a raw socket (CAP_NET_RAW) from a local port held by a
+bound, unconnected socket, so the kernel answers the SYN-ACK with RST and no half-open
+connection stays on the target; a RST from a closed port is a valid RTT sample. Without
+CAP_NET_RAW it falls back to --connect and says so. --connect times connect() (no privilege;
+it completes real handshakes, the server's application sees connections). --udp sends to a
+closed port and times the ICMP port unreachable; --icmp sends echo requests.
+
+Timing: send time is CLOCK_MONOTONIC right before sendto(); receive time is the kernel's
+software RX timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME) converted to CLOCK_MONOTONIC with an
+offset measured at start. --json states the source as `timestamp_source`.
+
+Exit status: 0 at least one reply; 1 no reply (100% loss); 2 could not run (bad input, no
+route, missing privilege).")]
+pub struct Args {
+    /// Target: HOST, HOST:PORT, IP:PORT or [IPv6]:PORT
+    pub target: String,
+    /// Destination port (default 80 for TCP modes, 33434 for --udp); overrides HOST:PORT
+    #[arg(short = 'p', long)]
+    pub port: Option<u64>,
+    /// Number of probes
+    #[arg(short = 'c', long, default_value_t = 4)]
+    pub count: u32,
+    /// Interval between probes: 10ms, 1s, 500us, or seconds (0.2)
+    #[arg(short = 'i', long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// How long a probe waits for its reply before it counts as lost
+    #[arg(short = 'W', long, default_value = "1s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// TTL / hop limit of the probes (1-255)
+    #[arg(long, default_value_t = 64)]
+    pub ttl: u64,
+    /// Timed connect() instead of raw SYNs (no privilege needed; completes handshakes)
+    #[arg(long, conflicts_with_all = ["udp", "icmp"])]
+    pub connect: bool,
+    /// UDP probes; the ICMP port unreachable is the reply (needs CAP_NET_RAW)
+    #[arg(long, conflicts_with = "icmp")]
+    pub udp: bool,
+    /// ICMP echo probes (needs CAP_NET_RAW)
+    #[arg(long)]
+    pub icmp: bool,
+    /// Print the report as JSON (samples, stats, timestamp source) instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `10ms`, `1s`, `500us`, `2m`-less plain seconds `0.5`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix("us").or_else(|| s.strip_suffix("µs")) {
+        (n, 1e-6)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (use 10ms, 1s, 500us)"))?;
+    if !v.is_finite() || v < 0.0 || v * scale > 3600.0 {
+        return Err(format!("invalid duration {s:?}: must be 0-3600 s"));
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+fn mode_label(m: PingMode) -> &'static str {
+    match m {
+        PingMode::Syn => "tcp-syn, raw socket",
+        PingMode::Connect => "tcp connect(), completes handshakes",
+        PingMode::Udp => "udp, raw socket",
+        PingMode::Icmp => "icmp echo, raw socket",
+    }
+}
+
+/// One hping3-style line for a sample.
+pub fn sample_line(s: &Sample, timeout: Duration) -> String {
+    let rtt = s
+        .rtt_us
+        .map(|r| format!("rtt={:.3} ms", r / 1000.0))
+        .unwrap_or_default();
+    let ip = s.from.map(|a| a.to_string()).unwrap_or_default();
+    match s.kind {
+        SampleKind::Lost => format!(
+            "seq={} timeout: no reply in {} ms",
+            s.seq,
+            timeout.as_millis()
+        ),
+        SampleKind::Connected | SampleKind::Refused => format!(
+            "ip={ip} seq={} {} {rtt}",
+            s.seq,
+            if s.kind == SampleKind::Connected {
+                "connected"
+            } else {
+                "refused (RST)"
+            }
+        ),
+        _ => {
+            let mut l = format!(
+                "len={} ip={ip} ttl={}",
+                s.len.unwrap_or(0),
+                s.ttl.unwrap_or(0)
+            );
+            if s.df == Some(true) {
+                l.push_str(" DF");
+            }
+            if let Some(id) = s.ip_id {
+                l.push_str(&format!(" id={id}"));
+            }
+            match s.kind {
+                SampleKind::SynAck | SampleKind::Rst => l.push_str(&format!(
+                    " sport={} flags={} seq={} win={} {rtt}",
+                    s.sport.unwrap_or(0),
+                    s.flags.as_deref().unwrap_or(""),
+                    s.seq,
+                    s.window.unwrap_or(0)
+                )),
+                SampleKind::EchoReply => l.push_str(&format!(" icmp_seq={} {rtt}", s.seq)),
+                SampleKind::PortUnreachable => {
+                    l.push_str(&format!(" ICMP port unreachable seq={} {rtt}", s.seq))
+                }
+                _ => l.push_str(&format!(
+                    " ICMP error code={} (not from the target) seq={} {rtt}",
+                    s.icmp_code.unwrap_or(0),
+                    s.seq
+                )),
+            }
+            l
+        }
+    }
+}
+
+/// The closing statistics lines.
+pub fn summary(r: &PingReport) -> String {
+    let st = &r.stats;
+    let mut s = format!(
+        "\n--- {} lagtrace ping statistics ---\n{} packets transmitted, {} received, {}% packet loss\n",
+        r.target,
+        st.sent,
+        st.received,
+        fmt_pct(st.loss_pct)
+    );
+    if st.received > 0 {
+        let t = &st.rtt;
+        s.push_str(&format!(
+            "round-trip min/avg/max/mdev = {:.3}/{:.3}/{:.3}/{:.3} ms (p50 {:.3}, p90 {:.3})\n",
+            t.min_us / 1000.0,
+            t.avg_us / 1000.0,
+            t.max_us / 1000.0,
+            t.mdev_us / 1000.0,
+            t.p50_us / 1000.0,
+            t.p90_us / 1000.0
+        ));
+    }
+    s
+}
+
+fn fmt_pct(p: f64) -> String {
+    if p.fract() == 0.0 {
+        format!("{p:.0}")
+    } else {
+        format!("{p:.1}")
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (ip, hp) = lagtrace_probe::resolve_target(&args.target)?;
+    let mode = if args.connect {
+        PingMode::Connect
+    } else if args.udp {
+        PingMode::Udp
+    } else if args.icmp {
+        PingMode::Icmp
+    } else {
+        PingMode::Syn
+    };
+    let port = match args.port {
+        Some(p) => lagtrace_probe::parse_port(&p.to_string())?,
+        None => hp.unwrap_or(if mode == PingMode::Udp { 33434 } else { 80 }),
+    };
+    if args.ttl == 0 || args.ttl > 255 {
+        bail!("invalid TTL {}: must be 1-255", args.ttl);
+    }
+    if args.count == 0 {
+        bail!("invalid count 0: must be at least 1");
+    }
+    if args.timeout.is_zero() {
+        bail!("invalid timeout 0: must be positive");
+    }
+    let opts = PingOptions {
+        target: SocketAddr::new(ip, port),
+        mode,
+        count: args.count,
+        interval: args.interval,
+        timeout: args.timeout,
+        ttl: args.ttl as u8,
+        fallback_to_connect: true,
+    };
+    let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
+    let json = args.json;
+    let mut out = std::io::stdout();
+    let timeout = opts.timeout;
+    let mut on_sample = |s: &Sample| {
+        if !json {
+            let _ = writeln!(out, "{}", sample_line(s, timeout));
+        }
+    };
+    if !json {
+        println!(
+            "LAGTRACE PING {} ({}): {} probes, interval {:?}, timeout {:?}",
+            opts.target,
+            mode_label(mode),
+            opts.count,
+            opts.interval,
+            opts.timeout
+        );
+    }
+    let fallback_said = mode == PingMode::Syn && !lagtrace_probe::net::have_cap_net_raw();
+    if fallback_said {
+        eprintln!(
+            "lagtrace ping: no CAP_NET_RAW: SYN mode needs raw sockets; falling back to --connect (timed connect(), completes handshakes)"
+        );
+    }
+    let report = lagtrace_probe::ping_with(&opts, &STOP, &mut on_sample)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        if let Some(n) = report.note.as_ref().filter(|_| !fallback_said) {
+            eprintln!("lagtrace ping: {n}");
+        }
+        print!("{}", summary(&report));
+        println!(
+            "source {} ({}); times: {}",
+            report.source,
+            mode_label(report.mode),
+            report.timestamp_source
+        );
+    }
+    Ok(if report.stats.received > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(super::EXIT_FINDING)
+    })
 }
