@@ -1,9 +1,353 @@
-//! `lagtrace sockets`.
+//! `lagtrace sockets`: live TCP sockets with their owners' options, or `--record -- CMD`.
 
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-pub type Args = super::Pending;
+use anyhow::{Context, bail};
+use lagtrace_netns::NetNs;
+use lagtrace_sockets::{InspectOptions, Inspection, RecordOptions, Recording, SocketInfo};
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    super::not_built("sockets", 6)
+/// Live socket options and TCP_INFO of processes; record a command's socket calls.
+///
+/// Inspect (default): every TCP socket (listening and established, IPv4 and IPv6) with its
+/// owners, TCP_INFO, delayed-ACK state, and the options only the owner can read
+/// (TCP_NODELAY, TCP_CORK, SO_SNDBUF/RCVBUF, TCP_NOTSENT_LOWAT) — read through pidfd_getfd
+/// without stopping the process (needs CAP_SYS_PTRACE, or the same uid). nginx owners get
+/// a config lens: tcp_nodelay, tcp_nopush, sendfile, keepalive_* with file:line.
+///
+/// Record: `lagtrace sockets --record -- CMD ARGS...` runs CMD, stopping it only on socket
+/// calls, prints them strace-style and a summary of the options each socket set, and exits
+/// with CMD's status.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  lagtrace sockets --port 8080
+  lagtrace sockets --process nginx --netns lab1 --json
+  lagtrace sockets --record -- wrk -t1 -c2 -d1s http://127.0.0.1:8080/")]
+pub struct Args {
+    /// Only sockets whose local or remote port is P
+    #[arg(long, value_name = "P")]
+    port: Option<u16>,
+    /// Only sockets held by this process id
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Only sockets held by processes with this command name (e.g. nginx)
+    #[arg(long, value_name = "NAME")]
+    process: Option<String>,
+    /// Only sockets in these states (established, listen, time-wait, ..., or all);
+    /// default: all but time-wait
+    #[arg(long, value_delimiter = ',', value_name = "STATE")]
+    state: Vec<String>,
+    /// Look into the network namespace NAME (under /run/netns)
+    #[arg(long, value_name = "NAME", conflicts_with = "all_netns")]
+    netns: Option<String>,
+    /// Look into every network namespace: /run/netns and those of running processes
+    #[arg(long)]
+    all_netns: bool,
+    /// Do not read owner-only options (no pidfd_getfd)
+    #[arg(long)]
+    no_options: bool,
+    /// Print JSON instead of text
+    #[arg(long)]
+    json: bool,
+    /// Record the socket calls of CMD (give it after `--`)
+    #[arg(long)]
+    record: bool,
+    /// With --record: write the call trace to FILE instead of stderr
+    #[arg(short = 'o', long, value_name = "FILE", requires = "record")]
+    output: Option<PathBuf>,
+    /// With --record: do not stop on close() (sockets' ends are then unknown)
+    #[arg(long, requires = "record")]
+    no_close: bool,
+    /// The command to record
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    cmd: Vec<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.record {
+        return run_record(args);
+    }
+    if !args.cmd.is_empty() {
+        bail!(
+            "unexpected argument {:?}: a command is only taken with --record",
+            args.cmd[0]
+        );
+    }
+    let mut states = None;
+    if !args.state.is_empty() && !args.state.iter().any(|s| s == "all") {
+        let mut v = Vec::new();
+        for s in &args.state {
+            v.push(lagtrace_sockets::diag::state_number(s).with_context(|| {
+                format!("--state {s}: unknown TCP state (established, listen, time-wait, ...)")
+            })?);
+        }
+        states = Some(v);
+    } else if args.state.iter().any(|s| s == "all") {
+        states = Some((1..=11).collect());
+    }
+    let netns = NetNs::from_flag(args.netns.as_deref());
+    if !netns.exists() {
+        bail!(
+            "--netns {}: no such network namespace under /run/netns",
+            args.netns.as_deref().unwrap_or("")
+        );
+    }
+    let opts = InspectOptions {
+        netns,
+        all_netns: args.all_netns,
+        port: args.port,
+        pid: args.pid,
+        process: args.process.clone(),
+        states,
+        read_options: !args.no_options,
+        config_lenses: true,
+    };
+    let ins = lagtrace_sockets::inspect(&opts)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &ins)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(render_inspection(&ins, args.all_netns).as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn ms(us: Option<u32>) -> String {
+    us.map(|v| format!("{:.3}", f64::from(v) / 1000.0))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn onoff(v: Option<bool>) -> &'static str {
+    match v {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "?",
+    }
+}
+
+fn socket_line(s: &SocketInfo, show_ns: bool) -> String {
+    let mut l = String::new();
+    if show_ns {
+        let _ = write!(l, "[{}] ", s.netns);
+    }
+    let _ = write!(l, "{:<11} {} ", s.state, s.local);
+    if s.state != "LISTEN" {
+        let _ = write!(l, "-> {} ", s.remote);
+    }
+    let owners: Vec<String> = s
+        .owners
+        .iter()
+        .map(|o| format!("{}({},fd={})", o.comm, o.pid, o.fd))
+        .collect();
+    if owners.is_empty() {
+        l += " owner ?";
+    } else {
+        let _ = write!(l, " {}", owners.join(","));
+    }
+    l += "\n   ";
+    if let Some(t) = &s.tcp_info {
+        let _ = write!(
+            l,
+            " rtt {}/{} ms rto {} ms ato {} ms cwnd {} unacked {} retrans {}/{} lost {}",
+            ms(t.rtt_us),
+            ms(t.rttvar_us),
+            ms(t.rto_us),
+            ms(t.ato_us),
+            t.snd_cwnd.map(|v| v.to_string()).unwrap_or("-".into()),
+            t.unacked.unwrap_or(0),
+            t.retrans.unwrap_or(0),
+            t.total_retrans.unwrap_or(0),
+            t.lost.unwrap_or(0),
+        );
+        if let Some(c) = &s.congestion {
+            let _ = write!(l, " {c}");
+        }
+        if s.state != "LISTEN" {
+            if let (Some(a), Some(b)) = (t.last_data_sent_us, t.last_data_recv_us) {
+                let _ = write!(l, " last send/recv {}/{} ms ago", a / 1000, b / 1000);
+            }
+            if let Some(d) = t.delivery_rate {
+                let _ = write!(l, " delivery {:.1} Mbit/s", d as f64 * 8.0 / 1e6);
+            }
+            if let (Some(b), Some(r), Some(sb)) =
+                (t.busy_time_us, t.rwnd_limited_us, t.sndbuf_limited_us)
+            {
+                let _ = write!(
+                    l,
+                    " busy {} ms (rwnd-limited {} ms, sndbuf-limited {} ms)",
+                    b / 1000,
+                    r / 1000,
+                    sb / 1000
+                );
+            }
+        }
+    }
+    if let Some(a) = &s.ack
+        && s.state != "LISTEN"
+    {
+        let _ = write!(
+            l,
+            "\n    ack: {} (quick ACKs left {})",
+            if a.pingpong {
+                "delayed (pingpong)"
+            } else {
+                "quick"
+            },
+            a.quick
+        );
+    }
+    if let Some(o) = &s.options {
+        let _ = write!(
+            l,
+            "\n    options: TCP_NODELAY {} TCP_CORK {} SO_SNDBUF {} SO_RCVBUF {} TCP_NOTSENT_LOWAT {} \
+             quick-ACK mode now {}",
+            onoff(o.nodelay),
+            onoff(o.cork),
+            o.sndbuf.map(|v| v.to_string()).unwrap_or("?".into()),
+            o.rcvbuf.map(|v| v.to_string()).unwrap_or("?".into()),
+            o.notsent_lowat.map(|v| v.to_string()).unwrap_or("?".into()),
+            onoff(o.quickack_mode),
+        );
+    } else if let Some(e) = &s.options_error {
+        let _ = write!(l, "\n    options: not read ({e})");
+    }
+    l.push('\n');
+    l
+}
+
+fn render_inspection(ins: &Inspection, show_ns: bool) -> String {
+    let mut s = String::new();
+    if ins.sockets.is_empty() {
+        s += "no matching TCP sockets\n";
+    }
+    for so in &ins.sockets {
+        s += &socket_line(so, show_ns);
+    }
+    if !ins.processes.is_empty() {
+        s += "\nprocesses:\n";
+        for p in &ins.processes {
+            let _ = writeln!(s, "  {}", p.line());
+        }
+    }
+    if !ins.configs.is_empty() {
+        s += "\nserver configuration:\n";
+        for c in &ins.configs {
+            let at = match (&c.file, c.line) {
+                (Some(f), Some(l)) => format!("{}:{l}", f.display()),
+                _ => "default".into(),
+            };
+            let _ = writeln!(
+                s,
+                "  {} (pid {}) {}: {} {}  ({at})",
+                c.software, c.pid, c.server, c.directive, c.value
+            );
+        }
+    }
+    for n in &ins.notes {
+        let _ = writeln!(s, "note: {n}");
+    }
+    s
+}
+
+fn run_record(args: Args) -> anyhow::Result<ExitCode> {
+    if args.cmd.is_empty() {
+        bail!("--record needs a command: lagtrace sockets --record -- CMD ARGS...");
+    }
+    let live: Box<dyn std::io::Write + Send> = match &args.output {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("-o {}", p.display()))?,
+        )),
+        None => Box::new(std::io::stderr()),
+    };
+    let rec = lagtrace_sockets::record(
+        &args.cmd,
+        RecordOptions {
+            live: Some(live),
+            trace_close: !args.no_close,
+        },
+    )?;
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, &rec)?;
+        writeln!(out)?;
+    } else {
+        eprint!("{}", render_recording(&rec));
+    }
+    Ok(ExitCode::from(rec.exit_status()))
+}
+
+fn render_recording(r: &Recording) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "--- lagtrace sockets --record: {} sockets ({} TCP), {} calls, {} tasks; {}",
+        r.sockets.len(),
+        r.tcp_sockets,
+        r.events.len(),
+        r.tasks,
+        match (r.exit_code, r.signal) {
+            (Some(c), _) => format!("exit {c}"),
+            (None, Some(sig)) => format!("killed by signal {sig}"),
+            _ => "no exit status".into(),
+        }
+    );
+    for o in &r.option_summary {
+        let _ = writeln!(
+            s,
+            "  {} {}={} on {} socket{}",
+            o.level,
+            o.option,
+            o.value,
+            o.sockets,
+            if o.sockets == 1 { "" } else { "s" }
+        );
+    }
+    let list = |v: &[usize]| {
+        let fds: Vec<String> = v
+            .iter()
+            .take(10)
+            .map(|&i| {
+                let so = &r.sockets[i];
+                format!("pid {} fd {}", so.pid, so.fd)
+            })
+            .collect();
+        format!(
+            "{}{}",
+            fds.join(", "),
+            if v.len() > 10 { ", ..." } else { "" }
+        )
+    };
+    if r.tcp_sockets > 0 {
+        let _ = writeln!(
+            s,
+            "  TCP sockets that never set TCP_NODELAY: {}/{}{}",
+            r.never_nodelay.len(),
+            r.tcp_sockets,
+            if r.never_nodelay.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", list(&r.never_nodelay))
+            }
+        );
+        let _ = writeln!(
+            s,
+            "  TCP sockets that never set TCP_QUICKACK: {}/{}{}",
+            r.never_quickack.len(),
+            r.tcp_sockets,
+            if r.never_quickack.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", list(&r.never_quickack))
+            }
+        );
+    }
+    s
 }
