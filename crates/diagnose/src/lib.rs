@@ -7,8 +7,10 @@
 //! - [`Diagnosis`]: what `lagtrace diagnose --json` prints and `--save` writes.
 #![deny(missing_docs)]
 
+pub mod adapters;
 pub mod evidence;
 pub mod rules;
+pub mod run;
 pub mod verdict;
 
 use serde::{Deserialize, Serialize};
@@ -18,6 +20,7 @@ pub use evidence::{
     SocketEvidence, Target,
 };
 pub use rules::{Judgement, judge};
+pub use run::{DiagnoseOptions, ServerLocation, Step, run};
 pub use verdict::{Confidence, EvidenceLine, Fix, FixSide, Stance, Verdict};
 
 /// Version of the JSON schema of [`Diagnosis`]; bumped on incompatible changes.

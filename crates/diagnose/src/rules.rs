@@ -917,11 +917,18 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
                 LayerName::Packets
             },
             Cause::SlowServer,
-            format!(
-                "the server's own time is ~{}{}: not the application",
-                ms(own),
-                st
-            ),
+            if own < 100 {
+                format!(
+                    "the server's own time is negligible (c=1 p50 within the path RTT){st}: \
+                     not the application"
+                )
+            } else {
+                format!(
+                    "the server's own time is ~{}{}: not the application",
+                    ms(own),
+                    st
+                )
+            },
         ));
     }
     if let Some(p) = x.packets {

@@ -7,7 +7,9 @@ use std::process::Command;
 use lagtrace_packet::{AnalyzeOptions, analyze_file};
 
 fn case(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/case").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/case")
+        .join(name)
 }
 
 fn case_file(name: &str) -> PathBuf {
@@ -22,7 +24,9 @@ fn case_file(name: &str) -> PathBuf {
 
 fn tshark_fields(file: &Path, filter: Option<&str>, fields: &[&str]) -> Vec<Vec<String>> {
     let mut cmd = Command::new("tshark");
-    cmd.arg("-r").arg(file).args(["-T", "fields", "-E", "separator=\t"]);
+    cmd.arg("-r")
+        .arg(file)
+        .args(["-T", "fields", "-E", "separator=\t"]);
     if let Some(f) = filter {
         cmd.args(["-Y", f]);
     }
@@ -30,7 +34,11 @@ fn tshark_fields(file: &Path, filter: Option<&str>, fields: &[&str]) -> Vec<Vec<
         cmd.args(["-e", f]);
     }
     let out = cmd.output().expect("run tshark");
-    assert!(out.status.success(), "tshark failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| l.split('\t').map(str::to_string).collect())
@@ -43,7 +51,13 @@ fn tshark_streams(file: &Path) -> BTreeMap<u32, (String, u64, u64, u64, u64)> {
     for r in tshark_fields(
         file,
         Some("tcp"),
-        &["tcp.stream", "frame.len", "ip.src", "ipv6.src", "tcp.srcport"],
+        &[
+            "tcp.stream",
+            "frame.len",
+            "ip.src",
+            "ipv6.src",
+            "tcp.srcport",
+        ],
     ) {
         let s: u32 = r[0].parse().unwrap();
         let len: u64 = r[1].parse().unwrap();

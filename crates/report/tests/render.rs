@@ -424,7 +424,11 @@ fn html_report_renders_in_headless_chromium_with_charts_and_stall() {
         2,
         "c=1 and c=32 lines"
     );
-    assert_eq!(dom.matches("class=\"pkt\"").count(), 7, "one arrow per packet");
+    assert_eq!(
+        dom.matches("class=\"pkt\"").count(),
+        7,
+        "one arrow per packet"
+    );
     assert!(dom.contains("class=\"stall\""));
     assert!(dom.contains("41.53ms stall: Nagle holds the body"));
     // The screenshot is not blank: many colours, and the drawn parts are visible.
