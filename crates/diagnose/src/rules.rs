@@ -387,9 +387,13 @@ fn cork_candidate(x: &Facts<'_>) -> Option<Candidate> {
 
 fn loss_candidate(x: &Facts<'_>) -> Option<Candidate> {
     let cause = Cause::PacketLoss;
-    let f = x
-        .finding("retransmission")
-        .filter(|f| f.count >= 3 && f.share >= MATERIAL_LOSS_SHARE && f.median_added_us >= 1_000)?;
+    // A few fast retransmissions or tail-loss probes a few ms apart are normal on a busy
+    // link; what users feel is RTO-class waits or a cost of more than ~0.5 ms per request.
+    let f = x.finding("retransmission").filter(|f| {
+        f.count >= 3
+            && f.share >= MATERIAL_LOSS_SHARE
+            && (f.median_added_us >= 20_000 || f.share * f.median_added_us as f64 >= 500.0)
+    })?;
     let mut ev = vec![sup(
         LayerName::Packets,
         cause,
@@ -666,10 +670,38 @@ fn unreachable(target: &Target, layers: &Layers, x: &Facts<'_>) -> Option<Judgem
         }
     }
     if connect_errors > 0 {
+        let why = layers
+            .app
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
         ev.push(sup(
             LayerName::App,
             cause,
-            format!("{connect_errors} connection attempts failed; no request completed"),
+            format!("{connect_errors} connection attempt(s) failed, no request completed{why}"),
+        ));
+    }
+    if let Some(p) = x.path
+        && !p.hops.is_empty()
+    {
+        let answered: Vec<String> = p
+            .hops
+            .iter()
+            .filter_map(|h| h.addr.as_ref().map(|a| format!("hop {} {a}", h.ttl)))
+            .collect();
+        ev.push(sup(
+            LayerName::Path,
+            cause,
+            if answered.is_empty() {
+                format!(
+                    "route: no hop answered up to TTL {} (the address is on a directly \
+                     connected link, or every router is silent)",
+                    p.hops.len()
+                )
+            } else {
+                format!("route: {}; nothing beyond", answered.join(", "))
+            },
         ));
     }
     Some(Judgement {
@@ -974,6 +1006,17 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
                     "server sockets: TCP_NODELAY on on {}/{}",
                     s.nodelay.on,
                     s.nodelay.on + s.nodelay.unknown
+                ),
+            ));
+        }
+        if !has(Cause::NagleDelayedAck) && s.nodelay.off > 0 && x.packets.is_some() {
+            v.push(note(
+                LayerName::Sockets,
+                format!(
+                    "server sockets: TCP_NODELAY off on {}/{}, but no Nagle stall in the \
+                     packets (responses leave in one piece, e.g. sendfile with tcp_nopush)",
+                    s.nodelay.off,
+                    s.nodelay.on + s.nodelay.off + s.nodelay.unknown
                 ),
             ));
         }

@@ -37,7 +37,16 @@ pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
                     let _ = write!(s, ", {} under load", ms(u.p50_us));
                 }
                 if !p.hops.is_empty() {
-                    let _ = write!(s, "; {} hops", p.hops.len());
+                    let answered: Vec<String> = p
+                        .hops
+                        .iter()
+                        .filter_map(|h| h.addr.as_ref().map(|a| format!("{}:{a}", h.ttl)))
+                        .collect();
+                    if answered.is_empty() {
+                        let _ = write!(s, "; route: no hop answered ({} TTLs)", p.hops.len());
+                    } else {
+                        let _ = write!(s, "; route: {}", answered.join(" "));
+                    }
                 }
                 if p.method != "tcp-syn" && !p.method.is_empty() {
                     let _ = write!(s, " [{}]", p.method);
@@ -49,6 +58,12 @@ pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
             None => missing(),
             Some(a) => {
                 let one = |r: &AppRun| {
+                    if r.requests == 0 {
+                        return format!(
+                            "c={}: no request completed ({} connect, {} timeout, {} read errors)",
+                            r.concurrency, r.errors.connect, r.errors.timeout, r.errors.read
+                        );
+                    }
                     format!(
                         "c={} p50 {} p99 {} {:.0} req/s{}",
                         r.concurrency,
