@@ -5,8 +5,8 @@
 //! API CONTRACT (other crates' tests code against this; keep it stable):
 //! ```ignore
 //! let lab = Lab::up(&LabOptions::new("mytest-1234"))?;   // guard: Drop tears it down
-//! lab.good_url()     // "http://10.x.y.2:80/"
-//! lab.latency_url()  // "http://10.x.y.2:8080/"
+//! lab.good_url()     // "http://10.x.y.2:80/"     (good_addr(): SocketAddr)
+//! lab.latency_url()  // "http://10.x.y.2:8080/"   (latency_addr(): SocketAddr)
 //! lab.server_addr()  // Ipv4Addr inside the namespace
 //! lab.client_addr()  // Ipv4Addr on this namespace's veth end
 //! lab.netns()        // NetNs::Named(..) of the server host
@@ -14,10 +14,16 @@
 //! lab.fix()? / lab.unfix()?   // latency server: tcp_nodelay on / off, reloaded
 //! Lab::down("name")?          // idempotent teardown by name (CLI `lab down`)
 //! serve::Server::spawn(serve::ServeOptions{..})  // in-process fault server (tests)
-//! lab.start_builtin(exe, port, &opts)? // extra `lagtrace serve` process in the namespace
-//! lab.shape(rate_bps, burst, limit)?   // tbf on the server->client direction
-//! lab.drop_percent(pct)?               // nftables: drop pct% of server->client TCP (wire-like)
+//! lab.start_builtin(exe, port, &opts)? // extra `EXE serve` process in the namespace -> pid
+//! lab.shape(rate_bps, burst, limit)?   // tbf on the server->client direction; unshape()
+//! lab.drop_percent(pct)?               // nftables: drop pct% of server->client TCP
+//! lab.server_pids("latency")          // nginx workers / serve pid owning the sockets
+//! probe_client::get_sequence(addr, n, timeout)? // n keep-alive GETs, timed
 //! ```
+//! Options: `LabOptions::new(name).server(ServerKind::Builtin)` runs the built-in server
+//! on threads of this process instead of nginx (`BuiltinProcess(exe)`: detached
+//! `EXE serve` processes); `.nginx(path)` another nginx binary. A missing nginx falls back
+//! to the built-in server with a note in [`Lab::notes`].
 //!
 //! State lives in `/run/lagtrace/labs/<name>/` (configs, logs, `state.json`) so another
 //! process (`lagtrace lab status|fix|unfix|down`) can act on a lab.
@@ -73,6 +79,8 @@ pub struct LabOptions {
     pub name: String,
     /// The servers.
     pub server: ServerKind,
+    /// The nginx binary ([`NGINX`] unless changed).
+    pub nginx: PathBuf,
 }
 
 impl LabOptions {
@@ -81,7 +89,14 @@ impl LabOptions {
         LabOptions {
             name: name.to_string(),
             server: ServerKind::Nginx,
+            nginx: PathBuf::from(NGINX),
         }
+    }
+
+    /// Same, with another nginx binary.
+    pub fn nginx(mut self, path: &Path) -> LabOptions {
+        self.nginx = path.to_path_buf();
+        self
     }
 
     /// Same, with another server kind.
@@ -135,6 +150,9 @@ pub struct LabState {
     pub notes: Vec<String>,
     /// Process that brought the lab up.
     pub owner_pid: u32,
+    /// Inode of the namespace: identifies the lab's processes even after its name is gone.
+    #[serde(default)]
+    pub netns_inode: u64,
 }
 
 impl LabState {
@@ -231,6 +249,7 @@ impl Lab {
             servers: Vec::new(),
             notes: Vec::new(),
             owner_pid: std::process::id(),
+            netns_inode: 0,
         };
         let mut lab = Lab::from_state(state, true);
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -265,6 +284,7 @@ impl Lab {
         ])?;
         sys::ip(&["link", "set", &client_iface, "up"])?;
         sys::ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        lab.st().netns_inode = lab.netns().inode().unwrap_or(0);
         sys::disable_ipv6(Some(&ns), &server_iface);
         sys::ip(&[
             "-n",
@@ -279,7 +299,7 @@ impl Lab {
         lab.save()?;
 
         let mut kind = opts.server.clone();
-        if kind == ServerKind::Nginx && !Path::new(NGINX).exists() {
+        if kind == ServerKind::Nginx && !opts.nginx.exists() {
             let fallback = match std::env::current_exe() {
                 Ok(exe) if exe.file_name().is_some_and(|n| n == "lagtrace") => {
                     ServerKind::BuiltinProcess(exe)
@@ -287,14 +307,15 @@ impl Lab {
                 _ => ServerKind::Builtin,
             };
             lab.st().notes.push(format!(
-                "nginx not found at {NGINX} (Debian package nginx-light); using the built-in server"
+                "nginx not found at {} (Debian package nginx-light); using the built-in server",
+                opts.nginx.display()
             ));
             kind = fallback;
         }
         match kind {
             ServerKind::Nginx => {
-                lab.start_nginx("good", GOOD_PORT, false)?;
-                lab.start_nginx("latency", LATENCY_PORT, false)?;
+                lab.start_nginx(&opts.nginx, "good", GOOD_PORT, false)?;
+                lab.start_nginx(&opts.nginx, "latency", LATENCY_PORT, false)?;
             }
             ServerKind::Builtin => {
                 for (role, port, nodelay) in
@@ -432,6 +453,22 @@ impl Lab {
     /// Notes for the user (fallbacks).
     pub fn notes(&self) -> Vec<String> {
         self.st().notes.clone()
+    }
+
+    /// Processes that own the accepted sockets of the server with `role` (`good`, `latency`,
+    /// `extra`): nginx's workers, the `serve` process, or this process for the in-process
+    /// server. Empty if there is no such server. For `sockets` tests.
+    pub fn server_pids(&self, role: &str) -> Vec<u32> {
+        let st = self.st();
+        let mut out = Vec::new();
+        for s in st.servers.iter().filter(|s| s.role == role) {
+            match (s.kind.as_str(), s.pid) {
+                ("nginx", Some(master)) => out.extend(sys::children(master)),
+                (_, Some(pid)) => out.push(pid),
+                (_, None) => out.push(std::process::id()),
+            }
+        }
+        out
     }
 
     /// Requests answered by the in-process built-in server with `role`, if it is one.
@@ -633,7 +670,7 @@ impl Lab {
         Ok(())
     }
 
-    fn start_nginx(&self, role: &str, port: u16, fixed: bool) -> Result<()> {
+    fn start_nginx(&self, nginx: &Path, role: &str, port: u16, fixed: bool) -> Result<()> {
         let prefix = state_dir(&self.name).join(format!("nginx-{role}"));
         fs::create_dir_all(prefix.join("logs"))?;
         let config = prefix.join("nginx.conf");
@@ -641,7 +678,9 @@ impl Lab {
         fs::write(&config, nginx_config(&prefix, port, latency, fixed))?;
         let log = prefix.join("error.log");
         let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &self.netns, NGINX, "-p"])
+            .args(["netns", "exec", &self.netns])
+            .arg(nginx)
+            .arg("-p")
             .arg(&prefix)
             .arg("-c")
             .arg(&config)
@@ -652,10 +691,17 @@ impl Lab {
             .context("running ip netns exec nginx")?;
         let pidfile = prefix.join("nginx.pid");
         if !out.status.success() {
-            bail!(
-                "nginx ({role}, port {port}) failed to start: {} {}",
-                String::from_utf8_lossy(&out.stderr).trim(),
+            let stderr = String::from_utf8_lossy(&out.stderr)
+                .trim()
+                .replace('\n', " | ");
+            let why = if fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
                 sys::tail(&log, 5)
+            } else {
+                format!("its output: {stderr}")
+            };
+            bail!(
+                "nginx ({role}, port {port}) failed to start ({}); {why}",
+                out.status
             );
         }
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -807,7 +853,12 @@ fn teardown(name: &str, state: Option<&LabState>) -> Result<()> {
     let mut pids: Vec<u32> = state
         .map(|s| s.servers.iter().filter_map(|x| x.pid).collect())
         .unwrap_or_default();
-    let ns_inode = nsfile.inode().ok();
+    // Only processes still in the lab's namespace: a pid from the state may have been
+    // reused. The recorded inode also finds them when the namespace's name was removed.
+    let ns_inode = nsfile
+        .inode()
+        .ok()
+        .or(state.map(|s| s.netns_inode).filter(|&i| i != 0));
     pids.retain(|&p| ns_inode.is_some() && sys::pid_netns_inode(p) == ns_inode);
     if nsfile.exists() {
         pids.extend(sys::netns_pids(&ns));
@@ -845,4 +896,67 @@ fn teardown(name: &str, state: Option<&LabState>) -> Result<()> {
         fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate_name("a-b_C9").is_ok());
+        assert!(validate_name(&"x".repeat(24)).is_ok());
+        for bad in ["", "a b", "a/b", "a.b", &"x".repeat(25)] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+        // Interface names stay within IFNAMSIZ - 1 = 15 characters.
+        let tag = format!("{:08x}", fnv1a(&"x".repeat(24)) as u32);
+        assert!(format!("lt{tag}c").len() <= 15);
+    }
+
+    /// The generated configs are valid for the real nginx (`nginx -t`), and the latency
+    /// server has exactly the case's settings.
+    #[test]
+    fn nginx_configs_pass_nginx_t() {
+        if !Path::new(NGINX).exists() {
+            eprintln!("nginx not installed: skipping nginx -t");
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (latency, nodelay) in [(false, true), (true, false), (true, true)] {
+            let conf = nginx_config(dir.path(), 8080, latency, nodelay);
+            if latency {
+                assert!(conf.contains("worker_processes 1;"));
+                assert!(conf.contains("sendfile on;") && conf.contains("tcp_nopush off;"));
+                let want = if nodelay {
+                    "tcp_nodelay on;"
+                } else {
+                    "tcp_nodelay off;"
+                };
+                assert!(conf.contains(want), "{conf}");
+            } else {
+                assert!(
+                    !conf.contains("tcp_nodelay"),
+                    "good server keeps the stock default"
+                );
+            }
+            let file = dir.path().join("t.conf");
+            fs::write(&file, &conf).expect("write");
+            let out = std::process::Command::new(NGINX)
+                .arg("-t")
+                .arg("-p")
+                .arg(dir.path())
+                .arg("-c")
+                .arg(&file)
+                .arg("-e")
+                .arg(dir.path().join("t.log"))
+                .output()
+                .expect("nginx -t");
+            assert!(
+                out.status.success(),
+                "{}\n{conf}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
 }

@@ -4,6 +4,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// One response as the client saw it.
@@ -20,6 +21,16 @@ pub struct Response {
 /// Sends `n` sequential `GET /` requests to `addr` on one connection and returns them in
 /// order. `timeout` bounds each read; a timeout or a closed connection is an error.
 pub fn get_sequence(addr: SocketAddr, n: usize, timeout: Duration) -> io::Result<Vec<Response>> {
+    get_sequence_until(addr, n, timeout, &AtomicBool::new(false))
+}
+
+/// [`get_sequence`] that stops early (returning the responses so far) once `stop` is set.
+pub fn get_sequence_until(
+    addr: SocketAddr,
+    n: usize,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> io::Result<Vec<Response>> {
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
@@ -30,6 +41,9 @@ pub fn get_sequence(addr: SocketAddr, n: usize, timeout: Duration) -> io::Result
     let mut buf: Vec<u8> = Vec::with_capacity(8192);
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         let t0 = Instant::now();
         s.write_all(req.as_bytes())?;
         let r = read_response(&mut s, &mut buf)?;
@@ -45,6 +59,16 @@ pub fn get_sequence(addr: SocketAddr, n: usize, timeout: Duration) -> io::Result
 /// Times in milliseconds, for messages.
 pub fn millis(rs: &[Response]) -> Vec<f64> {
     rs.iter().map(|r| r.elapsed.as_secs_f64() * 1e3).collect()
+}
+
+/// `read`, again after EINTR.
+fn read_retrying(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match s.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
+    }
 }
 
 fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<(u16, Vec<u8>)> {
@@ -73,7 +97,7 @@ fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<(u16, Vec<u
                         )
                     })?;
                 while buf.len() < len + cl {
-                    let k = s.read(&mut chunk)?;
+                    let k = read_retrying(s, &mut chunk)?;
                     if k == 0 {
                         return Err(io::Error::new(
                             io::ErrorKind::UnexpectedEof,
@@ -94,7 +118,7 @@ fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<(u16, Vec<u
                 ));
             }
         }
-        let k = s.read(&mut chunk)?;
+        let k = read_retrying(s, &mut chunk)?;
         if k == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -103,4 +127,56 @@ fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<(u16, Vec<u
         }
         buf.extend_from_slice(&chunk[..k]);
     }
+}
+
+/// (min, median) in milliseconds of the requests after the first. The first request of a
+/// connection never stalls on delayed ACK (the client starts in quick-ACK mode), so the
+/// stall shows in the rest. `(0, 0)` for fewer than two responses.
+pub fn after_first_ms(rs: &[Response]) -> (f64, f64) {
+    if rs.len() < 2 {
+        return (0.0, 0.0);
+    }
+    let mut v = millis(&rs[1..]);
+    v.sort_by(f64::total_cmp);
+    (v[0], v[v.len() / 2])
+}
+
+/// Takes up to `attempts` samples of [`get_sequence`] (each on a new connection) and returns
+/// the first one `accept` takes, or the last one. On a loaded machine one sample can be
+/// disturbed by scheduling (a late delayed-ACK timer, a descheduled server); a real stall,
+/// or its absence, shows in every sample.
+pub fn sample_until(
+    addr: SocketAddr,
+    n: usize,
+    timeout: Duration,
+    attempts: usize,
+    accept: impl Fn(&[Response]) -> bool,
+) -> io::Result<Vec<Response>> {
+    let mut last = Vec::new();
+    for _ in 0..attempts.max(1) {
+        last = get_sequence(addr, n, timeout)?;
+        if accept(&last) {
+            break;
+        }
+    }
+    Ok(last)
+}
+
+/// Whether a sample shows the Nagle/delayed-ACK stall: every request after the first took
+/// at least `floor_ms` (30 ms in the tests: the client's delayed ACK is at least 40 ms).
+pub fn stalls(rs: &[Response], floor_ms: f64) -> bool {
+    rs.len() >= 2 && after_first_ms(rs).0 >= floor_ms
+}
+
+/// Whether a sample is fast: the median request after the first took under `ms`.
+pub fn fast(rs: &[Response], ms: f64) -> bool {
+    rs.len() >= 2 && after_first_ms(rs).1 < ms
+}
+
+/// Whether no request after the first took `floor_ms` or more (no stall at all).
+pub fn no_stall(rs: &[Response], floor_ms: f64) -> bool {
+    rs.len() >= 2
+        && rs[1..]
+            .iter()
+            .all(|r| r.elapsed.as_secs_f64() * 1e3 < floor_ms)
 }

@@ -6,8 +6,9 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -173,19 +174,32 @@ fn accept_loop(
     n: &Arc<AtomicU64>,
     stop: &Arc<AtomicBool>,
 ) {
+    // The sockets of live connections, to shut them down at stop: a thread blocked writing
+    // to a client that stopped reading would never see the flag. A thread removes its fd
+    // under the lock before closing it, so only open sockets are ever shut down.
+    let live: Arc<Mutex<Vec<RawFd>>> = Arc::new(Mutex::new(Vec::new()));
     let mut conns: Vec<JoinHandle<()>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
-                let (o, n, s) = (opts.clone(), n.clone(), stop.clone());
-                if let Ok(h) =
+                let (o, n, s, l) = (opts.clone(), n.clone(), stop.clone(), live.clone());
+                let fd = stream.as_raw_fd();
+                lock(&live).push(fd);
+                let spawned =
                     std::thread::Builder::new()
                         .name("serve conn".into())
                         .spawn(move || {
-                            let _ = connection(stream, &o, &n, &s);
-                        })
-                {
-                    conns.push(h);
+                            let mut stream = stream;
+                            let _ = connection(&mut stream, &o, &n, &s);
+                            lock(&l).retain(|&f| f != fd);
+                            drop(stream);
+                        });
+                match spawned {
+                    Ok(h) => conns.push(h),
+                    Err(e) => {
+                        lock(&live).retain(|&f| f != fd);
+                        log(&format!("no thread for a connection: {e}"));
+                    }
                 }
                 conns.retain(|h| !h.is_finished());
             }
@@ -197,14 +211,24 @@ fn accept_loop(
             }
         }
     }
+    for &fd in lock(&live).iter() {
+        // SAFETY: `fd` is open: its thread removes it from `live` (under this lock) before
+        // closing it.
+        unsafe {
+            libc::shutdown(fd, libc::SHUT_RDWR);
+        }
+    }
     for h in conns {
         let _ = h.join();
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Waits until `listener` has a connection to accept, at most `limit`.
 fn wait_readable(listener: &TcpListener, limit: Duration) {
-    use std::os::fd::AsRawFd;
     let mut fds = [libc::pollfd {
         fd: listener.as_raw_fd(),
         events: libc::POLLIN,
@@ -269,7 +293,7 @@ fn body(size: usize) -> Vec<u8> {
 }
 
 fn connection(
-    mut s: TcpStream,
+    s: &mut TcpStream,
     o: &ServeOptions,
     n: &AtomicU64,
     stop: &AtomicBool,
@@ -354,5 +378,72 @@ fn connection(
         if head.close {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_heads() {
+        let h = parse_head(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .expect("ok")
+            .expect("complete");
+        assert!(!h.close);
+        assert_eq!(h.content_length, 0);
+        let h =
+            parse_head(b"POST / HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+                .expect("ok")
+                .expect("complete");
+        assert!(h.close);
+        assert_eq!((h.content_length, h.len), (5, 57));
+        let h = parse_head(b"GET / HTTP/1.0\r\n\r\n")
+            .expect("ok")
+            .expect("complete");
+        assert!(h.close, "HTTP/1.0 closes by default");
+        assert!(
+            parse_head(b"GET / HTTP/1.1\r\nHo").expect("ok").is_none(),
+            "partial"
+        );
+        assert!(parse_head(b"\x00\x01garbage\r\n\r\n").is_err());
+        assert!(parse_head(b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n").is_err());
+        assert!(
+            parse_head(&vec![b'a'; MAX_HEAD + 1]).is_err(),
+            "oversized head"
+        );
+    }
+
+    #[test]
+    fn body_has_the_asked_size() {
+        assert_eq!(body(0).len(), 0);
+        assert_eq!(body(DEFAULT_BODY_SIZE).len(), 615);
+        assert_eq!(body(100_000).len(), 100_000);
+    }
+}
+
+#[cfg(test)]
+mod stop_tests {
+    use super::*;
+
+    /// A client that never reads a large response must not keep the server from stopping.
+    #[test]
+    fn stop_does_not_hang_on_a_client_that_does_not_read() {
+        let mut server = Server::spawn(ServeOptions {
+            body_size: 64 << 20,
+            ..ServeOptions::default()
+        })
+        .expect("spawn");
+        let mut c = TcpStream::connect(server.local_addr()).expect("connect");
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("request");
+        std::thread::sleep(Duration::from_millis(200));
+        let t0 = std::time::Instant::now();
+        server.stop();
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "stop took {:?}",
+            t0.elapsed()
+        );
     }
 }

@@ -74,13 +74,11 @@ fn output(prog: &str, args: &[&str]) -> String {
 }
 
 /// Turns IPv6 off on a lab interface so captures only see the lab's IPv4 traffic
-/// (best effort).
+/// (best effort). /proc/sys/net belongs to the namespace of the thread that opens it.
 pub fn disable_ipv6(ns: Option<&str>, iface: &str) {
-    let key = format!("net.ipv6.conf.{iface}.disable_ipv6=1");
-    let _ = match ns {
-        None => run("sysctl", &["-q", "-w", &key]),
-        Some(ns) => run("ip", &["netns", "exec", ns, "sysctl", "-q", "-w", &key]),
-    };
+    let path = format!("/proc/sys/net/ipv6/conf/{iface}/disable_ipv6");
+    let netns = lagtrace_netns::NetNs::from_flag(ns);
+    let _ = netns.run(move || fs::write(path, "1"));
 }
 
 fn parse_net(s: &str) -> Option<(u32, u8)> {
@@ -131,18 +129,33 @@ fn used_nets() -> Vec<(u32, u8)> {
 /// Picks a free /30 in 10.0.0.0/8 from the name's hash: (client .1, server .2). Probes the
 /// next /30 while the chosen one overlaps an address or route of this machine.
 pub fn pick_subnet(hash: u64) -> Result<(Ipv4Addr, Ipv4Addr)> {
-    let used = used_nets();
+    pick_from(hash, &used_nets())
+}
+
+fn pick_from(hash: u64, used: &[(u32, u8)]) -> Result<(Ipv4Addr, Ipv4Addr)> {
     // 10.64.0.0 .. 10.255.255.252: keep clear of the low 10.x ranges people often use.
+    let first = u32::from(Ipv4Addr::new(10, 64, 0, 0));
     let slots: u32 = (192 << 16) / 4; // the /30s of 10.64.0.0 - 10.255.255.255
-    let start = (hash % u64::from(slots)) as u32;
-    for i in 0..4096u32 {
-        let slot = (start + i) % slots;
-        let base = u32::from(Ipv4Addr::new(10, 64, 0, 0)) + slot * 4;
-        if used.iter().all(|&u| !overlaps(u, (base, 30))) {
-            return Ok((Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2)));
+    let mut slot = (hash % u64::from(slots)) as u32;
+    let mut walked: u64 = 0;
+    while walked <= u64::from(slots) {
+        let base = first + slot * 4;
+        match used.iter().find(|&&u| overlaps(u, (base, 30))) {
+            None => return Ok((Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2))),
+            Some(&(net, len)) => {
+                // Jump past the whole network in use (a /16 route is 16384 slots).
+                let size: u64 = 1u64 << (32 - u32::from(len.max(30)));
+                let end = u64::from(net & !((size - 1) as u32)) + size;
+                let next = end.saturating_sub(u64::from(first)) / 4;
+                let step = (next.max(u64::from(slot) + 1)) - u64::from(slot);
+                walked += step;
+                slot = ((u64::from(slot) + step) % u64::from(slots)) as u32;
+            }
         }
     }
-    bail!("no free /30 subnet found in 10.64.0.0-10.255.255.255")
+    bail!(
+        "no free /30 subnet found in 10.64.0.0-10.255.255.255 (all covered by addresses or routes)"
+    )
 }
 
 /// Whether a link with that name exists in the current namespace.
@@ -246,7 +259,11 @@ pub fn tail(path: &Path, n: usize) -> String {
         Ok(s) => {
             let lines: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
             let from = lines.len().saturating_sub(n);
-            format!("{}: {}", path.display(), lines[from..].join(" | "))
+            format!(
+                "last lines of {}: {}",
+                path.display(),
+                lines[from..].join(" | ")
+            )
         }
         Err(_) => format!("{} is empty", path.display()),
     }
@@ -320,5 +337,42 @@ pub fn delete_nft_table(table: &str) {
         .is_ok_and(|s| s.success())
     {
         let _ = run("nft", &["delete", "table", "netdev", table]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subnets_in_use_are_skipped() {
+        let (c, s) = pick_from(7, &[]).expect("free");
+        assert_eq!(u32::from(s), u32::from(c) + 1);
+        assert_eq!(u32::from(c) % 4, 1, "client is .1 of a /30");
+        // The same /30 taken by an address, then by a covering route: the next one is used.
+        let base = u32::from(c) - 1;
+        let (c2, _) = pick_from(7, &[(base + 1, 32)]).expect("free");
+        assert_eq!(u32::from(c2), base + 5);
+        let (c3, _) = pick_from(7, &[(base & 0xffff_0000, 16)]).expect("free");
+        assert_eq!(
+            u32::from(c3),
+            (base & 0xffff_0000) + 0x1_0000 + 1,
+            "first /30 after the /16"
+        );
+        // Everything covered: an error, not a loop.
+        assert!(pick_from(7, &[(0x0a00_0000, 8)]).is_err());
+        // Wraps around the end of the range.
+        let last = 0x0aff_fffc;
+        let (c4, _) = pick_from(u64::from((last - 0x0a40_0000) / 4), &[(last, 30)]).expect("wrap");
+        assert_eq!(u32::from(c4), 0x0a40_0001);
+    }
+
+    #[test]
+    fn networks_parse() {
+        assert_eq!(parse_net("10.1.2.3/24"), Some((0x0a01_0203, 24)));
+        assert_eq!(parse_net("10.1.2.3"), Some((0x0a01_0203, 32)));
+        assert_eq!(parse_net("default"), None);
+        assert!(overlaps((0x0a00_0000, 8), (0x0a40_0004, 30)));
+        assert!(!overlaps((0xc0a8_0000, 16), (0x0a40_0004, 30)));
     }
 }

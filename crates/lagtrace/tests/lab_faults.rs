@@ -151,3 +151,100 @@ fn drop_percent_drops_and_tcp_retransmits() {
         .expect("nft");
     assert!(!String::from_utf8_lossy(&tables.stdout).contains(&table_name));
 }
+
+/// wrk's "50%" latency in ms from `--latency` output.
+fn wrk_p50_ms(out: &str) -> f64 {
+    let v = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("50%"))
+        .unwrap_or_else(|| panic!("no 50% line in wrk output:\n{out}"))
+        .trim();
+    let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).expect("unit"));
+    let n: f64 = num.parse().expect("number");
+    match unit {
+        "us" => n / 1e3,
+        "ms" => n,
+        "s" => n * 1e3,
+        u => panic!("unit {u}"),
+    }
+}
+
+fn wrk(url: &str) -> f64 {
+    let out = Command::new("wrk")
+        .args(["-t1", "-c1", "-d1s", "--latency", url])
+        .output()
+        .expect("wrk is installed");
+    wrk_p50_ms(&String::from_utf8_lossy(&out.stdout))
+}
+
+#[test]
+fn wrk_sees_the_same_stall_as_the_probe_client() {
+    let lab = Lab::up(&LabOptions::new(&name("wrk"))).expect("lab");
+    let wrk_slow = wrk(&lab.latency_url());
+    let wrk_good = wrk(&lab.good_url());
+    let ours = get_sequence(lab.latency_addr(), 12, TIMEOUT).expect("probe");
+    let mut ours_ms = millis(&ours[1..]);
+    ours_ms.sort_by(f64::total_cmp);
+    let ours_p50 = ours_ms[ours_ms.len() / 2];
+    eprintln!(
+        "wrk p50: latency {wrk_slow:.2} ms, good {wrk_good:.2} ms; probe client p50 {ours_p50:.2} ms"
+    );
+    assert!(wrk_slow >= 30.0, "wrk on :8080: p50 {wrk_slow} ms");
+    assert!(wrk_good < 5.0, "wrk on :80: p50 {wrk_good} ms");
+    assert!(
+        (ours_p50 - wrk_slow).abs() < 10.0,
+        "probe client p50 {ours_p50:.2} ms vs wrk {wrk_slow:.2} ms"
+    );
+}
+
+#[test]
+fn serve_netns_flag_listens_inside_the_lab() {
+    let lab =
+        Lab::up(&LabOptions::new(&name("serve-ns")).server(ServerKind::Builtin)).expect("lab");
+    let listen = SocketAddr::from((lab.server_addr(), 9100));
+    /// Kills the serve process on drop: it runs in this namespace (only its socket is in
+    /// the lab's), so the lab's teardown would not find it.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Command::new(BIN)
+        .args([
+            "serve",
+            "--netns",
+            &lab.state().netns,
+            "--listen",
+            &listen.to_string(),
+        ])
+        .args(["--nodelay", "off", "--split-writes"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve");
+    let _kill = Kill(child);
+    let t0 = std::time::Instant::now();
+    while std::net::TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "serve --netns never answered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = lagtrace_lab::probe_client::sample_until(listen, 8, TIMEOUT, 3, |r| {
+        lagtrace_lab::probe_client::stalls(r, 30.0)
+    })
+    .expect("requests");
+    assert!(
+        lagtrace_lab::probe_client::stalls(&r, 30.0),
+        "{:?}",
+        millis(&r)
+    );
+}
+
+#[test]
+fn lab_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Lab>();
+}

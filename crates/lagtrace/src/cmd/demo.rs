@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use lagtrace_diagnose::{Diagnosis, Stance};
-use lagtrace_lab::probe_client::{Response, get_sequence};
+use lagtrace_lab::probe_client::{Response, get_sequence_until};
 use lagtrace_lab::{Lab, LabOptions, ServerKind};
 
 /// Show the reference case on this machine: real nginx with `tcp_nodelay off` stalls each
@@ -91,10 +91,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let n = args.requests as usize;
     println!("2. a quick look: {n} sequential GETs on one keep-alive connection to each server");
     println!("     {:<22} {:>10} {:>10}", "server", "p50", "max");
-    let good = measure(lab.good_addr(), n)?;
+    let good = measure(lab.good_addr(), n, &stop)?;
     row("good    :80", &good);
     check()?;
-    let slow = measure(lab.latency_addr(), n)?;
+    let slow = measure(lab.latency_addr(), n, &stop)?;
     row("latency :8080", &slow);
     check()?;
     println!(
@@ -215,9 +215,12 @@ fn clip(s: &str, n: usize) -> String {
     }
 }
 
-fn measure(addr: SocketAddr, n: usize) -> anyhow::Result<Vec<Duration>> {
-    let r: Vec<Response> =
-        get_sequence(addr, n, TIMEOUT).with_context(|| format!("GET http://{addr}/"))?;
+fn measure(addr: SocketAddr, n: usize, stop: &AtomicBool) -> anyhow::Result<Vec<Duration>> {
+    let r: Vec<Response> = get_sequence_until(addr, n, TIMEOUT, stop)
+        .with_context(|| format!("GET http://{addr}/"))?;
+    if r.len() < n {
+        bail!("interrupted; the lab was removed");
+    }
     if let Some(bad) = r.iter().find(|r| r.status != 200) {
         bail!("http://{addr}/ answered {}", bad.status);
     }
