@@ -176,6 +176,61 @@ impl Io {
     }
 }
 
+/// A timerfd (CLOCK_MONOTONIC, ns resolution) so `--rate` sends on time: epoll's own timeout
+/// has 1 ms granularity, which would make every paced request up to 1 ms late.
+struct TimerFd(std::os::fd::OwnedFd);
+
+impl TimerFd {
+    fn new() -> io::Result<Self> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain syscall; the returned fd is checked and then owned.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
+        Ok(TimerFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Fires once after `d` (relative), replacing any earlier setting.
+    fn arm(&self, d: Duration) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let d = d.max(Duration::from_nanos(1));
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+            },
+        };
+        // SAFETY: valid fd and a fully initialised itimerspec; old value not requested.
+        let r =
+            unsafe { libc::timerfd_settime(self.0.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn drain(&self) {
+        use std::os::fd::AsRawFd;
+        let mut b = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a local buffer.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
+    }
+}
+
+const TIMER_TOKEN: Token = Token(usize::MAX - 1);
+
 struct Conn {
     io: Option<Io>,
     st: St,
@@ -202,6 +257,7 @@ struct Worker<'s, 'a> {
     poll: Poll,
     conns: Vec<Conn>,
     timers: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    timerfd: Option<(TimerFd, Option<Instant>)>,
     retry: Vec<usize>,
     buf: Vec<u8>,
     interval_tx: Option<Sender<Interval>>,
@@ -224,6 +280,7 @@ pub(crate) fn run_thread(
         poll: Poll::new()?,
         conns: Vec::with_capacity(count),
         timers: BinaryHeap::new(),
+        timerfd: None,
         retry: Vec::new(),
         buf: vec![0; READ_BUF],
         interval_tx,
@@ -259,6 +316,16 @@ pub(crate) fn run_thread(
             on_conn: 0,
         });
     }
+    if sh.pacing.is_some() {
+        let t = TimerFd::new()?;
+        use std::os::fd::AsRawFd;
+        w.poll.registry().register(
+            &mut mio::unix::SourceFd(&t.0.as_raw_fd()),
+            TIMER_TOKEN,
+            Interest::READABLE,
+        )?;
+        w.timerfd = Some((t, None));
+    }
     for i in 0..count {
         w.connect(i, now);
     }
@@ -288,8 +355,18 @@ impl Worker<'_, '_> {
                 return Ok(last_interval);
             }
             let mut wait = SCAN_EVERY.min(self.sh.end - now);
-            if let Some(Reverse((t, _, _))) = self.timers.peek() {
-                wait = wait.min(t.saturating_duration_since(now));
+            if let Some(&Reverse((t, _, _))) = self.timers.peek() {
+                let d = t.saturating_duration_since(now);
+                match &mut self.timerfd {
+                    Some((fd, armed)) if d < wait && !d.is_zero() => {
+                        // Wake at t exactly; re-arm only when the earliest send moved earlier.
+                        if armed.is_none_or(|a| a > t || a <= now) {
+                            fd.arm(d)?;
+                            *armed = Some(t);
+                        }
+                    }
+                    _ => wait = wait.min(d),
+                }
             }
             if !self.retry.is_empty() {
                 wait = Duration::ZERO;
@@ -300,6 +377,13 @@ impl Worker<'_, '_> {
                 }
             }
             for ev in events.iter() {
+                if ev.token() == TIMER_TOKEN {
+                    if let Some((fd, armed)) = &mut self.timerfd {
+                        fd.drain();
+                        *armed = None;
+                    }
+                    continue;
+                }
                 let t = ev.token().0;
                 let i = t & ((1 << GEN_SHIFT) - 1);
                 let g = (t >> GEN_SHIFT) as u32;
@@ -309,6 +393,7 @@ impl Worker<'_, '_> {
                 self.on_event(
                     i,
                     ev.is_readable() || ev.is_read_closed(),
+                    ev.is_read_closed() || ev.is_error(),
                     ev.is_writable() || ev.is_error(),
                 );
             }
@@ -371,6 +456,13 @@ impl Worker<'_, '_> {
         }
     }
 
+    fn budget_spent(&self) -> bool {
+        self.sh
+            .budget
+            .as_ref()
+            .is_some_and(|(n, claimed)| claimed.load(Ordering::Relaxed) >= *n)
+    }
+
     fn claim(&self) -> bool {
         match &self.sh.budget {
             Some((n, claimed)) => claimed.fetch_add(1, Ordering::Relaxed) < *n,
@@ -425,7 +517,7 @@ impl Worker<'_, '_> {
         c.deadline = now + self.sh.connect_timeout;
     }
 
-    fn on_event(&mut self, i: usize, readable: bool, writable: bool) {
+    fn on_event(&mut self, i: usize, readable: bool, closed: bool, writable: bool) {
         if self.conns[i].st == St::Connecting {
             let io = self.conns[i].io.as_ref().expect("connecting has a socket");
             let res = match io.sock.take_error() {
@@ -452,7 +544,7 @@ impl Worker<'_, '_> {
             self.on_writable(i);
         }
         if readable && self.conns[i].io.is_some() {
-            self.on_readable(i);
+            self.on_readable(i, closed);
         }
     }
 
@@ -471,8 +563,10 @@ impl Worker<'_, '_> {
         }
     }
 
-    fn on_readable(&mut self, i: usize) {
-        let is_tls = self.sh.tls.is_some();
+    /// Reads what is there. `closed`: the peer's FIN (or an error) came with this edge, so
+    /// read on to the end of stream even after a short read.
+    fn on_readable(&mut self, i: usize, closed: bool) {
+        let drain = closed || self.sh.tls.is_some();
         loop {
             let c = &mut self.conns[i];
             let Some(io) = c.io.as_mut() else { return };
@@ -514,7 +608,7 @@ impl Worker<'_, '_> {
                     return;
                 }
                 Ok(None) => {
-                    if !is_tls && n < self.buf.len() {
+                    if !drain && n < self.buf.len() {
                         // Short read: the socket is drained; the next segment raises a new edge.
                         return;
                     }
@@ -534,7 +628,9 @@ impl Worker<'_, '_> {
         } else {
             // The server closed an idle keep-alive connection: reconnect, not an error.
             self.drop_conn(i);
-            self.retry.push(i);
+            if !self.budget_spent() {
+                self.retry.push(i);
+            }
         }
     }
 
@@ -562,7 +658,9 @@ impl Worker<'_, '_> {
         c.st = St::Idle;
         if close {
             self.drop_conn(i);
-            self.connect(i, now);
+            if !self.budget_spent() {
+                self.connect(i, now);
+            }
         } else {
             self.start_request(i, now);
         }

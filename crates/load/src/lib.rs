@@ -255,6 +255,23 @@ fn preflight(p: &Prepared, opts: &LoadOptions) -> Result<()> {
     Ok(())
 }
 
+/// Raises the soft limit on open files towards `need` (at most the hard limit), so that
+/// `-c 1000` does not fail on the usual soft limit of 1024. If it cannot be raised, the
+/// connections that cannot be opened are counted as connect errors.
+fn raise_fd_limit(need: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < need {
+            lim.rlim_cur = need.min(lim.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// Runs a load and returns what it measured. `progress` is called on this thread about
 /// every 100 ms; setting `stop` ends the run early (the report covers what ran and says
 /// `interrupted`).
@@ -265,6 +282,7 @@ pub fn run(
 ) -> Result<LoadReport> {
     let p = prepare(opts)?;
     preflight(&p, opts)?;
+    raise_fd_limit(opts.connections as u64 + 64);
     let duration = opts.effective_duration();
     let start = Instant::now();
     let shared = engine::Shared {
@@ -289,15 +307,10 @@ pub fn run(
         interval: opts.hdr_log.as_ref().map(|_| opts.hdr_log_interval),
     };
     let mut log = match &opts.hdr_log {
-        Some(path) => Some(
-            std::fs::File::create(path)
-                .map(std::io::BufWriter::new)
-                .with_context(|| format!("cannot create {}", path.display()))?,
-        ),
+        Some(path) => Some(HdrLog::create(path, start)?),
         None => None,
     };
     let (tx, rx) = mpsc::channel::<engine::Interval>();
-    let mut intervals = Vec::new();
     let results = std::thread::scope(|s| -> Result<Vec<engine::ThreadResult>> {
         let mut handles = Vec::new();
         let mut first = 0;
@@ -317,7 +330,11 @@ pub fn run(
         }
         while handles.iter().any(|h| !h.is_finished()) {
             match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(iv) => intervals.push(iv),
+                Ok(iv) => {
+                    if let Some(l) = log.as_mut() {
+                        l.write(&iv)?;
+                    }
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     std::thread::sleep(Duration::from_millis(20))
@@ -350,36 +367,57 @@ pub fn run(
         Ok(out)
     })?;
     drop(tx);
-    intervals.extend(rx.try_iter());
-    if let (Some(w), Some(path)) = (log.as_mut(), &opts.hdr_log) {
-        write_hdr_log(w, &mut intervals, start)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(mut l) = log {
+        for iv in rx.try_iter() {
+            l.write(&iv)?;
+        }
+        l.finish()?;
     }
     Ok(merge(opts, results, start, stop.load(Ordering::Relaxed)))
 }
 
-fn write_hdr_log(
-    w: &mut impl Write,
-    intervals: &mut [engine::Interval],
-    start: Instant,
-) -> Result<()> {
-    use hdrhistogram::serialization::V2DeflateSerializer;
-    use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
-    intervals.sort_by_key(|iv| iv.start);
-    let wall_start = SystemTime::now() - start.elapsed();
-    let mut ser = V2DeflateSerializer::new();
-    let mut log = IntervalLogWriterBuilder::new()
-        .add_comment("[Logged with lagtrace load; values in microseconds]")
-        .with_start_time(wall_start)
-        .with_base_time(wall_start)
-        .begin_log_with(w, &mut ser)?;
-    for iv in intervals.iter() {
-        log.write_histogram(&iv.hist, iv.start, iv.end.saturating_sub(iv.start), None)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+/// The `--hdr-log` file, written as intervals arrive (memory does not grow with the run).
+struct HdrLog {
+    path: PathBuf,
+    file: std::io::BufWriter<std::fs::File>,
+    ser: hdrhistogram::serialization::V2DeflateSerializer,
+}
+
+impl HdrLog {
+    fn create(path: &std::path::Path, start: Instant) -> Result<HdrLog> {
+        use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+        let ctx = || format!("cannot write {}", path.display());
+        let file = std::fs::File::create(path).with_context(ctx)?;
+        let mut log = HdrLog {
+            path: path.to_path_buf(),
+            file: std::io::BufWriter::new(file),
+            ser: hdrhistogram::serialization::V2DeflateSerializer::new(),
+        };
+        let wall_start = SystemTime::now() - start.elapsed();
+        IntervalLogWriterBuilder::new()
+            .add_comment("[Logged with lagtrace load; values in microseconds]")
+            .with_start_time(wall_start)
+            .with_base_time(wall_start)
+            .begin_log_with(&mut log.file, &mut log.ser)
+            .with_context(ctx)?;
+        Ok(log)
     }
-    drop(log);
-    w.flush()?;
-    Ok(())
+
+    fn write(&mut self, iv: &engine::Interval) -> Result<()> {
+        use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+        // A builder without comments or times writes no header: this appends one line.
+        let mut w = IntervalLogWriterBuilder::new()
+            .begin_log_with(&mut self.file, &mut self.ser)
+            .with_context(|| format!("cannot write {}", self.path.display()))?;
+        w.write_histogram(&iv.hist, iv.start, iv.end.saturating_sub(iv.start), None)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", self.path.display()))
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.file
+            .flush()
+            .with_context(|| format!("cannot write {}", self.path.display()))
+    }
 }
 
 fn merge(

@@ -42,7 +42,8 @@ pub struct LoadArgs {
     /// Duration of the test (10s, 1m, 500ms) [default: 10s; with -n: until N, at most 10m]
     #[arg(short = 'd', long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Stop after exactly N requests
+    /// Stop after exactly N requests (responses plus requests that failed: timeout, read,
+    /// write)
     #[arg(short = 'n', long = "requests", value_name = "N")]
     pub requests: Option<u64>,
     /// Constant throughput, requests/sec across all connections (wrk2); latency is measured
@@ -117,11 +118,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // Ctrl-C stops the run; the report covers what ran. A second Ctrl-C is left to the
     // handler too: the run ends within a few milliseconds of the first.
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
-    let mut out = std::io::stdout().lock();
-    if !args.json {
-        write!(out, "{}", lagtrace_load::render_header(&opts.used()))?;
-        out.flush()?;
-    }
+    // wrk's header, printed once the run has started (so that a target that cannot be
+    // reached gets only the error line).
+    let header = std::cell::Cell::new(args.json);
+    let print_header = || {
+        if !header.replace(true) {
+            print!("{}", lagtrace_load::render_header(&opts.used()));
+            let _ = std::io::stdout().flush();
+        }
+    };
     let bar = std::io::stderr().is_terminal().then(|| {
         let b = indicatif::ProgressBar::new(opts.effective_duration().as_millis() as u64);
         b.set_style(
@@ -131,6 +136,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         b
     });
     let cb = |p: &Progress| {
+        print_header();
         if let Some(b) = &bar {
             b.set_position(p.elapsed.as_millis() as u64);
             b.set_message(format!("{} requests, {} errors", p.requests, p.errors));
@@ -141,6 +147,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         b.finish_and_clear();
     }
     let report = report?;
+    print_header();
+    let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
