@@ -294,3 +294,70 @@ fn without_cap_net_raw_it_names_the_capability() {
     assert!(err.contains("lagtrace analyze"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+fn any_interface_uses_linux_cooked_headers_and_still_prints_tcp() {
+    let lab = NsLab::up("clia", 100);
+    let filter = format!("tcp port {} and host {}", lab.port, lab.server);
+    let cap = Cap::start(&["-i", "any", "-c", "3", &filter]);
+    assert!(cap.head.contains("LINUX_SLL"), "{}", cap.head);
+    lab.exchange();
+    let d = cap.wait(Duration::from_secs(10));
+    assert!(d.status.success(), "{}", d.stderr);
+    let lines: Vec<&str> = d.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", d.stdout);
+    let syn = format!("IP {}.", lab.client);
+    assert!(lines[0].contains(&syn), "{}", lines[0]);
+    assert!(
+        lines[0].contains(&format!("> {}.{}: Flags [S], seq ", lab.server, lab.port)),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].contains("Flags [S.]"), "{}", lines[1]);
+}
+
+#[test]
+fn printed_lines_match_tcpdump_reading_the_same_packets() {
+    let lab = NsLab::up("clip", 3000);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("p.pcap");
+    let filter = format!("tcp port {}", lab.port);
+    let mut printer = Cap::start(&["-i", &lab.host_iface, "-c", "20", &filter]);
+    let mut writer = Cap::start(&[
+        "-i",
+        &lab.host_iface,
+        "-c",
+        "20",
+        "-w",
+        f.to_str().unwrap(),
+        &filter,
+    ]);
+    let t0 = Instant::now();
+    while !(printer.finished() && writer.finished()) && t0.elapsed() < Duration::from_secs(20) {
+        lab.exchange();
+    }
+    let ours = printer.wait(Duration::from_secs(5));
+    assert!(writer.wait(Duration::from_secs(5)).status.success());
+    let tcpdump = Command::new("tcpdump")
+        .args(["-nn", "-S", "-r"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(tcpdump.status.success());
+    // Drop the time (each capture socket stamps incoming packets itself) and tcpdump's
+    // TCP options, which we do not print.
+    let norm = |l: &str| -> String {
+        let l = l.split_once(' ').map(|x| x.1).unwrap_or(l);
+        match (l.find(", options ["), l.find("], length")) {
+            (Some(a), Some(b)) if b > a => format!("{}{}", &l[..a], &l[b + 1..]),
+            _ => l.to_string(),
+        }
+    };
+    let theirs: Vec<String> = String::from_utf8_lossy(&tcpdump.stdout)
+        .lines()
+        .map(norm)
+        .collect();
+    let ours: Vec<String> = ours.stdout.lines().map(norm).collect();
+    assert_eq!(ours.len(), 20);
+    assert_eq!(ours, theirs);
+}

@@ -897,7 +897,10 @@ impl Analyzer {
                 if live.dirs[d].zero_window.is_none() {
                     live.dirs[d].zero_window = Some((frame, ts));
                 }
-            } else if let Some((zf, zts)) = live.dirs[d].zero_window.take() {
+            } else if let Some((zf, zts)) = live.dirs[d].zero_window.take()
+                && us(ts - zts) >= (2 * rtt_est_us).max(1_000)
+            {
+                // A window closed for less than a couple of RTTs costs nothing measurable.
                 new_findings.push(Finding {
                     kind: kind::ZERO_WINDOW.into(),
                     detail: None,
@@ -923,6 +926,8 @@ impl Analyzer {
                 let prev = live.dirs[d].last_data;
                 let same_run = live.last_data_dir == Some(d);
                 // Window full: data in flight had reached the peer's window.
+                // A sender that was limited by the receiver's window is not held by Nagle.
+                let window_limited = live.dirs[d].window_full.is_some();
                 if let Some((wf, wts)) = live.dirs[d].window_full.take() {
                     let gap = us(ts - wts);
                     if gap >= (2 * rtt_est_us).max(1_000) {
@@ -949,6 +954,7 @@ impl Analyzer {
                     let since_other = us(ts - prev_stream_ts);
                     let peer_spoke_in_gap = live.dirs[r].last_ts > p.ts;
                     let nagle = small
+                        && !window_limited
                         && gap >= stall_min
                         && live.dirs[d].small_release.is_some_and(|a| {
                             a.ts >= p.ts && us(ts - a.ts) <= release_tol && us(ts - a.ts) * 2 <= gap

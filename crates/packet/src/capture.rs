@@ -12,8 +12,9 @@
 //! ```
 //!
 //! The handle is opened on the capture thread after it entered `netns`, so it stays bound
-//! to that namespace's interface. Immediate mode and a large kernel buffer keep drops low;
-//! the loop is non-blocking (poll with a short timeout) so `stop` returns within ~50 ms.
+//! to that namespace's interface. A large kernel buffer (16 MiB) in libpcap's block mode keeps
+//! drops low (immediate mode is an option; see [`CaptureOptions::immediate`]); the loop is
+//! non-blocking (poll with a short timeout), so `stop` returns within ~150 ms after draining.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -36,6 +37,9 @@ pub const DEFAULT_SNAPLEN: u32 = 262_144;
 pub const DEFAULT_BUFFER_BYTES: u32 = 16 << 20;
 /// How long the capture loop waits for packets before looking at its stop flag again.
 const POLL_MS: i32 = 50;
+/// libpcap read timeout: without immediate mode, the longest a captured packet waits in a
+/// partly filled kernel block before it is handed over.
+pub const BLOCK_TIMEOUT_MS: i32 = 50;
 
 /// One captured packet, owned: what the analyzer consumes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +113,11 @@ pub struct CaptureOptions {
     /// Put the interface into promiscuous mode (tcpdump's default; off here since lagtrace
     /// looks at this host's own traffic).
     pub promisc: bool,
+    /// libpcap immediate mode: each packet is handed over at once. Off by default: on Linux
+    /// it switches libpcap to one ring slot per packet sized for the largest (offloaded,
+    /// 64 KiB) frame, so a 16 MiB buffer holds only ~256 packets and a flood drops
+    /// (bench/capture_drops.sh). Without it packets come in blocks within [`BLOCK_TIMEOUT_MS`].
+    pub immediate: bool,
 }
 
 impl Default for CaptureOptions {
@@ -124,6 +133,7 @@ impl Default for CaptureOptions {
             output: None,
             format: FileFormat::Pcap,
             promisc: false,
+            immediate: false,
         }
     }
 }
@@ -381,15 +391,33 @@ fn run_capture(
             unsafe { libc::poll(&mut pfd, 1, wait) };
         }
     };
-    // Drain what the kernel already captured before the stop (not past `count`).
+    // Drain what the kernel already captured before the stop (not past `count`). Without
+    // immediate mode the last packets sit in a block the kernel hands over only when its
+    // timeout expires, so wait until the interface has been quiet for longer than that.
     if reason != StopReason::Count {
-        let drain_until = Instant::now() + Duration::from_millis(500);
-        while Instant::now() < drain_until && opts.count.is_none_or(|c| captured < c) {
+        let quiet_for = Duration::from_millis(if opts.immediate {
+            10
+        } else {
+            BLOCK_TIMEOUT_MS as u64 + 20
+        });
+        let hard_end = Instant::now() + Duration::from_millis(500);
+        let mut last_data = Instant::now();
+        while Instant::now() < hard_end && opts.count.is_none_or(|c| captured < c) {
             let n = cap
                 .dispatch(Some(remaining(captured)), |p| handle(p, &mut captured))
                 .map_err(|e| anyhow!("reading packets on {}: {e}", opts.iface))?;
-            if n == 0 {
+            if n > 0 {
+                last_data = Instant::now();
+            } else if last_data.elapsed() >= quiet_for {
                 break;
+            } else {
+                let mut pfd = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd for the duration of the call.
+                unsafe { libc::poll(&mut pfd, 1, 10) };
             }
         }
     }
@@ -438,10 +466,10 @@ fn open(opts: &CaptureOptions) -> Result<(pcap::Capture<pcap::Active>, Sink, u32
     let cap = inactive
         .snaplen(opts.snaplen.min(i32::MAX as u32) as i32)
         .buffer_size(opts.buffer_bytes.min(i32::MAX as u32) as i32)
-        .immediate_mode(true)
+        .immediate_mode(opts.immediate)
         .promisc(opts.promisc)
         .precision(pcap::Precision::Nano)
-        .timeout(POLL_MS)
+        .timeout(BLOCK_TIMEOUT_MS)
         .open()
         .map_err(|e| open_error(&opts.iface, &opts.netns, e))?;
     let mut cap = cap
@@ -498,8 +526,9 @@ pub fn route_iface(host: std::net::IpAddr, netns: &NetNs) -> Option<String> {
     None
 }
 
-/// One line per packet like `tcpdump -nn`: time of day (UTC), addresses and ports, TCP
-/// flags, seq/ack, window and payload length.
+/// One line per packet like `tcpdump -nn -S` without TCP options: time of day (UTC),
+/// addresses and ports, TCP flags, absolute seq (range when carrying data)/ack, window and
+/// payload length.
 pub fn summary_line(p: &PacketRef<'_>) -> String {
     use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TransportSlice};
     let secs = p.ts_ns / 1_000_000_000;
@@ -575,11 +604,19 @@ pub fn summary_line(p: &PacketRef<'_>) -> String {
             }
             let hl = t.data_offset() as usize * 4;
             let len = ip_payload_len.saturating_sub(hl);
+            let seq = t.sequence_number();
+            // As tcpdump -S: a segment with data shows its sequence range, a pure ACK none.
+            let seq = if len > 0 {
+                format!(", seq {seq}:{}", seq.wrapping_add(len as u32))
+            } else if t.syn() || t.fin() || t.rst() {
+                format!(", seq {seq}")
+            } else {
+                String::new()
+            };
             let mut line = format!(
-                "{time} {fam} {src}.{} > {dst}.{}: Flags [{flags}], seq {}",
+                "{time} {fam} {src}.{} > {dst}.{}: Flags [{flags}]{seq}",
                 t.source_port(),
                 t.destination_port(),
-                t.sequence_number()
             );
             if t.ack() {
                 line.push_str(&format!(", ack {}", t.acknowledgment_number()));

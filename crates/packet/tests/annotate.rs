@@ -265,3 +265,106 @@ fn read_pcap_frames(p: &Path) -> Vec<(u64, u32, Vec<u8>)> {
     }
     v
 }
+
+/// Rewrites a little-endian pcapng made of SHB/IDB/EPB blocks with byte-string options
+/// (as `PcapngWriter` makes them) in big-endian byte order.
+fn to_big_endian(le: &[u8]) -> Vec<u8> {
+    let u16le = |b: &[u8], i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+    let u32le = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    let mut out = Vec::with_capacity(le.len());
+    let mut i = 0;
+    while i < le.len() {
+        let btype = u32le(le, i);
+        let len = u32le(le, i + 4) as usize;
+        let b = &le[i..i + len];
+        out.extend_from_slice(&btype.to_be_bytes());
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+        let opts_at = match btype {
+            0x0A0D0D0A => {
+                out.extend_from_slice(&u32le(b, 8).to_be_bytes());
+                out.extend_from_slice(&u16le(b, 12).to_be_bytes());
+                out.extend_from_slice(&u16le(b, 14).to_be_bytes());
+                out.extend_from_slice(&(-1i64).to_be_bytes());
+                24
+            }
+            1 => {
+                out.extend_from_slice(&u16le(b, 8).to_be_bytes());
+                out.extend_from_slice(&0u16.to_be_bytes());
+                out.extend_from_slice(&u32le(b, 12).to_be_bytes());
+                16
+            }
+            6 => {
+                for k in 0..5 {
+                    out.extend_from_slice(&u32le(b, 8 + 4 * k).to_be_bytes());
+                }
+                let cap = u32le(b, 20) as usize;
+                let padded = (cap + 3) & !3;
+                out.extend_from_slice(&b[28..28 + padded]);
+                28 + padded
+            }
+            t => panic!("unexpected block type {t:#x}"),
+        };
+        let mut j = opts_at;
+        while j + 4 <= len - 4 {
+            let code = u16le(b, j);
+            let olen = u16le(b, j + 2) as usize;
+            out.extend_from_slice(&code.to_be_bytes());
+            out.extend_from_slice(&(olen as u16).to_be_bytes());
+            let padded = (olen + 3) & !3;
+            out.extend_from_slice(&b[j + 4..j + 4 + padded]);
+            j += 4 + padded;
+        }
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+        i += len;
+    }
+    out
+}
+
+#[test]
+fn big_endian_pcapng_is_annotated_in_its_own_byte_order() {
+    let frames = read_pcap_frames(&case_file("nagle-delayed-ack.pcap"));
+    let dir = tempfile::tempdir().unwrap();
+    let le = dir.path().join("le.pcapng");
+    {
+        let f = std::fs::File::create(&le).unwrap();
+        let mut w = PcapngWriter::new(f).unwrap();
+        w.add_interface(1, 262144, 9, Some("veth-x")).unwrap();
+        for (i, (ts_us, orig, data)) in frames.iter().take(30).enumerate() {
+            let c = (i == 2).then_some("in the input");
+            w.write_packet(0, ts_us * 1000 + 123, *orig, data, c)
+                .unwrap();
+        }
+        w.finish().unwrap();
+    }
+    let be = dir.path().join("be.pcapng");
+    std::fs::write(&be, to_big_endian(&std::fs::read(&le).unwrap())).unwrap();
+    // tshark reads our big-endian copy exactly like the original.
+    assert_same_frames(
+        &tshark_fields(&le, None, SAME),
+        &tshark_fields(&be, None, SAME),
+    );
+    let mut c = BTreeMap::new();
+    c.insert(1, "one".to_string());
+    c.insert(30, "thirty".to_string());
+    let out = dir.path().join("be-out.pcapng");
+    let st = write_annotated(&be, &out, &c).unwrap();
+    assert_eq!((st.frames, st.commented), (30, 2), "{st:?}");
+    assert!(st.warnings.is_empty(), "{st:?}");
+    assert_same_frames(
+        &tshark_fields(&be, None, SAME),
+        &tshark_fields(&out, None, SAME),
+    );
+    // Still big-endian: the section header's byte-order magic is 1A2B3C4D as written.
+    assert_eq!(
+        &std::fs::read(&out).unwrap()[8..12],
+        &[0x1a, 0x2b, 0x3c, 0x4d]
+    );
+    assert_eq!(
+        comments_of(&out),
+        vec![
+            (1, "one".to_string()),
+            (3, "in the input".to_string()),
+            (30, "thirty".to_string())
+        ]
+    );
+}

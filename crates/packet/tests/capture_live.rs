@@ -37,11 +37,21 @@ fn opts(lab: &NsLab, out: Option<std::path::PathBuf>, format: FileFormat) -> Cap
 
 #[test]
 fn capture_matches_tshark_on_the_written_file() {
-    let lab = NsLab::up("match", REPLY);
+    matches_tshark(false);
+}
+
+#[test]
+fn capture_in_immediate_mode_matches_tshark_too() {
+    matches_tshark(true);
+}
+
+fn matches_tshark(immediate: bool) {
+    let lab = NsLab::up(if immediate { "imm" } else { "match" }, REPLY);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.pcap");
-    let (h, rx) =
-        Capture::start_channel(&opts(&lab, Some(file.clone()), FileFormat::Pcap)).unwrap();
+    let mut o = opts(&lab, Some(file.clone()), FileFormat::Pcap);
+    o.immediate = immediate;
+    let (h, rx) = Capture::start_channel(&o).unwrap();
     for _ in 0..3 {
         assert_eq!(lab.exchange(), REPLY);
     }
@@ -211,7 +221,7 @@ fn bad_filter_and_missing_interface_are_one_line_errors() {
     );
     assert!(!e.contains('\n'));
     let o = CaptureOptions {
-        iface: format!("{}-nope", &lab.host_iface[..8]),
+        iface: format!("lcx{}", std::process::id()),
         ..CaptureOptions::default()
     };
     let e = format!("{:#}", Capture::start(&o, None).err().unwrap());

@@ -45,10 +45,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.flow && args.follow.is_some() {
         bail!("--flow and --follow are separate views; give one of them");
     }
-    if args.annotate.is_some() {
-        eprintln!("lagtrace analyze: --annotate: not built yet (the pcapng writer is pending)");
-        return Ok(ExitCode::from(super::EXIT_ERROR));
-    }
     let keep = if args.flow { args.stream } else { args.follow };
     let opts = AnalyzeOptions {
         keep_stream: keep,
@@ -64,6 +60,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             an.streams.len(),
             an.streams.len().saturating_sub(1)
         );
+    }
+    if let Some(path) = &args.annotate {
+        annotate(&args.file, path, &an)?;
     }
     let mut out = String::new();
     if args.json {
@@ -298,4 +297,42 @@ fn render_follow(out: &mut String, an: &Analysis, n: u32) {
         out,
         "==================================================================="
     );
+}
+
+/// Writes the capture back as pcapng with a comment on every frame a finding involves.
+fn annotate(
+    input: &std::path::Path,
+    output: &std::path::Path,
+    an: &Analysis,
+) -> anyhow::Result<()> {
+    let mut comments: BTreeMap<u64, String> = BTreeMap::new();
+    for f in &an.findings {
+        let text = format!(
+            "lagtrace: {}{} (stream {}, +{}): {}",
+            f.kind,
+            f.detail
+                .as_deref()
+                .map(|d| format!("/{d}"))
+                .unwrap_or_default(),
+            f.stream,
+            ms(f.cost_us),
+            f.explanation
+        );
+        for fr in &f.frames {
+            let c = comments.entry(*fr).or_default();
+            if !c.is_empty() {
+                c.push_str(" | ");
+            }
+            c.push_str(&text);
+        }
+    }
+    let stats = lagtrace_packet::annotate::write_annotated(input, output, &comments)
+        .with_context(|| format!("annotate {}", output.display()))?;
+    eprintln!(
+        "lagtrace analyze: wrote {} ({} frames, {} with a finding comment)",
+        output.display(),
+        stats.frames,
+        stats.commented
+    );
+    Ok(())
 }

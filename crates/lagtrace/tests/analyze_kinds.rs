@@ -1,0 +1,352 @@
+//! Each finding kind on real kernel traffic: a tiny server in this test misbehaves in one
+//! way at a time on 127.0.0.1 (Nagle with two small writes, think time, TCP_CORK, a receiver
+//! that does not read), tcpdump captures it, and `lagtrace analyze` must name that kind and
+//! not the others. Needs root for tcpdump; without it the tests say so and do nothing.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct Capture {
+    child: Option<Child>,
+    file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Capture {
+    fn start(port: u16) -> Capture {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cap.pcap");
+        let mut child = Command::new("tcpdump")
+            .args([
+                "-i",
+                "lo",
+                "-nn",
+                "-U",
+                "--immediate-mode",
+                "-s",
+                "256",
+                "-w",
+            ])
+            .arg(&file)
+            .arg(format!("tcp port {port}"))
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("run tcpdump");
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("listening"), "tcpdump: {line}");
+        Capture {
+            child: Some(child),
+            file,
+            _dir: dir,
+        }
+    }
+
+    fn stop(&mut self) -> &Path {
+        std::thread::sleep(Duration::from_millis(300));
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let _ = c.wait();
+        }
+        &self.file
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn root() -> bool {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: tcpdump needs root (CAP_NET_RAW)");
+        return false;
+    }
+    true
+}
+
+fn setopt(fd: i32, level: i32, name: i32, v: i32) {
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+}
+
+fn read_request(s: &mut TcpStream) -> bool {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+        }
+    }
+    true
+}
+
+/// Runs `requests` keep-alive requests on one connection; the server answers each with
+/// `respond`. Returns the analysis JSON.
+fn run(requests: usize, respond: fn(&mut TcpStream), setup: fn(&TcpListener)) -> serde_json::Value {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    setup(&l);
+    let port = l.local_addr().unwrap().port();
+    let mut cap = Capture::start(port);
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        while read_request(&mut s) {
+            respond(&mut s);
+        }
+    });
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.set_nodelay(true).unwrap(); // as wrk does
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..requests {
+        c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        // Responses say their length in a Content-Length header.
+        loop {
+            let n = c.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+            if let Some(p) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&got[..p]).to_string();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Content-Length: "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if got.len() >= p + 4 + len {
+                    break;
+                }
+            }
+        }
+    }
+    drop(c);
+    server.join().unwrap();
+    let file = cap.stop().to_path_buf();
+    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(["analyze", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn kinds(an: &serde_json::Value) -> Vec<(String, u64, u64)> {
+    an["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["transaction"].as_u64().unwrap_or(u64::MAX),
+                f["cost_us"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn no_setup(_: &TcpListener) {}
+
+fn response(head_extra: usize, body: usize) -> (Vec<u8>, Vec<u8>) {
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nX-Pad: {}\r\nContent-Length: {body}\r\n\r\n",
+        "p".repeat(head_extra)
+    );
+    (head.into_bytes(), vec![b'b'; body])
+}
+
+/// nginx `tcp_nodelay off` in miniature: headers and body in two small writes, Nagle on.
+#[test]
+fn two_small_writes_with_nagle_meet_the_delayed_ack() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        8,
+        |s| {
+            let (h, b) = response(150, 600);
+            s.write_all(&h).unwrap();
+            s.write_all(&b).unwrap();
+        },
+        no_setup,
+    );
+    let k = kinds(&an);
+    let nda: Vec<_> = k
+        .iter()
+        .filter(|(k, _, _)| k == "nagle-delayed-ack")
+        .collect();
+    // The first request may escape (quick-ACK mode); the later ones pay ~40 ms each.
+    assert!(nda.len() >= 6, "{k:?}");
+    assert!(nda.iter().all(|(_, t, c)| *t >= 1 && *c >= 30_000), "{k:?}");
+    assert!(
+        !k.iter()
+            .any(|(k, _, _)| k == "slow-server" || k == "tcp-cork"),
+        "{k:?}"
+    );
+}
+
+/// The same server with TCP_NODELAY: no stall at all.
+#[test]
+fn nodelay_server_has_no_stall() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        8,
+        |s| {
+            s.set_nodelay(true).unwrap();
+            let (h, b) = response(150, 600);
+            s.write_all(&h).unwrap();
+            s.write_all(&b).unwrap();
+        },
+        no_setup,
+    );
+    let k = kinds(&an);
+    assert!(k.is_empty(), "{k:?}");
+    assert_eq!(an["transactions_total"].as_u64(), Some(8));
+}
+
+/// Think time before the response: slow-server, not Nagle.
+#[test]
+fn think_time_is_slow_server() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        5,
+        |s| {
+            s.set_nodelay(true).unwrap();
+            std::thread::sleep(Duration::from_millis(60));
+            let (h, b) = response(10, 300);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            s.write_all(&all).unwrap();
+        },
+        no_setup,
+    );
+    let k = kinds(&an);
+    let slow: Vec<_> = k.iter().filter(|(k, _, _)| k == "slow-server").collect();
+    assert_eq!(slow.len(), 5, "{k:?}");
+    assert!(
+        slow.iter().all(|(_, _, c)| (55_000..200_000).contains(c)),
+        "{k:?}"
+    );
+    assert!(
+        !k.iter()
+            .any(|(k, _, _)| k.starts_with("nagle") || k == "delayed-ack"),
+        "{k:?}"
+    );
+}
+
+/// TCP_CORK left on: each partial response waits for the 200 ms ceiling.
+#[test]
+fn cork_left_on_is_tcp_cork() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        3,
+        |s| {
+            setopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CORK, 1);
+            let (h, b) = response(10, 300);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            s.write_all(&all).unwrap();
+        },
+        no_setup,
+    );
+    let k = kinds(&an);
+    let cork: Vec<_> = k.iter().filter(|(k, _, _)| k == "tcp-cork").collect();
+    assert_eq!(cork.len(), 3, "{k:?}");
+    assert!(
+        cork.iter().all(|(_, _, c)| (190_000..260_000).contains(c)),
+        "{k:?}"
+    );
+    assert!(!k.iter().any(|(k, _, _)| k == "slow-server"), "{k:?}");
+}
+
+/// A receiver that stops reading: its window closes (zero-window).
+#[test]
+fn receiver_that_does_not_read_shows_zero_window() {
+    if !root() {
+        return;
+    }
+    // A server with a small receive buffer that sleeps before reading a 2 MB upload
+    // advertises a zero window until it reads.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    setopt(l.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4096);
+    let port = l.local_addr().unwrap().port();
+    let mut cap = Capture::start(port);
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        let mut b = vec![0u8; 65536];
+        let mut total = 0;
+        while total < 2_000_000 {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+        s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            .unwrap();
+    });
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut body = b"POST / HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n".to_vec();
+    body.resize(body.len() + 2_000_000 - 43 + 43, b'u');
+    c.write_all(&body).unwrap();
+    let mut r = [0u8; 100];
+    let _ = c.read(&mut r);
+    server.join().unwrap();
+    drop(c);
+    let file = cap.stop().to_path_buf();
+    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(["analyze", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let an: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let k = kinds(&an);
+    let zw: Vec<_> = k.iter().filter(|(k, _, _)| k == "zero-window").collect();
+    assert!(!zw.is_empty(), "{k:?}");
+    assert!(
+        zw.iter().map(|(_, _, c)| *c).max().unwrap() >= 100_000,
+        "{k:?}"
+    );
+    // tshark agrees that the window went to zero.
+    let t = Command::new("tshark")
+        .arg("-r")
+        .arg(&file)
+        .args([
+            "-Y",
+            "tcp.analysis.zero_window",
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+        ])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&t.stdout).trim().is_empty());
+}

@@ -1,0 +1,272 @@
+//! Retransmissions and ACK RTTs on a capture with induced loss, checked against tshark.
+//!
+//! The test builds its own network namespace joined to this one by a veth pair, drops 5 % of
+//! the server's TCP packets each way with nftables inside the namespace, runs a small HTTP
+//! server there (a thread that entered the namespace) and a client here, and captures with
+//! tcpdump on the host side of the veth. Everything is torn down by a guard. Needs root
+//! (CI runs as root); without it the test says so and does nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lagtrace_packet::{AnalyzeOptions, analyze_file};
+
+struct Guard {
+    netns: String,
+    veth: String,
+    tcpdump: Option<Child>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.tcpdump.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.veth])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.netns])
+            .status();
+    }
+}
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn in_ns(ns: &str, args: &[&str]) {
+    let mut v = vec!["ip", "netns", "exec", ns];
+    v.extend_from_slice(args);
+    sh(&v);
+}
+
+const BODY: usize = 60_000;
+
+fn serve(listener: TcpListener, conns: usize) {
+    for _ in 0..conns {
+        let Ok((mut s, _)) = listener.accept() else {
+            return;
+        };
+        std::thread::spawn(move || {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+            let body = vec![b'x'; BODY];
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
+                buf.drain(..end);
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n");
+                if s.write_all(head.as_bytes()).is_err() || s.write_all(&body).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+fn tshark_fields(file: &Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-r").arg(file).args(["-Y", filter, "-T", "fields"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("run tshark");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+#[test]
+fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (CAP_NET_ADMIN) to create a network namespace");
+        return;
+    }
+    let pid = std::process::id();
+    let tag = pid % 100_000;
+    let mut g = Guard {
+        netns: format!("lt-analyze-loss-{pid}"),
+        veth: format!("lal{tag}h"),
+        tcpdump: None,
+    };
+    let peer = format!("lal{tag}n");
+    let net = format!("10.251.{}", (pid % 250) + 1);
+    let (host_ip, ns_ip) = (format!("{net}.1"), format!("{net}.2"));
+    let port: u16 = 18_000 + (pid % 1000) as u16;
+    sh(&["ip", "netns", "add", &g.netns]);
+    sh(&[
+        "ip", "link", "add", &g.veth, "type", "veth", "peer", "name", &peer,
+    ]);
+    sh(&["ip", "link", "set", &peer, "netns", &g.netns]);
+    sh(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{host_ip}/30"),
+        "dev",
+        &g.veth,
+    ]);
+    sh(&["ip", "link", "set", &g.veth, "up"]);
+    in_ns(
+        &g.netns,
+        &["ip", "addr", "add", &format!("{ns_ip}/30"), "dev", &peer],
+    );
+    in_ns(&g.netns, &["ip", "link", "set", &peer, "up"]);
+    in_ns(&g.netns, &["ip", "link", "set", "lo", "up"]);
+    let rules = format!(
+        "table inet ltloss {{
+            chain in {{ type filter hook input priority 0; tcp dport {port} numgen random mod 100 < 5 drop; }}
+            chain out {{ type filter hook output priority 0; tcp sport {port} numgen random mod 100 < 5 drop; }}
+        }}"
+    );
+    let nft = Command::new("ip")
+        .args(["netns", "exec", &g.netns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().map(|mut s| s.write_all(rules.as_bytes()));
+            c.wait()
+        })
+        .expect("run nft");
+    assert!(nft.success());
+
+    // Server: a thread that enters the namespace, then listens there.
+    let conns = 4;
+    let requests = 12;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ns_path = format!("/run/netns/{}", g.netns);
+    let bind: SocketAddr = format!("{ns_ip}:{port}").parse().unwrap();
+    std::thread::spawn(move || {
+        let f = std::fs::File::open(&ns_path).expect("open netns");
+        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns");
+        let l = TcpListener::bind(bind).expect("bind in namespace");
+        tx.send(()).unwrap();
+        serve(l, conns);
+    });
+    rx.recv_timeout(Duration::from_secs(10)).expect("server up");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("loss.pcap");
+    let mut td = Command::new("tcpdump")
+        .args([
+            "-i",
+            &g.veth,
+            "-nn",
+            "-U",
+            "--immediate-mode",
+            "-s",
+            "256",
+            "-w",
+        ])
+        .arg(&file)
+        .arg(format!("tcp port {port}"))
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run tcpdump");
+    let mut line = String::new();
+    let stderr = td.stderr.take().unwrap();
+    let mut rd = BufReader::new(stderr);
+    rd.read_line(&mut line).unwrap();
+    assert!(line.contains("listening"), "tcpdump: {line}");
+    g.tcpdump = Some(td);
+
+    // Client: keep-alive connections, bounded count and time.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let addr: SocketAddr = format!("{ns_ip}:{port}").parse().unwrap();
+    for _ in 0..conns {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = vec![0u8; 65536];
+        for _ in 0..requests {
+            assert!(Instant::now() < deadline, "traffic took too long");
+            s.write_all(b"GET /x HTTP/1.1\r\nHost: lab\r\n\r\n")
+                .unwrap();
+            let mut got = 0;
+            let want = BODY + format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n").len();
+            while got < want {
+                let n = s.read(&mut buf).expect("read response");
+                assert!(n > 0, "server closed");
+                got += n;
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    if let Some(mut td) = g.tcpdump.take() {
+        unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
+        let _ = td.wait();
+    }
+
+    let an = analyze_file(&file, &AnalyzeOptions::default()).unwrap();
+    assert_eq!(an.streams.len(), conns, "{:?}", an.warnings);
+    let ours: BTreeSet<u64> = an.retransmitted_frames.iter().copied().collect();
+    let theirs: BTreeSet<u64> = tshark_fields(
+        &file,
+        "tcp.analysis.retransmission || tcp.analysis.fast_retransmission",
+        &["frame.number"],
+    )
+    .into_iter()
+    .map(|r| r[0].parse().unwrap())
+    .collect();
+    assert!(
+        theirs.len() >= 3,
+        "5 % loss should cause retransmissions; tshark saw {}",
+        theirs.len()
+    );
+    assert_eq!(ours, theirs, "retransmitted frames vs tshark");
+    let k = an.kind("retransmission").expect("retransmission findings");
+    assert!(k.transactions_affected > 0 && k.median_us > 0);
+
+    // ACK RTTs agree within 1 µs.
+    let mut rtts: BTreeMap<u64, f64> = BTreeMap::new();
+    for s in &an.streams {
+        let one = analyze_file(
+            &file,
+            &AnalyzeOptions {
+                keep_stream: Some(s.stream),
+                ..AnalyzeOptions::default()
+            },
+        )
+        .unwrap();
+        rtts.extend(one.ack_rtts.iter().copied());
+    }
+    let theirs: BTreeMap<u64, f64> = tshark_fields(
+        &file,
+        "tcp.analysis.ack_rtt",
+        &["frame.number", "tcp.analysis.ack_rtt"],
+    )
+    .into_iter()
+    .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
+    .collect();
+    assert_eq!(
+        rtts.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>()
+    );
+    for (f, t) in &theirs {
+        assert!((rtts[f] - t).abs() < 1e-6, "frame {f}: {} vs {t}", rtts[f]);
+    }
+}
