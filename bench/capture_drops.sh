@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Capture under a packet flood: `lagtrace capture -w` vs `tcpdump -w`, alternately, on the
 # same veth into a namespace this script creates (traffic never leaves the machine).
-# Same snaplen (262144), same kernel buffer (16 MiB), immediate mode for both. Each round
+# Same snaplen (262144), same kernel buffer (16 MiB), both in libpcap's block mode (the
+# default of each; compare immediate mode with LAGTRACE_ARGS=--immediate
+# TCPDUMP_ARGS="--immediate-mode -s 262144"). Each round
 # floods UDP with hping3 for FLOOD_S seconds, then stops the capture with SIGINT and reads
 # the tcpdump-style counters both print. Needs root. Usage: bench/capture_drops.sh [ROUNDS]
 set -euo pipefail
@@ -31,7 +33,7 @@ round() {
   local tool=$1 err=$OUT/err pid
   case $tool in
     lagtrace) "$BIN" capture -i "$H" -B 16 ${LAGTRACE_ARGS:-} -w "$OUT/f" udp 2>"$err" & pid=$! ;;
-    tcpdump) tcpdump -i "$H" -B 16384 ${TCPDUMP_ARGS:---immediate-mode -s 262144} -w "$OUT/f" udp 2>"$err" & pid=$! ;;
+    tcpdump) tcpdump -i "$H" -B 16384 ${TCPDUMP_ARGS:--s 262144} -w "$OUT/f" udp 2>"$err" & pid=$! ;;
   esac
   sleep 0.5
   timeout "$FLOOD_S" hping3 --flood --udp -p 9 -d 18 "$DST" >/dev/null 2>&1 || true
@@ -44,14 +46,16 @@ round() {
   echo "$c $r $d"
 }
 
-printf '%-8s %5s %10s %10s %10s %8s\n' tool round captured received dropped drop%
+echo "lagtrace args: -B 16 ${LAGTRACE_ARGS:-}; tcpdump args: -B 16384 ${TCPDUMP_ARGS:--s 262144}"
+echo "lost-at-stop = received - captured - dropped (in the kernel ring when the tool stopped)"
+printf '%-8s %5s %10s %10s %10s %8s %12s\n' tool round captured received dropped drop% lost-at-stop
 declare -A C R D
 for i in $(seq 1 "$ROUNDS"); do
   for tool in lagtrace tcpdump; do
     read -r c r d < <(round "$tool")
     C[$tool]=$(( ${C[$tool]:-0} + c )); R[$tool]=$(( ${R[$tool]:-0} + r )); D[$tool]=$(( ${D[$tool]:-0} + d ))
-    printf '%-8s %5d %10d %10d %10d %7.2f%%\n' "$tool" "$i" "$c" "$r" "$d" \
-      "$(echo "scale=4; 100*$d/($r+($r==0))" | bc)"
+    printf '%-8s %5d %10d %10d %10d %7.2f%% %12d\n' "$tool" "$i" "$c" "$r" "$d" \
+      "$(echo "scale=4; 100*$d/($r+($r==0))" | bc)" $(( r - c - d ))
   done
 done
 echo "totals over $ROUNDS rounds of ${FLOOD_S}s floods:"

@@ -361,3 +361,26 @@ fn printed_lines_match_tcpdump_reading_the_same_packets() {
     assert_eq!(ours.len(), 20);
     assert_eq!(ours, theirs);
 }
+
+#[test]
+fn netns_without_cap_sys_admin_names_the_capability() {
+    let lab = NsLab::up("clis2", 10);
+    let out = Command::new("setpriv")
+        .args(["--bounding-set=-sys_admin", "--"])
+        .arg(BIN)
+        .args([
+            "capture",
+            "--netns",
+            &lab.ns,
+            "-i",
+            &lab.ns_iface,
+            "-c",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs CAP_SYS_ADMIN"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

@@ -27,8 +27,9 @@ const OPT_COMMENT: u16 = 1;
 const SHB_USERAPPL: u16 = 4;
 const IF_NAME: u16 = 2;
 const IF_TSRESOL: u16 = 9;
-/// Larger blocks than this are taken as corruption, not as data.
-const MAX_BLOCK: u32 = 64 << 20;
+/// Larger blocks than this are taken as corruption, not as data (16 MiB: well above any
+/// snaplen libpcap or Wireshark writes for network link types).
+const MAX_BLOCK: u32 = 16 << 20;
 
 /// Writes a pcapng file: one section (little-endian), interfaces, Enhanced Packet Blocks.
 pub struct PcapngWriter<W: Write> {
@@ -175,36 +176,53 @@ pub fn write_annotated(
         }
     }
     let f = File::open(input).with_context(|| format!("opening {}", input.display()))?;
-    let mut rd = BufReader::with_capacity(1 << 20, f);
-    let mut magic = [0u8; 4];
-    rd.read_exact(&mut magic)
-        .with_context(|| format!("{}: too short for a capture file", input.display()))?;
+    let rd = BufReader::with_capacity(1 << 20, f);
     let out = File::create(output).with_context(|| format!("creating {}", output.display()))?;
     let mut out = BufWriter::with_capacity(1 << 20, out);
+    let done = annotate_stream(rd, &mut out, comments)
+        .with_context(|| format!("annotating {} into {}", input.display(), output.display()))
+        .and_then(|st| {
+            out.flush()
+                .with_context(|| format!("writing {}", output.display()))?;
+            Ok(st)
+        });
+    if done.is_err() {
+        // Leave no half-written file behind.
+        drop(out);
+        let _ = std::fs::remove_file(output);
+    }
+    done
+}
+
+/// [`write_annotated`] on a reader and a writer (the writer is not flushed).
+pub fn annotate_stream<R: Read, W: Write>(
+    mut rd: R,
+    mut out: W,
+    comments: &BTreeMap<u64, String>,
+) -> Result<AnnotateStats> {
+    let mut magic = [0u8; 4];
+    if read_full(&mut rd, &mut magic)? < 4 {
+        bail!("too short for a capture file");
+    }
     let mut stats = AnnotateStats::default();
     let m = u32::from_le_bytes(magic);
     match m {
         SHB => {
             stats.input_format = "pcapng".into();
-            copy_pcapng(&mut rd, magic, &mut out, comments, &mut stats)
-                .with_context(|| format!("reading {}", input.display()))?;
+            copy_pcapng(&mut rd, magic, &mut out, comments, &mut stats)?;
         }
         0xA1B2_C3D4 | 0xD4C3_B2A1 | 0xA1B2_3C4D | 0x4D3C_B2A1 => {
             stats.input_format = "pcap".into();
-            copy_pcap(&mut rd, magic, &mut out, comments, &mut stats)
-                .with_context(|| format!("reading {}", input.display()))?;
+            copy_pcap(&mut rd, magic, &mut out, comments, &mut stats)?;
         }
         _ => bail!(
-            "{}: not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})",
-            input.display(),
+            "not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})",
             magic[0],
             magic[1],
             magic[2],
             magic[3]
         ),
     }
-    out.flush()
-        .with_context(|| format!("writing {}", output.display()))?;
     let last = stats.frames;
     stats.missing_frames = comments.range(last + 1..).map(|(k, _)| *k).collect();
     if comments.contains_key(&0) {
@@ -290,8 +308,9 @@ fn copy_pcap<R: Read, W: Write>(
             ));
             break;
         }
-        data.resize(incl as usize, 0);
-        let got = read_full(rd, &mut data)?;
+        data.clear();
+        // Grows with the bytes really there: a corrupt length costs no huge allocation.
+        let got = rd.by_ref().take(incl as u64).read_to_end(&mut data)?;
         if got < incl as usize {
             stats.warnings.push(format!(
                 "frame {frame}: packet data cut short ({got} of {incl} bytes); stopped there"
@@ -321,6 +340,7 @@ fn copy_pcapng<R: Read, W: Write>(
     let mut pending_first = Some(first);
     let mut block = Vec::new();
     let mut seen_shb = false;
+    let mut shb_written = false;
     loop {
         // type(4) + length(4) + (for the byte-order magic of an SHB) 4 more bytes.
         let n = match pending_first.take() {
@@ -372,8 +392,7 @@ fn copy_pcapng<R: Read, W: Write>(
         }
         block.clear();
         block.extend_from_slice(&head);
-        block.resize(len as usize, 0);
-        let got = read_full(rd, &mut block[12..])?;
+        let got = rd.by_ref().take(len as u64 - 12).read_to_end(&mut block)?;
         if got < len as usize - 12 {
             stats.warnings.push(format!(
                 "block after frame {}: cut short ({} of {len} bytes); stopped there",
@@ -414,8 +433,18 @@ fn copy_pcapng<R: Read, W: Write>(
                     None => out.write_all(&block)?,
                 }
             }
-            _ => out.write_all(&block)?,
+            _ => {
+                shb_written |= btype == SHB;
+                out.write_all(&block)?;
+            }
         }
+    }
+    if !shb_written {
+        // Nothing valid at all: an empty "pcapng" would not be one.
+        bail!(
+            "pcapng section header is damaged: {}",
+            stats.warnings.join("; ")
+        );
     }
     Ok(())
 }

@@ -14,10 +14,12 @@
 //! The handle is opened on the capture thread after it entered `netns`, so it stays bound
 //! to that namespace's interface. A large kernel buffer (16 MiB) in libpcap's block mode keeps
 //! drops low (immediate mode is an option; see [`CaptureOptions::immediate`]); the loop is
-//! non-blocking (poll with a short timeout), so `stop` returns within ~150 ms after draining.
+//! non-blocking (poll on the capture fd and a stop pipe), so `stop` wakes it at once and
+//! returns after draining (≤ ~70 ms of quiet in block mode, at most 500 ms under traffic).
 
 use std::fs::File;
 use std::io::BufWriter;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -174,6 +176,45 @@ pub struct CaptureStats {
 /// Callback invoked on the capture thread for every packet.
 pub type PacketCallback = Box<dyn FnMut(&PacketRef<'_>) + Send + 'static>;
 
+/// The stop request: a flag, and a pipe whose read end is in the capture loop's poll set
+/// so that a stop wakes it at once.
+#[derive(Debug)]
+struct StopSignal {
+    flag: AtomicBool,
+    wake_rd: OwnedFd,
+    wake_wr: OwnedFd,
+}
+
+impl StopSignal {
+    fn new() -> Result<StopSignal> {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 fills two fds on success; we take ownership of both.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error()).context("creating the capture stop pipe");
+        }
+        // SAFETY: both fds were just created and are owned by nobody else.
+        let (wake_rd, wake_wr) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok(StopSignal {
+            flag: AtomicBool::new(false),
+            wake_rd,
+            wake_wr,
+        })
+    }
+
+    fn raise(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        // A full pipe already wakes the loop; the result does not matter.
+        // SAFETY: writing one byte from a valid buffer to a pipe fd we own.
+        let _ = unsafe { libc::write(self.wake_wr.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+    }
+
+    fn raised(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+}
+
 /// Starts captures.
 pub struct Capture;
 
@@ -181,7 +222,7 @@ impl Capture {
     /// Opens the capture (errors here: missing interface or privilege, bad filter, file not
     /// writable) and runs it on its own thread until `count`, `duration` or `stop()`.
     pub fn start(opts: &CaptureOptions, callback: Option<PacketCallback>) -> Result<CaptureHandle> {
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(StopSignal::new()?);
         let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<u32>>(1);
         let opts2 = opts.clone();
         let stop2 = stop.clone();
@@ -221,7 +262,7 @@ impl Capture {
 
 /// A running capture. Dropping it stops the capture (and discards the stats).
 pub struct CaptureHandle {
-    stop: Arc<AtomicBool>,
+    stop: Arc<StopSignal>,
     thread: Option<JoinHandle<Result<CaptureStats>>>,
     iface: String,
     linktype: u32,
@@ -229,12 +270,12 @@ pub struct CaptureHandle {
 
 /// Stops a capture from another thread (for example a Ctrl-C handler).
 #[derive(Debug, Clone)]
-pub struct Stopper(Arc<AtomicBool>);
+pub struct Stopper(Arc<StopSignal>);
 
 impl Stopper {
     /// Asks the capture to stop; it drains what the kernel holds and ends.
     pub fn stop(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.0.raise();
     }
 }
 
@@ -261,7 +302,7 @@ impl CaptureHandle {
 
     /// Stops the capture, drains the packets already captured, and returns the stats.
     pub fn stop(self) -> Result<CaptureStats> {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.raise();
         self.wait()
     }
 
@@ -278,7 +319,7 @@ impl CaptureHandle {
 impl Drop for CaptureHandle {
     fn drop(&mut self) {
         if let Some(t) = self.thread.take() {
-            self.stop.store(true, Ordering::SeqCst);
+            self.stop.raise();
             let _ = t.join();
         }
     }
@@ -313,7 +354,7 @@ fn open_error(iface: &str, netns: &NetNs, e: pcap::Error) -> anyhow::Error {
 fn run_capture(
     opts: CaptureOptions,
     mut callback: Option<PacketCallback>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<StopSignal>,
     ready: mpsc::SyncSender<Result<u32>>,
 ) -> Result<CaptureStats> {
     let opened = open(&opts);
@@ -327,10 +368,8 @@ fn run_capture(
     let _ = ready.send(Ok(linktype));
     let started = Instant::now();
     let deadline = opts.duration.map(|d| started + d);
-    let fd = {
-        use std::os::fd::AsRawFd;
-        cap.as_raw_fd()
-    };
+    let fd = cap.as_raw_fd();
+    let wake = stop.wake_rd.as_raw_fd();
     let mut captured: u64 = 0;
     let mut write_err: Option<std::io::Error> = None;
     let mut handle = |p: pcap::Packet<'_>, captured: &mut u64| {
@@ -366,7 +405,7 @@ fn run_capture(
         if opts.count.is_some_and(|c| captured >= c) {
             break StopReason::Count;
         }
-        if stop.load(Ordering::SeqCst) {
+        if stop.raised() {
             break StopReason::Stopped;
         }
         let now = Instant::now();
@@ -382,13 +421,20 @@ fn run_capture(
                 let left = d.saturating_duration_since(now).as_millis() as i32 + 1;
                 wait = wait.min(left);
             }
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd for the duration of the call.
-            unsafe { libc::poll(&mut pfd, 1, wait) };
+            let mut pfd = [
+                libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: wake,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds for the duration of the call.
+            unsafe { libc::poll(pfd.as_mut_ptr(), 2, wait) };
         }
     };
     // Drain what the kernel already captured before the stop (not past `count`). Without
@@ -451,11 +497,19 @@ fn run_capture(
 
 fn open(opts: &CaptureOptions) -> Result<(pcap::Capture<pcap::Active>, Sink, u32)> {
     if let Some(p) = opts.netns.path() {
+        if !p.exists() {
+            return Err(anyhow!("network namespace {} does not exist", p.display()));
+        }
         opts.netns.enter_current_thread().map_err(|e| {
-            anyhow!(
-                "entering network namespace {} (needs CAP_SYS_ADMIN): {e}",
-                p.display()
-            )
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                anyhow!(
+                    "entering network namespace {} needs CAP_SYS_ADMIN (run as root); \
+                     capturing in the current namespace works without it: {e}",
+                    p.display()
+                )
+            } else {
+                anyhow!("entering network namespace {}: {e}", p.display())
+            }
         })?;
     }
     if opts.snaplen == 0 {

@@ -237,6 +237,7 @@ fn junk_and_overwriting_the_input_are_errors() {
     let out = dir.path().join("o.pcapng");
     let e = write_annotated(&junk, &out, &BTreeMap::new()).unwrap_err();
     assert!(format!("{e:#}").contains("not a pcap or pcapng"), "{e:#}");
+    assert!(!out.exists(), "no output is left behind for a junk input");
     let empty = dir.path().join("empty.pcap");
     std::fs::write(&empty, b"").unwrap();
     assert!(write_annotated(&empty, &out, &BTreeMap::new()).is_err());
@@ -367,4 +368,33 @@ fn big_endian_pcapng_is_annotated_in_its_own_byte_order() {
             (30, "thirty".to_string())
         ]
     );
+}
+
+#[test]
+fn a_damaged_section_header_is_an_error_not_an_empty_file() {
+    // Found by the fuzz target: a pcapng whose only section header fails its length check
+    // used to give an "annotated" file with no bytes at all.
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.pcapng");
+    {
+        let f = std::fs::File::create(&good).unwrap();
+        let mut w = PcapngWriter::new(f).unwrap();
+        w.add_interface(1, 65535, 6, None).unwrap();
+        w.write_packet(0, 1, 60, &[0u8; 60], None).unwrap();
+        w.finish().unwrap();
+    }
+    let mut bytes = std::fs::read(&good).unwrap();
+    bytes[4] = bytes[4].wrapping_add(4); // SHB length no longer matches its trailer
+    let bad = dir.path().join("bad.pcapng");
+    std::fs::write(&bad, &bytes).unwrap();
+    let out = dir.path().join("out.pcapng");
+    let e = write_annotated(&bad, &out, &BTreeMap::new()).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("section header is damaged"),
+        "{e:#}"
+    );
+    assert!(!out.exists());
+    // The undamaged file annotates fine.
+    let st = write_annotated(&good, &out, &BTreeMap::new()).unwrap();
+    assert_eq!(st.frames, 1);
 }

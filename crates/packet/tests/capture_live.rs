@@ -233,3 +233,29 @@ fn bad_filter_and_missing_interface_are_one_line_errors() {
     let e = format!("{:#}", Capture::start(&o, None).err().unwrap());
     assert!(e.contains("lagtrace-cap-no-such-ns"), "{e}");
 }
+
+#[test]
+fn snaplen_cuts_the_bytes_but_keeps_the_wire_length() {
+    let lab = NsLab::up("snap", REPLY);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.pcap");
+    let mut o = opts(&lab, Some(file.clone()), FileFormat::Pcap);
+    o.snaplen = 100;
+    let (h, rx) = Capture::start_channel(&o).unwrap();
+    lab.exchange();
+    h.stop().unwrap();
+    let pkts: Vec<_> = rx.try_iter().collect();
+    let ts = tshark_fields(&file, None, &["frame.len", "frame.cap_len"]);
+    assert_eq!(ts.len(), pkts.len());
+    let mut cut = 0;
+    for (p, t) in pkts.iter().zip(&ts) {
+        assert!(p.data.len() <= 100);
+        assert_eq!(t[0], p.orig_len.to_string());
+        assert_eq!(t[1], p.data.len().to_string());
+        if p.orig_len as usize > p.data.len() {
+            cut += 1;
+        }
+    }
+    // The 3000-byte reply was cut (offloaded: possibly one large segment).
+    assert!(cut >= 1, "{ts:?}");
+}

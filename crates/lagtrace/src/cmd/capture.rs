@@ -4,13 +4,14 @@ use std::io::Write;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use lagtrace_netns::NetNs;
 use lagtrace_packet::capture::{
     Capture, CaptureOptions, DEFAULT_BUFFER_BYTES, DEFAULT_SNAPLEN, FileFormat, PacketCallback,
-    linktype_name, summary_line,
+    Stopper, linktype_name, summary_line,
 };
 
 /// Capture packets with libpcap (like tcpdump): to a file with -w, else one line per packet.
@@ -46,7 +47,7 @@ pub struct Args {
     /// Stop after this long (e.g. 5s, 500ms, 2m)
     #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Bytes kept of each packet
+    /// Bytes kept of each packet (0: the default, as in tcpdump)
     #[arg(short = 's', long = "snaplen", value_name = "SNAPLEN", default_value_t = DEFAULT_SNAPLEN)]
     pub snaplen: u32,
     /// Capture inside this network namespace (as made by `ip netns add`)
@@ -139,7 +140,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let opts = CaptureOptions {
         iface,
         filter,
-        snaplen: args.snaplen,
+        // As tcpdump: -s 0 means the default.
+        snaplen: if args.snaplen == 0 {
+            DEFAULT_SNAPLEN
+        } else {
+            args.snaplen
+        },
         netns,
         buffer_bytes: args.buffer_mib.saturating_mul(1 << 20),
         count: args.count,
@@ -153,16 +159,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
         promisc: args.promisc,
         immediate: args.immediate,
     };
+    // Set once the capture runs, so that a closed stdout (`| head`) can stop it.
+    let stop_cell: Arc<OnceLock<Stopper>> = Arc::new(OnceLock::new());
     let callback: Option<PacketCallback> = if args.write.is_none() {
         let mut out = std::io::BufWriter::new(std::io::stdout());
+        let cell = stop_cell.clone();
         Some(Box::new(move |p| {
-            // A closed stdout (piped into head) just stops the printing.
-            let _ = writeln!(out, "{}", summary_line(p)).and_then(|_| out.flush());
+            if writeln!(out, "{}", summary_line(p))
+                .and_then(|_| out.flush())
+                .is_err()
+            {
+                if let Some(s) = cell.get() {
+                    s.stop();
+                }
+            }
         }))
     } else {
         None
     };
     let handle = Capture::start(&opts, callback)?;
+    let _ = stop_cell.set(handle.stopper());
     let (lt_name, lt_desc) = linktype_name(handle.linktype());
     eprintln!(
         "lagtrace capture: listening on {}, link-type {lt_name} ({lt_desc}), snapshot length {} bytes",
