@@ -8,6 +8,28 @@
 //! Both run in the calling thread's network namespace (wrap in `lagtrace_netns::NetNs::run`
 //! to probe from another one) and are safe to call from a background thread.
 //! The network sits behind [`net::Network`]; the engines are unit-tested on a simulation.
+//!
+//! ```no_run
+//! use std::sync::atomic::AtomicBool;
+//! use std::time::Duration;
+//! use lagtrace_probe::{PingMode, PingOptions, RouteOptions};
+//!
+//! // SYN RTT to a port (falls back to timed connect() without CAP_NET_RAW).
+//! let mut o = PingOptions::new("10.0.0.2:80".parse().unwrap());
+//! o.count = 20;
+//! o.interval = Duration::from_millis(50);
+//! let stop = AtomicBool::new(false); // set it from another thread to end early
+//! let idle = lagtrace_probe::ping(&o, &stop)?;
+//! println!("{} µs median, {}% loss, {:?}", idle.stats.rtt.p50_us, idle.stats.loss_pct, idle.mode);
+//!
+//! // In another namespace: lagtrace_netns::NetNs::Named("ns".into()).run(|| lagtrace_probe::ping(&o, &stop))
+//! let trace = lagtrace_probe::route(&RouteOptions::new("10.0.0.2".parse().unwrap()))?;
+//! for h in &trace.hops {
+//!     println!("{} {:?} {:.1}% loss", h.ttl, h.addrs, h.stats.loss_pct);
+//! }
+//! # let _ = PingMode::Syn;
+//! # Ok::<(), anyhow::Error>(())
+//! ```
 #![deny(missing_docs)]
 
 pub mod net;
@@ -163,7 +185,12 @@ pub fn ping_with(
     let mut network = net::RawNetwork::open(flow).context("opening raw sockets")?;
     let samples = ping::run_probes(&mut network, &flow, opts, stop, on_sample)
         .with_context(|| format!("probing {}", opts.target))?;
-    let mut ts = net::TIMESTAMP_SOURCE_RAW.to_string();
+    let mut ts = format!(
+        "{} [this run: {} sends with kernel TX timestamps, {} with user-space send times]",
+        net::TIMESTAMP_SOURCE_RAW,
+        network.tx_kernel,
+        network.tx_user
+    );
     if network.untimestamped > 0 {
         ts.push_str(&format!(
             " ({} replies had no kernel timestamp: user-space CLOCK_MONOTONIC at read)",

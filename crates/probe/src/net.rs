@@ -25,7 +25,8 @@ pub trait Network {
     /// Sends one probe (transport header + payload) with this TTL / hop limit and returns the
     /// CLOCK_MONOTONIC time taken right before the send.
     fn send(&mut self, ttl: u8, probe: &[u8]) -> io::Result<u64>;
-    /// Waits until a reply arrives or the monotonic clock reaches `deadline_ns`.
+    /// Waits until a reply arrives or the monotonic clock reaches `deadline_ns`; a deadline
+    /// already past returns a reply that has arrived, or `None`, without waiting.
     fn recv(&mut self, deadline_ns: u64) -> io::Result<Option<Received>>;
     /// The current time on the same clock.
     fn now_ns(&self) -> u64;
@@ -61,8 +62,8 @@ pub fn realtime_offset() -> (i128, u64) {
     best
 }
 
-/// Where receive times come from, stated in reports.
-pub const TIMESTAMP_SOURCE_RAW: &str = "kernel software RX timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME) converted to CLOCK_MONOTONIC with an offset measured at start; send time CLOCK_MONOTONIC right before sendto";
+/// Where send and receive times come from, stated in reports.
+pub const TIMESTAMP_SOURCE_RAW: &str = "send: kernel software TX timestamp (SO_TIMESTAMPING, taken where the packet leaves for the device) when the kernel reports it during the send, else CLOCK_MONOTONIC right before sendto; receive: kernel software RX timestamp (SO_TIMESTAMPNS); kernel timestamps are CLOCK_REALTIME, converted to CLOCK_MONOTONIC with one offset measured at start (so a kernel-to-kernel RTT is exact)";
 
 /// Whether this process may open raw sockets (CAP_NET_RAW in its network namespace).
 pub fn have_cap_net_raw() -> bool {
@@ -123,10 +124,16 @@ pub struct RawNetwork {
     recv: Vec<(Socket, u8)>,
     dst: SockAddr,
     offset_ns: i128,
+    offset_at: u64,
     last_ttl: u8,
     buf: Vec<u8>,
     /// Replies read without a kernel timestamp (user-space time used instead).
     pub untimestamped: u64,
+    /// Probes whose send time is the kernel's TX timestamp.
+    pub tx_kernel: u64,
+    /// Probes whose send time is CLOCK_MONOTONIC before sendto (no TX timestamp in time).
+    pub tx_user: u64,
+    sends: u32,
 }
 
 fn raw(v6: bool, proto: u8) -> io::Result<Socket> {
@@ -234,7 +241,7 @@ impl RawNetwork {
             }
             Proto::Icmp => recv.push((send.try_clone()?, flow.proto.ip_proto(v6))),
         }
-        // Drain what arrived before the filter was attached.
+        // Segments queued before the filter was attached are simply not matched later.
         let (offset_ns, _) = realtime_offset();
         let mut n = RawNetwork {
             flow,
@@ -242,10 +249,25 @@ impl RawNetwork {
             recv,
             dst: SocketAddr::new(flow.dst, 0).into(),
             offset_ns,
+            offset_at: mono_ns(),
             last_ttl: 0,
             buf: vec![0; 65536],
             untimestamped: 0,
+            tx_kernel: 0,
+            tx_user: 0,
+            sends: 0,
         };
+        let flags = libc::SOF_TIMESTAMPING_TX_SOFTWARE
+            | libc::SOF_TIMESTAMPING_SOFTWARE
+            | libc::SOF_TIMESTAMPING_OPT_ID
+            | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+        // Without TX timestamps we still work (user-space send times); not an error.
+        let _ = setsockopt_int(
+            n.send.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPING,
+            flags as i32,
+        );
         n.set_ttl(64)?;
         Ok(n)
     }
@@ -260,6 +282,62 @@ impl RawNetwork {
             self.last_ttl = ttl;
         }
         Ok(())
+    }
+
+    /// The kernel's TX timestamp of send number `key`, if it is already on the error queue
+    /// (it is when the device took the packet during the send call; a packet held in a
+    /// qdisc gets its timestamp later, and then the user-space send time is used).
+    fn tx_timestamp(&mut self, key: u32) -> Option<u64> {
+        let fd = self.send.as_raw_fd();
+        for _ in 0..8 {
+            let mut ctrl = [0u64; 64];
+            let mut dummy = [0u8; 64];
+            let mut iov = libc::iovec {
+                iov_base: dummy.as_mut_ptr().cast(),
+                iov_len: dummy.len(),
+            };
+            // SAFETY: zeroed msghdr is valid; pointers refer to live local buffers.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = ctrl.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&ctrl) as _;
+            // SAFETY: msg is initialised above.
+            let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+            if n < 0 {
+                return None;
+            }
+            let mut ts: Option<i128> = None;
+            let mut id: Option<u32> = None;
+            // SAFETY: walking the control buffer the kernel filled, with the libc CMSG macros.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(&msg);
+                while !c.is_null() {
+                    let data = libc::CMSG_DATA(c);
+                    match ((*c).cmsg_level, (*c).cmsg_type) {
+                        (libc::SOL_SOCKET, libc::SCM_TIMESTAMPING) => {
+                            let t: libc::timespec = std::ptr::read_unaligned(data.cast());
+                            ts = Some(i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec));
+                        }
+                        (libc::SOL_IP, libc::IP_RECVERR) | (libc::SOL_IPV6, libc::IPV6_RECVERR) => {
+                            let e: libc::sock_extended_err = std::ptr::read_unaligned(data.cast());
+                            if e.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING {
+                                id = Some(e.ee_data);
+                            }
+                        }
+                        _ => {}
+                    }
+                    c = libc::CMSG_NXTHDR(&msg, c);
+                }
+            }
+            // Older entries (sends whose timestamp came late) are skipped.
+            if let (Some(t), Some(i)) = (ts, id) {
+                if i == key && t > 0 {
+                    return Some((t - self.offset_ns).max(0) as u64);
+                }
+            }
+        }
+        None
     }
 
     fn read_one(&mut self, idx: usize) -> io::Result<Option<Received>> {
@@ -344,9 +422,38 @@ impl RawNetwork {
 impl Network for RawNetwork {
     fn send(&mut self, ttl: u8, probe: &[u8]) -> io::Result<u64> {
         self.set_ttl(ttl)?;
+        // NTP may slew CLOCK_REALTIME against CLOCK_MONOTONIC (≤ 500 ppm): re-measure the
+        // offset every 10 s so that long runs keep kernel receive times in the right domain.
+        if mono_ns().saturating_sub(self.offset_at) > 10_000_000_000 {
+            self.offset_ns = realtime_offset().0;
+            self.offset_at = mono_ns();
+        }
         let t = mono_ns();
-        self.send.send_to(probe, &self.dst)?;
-        Ok(t)
+        loop {
+            match self.send.send_to(probe, &self.dst) {
+                Ok(_) => break,
+                // A full socket or device queue: wait a little, as a blocking send would.
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.raw_os_error() == Some(libc::ENOBUFS) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let key = self.sends;
+        self.sends = self.sends.wrapping_add(1);
+        match self.tx_timestamp(key) {
+            Some(k) => {
+                self.tx_kernel += 1;
+                Ok(k)
+            }
+            None => {
+                self.tx_user += 1;
+                Ok(t)
+            }
+        }
     }
 
     fn recv(&mut self, deadline_ns: u64) -> io::Result<Option<Received>> {

@@ -120,6 +120,8 @@ pub struct Sample {
     pub window: Option<u16>,
     /// ICMP code, for ICMP errors.
     pub icmp_code: Option<u8>,
+    /// Which ICMP error, for `IcmpError` and `PortUnreachable` samples.
+    pub icmp_error: Option<IcmpError>,
 }
 
 impl Sample {
@@ -138,6 +140,7 @@ impl Sample {
             flags: None,
             window: None,
             icmp_code: None,
+            icmp_error: None,
         }
     }
 }
@@ -269,6 +272,10 @@ pub fn run_probes<N: Network>(
             continue; // late: expired on the next turn
         }
         let r = &rx.reply;
+        let icmp_error = match answer {
+            Answer::Error(e, _) => Some(e),
+            _ => None,
+        };
         let (kind, flags, window, code) = match answer {
             Answer::Tcp { flags, window } => {
                 let k = if flags & wire::tcp_flags::RST != 0 {
@@ -299,6 +306,7 @@ pub fn run_probes<N: Network>(
             flags,
             window,
             icmp_code: code,
+            icmp_error,
         };
         on_sample(&sample);
         out[s as usize] = Some(sample);

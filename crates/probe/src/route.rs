@@ -156,8 +156,25 @@ pub fn run_trace<N: Network>(
         let max = target_ttl.unwrap_or(opts.max_ttl);
         let mut pending: HashMap<u16, Pending> = HashMap::new();
         let mut last_sent = 0;
-        for _ in 0..opts.queries {
-            for ttl in 1..=max {
+        // All queries of a TTL back to back, TTLs ascending: the target's own answers (and
+        // its ICMP rate limit tokens) go to the lowest TTLs that reach it first.
+        for ttl in 1..=max {
+            // On a short path the target may already have answered a lower TTL: probes
+            // beyond it would only spend its ICMP error budget (and others' traces' share).
+            while let Some(rx) = net.recv(0)? {
+                take_reply(
+                    flow,
+                    &rx,
+                    timeout,
+                    &mut pending,
+                    &mut probes,
+                    &mut target_ttl,
+                );
+            }
+            if target_ttl.is_some_and(|t| ttl > t) {
+                break;
+            }
+            for _ in 0..opts.queries {
                 let id = probe_id(n);
                 n += 1;
                 let pkt = wire::build_probe(flow, id);
@@ -194,38 +211,14 @@ pub fn run_trace<N: Network>(
                 break;
             }
             let Some(rx) = net.recv(deadline)? else { break };
-            let Some((id, answer)) = wire::match_reply(flow, &rx.reply) else {
-                continue;
-            };
-            let Some(p) = pending.remove(&id) else {
-                continue;
-            };
-            let rtt_ns = rx.at_ns.saturating_sub(p.sent_ns);
-            if rtt_ns > timeout {
-                continue;
-            }
-            let from = rx.reply.from;
-            let (reply, code) = match answer {
-                Answer::Tcp { flags, .. } => (HopReply::Target, Some(flags)),
-                Answer::Echo => (HopReply::Target, None),
-                Answer::Error(IcmpError::TimeExceeded, _) => (HopReply::TimeExceeded, None),
-                Answer::Error(IcmpError::PortUnreachable, c) if from == flow.dst => {
-                    (HopReply::Target, Some(c))
-                }
-                Answer::Error(_, c) => (HopReply::Unreachable, Some(c)),
-            };
-            if matches!(reply, HopReply::Target | HopReply::Unreachable) {
-                target_ttl = Some(target_ttl.map_or(p.ttl, |t| t.min(p.ttl)));
-            }
-            let slot = &mut probes[usize::from(p.ttl) - 1][p.slot];
-            debug_assert_eq!(slot.round, p.round);
-            *slot = HopProbe {
-                round: p.round,
-                reply,
-                from: Some(from),
-                rtt_us: Some(rtt_ns as f64 / 1000.0),
-                code,
-            };
+            take_reply(
+                flow,
+                &rx,
+                timeout,
+                &mut pending,
+                &mut probes,
+                &mut target_ttl,
+            );
         }
     }
     let reached = probes.iter().flatten().any(|p| p.reply == HopReply::Target);
@@ -237,6 +230,49 @@ pub fn run_trace<N: Network>(
         .map(|(i, probes)| hop_of(i as u8 + 1, probes))
         .collect();
     Ok((hops, reached))
+}
+
+/// Files a received packet under the probe it answers (if any); notes the target's TTL.
+fn take_reply(
+    flow: &Flow,
+    rx: &crate::net::Received,
+    timeout: u64,
+    pending: &mut HashMap<u16, Pending>,
+    probes: &mut [Vec<HopProbe>],
+    target_ttl: &mut Option<u8>,
+) {
+    let Some((id, answer)) = wire::match_reply(flow, &rx.reply) else {
+        return;
+    };
+    let Some(p) = pending.remove(&id) else {
+        return;
+    };
+    let rtt_ns = rx.at_ns.saturating_sub(p.sent_ns);
+    if rtt_ns > timeout {
+        return;
+    }
+    let from = rx.reply.from;
+    let (reply, code) = match answer {
+        Answer::Tcp { flags, .. } => (HopReply::Target, Some(flags)),
+        Answer::Echo => (HopReply::Target, None),
+        Answer::Error(IcmpError::TimeExceeded, _) => (HopReply::TimeExceeded, None),
+        Answer::Error(IcmpError::PortUnreachable, c) if from == flow.dst => {
+            (HopReply::Target, Some(c))
+        }
+        Answer::Error(_, c) => (HopReply::Unreachable, Some(c)),
+    };
+    if matches!(reply, HopReply::Target | HopReply::Unreachable) {
+        *target_ttl = Some(target_ttl.map_or(p.ttl, |t| t.min(p.ttl)));
+    }
+    let slot = &mut probes[usize::from(p.ttl) - 1][p.slot];
+    debug_assert_eq!(slot.round, p.round);
+    *slot = HopProbe {
+        round: p.round,
+        reply,
+        from: Some(from),
+        rtt_us: Some(rtt_ns as f64 / 1000.0),
+        code,
+    };
 }
 
 fn hop_of(ttl: u8, probes: Vec<HopProbe>) -> Hop {
@@ -334,6 +370,28 @@ mod tests {
         assert_eq!(hops[1].stats.rtt.min_us, 200.0);
         // Round 1: 30 probes; rounds 2-4: 2 each.
         assert_eq!(net.sent.len(), 36);
+    }
+
+    #[test]
+    fn sending_stops_past_a_target_that_already_answered() {
+        let f = flow(Proto::Udp);
+        let mut net = SimNet::with_flow(
+            f,
+            Behaviour::Path {
+                routers: vec![Some(ip("10.9.1.1"))],
+            },
+        );
+        // 50 µs per send: the target (hop 2, 200 µs away) answers while TTL 2-3 go out.
+        net.send_cost_ns = 50_000;
+        let (hops, reached) = run_trace(&mut net, &f, &RouteOptions::new(f.dst)).unwrap();
+        assert!(reached);
+        assert_eq!(hops.len(), 2);
+        assert!(hops.iter().all(|h| h.stats.received == 3));
+        assert!(
+            net.sent.len() < 15,
+            "sent {} probes for a 2-hop path",
+            net.sent.len()
+        );
     }
 
     #[test]

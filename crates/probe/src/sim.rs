@@ -29,6 +29,8 @@ pub struct SimNet {
     pub flow: Flow,
     pub now: u64,
     pub sent: Vec<(u8, Vec<u8>)>,
+    /// Virtual time each send takes (0: sends are instantaneous).
+    pub send_cost_ns: u64,
     behaviour: Behaviour,
     queue: BinaryHeap<Reverse<(u64, u64)>>,
     replies: Vec<Reply>,
@@ -58,6 +60,7 @@ impl SimNet {
             flow,
             now: 1_000_000_000,
             sent: Vec::new(),
+            send_cost_ns: 0,
             behaviour,
             queue: BinaryHeap::new(),
             replies: Vec::new(),
@@ -127,6 +130,7 @@ impl Network for SimNet {
         let n = self.sent.len() as u32;
         self.sent.push((ttl, probe.to_vec()));
         let t = self.now;
+        self.now += self.send_cost_ns;
         match self.behaviour.clone() {
             Behaviour::Silent => {}
             Behaviour::Target {
@@ -156,7 +160,7 @@ impl Network for SimNet {
 
     fn recv(&mut self, deadline_ns: u64) -> io::Result<Option<Received>> {
         if let Some(Reverse((at, i))) = self.queue.peek().copied() {
-            if at <= deadline_ns {
+            if at <= deadline_ns.max(self.now) {
                 self.queue.pop();
                 self.now = self.now.max(at);
                 return Ok(Some(Received {

@@ -3,7 +3,7 @@
 //! made is deleted by [`Chain`]'s `Drop`, even when the test panics. Public so that the
 //! binary's integration tests can use it too; not for production use.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 
 use anyhow::{Context, bail};
@@ -98,11 +98,44 @@ impl Chain {
                     &ri,
                 ],
             )?;
+            in_ns(
+                l,
+                &[
+                    "ip",
+                    "-6",
+                    "addr",
+                    "add",
+                    &format!("{}/64", self.addr6(k, 1)),
+                    "dev",
+                    &li,
+                    "nodad",
+                ],
+            )?;
+            in_ns(
+                r,
+                &[
+                    "ip",
+                    "-6",
+                    "addr",
+                    "add",
+                    &format!("{}/64", self.addr6(k, 2)),
+                    "dev",
+                    &ri,
+                    "nodad",
+                ],
+            )?;
             in_ns(l, &["ip", "link", "set", &li, "up"])?;
             in_ns(r, &["ip", "link", "set", &ri, "up"])?;
         }
         for r in [&self.ns[1], &self.ns[2]] {
             in_ns(r, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+            in_ns(r, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        }
+        // Linux rate-limits ICMP errors per destination (burst 6, then 1/s); a test runs
+        // several traces back to back, so the routers and the server do not limit.
+        for n in &self.ns[1..] {
+            in_ns(n, &["sysctl", "-qw", "net.ipv4.icmp_ratelimit=0"])?;
+            in_ns(n, &["sysctl", "-qw", "net.ipv6.icmp.ratelimit=0"])?;
         }
         in_ns(
             &self.ns[0],
@@ -148,12 +181,73 @@ impl Chain {
                 &self.addr(1, 1).to_string(),
             ],
         )?;
+        let via6 = |k: usize, end: u8| self.addr6(k, end).to_string();
+        in_ns(
+            &self.ns[0],
+            &["ip", "-6", "route", "add", "default", "via", &via6(0, 2)],
+        )?;
+        in_ns(
+            &self.ns[3],
+            &["ip", "-6", "route", "add", "default", "via", &via6(2, 1)],
+        )?;
+        in_ns(
+            &self.ns[1],
+            &[
+                "ip",
+                "-6",
+                "route",
+                "add",
+                &self.net6(2),
+                "via",
+                &via6(1, 2),
+            ],
+        )?;
+        in_ns(
+            &self.ns[2],
+            &[
+                "ip",
+                "-6",
+                "route",
+                "add",
+                &self.net6(0),
+                "via",
+                &via6(1, 1),
+            ],
+        )?;
+        // IPv6 is usable once no address is tentative (link-local DAD runs even with nodad).
+        let t0 = std::time::Instant::now();
+        while self.ns.iter().any(|n| {
+            in_ns(n, &["ip", "-6", "addr", "show", "tentative"]).is_ok_and(|o| !o.trim().is_empty())
+        }) {
+            if t0.elapsed() > std::time::Duration::from_secs(5) {
+                bail!("IPv6 addresses still tentative after 5 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         Ok(())
     }
 
     /// Address of the left (`end = 1`) or right (`end = 2`) end of link `k`.
     pub fn addr(&self, k: usize, end: u8) -> Ipv4Addr {
         Ipv4Addr::new(10, self.a, self.b + k as u8, end)
+    }
+
+    /// IPv6 address of an end of link `k` (fd00:A:B+k::1 / ::2).
+    pub fn addr6(&self, k: usize, end: u8) -> Ipv6Addr {
+        Ipv6Addr::new(
+            0xfd00,
+            u16::from(self.a),
+            u16::from(self.b) + k as u16,
+            0,
+            0,
+            0,
+            0,
+            u16::from(end),
+        )
+    }
+
+    fn net6(&self, k: usize) -> String {
+        format!("fd00:{:x}:{:x}::/64", self.a, u16::from(self.b) + k as u16)
     }
 
     fn net(&self, k: usize) -> String {

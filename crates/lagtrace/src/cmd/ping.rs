@@ -16,12 +16,15 @@ Modes: the default sends TCP SYNs from a raw socket (CAP_NET_RAW) from a local p
 bound, unconnected socket, so the kernel answers the SYN-ACK with RST and no half-open
 connection stays on the target; a RST from a closed port is a valid RTT sample. Without
 CAP_NET_RAW it falls back to --connect and says so. --connect times connect() (no privilege;
-it completes real handshakes, the server's application sees connections). --udp sends to a
-closed port and times the ICMP port unreachable; --icmp sends echo requests.
+it completes real handshakes: the server's application sees connections, each closed with
+RST so no TIME_WAIT piles up). --udp sends to a closed port and times the ICMP port
+unreachable; --icmp sends echo requests. All probes of a run use one flow (same ports).
 
-Timing: send time is CLOCK_MONOTONIC right before sendto(); receive time is the kernel's
-software RX timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME) converted to CLOCK_MONOTONIC with an
-offset measured at start. --json states the source as `timestamp_source`.
+Timing: the send time is the kernel's software TX timestamp (SO_TIMESTAMPING) when the device
+takes the packet during the send, else CLOCK_MONOTONIC right before sendto(); the receive time
+is the kernel's software RX timestamp (SO_TIMESTAMPNS). Kernel timestamps are CLOCK_REALTIME
+and are converted to CLOCK_MONOTONIC with one measured offset, so clock domains never mix.
+--json states the source as `timestamp_source`.
 
 Exit status: 0 at least one reply; 1 no reply (100% loss); 2 could not run (bad input, no
 route, missing privilege).")]
@@ -135,7 +138,11 @@ pub fn sample_line(s: &Sample, timeout: Duration) -> String {
                     l.push_str(&format!(" ICMP port unreachable seq={} {rtt}", s.seq))
                 }
                 _ => l.push_str(&format!(
-                    " ICMP error code={} (not from the target) seq={} {rtt}",
+                    " ICMP {} code={} (not from the target) seq={} {rtt}",
+                    match s.icmp_error {
+                        Some(lagtrace_probe::wire::IcmpError::TimeExceeded) => "time exceeded",
+                        _ => "destination unreachable",
+                    },
                     s.icmp_code.unwrap_or(0),
                     s.seq
                 )),
@@ -218,19 +225,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     let timeout = opts.timeout;
     let mut on_sample = |s: &Sample| {
-        if !json {
-            let _ = writeln!(out, "{}", sample_line(s, timeout));
+        // Output closed (e.g. piped into `head`): stop probing.
+        if !json && writeln!(out, "{}", sample_line(s, timeout)).is_err() {
+            STOP.store(true, Ordering::Relaxed);
         }
     };
     if !json {
-        println!(
+        writeln!(
+            std::io::stdout(),
             "LAGTRACE PING {} ({}): {} probes, interval {:?}, timeout {:?}",
             opts.target,
             mode_label(mode),
             opts.count,
             opts.interval,
             opts.timeout
-        );
+        )?;
     }
     let fallback_said = mode == PingMode::Syn && !lagtrace_probe::net::have_cap_net_raw();
     if fallback_said {
@@ -240,18 +249,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let report = lagtrace_probe::ping_with(&opts, &STOP, &mut on_sample)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&report)?
+        )?;
     } else {
         if let Some(n) = report.note.as_ref().filter(|_| !fallback_said) {
             eprintln!("lagtrace ping: {n}");
         }
-        print!("{}", summary(&report));
-        println!(
+        write!(std::io::stdout(), "{}", summary(&report))?;
+        writeln!(
+            std::io::stdout(),
             "source {} ({}); times: {}",
             report.source,
             mode_label(report.mode),
             report.timestamp_source
-        );
+        )?;
     }
     Ok(if report.stats.received > 0 {
         ExitCode::SUCCESS

@@ -1,9 +1,221 @@
 //! `lagtrace route`.
 
+use std::io::Write;
 use std::process::ExitCode;
+use std::time::Duration;
 
-pub type Args = super::Pending;
+use anyhow::bail;
+use lagtrace_probe::{HopReply, Proto, RouteOptions, RouteReport};
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    super::not_built("route", 5)
+use super::ping::parse_duration;
+
+/// Per-hop latency with TCP SYN (default), UDP or ICMP probes, all TTLs in flight at once.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Every probe of a trace (all TTLs, all queries) is sent at once and replies are matched by
+probe identity, so a 30-hop trace takes about one timeout. The flow stays constant (Paris
+traceroute): same addresses and ports for every probe; the probe is identified by the TCP
+sequence number, the UDP checksum (payload chosen to give it) or the ICMP echo sequence
+(payload chosen to keep the ICMP checksum constant). `*` is a probe nobody answered.
+Addresses are always numeric (no reverse DNS; -n is accepted for traceroute compatibility).
+Needs CAP_NET_RAW.
+
+--report N runs N rounds (mtr style, one probe per hop per round unless -q is given, rounds
+--interval apart) and prints per hop Loss%, Snt, Last, Avg, Best, Wrst, StDev in ms.
+
+Exit status: 0 the target answered; 1 it did not (the hops show where the path stops);
+2 could not run (bad input, no route, missing privilege).")]
+pub struct Args {
+    /// Target host or address (a :PORT suffix sets the port)
+    pub target: String,
+    /// Destination port (default 80 for TCP, 33434 for UDP)
+    #[arg(short = 'p', long)]
+    pub port: Option<u64>,
+    /// UDP probes
+    #[arg(long, conflicts_with = "icmp")]
+    pub udp: bool,
+    /// ICMP echo probes
+    #[arg(short = 'I', long)]
+    pub icmp: bool,
+    /// Probes per hop (default 3; 1 per round with --report)
+    #[arg(short = 'q', long)]
+    pub queries: Option<u64>,
+    /// Maximum number of hops (TTL), 1-255
+    #[arg(short = 'm', long = "max-hops", default_value_t = 30)]
+    pub max_hops: u64,
+    /// Do not resolve addresses to names (always the case: no reverse DNS is done)
+    #[arg(short = 'n')]
+    pub numeric: bool,
+    /// How long to wait for replies after the last probe of a round
+    #[arg(short = 'W', long, default_value = "1s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// mtr-style report: run N rounds and print per-hop statistics
+    #[arg(long, value_name = "N")]
+    pub report: Option<u32>,
+    /// Time between rounds in --report mode
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn ms(us: f64) -> String {
+    format!("{:.3}", us / 1000.0)
+}
+
+fn proto_label(p: Proto) -> &'static str {
+    match p {
+        Proto::Tcp => "tcp-syn",
+        Proto::Udp => "udp",
+        Proto::Icmp => "icmp-echo",
+    }
+}
+
+/// traceroute-style lines.
+pub fn render_trace(r: &RouteReport) -> String {
+    let mut s = String::new();
+    for h in &r.hops {
+        let mut line = format!("{:>2} ", h.ttl);
+        let mut last = None;
+        for p in &h.probes {
+            match (p.from, p.rtt_us) {
+                (Some(a), Some(rtt)) => {
+                    if last != Some(a) {
+                        line.push_str(&format!(" {a}"));
+                        last = Some(a);
+                    }
+                    line.push_str(&format!("  {} ms", ms(rtt)));
+                    if p.reply == HopReply::Unreachable {
+                        line.push_str(&format!(" !U{}", p.code.unwrap_or(0)));
+                    }
+                }
+                _ => line.push_str("  *"),
+            }
+        }
+        s.push_str(&line);
+        s.push('\n');
+    }
+    if !r.reached {
+        s.push_str(&format!(
+            "target {} did not answer within {} hops\n",
+            r.target,
+            r.hops.len()
+        ));
+    }
+    s
+}
+
+/// mtr-style report table.
+pub fn render_report(r: &RouteReport) -> String {
+    let mut s = format!(
+        "{:<4} {:<40} {:>6} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+        "", "HOST", "Loss%", "Snt", "Last", "Avg", "Best", "Wrst", "StDev"
+    );
+    for h in &r.hops {
+        let host = if h.addrs.is_empty() {
+            "???".to_string()
+        } else {
+            h.addrs
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let t = &h.stats.rtt;
+        let cols = if h.stats.received > 0 {
+            format!(
+                "{:>8} {:>8} {:>8} {:>8} {:>8}",
+                ms(t.last_us),
+                ms(t.avg_us),
+                ms(t.min_us),
+                ms(t.max_us),
+                ms(t.mdev_us)
+            )
+        } else {
+            format!("{:>8} {:>8} {:>8} {:>8} {:>8}", "-", "-", "-", "-", "-")
+        };
+        s.push_str(&format!(
+            "{:>3}. {:<40} {:>5.1}% {:>5} {cols}\n",
+            h.ttl, host, h.stats.loss_pct, h.stats.sent
+        ));
+    }
+    s
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (ip, hp) = lagtrace_probe::resolve_target(&args.target)?;
+    let proto = if args.udp {
+        Proto::Udp
+    } else if args.icmp {
+        Proto::Icmp
+    } else {
+        Proto::Tcp
+    };
+    let port = match args.port {
+        Some(p) => lagtrace_probe::parse_port(&p.to_string())?,
+        None => hp.unwrap_or(if proto == Proto::Udp { 33434 } else { 80 }),
+    };
+    if args.max_hops == 0 || args.max_hops > 255 {
+        bail!("invalid max hops {}: must be 1-255", args.max_hops);
+    }
+    let rounds = args.report.unwrap_or(1);
+    if rounds == 0 {
+        bail!("invalid --report 0: must be at least 1 round");
+    }
+    let queries = args
+        .queries
+        .unwrap_or(if args.report.is_some() { 1 } else { 3 });
+    if queries == 0 || queries > 10 {
+        bail!("invalid number of queries {queries}: must be 1-10");
+    }
+    if args.timeout.is_zero() {
+        bail!("invalid timeout 0: must be positive");
+    }
+    let opts = RouteOptions {
+        target: ip,
+        proto,
+        port,
+        queries: queries as u8,
+        max_ttl: args.max_hops as u8,
+        timeout: args.timeout,
+        rounds,
+        round_interval: args.interval,
+    };
+    if !args.json {
+        writeln!(
+            std::io::stdout(),
+            "lagtrace route to {ip} ({}{}, {} probe(s) per hop, {} hops max, all TTLs at once{})",
+            proto_label(proto),
+            if proto == Proto::Icmp {
+                String::new()
+            } else {
+                format!(" port {port}")
+            },
+            queries,
+            args.max_hops,
+            if rounds > 1 {
+                format!(", {rounds} rounds")
+            } else {
+                String::new()
+            }
+        )?;
+    }
+    let report = lagtrace_probe::route(&opts)?;
+    if args.json {
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&report)?
+        )?;
+    } else if args.report.is_some() {
+        write!(std::io::stdout(), "{}", render_report(&report))?;
+    } else {
+        write!(std::io::stdout(), "{}", render_trace(&report))?;
+    }
+    Ok(if report.reached {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(super::EXIT_FINDING)
+    })
 }

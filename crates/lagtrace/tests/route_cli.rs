@@ -1,0 +1,209 @@
+//! `lagtrace route` on a namespace chain client → r1 → r2 → server, cross-checked against
+//! `traceroute`. Needs root; namespaces are deleted by the chain guard.
+
+use std::net::IpAddr;
+use std::process::{Command, Output};
+
+use lagtrace_probe::testnet::{Chain, in_ns};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+
+fn run_in(ns: &str, args: &[&str]) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns, BIN])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The first address on each numbered hop line.
+fn hop_addrs(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|t| t.parse::<u8>().is_ok())
+        })
+        .map(|l| {
+            l.split_whitespace()
+                .find(|t| t.parse::<IpAddr>().is_ok())
+                .unwrap_or("*")
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn route_matches_traceroute_for_tcp_udp_and_icmp() {
+    let c = Chain::up("cliroute").unwrap();
+    let want = vec![
+        c.r1().to_string(),
+        c.r2().to_string(),
+        c.server().to_string(),
+    ];
+    let server = c.server().to_string();
+    for (ours, theirs) in [
+        (
+            vec!["route", &server, "-n"],
+            vec!["traceroute", "-n", "-T", "-p", "80", "-q", "1", &server],
+        ),
+        (
+            vec!["route", &server, "--udp"],
+            vec!["traceroute", "-n", "-U", "-q", "1", &server],
+        ),
+        (
+            vec!["route", &server, "--icmp"],
+            vec!["traceroute", "-n", "-I", "-q", "1", &server],
+        ),
+    ] {
+        let o = run_in(c.client_ns(), &ours);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{ours:?}: {out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(hop_addrs(&out), want, "{ours:?}: {out}");
+        // Three probes per hop, µs precision.
+        let first = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("1 "))
+            .unwrap();
+        assert_eq!(first.matches(" ms").count(), 3, "{first}");
+        // Our trace's probes past the server use up the server's ICMP error budget (global
+        // limit: burst 50, 1000/s); traceroute sends its first 16 probes within a few ms, so
+        // give the budget time to refill before the peer runs.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let peer = in_ns(c.client_ns(), &theirs).unwrap();
+        assert_eq!(hop_addrs(&peer), want, "peer {theirs:?}: {peer}");
+    }
+}
+
+#[test]
+fn dropped_time_exceeded_shows_stars_and_report_mode_counts_loss() {
+    let c = Chain::up("clistar").unwrap();
+    in_ns(
+        &c.ns[2],
+        &[
+            "nft",
+            "add table inet d; add chain inet d out { type filter hook output priority 0; }; \
+             add rule inet d out icmp type time-exceeded drop",
+        ],
+    )
+    .unwrap();
+    let server = c.server().to_string();
+    let o = run_in(c.client_ns(), &["route", &server]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let hop2 = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("2 "))
+        .unwrap();
+    assert_eq!(
+        hop2.split_whitespace().collect::<Vec<_>>(),
+        ["2", "*", "*", "*"],
+        "{out}"
+    );
+    assert_eq!(hop_addrs(&out).last().unwrap(), &server);
+
+    let o = run_in(
+        c.client_ns(),
+        &["route", &server, "--report", "3", "--interval", "200ms"],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| {
+            l.trim_start()
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_digit())
+        })
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    assert_eq!(rows[0][1], c.r1().to_string());
+    assert_eq!(&rows[0][2..4], ["0.0%", "3"]);
+    assert_eq!(&rows[1][1..4], ["???", "100.0%", "3"]);
+    assert_eq!(rows[2][1], server);
+    assert_eq!(&rows[2][2..4], ["0.0%", "3"]);
+    // Last Avg Best Wrst StDev, in ms.
+    assert_eq!(rows[2].len(), 9, "{out}");
+
+    let o = run_in(c.client_ns(), &["route", &server, "--json", "-m", "5"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["reached"], true);
+    assert_eq!(v["hops"].as_array().unwrap().len(), 3);
+    assert_eq!(v["hops"][1]["stats"]["received"], 0);
+}
+
+#[test]
+fn unreachable_target_and_bad_input() {
+    let c = Chain::up("clirtbad").unwrap();
+    // Nothing beyond the server answers: drop everything the server would send back.
+    in_ns(
+        c.server_ns(),
+        &["nft", "add table inet d; add chain inet d out { type filter hook output priority 0; policy drop; }"],
+    )
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    let o = run_in(
+        c.client_ns(),
+        &["route", &c.server().to_string(), "-m", "6", "-W", "500ms"],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(3),
+        "one timeout, not six"
+    );
+    assert_eq!(
+        hop_addrs(&out),
+        [
+            c.r1().to_string(),
+            c.r2().to_string(),
+            "*".into(),
+            "*".into(),
+            "*".into(),
+            "*".into()
+        ]
+    );
+    assert!(out.contains("did not answer"), "{out}");
+
+    for (args, want) in [
+        (vec!["route", "127.0.0.1", "-m", "0"], "invalid max hops 0"),
+        (
+            vec!["route", "127.0.0.1", "-m", "300"],
+            "invalid max hops 300",
+        ),
+        (vec!["route", "127.0.0.1", "-p", "0"], "invalid port 0"),
+        (
+            vec!["route", "127.0.0.1", "-q", "0"],
+            "invalid number of queries 0",
+        ),
+    ] {
+        let o = run_in(c.client_ns(), &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let o = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            c.client_ns(),
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            BIN,
+        ])
+        .args(["route", &c.server().to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("CAP_NET_RAW"), "{err}");
+}
