@@ -181,6 +181,19 @@ pub struct Inspection {
     pub configs: Vec<ConfigFinding>,
     /// What could not be read and why.
     pub notes: Vec<String>,
+    /// Processes whose descriptors could not be read (their sockets show no owner).
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A process lagtrace could not look into.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unreadable {
+    /// Process id.
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// Why.
+    pub reason: String,
 }
 
 /// Errors that stop an inspection altogether (partial failures are notes instead).
@@ -287,25 +300,18 @@ pub fn inspect_sockets(o: &InspectOptions) -> Result<Inspection, InspectError> {
         ins.notes.push(format!("pid {pid}: no such process"));
     }
     let scan = procfs::scan_fds(&procfs::pids());
-    if !scan.unreadable.is_empty() {
-        let names: Vec<String> = scan
-            .unreadable
-            .iter()
-            .take(5)
-            .map(|(p, c, _)| format!("{c} ({p})"))
-            .collect();
-        ins.notes.push(format!(
-            "descriptors of {} processes unreadable ({}{}): their sockets show no owner; \
-             reading them needs CAP_SYS_PTRACE or the same uid",
-            scan.unreadable.len(),
-            names.join(", "),
-            if scan.unreadable.len() > 5 {
-                ", ..."
-            } else {
-                ""
-            }
-        ));
-    }
+    ins.unreadable = scan
+        .unreadable
+        .iter()
+        .map(|(pid, comm, kind)| Unreadable {
+            pid: *pid,
+            comm: comm.clone(),
+            reason: format!(
+                "/proc/{pid}/fd: {kind}: needs ptrace read access (CAP_SYS_PTRACE, or the \
+                 same uid and a dumpable process)"
+            ),
+        })
+        .collect();
     for (label, socks, acks) in dumped {
         for s in socks {
             if let Some(p) = o.port
@@ -347,6 +353,28 @@ pub fn inspect_sockets(o: &InspectOptions) -> Result<Inspection, InspectError> {
                 options_error: None,
             });
         }
+    }
+    if let Some(pid) = o.pid
+        && let Some(u) = ins.unreadable.iter().find(|u| u.pid == pid)
+    {
+        ins.notes.push(format!(
+            "pid {pid} ({}): its sockets cannot be identified: {}",
+            u.comm, u.reason
+        ));
+    }
+    let orphans = ins
+        .sockets
+        .iter()
+        .filter(|s| s.owners.is_empty() && s.inode != 0)
+        .count();
+    if orphans > 0 && !ins.unreadable.is_empty() {
+        ins.notes.push(format!(
+            "{orphans} listed socket{} no known owner: its holder may have exited meanwhile, \
+             or be among the {} processes whose descriptors could not be read (needs CAP_SYS_PTRACE, or the same uid); states, addresses and \
+             TCP_INFO are complete",
+            if orphans == 1 { " has" } else { "s have" },
+            ins.unreadable.len()
+        ));
     }
     ins.sockets.sort_by(|a, b| {
         (&a.netns, a.state != "LISTEN", a.local.port(), a.remote).cmp(&(

@@ -90,9 +90,16 @@ pub fn scan_fds(pids: &[u32]) -> FdScan {
             }
         };
         let mut comm_name: Option<String> = None;
+        let mut denied = None;
         for entry in rd.filter_map(|e| e.ok()) {
-            let Ok(link) = fs::read_link(entry.path()) else {
-                continue;
+            // Listing /proc/PID/fd needs only DAC rights; readlink needs ptrace read access.
+            let link = match fs::read_link(entry.path()) {
+                Ok(l) => l,
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    denied = Some(e.kind());
+                    break;
+                }
+                Err(_) => continue, // closed meanwhile
             };
             let Some(inode) = socket_inode(&link) else {
                 continue;
@@ -107,6 +114,10 @@ pub fn scan_fds(pids: &[u32]) -> FdScan {
                 .entry(inode)
                 .or_default()
                 .push(Owner { pid, comm: c, fd });
+        }
+        if let Some(kind) = denied {
+            let c = comm(pid).unwrap_or_else(|| "?".into());
+            scan.unreadable.push((pid, c, kind));
         }
     }
     scan

@@ -129,6 +129,9 @@ pub struct RecordedSocket {
     pub options: Vec<OptionSet>,
     /// Whether it was closed under us.
     pub closed: bool,
+    /// For an accepted socket: the listening socket it came from (whose options, such as
+    /// TCP_NODELAY, it inherited).
+    pub listener: Option<usize>,
 }
 
 /// Sockets that set one option to one value.
@@ -525,6 +528,9 @@ fn filter(trace_close: bool) -> Vec<libc::sock_filter> {
     f
 }
 
+/// Nice value of the tracer thread while recording.
+const TRACER_NICE: i32 = -10;
+
 // ---- the tracer --------------------------------------------------------------------------
 
 fn read_mem(tid: i32, addr: u64, len: usize) -> Option<Vec<u8>> {
@@ -630,6 +636,7 @@ impl Tracer {
             peer: None,
             options: vec![],
             closed: false,
+            listener: None,
         });
         self.fds.insert((pid, fd), id);
         id
@@ -761,6 +768,7 @@ impl Tracer {
                     s.kind = Some("SOCK_STREAM".into());
                     s.tcp = tcp;
                     s.peer = peer.clone();
+                    s.listener = listener;
                     id
                 });
                 (call, args, sock)
@@ -878,9 +886,15 @@ impl Tracer {
             }
         }
         let tcp: Vec<&RecordedSocket> = self.sockets.iter().filter(|s| s.tcp).collect();
+        // An accepted socket inherits the options set on its listener before the accept;
+        // counted as set if the listener set it at all (the order is in `events`).
+        let set =
+            |s: &RecordedSocket, name: &str| s.options.iter().any(|o| o.option == name && o.ok);
         let never = |name: &str| -> Vec<usize> {
             tcp.iter()
-                .filter(|s| !s.options.iter().any(|o| o.option == name && o.ok))
+                .filter(|s| {
+                    !set(s, name) && !s.listener.is_some_and(|l| set(&self.sockets[l], name))
+                })
                 .map(|s| s.id)
                 .collect()
         };
@@ -949,6 +963,12 @@ pub fn record(cmd: &[String], opts: RecordOptions) -> Result<Recording, RecordEr
         err,
     })?;
     let main = child.id() as i32;
+    // Every stop holds a tracee thread (and all the connections it serves) until we have
+    // run: on a busy machine the wait for a CPU dominates the cost of a stop. Raise this
+    // thread's priority (Linux nice values are per thread; CMD, forked before, keeps its
+    // own). Best effort: without CAP_SYS_NICE this fails and nothing changes.
+    // SAFETY: setpriority on the calling thread (who = 0) only.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, TRACER_NICE) };
     // Without PTRACE_O_TRACEEXEC yet, the exec leaves the child stopped with SIGTRAP.
     let mut status = 0;
     // SAFETY: waiting for our own child.

@@ -153,7 +153,12 @@ fn socket_line(s: &SocketInfo, show_ns: bool) -> String {
         let _ = write!(l, " {}", owners.join(","));
     }
     l += "\n   ";
-    if let Some(t) = &s.tcp_info {
+    if s.state == "LISTEN" {
+        let _ = write!(l, " accept queue {}/{}", s.recv_q, s.send_q);
+        if let Some(c) = &s.congestion {
+            let _ = write!(l, " {c}");
+        }
+    } else if let Some(t) = &s.tcp_info {
         let _ = write!(
             l,
             " rtt {}/{} ms rto {} ms ato {} ms cwnd {} unacked {} retrans {}/{} lost {}",
@@ -170,7 +175,7 @@ fn socket_line(s: &SocketInfo, show_ns: bool) -> String {
         if let Some(c) = &s.congestion {
             let _ = write!(l, " {c}");
         }
-        if s.state != "LISTEN" {
+        {
             if let (Some(a), Some(b)) = (t.last_data_sent_us, t.last_data_recv_us) {
                 let _ = write!(l, " last send/recv {}/{} ms ago", a / 1000, b / 1000);
             }
@@ -267,6 +272,21 @@ fn run_record(args: Args) -> anyhow::Result<ExitCode> {
         )),
         None => Box::new(std::io::stderr()),
     };
+    // Ctrl-C / Ctrl-\ reach CMD too (same process group): let CMD decide what to do and
+    // keep recording until it exits, rather than dying and taking it down (EXITKILL).
+    // A handler, not SIG_IGN, so that CMD does not inherit the disposition across exec.
+    extern "C" fn keep_recording(_: libc::c_int) {}
+    // SAFETY: installing an async-signal-safe no-op handler.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            keep_recording as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGQUIT,
+            keep_recording as *const () as libc::sighandler_t,
+        );
+    }
     let rec = lagtrace_sockets::record(
         &args.cmd,
         RecordOptions {

@@ -1,0 +1,440 @@
+//! `lagtrace sockets` end to end: inspect real nginx, record real wrk and curl, missing
+//! privilege, bad input. Run as root (CI does).
+
+#[path = "../../sockets/tests/common/mod.rs"]
+mod common;
+
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+fn lagtrace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The JSON document on stdout (after whatever the recorded command printed itself).
+fn json(o: &Output) -> Value {
+    let text = String::from_utf8_lossy(&o.stdout);
+    let start = if text.starts_with('{') {
+        0
+    } else {
+        text.find("\n{\n").map(|i| i + 1).unwrap_or(0)
+    };
+    serde_json::from_str(&text[start..]).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout {} stderr {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+fn summary_count(rec: &Value, option: &str, value: &str) -> u64 {
+    rec["option_summary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["option"] == option && o["value"] == value)
+        .map(|o| o["sockets"].as_u64().unwrap())
+        .unwrap_or(0)
+}
+
+#[test]
+fn record_wrk_sets_nodelay_and_never_quickack() {
+    let port = free_port();
+    let _n = Nginx::start("", port, None);
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = lagtrace(&[
+        "sockets", "--record", "--json", "--", "wrk", "-t1", "-c2", "-d1s", &url,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rec = json(&out);
+    let tcp = rec["tcp_sockets"].as_u64().unwrap();
+    assert!(tcp >= 2, "{rec:#}");
+    // wrk sets TCP_NODELAY=1 on every connection it makes, and never TCP_QUICKACK.
+    assert!(summary_count(&rec, "TCP_NODELAY", "1") >= 2, "{rec:#}");
+    // ...except its probe: before starting its threads, wrk connects once from the main
+    // thread (blocking connect, no option set) to check the address, and closes.
+    assert_eq!(rec["never_nodelay"], serde_json::json!([0]), "{rec:#}");
+    let probe = &rec["sockets"][0];
+    assert!(probe["options"].as_array().unwrap().is_empty() && probe["closed"] == true);
+    assert_eq!(
+        rec["never_quickack"].as_array().unwrap().len() as u64,
+        tcp,
+        "{rec:#}"
+    );
+    assert!(
+        !rec["option_summary"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["option"] == "TCP_QUICKACK")
+    );
+    // The connects went to our server, and wrk's own threads were followed.
+    let peers = rec["sockets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["peer"].as_str() == Some(&format!("{{AF_INET, 127.0.0.1:{port}}}")))
+        .count();
+    assert!(peers >= 2, "{rec:#}");
+    assert!(rec["tasks"].as_u64().unwrap() >= 2, "wrk's thread followed");
+    // The live trace went to stderr, strace-style.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines().any(|l| l.starts_with("[pid ")
+            && l.contains("setsockopt(")
+            && l.ends_with(", SOL_TCP, TCP_NODELAY, [1], 4) = 0")),
+        "{err}"
+    );
+}
+
+#[test]
+fn record_curl_follows_forks_and_passes_exit_status() {
+    let port = free_port();
+    let _n = Nginx::start("", port, None);
+    let url = format!("http://127.0.0.1:{port}/");
+    let trace = tempfile::NamedTempFile::new().unwrap();
+    let out = lagtrace(&[
+        "sockets",
+        "--record",
+        "-o",
+        trace.path().to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &format!("curl -s -o /dev/null {url} && curl -s -o /dev/null {url}"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let t = std::fs::read_to_string(trace.path()).unwrap();
+    let connects: Vec<&str> = t
+        .lines()
+        .filter(|l| l.contains("connect(") && l.contains(&format!(":{port}}}")))
+        .collect();
+    assert_eq!(connects.len(), 2, "two curl processes: {t}");
+    let pids: std::collections::BTreeSet<&str> = connects
+        .iter()
+        .map(|l| l.split(']').next().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2, "{t}");
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        summary.contains("SOL_TCP TCP_NODELAY=1 on 2 sockets"),
+        "{summary}"
+    );
+    assert!(summary.contains("never set TCP_QUICKACK: 2/2"), "{summary}");
+
+    let out = lagtrace(&["sockets", "--record", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    let out = lagtrace(&["sockets", "--record", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.status.code(), Some(128 + 15));
+    // curl's own failure code comes through too (7: could not connect).
+    let dead = free_port();
+    let out = lagtrace(&[
+        "sockets",
+        "--record",
+        "--",
+        "curl",
+        "-s",
+        &format!("http://127.0.0.1:{dead}/"),
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    // (a non-blocking connect: the refusal shows in SO_ERROR)
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("EINPROGRESS"), "{err}");
+    assert!(
+        err.contains("getsockopt(") && err.contains("SO_ERROR, [111], [4]) = 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn inspect_text_names_the_setting_and_the_line() {
+    let port = free_port();
+    let n = Nginx::start(LATENCY_HTTP, port, None);
+    let _c: Vec<_> = (0..2).map(|_| keepalive_client(port, 2)).collect();
+    let out = lagtrace(&["sockets", "--port", &port.to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "2 established on :{port}, 1 listening, TCP_NODELAY off on 2/2"
+        )),
+        "{text}"
+    );
+    let at = format!(
+        "tcp_nodelay off  ({}:{})",
+        n.conf_path().display(),
+        n.line_of("tcp_nodelay off;")
+    );
+    assert!(text.contains(&at), "{at} not in {text}");
+    assert!(text.contains("not a setting"), "{text}");
+    let out = lagtrace(&["sockets", "--port", &port.to_string(), "--json"]);
+    let v = json(&out);
+    assert!(v["sockets"].as_array().unwrap().len() >= 5); // listener + 2×2 ends
+}
+
+/// Without CAP_SYS_PTRACE, a process of another uid cannot be looked into: the sockets are
+/// still listed with TCP_INFO, and a note says what is missing and why.
+#[test]
+fn without_cap_sys_ptrace_results_are_partial_with_a_note() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let fd = l.as_raw_fd();
+    let mut child = unsafe {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sleep",
+                "30",
+            ])
+            .pre_exec(move || {
+                // SAFETY: in the child: hand it the listener as fd 100, without CLOEXEC.
+                if libc::dup2(fd, 100) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+            .spawn()
+            .unwrap()
+    };
+    drop(l);
+    std::thread::sleep(Duration::from_millis(200));
+    let out = Command::new("setpriv")
+        .args([
+            "--inh-caps=-sys_ptrace",
+            "--bounding-set=-sys_ptrace",
+            env!("CARGO_BIN_EXE_lagtrace"),
+            "sockets",
+            "--port",
+            &port.to_string(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let pid = child.id();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = json(&out);
+    let socks = v["sockets"].as_array().unwrap();
+    assert_eq!(socks.len(), 1, "{v:#}");
+    assert_eq!(socks[0]["state"], "LISTEN");
+    assert!(socks[0]["owners"].as_array().unwrap().is_empty());
+    assert!(
+        socks[0]["tcp_info"]["rto_us"].is_u64(),
+        "TCP_INFO still read"
+    );
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("1 listed socket has no known owner")
+                && n.contains("CAP_SYS_PTRACE")),
+        "{notes:?}"
+    );
+    let unread = v["unreadable"].as_array().unwrap();
+    let me = unread
+        .iter()
+        .find(|u| u["pid"] == pid)
+        .unwrap_or_else(|| panic!("{unread:?}"));
+    assert_eq!(me["comm"], "sleep");
+    assert!(me["reason"].as_str().unwrap().contains("CAP_SYS_PTRACE"));
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    for args in [
+        &["sockets", "--netns", "lt-sk-nope"][..],
+        &["sockets", "--state", "bogus"][..],
+        &["sockets", "--record"][..],
+        &["sockets", "--record", "--", "/nonexistent/lt-cmd"][..],
+        &["sockets", "stray"][..],
+    ] {
+        let out = lagtrace(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("lagtrace: error: "), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+}
+
+/// Recording a server: nginx (under `timeout`, so it ends by itself) binds, listens, forks
+/// its worker, accepts; the latency config's accepted sockets never set TCP_NODELAY while
+/// the default config's set it when the connection enters keep-alive.
+#[test]
+fn record_nginx_follows_its_worker_and_its_accepts() {
+    for (http, expect_nodelay) in [(LATENCY_HTTP, false), ("", true)] {
+        let port = free_port();
+        let (dir, conf) = nginx_conf(http, port);
+        let child = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+            .args(["sockets", "--record", "--json", "-o"])
+            .arg(dir.path().join("trace.txt"))
+            .args(["--", "timeout", "-s", "QUIT", "3", "nginx", "-c"])
+            .arg(&conf)
+            .arg("-p")
+            .arg(dir.path())
+            .args(["-g", "daemon off;"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(2), "nginx did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let conns: Vec<_> = (0..2).map(|_| keepalive_client(port, 2)).collect();
+        drop(conns);
+        let out = child.wait_with_output().unwrap();
+        // timeout's own status (124: it had to stop nginx) is passed through
+        assert_eq!(out.status.code(), Some(124), "{out:?}");
+        let rec = json(&out);
+        let socks = rec["sockets"].as_array().unwrap();
+        let listener = socks
+            .iter()
+            .find(|s| s["bound"] == format!("{{AF_INET, 127.0.0.1:{port}}}"))
+            .unwrap_or_else(|| panic!("{rec:#}"));
+        let master = listener["pid"].as_u64().unwrap();
+        let accepted: Vec<&Value> = socks
+            .iter()
+            .filter(|s| s["origin"] == "accept" && s["tcp"] == true)
+            .collect();
+        // the probe connection of the wait loop above, then the two keep-alive clients
+        assert!(accepted.len() >= 3, "{rec:#}");
+        for a in &accepted {
+            assert_ne!(a["pid"].as_u64().unwrap(), master, "accepted by the worker");
+        }
+        let with_nodelay = accepted
+            .iter()
+            .filter(|a| {
+                a["options"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|o| o["option"] == "TCP_NODELAY" && o["value"] == "1")
+            })
+            .count();
+        if expect_nodelay {
+            // the keep-alive clients' sockets (the probe closed without a request)
+            assert!(with_nodelay >= 2, "{rec:#}");
+        } else {
+            assert_eq!(with_nodelay, 0, "{rec:#}");
+        }
+        let trace = std::fs::read_to_string(dir.path().join("trace.txt")).unwrap();
+        assert!(trace.contains("listen("), "{trace}");
+        assert!(trace.contains("accept4("), "{trace}");
+    }
+}
+
+/// TCP_NODELAY set on a listener is inherited by the sockets it accepts: those are not
+/// listed as "never set TCP_NODELAY"; the client end that set nothing is.
+#[test]
+fn record_counts_options_inherited_from_the_listener() {
+    let script = "import socket\n\
+        l = socket.socket()\n\
+        l.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n\
+        l.bind(('127.0.0.1', 0)); l.listen(1)\n\
+        c = socket.create_connection(l.getsockname())\n\
+        a, _ = l.accept()\n\
+        assert a.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1\n";
+    let out = lagtrace(&[
+        "sockets", "--record", "--json", "--", "python3", "-c", script,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rec = json(&out);
+    let socks = rec["sockets"].as_array().unwrap();
+    let acc = socks.iter().find(|s| s["origin"] == "accept").unwrap();
+    let lis = acc["listener"].as_u64().unwrap();
+    let client = socks
+        .iter()
+        .find(|s| s["origin"] == "socket" && s["id"] != lis && s["tcp"] == true)
+        .unwrap();
+    let never: Vec<u64> = rec["never_nodelay"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(never, vec![client["id"].as_u64().unwrap()], "{rec:#}");
+}
+
+/// Cross-check with the peer tool: strace sees the same setsockopt calls as --record.
+#[test]
+fn record_agrees_with_strace_on_setsockopt() {
+    let port = free_port();
+    let _n = Nginx::start("", port, None);
+    let url = format!("http://127.0.0.1:{port}/");
+    let st = Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=setsockopt",
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{st:?}");
+    let calls = |text: &str| -> Vec<String> {
+        // "setsockopt(5, SOL_TCP, TCP_NODELAY, [1], 4) = 0" without pid prefixes
+        let mut v: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.find("setsockopt(").map(|i| l[i..].to_string()))
+            .collect();
+        v.sort();
+        v
+    };
+    let theirs = calls(&String::from_utf8_lossy(&st.stderr));
+    let out = lagtrace(&[
+        "sockets",
+        "--record",
+        "--",
+        "curl",
+        "-s",
+        "-o",
+        "/dev/null",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let ours = calls(&String::from_utf8_lossy(&out.stderr));
+    assert!(!ours.is_empty());
+    assert_eq!(ours, theirs);
+}
+
+/// Ctrl-C (SIGINT to the whole process group) ends CMD, not the recording: the summary is
+/// still printed and the status is CMD's (130).
+#[test]
+fn record_survives_ctrl_c_and_reports_cmds_status() {
+    let child = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(["sockets", "--record", "--", "sleep", "10"])
+        .process_group(0)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    // SAFETY: signalling the process group this test just created.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("killed by signal 2"));
+}

@@ -1,0 +1,186 @@
+//! Test fixtures: real nginx instances (Debian's binary) on loopback or inside a network
+//! namespace the test creates, each torn down by a guard even on panic.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A network namespace made for one test; deleted on drop.
+pub struct TestNs {
+    pub name: String,
+}
+
+impl TestNs {
+    pub fn new(tag: &str) -> TestNs {
+        let name = format!("lt-sk-{tag}-{}", std::process::id());
+        let st = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip netns add {name}");
+        let ns = TestNs { name };
+        let st = Command::new("ip")
+            .args(["-n", &ns.name, "link", "set", "lo", "up"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        ns
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// A real nginx master (+1 worker) with its own prefix directory; stopped on drop.
+pub struct Nginx {
+    pub dir: tempfile::TempDir,
+    pub conf: PathBuf,
+    pub port: u16,
+    pub master: u32,
+}
+
+/// Writes an nginx config (prefix = a new temporary directory) listening on 127.0.0.1:port
+/// with `http_extra` inside `http {}`.
+pub fn nginx_conf(http_extra: &str, port: u16) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("logs")).unwrap();
+    let conf = d.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "worker_processes 1;\npid {pid};\nerror_log {d}/logs/error.log;\nevents {{ }}\n\
+             http {{\n    access_log off;\n{http_extra}    server {{\n        listen 127.0.0.1:{port};\n        \
+             root /var/www/html;\n        index index.nginx-debian.html;\n    }}\n}}\n",
+            pid = d.join("nginx.pid").display(),
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    (dir, conf)
+}
+
+/// The latency server's http block, as in the reference case.
+pub const LATENCY_HTTP: &str =
+    "    sendfile on;\n    tcp_nopush off;\n    tcp_nodelay off;\n    keepalive_timeout 65;\n";
+
+impl Nginx {
+    /// Starts nginx listening on 127.0.0.1:port with `http_extra` inside `http {}`,
+    /// optionally inside a namespace.
+    pub fn start(http_extra: &str, port: u16, netns: Option<&str>) -> Nginx {
+        let (dir, conf) = nginx_conf(http_extra, port);
+        let d = dir.path();
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "nginx"]);
+                c
+            }
+            None => Command::new("nginx"),
+        };
+        let out = cmd
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(d)
+            .args(["-g", "daemon on;"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "nginx failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pidfile = d.join("nginx.pid");
+        let t0 = Instant::now();
+        let master = loop {
+            if let Some(p) = std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                break p;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "no nginx pid file");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Nginx {
+            dir,
+            conf,
+            port,
+            master,
+        }
+    }
+
+    /// The 1-based line of the first line of the config containing `needle`.
+    pub fn line_of(&self, needle: &str) -> u32 {
+        let text = std::fs::read_to_string(&self.conf).unwrap();
+        text.lines().position(|l| l.contains(needle)).unwrap() as u32 + 1
+    }
+
+    pub fn conf_path(&self) -> &Path {
+        &self.conf
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SAFETY: signalling the nginx master this fixture started.
+        unsafe { libc::kill(self.master as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while Path::new(&format!("/proc/{}", self.master)).exists()
+            && t0.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Sends `n` keep-alive GETs on one connection, reading each full response; returns the
+/// still-open connection (nginx has set its keep-alive socket options by then).
+pub fn keepalive_client(port: u16, n: usize) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for _ in 0..n {
+        s.write_all(b"GET / HTTP/1.1\r\nHost: lt\r\n\r\n").unwrap();
+        read_response(&mut s);
+    }
+    s
+}
+
+fn read_response(s: &mut TcpStream) {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        let n = s.read(&mut tmp).unwrap();
+        assert!(n > 0, "connection closed mid-response");
+        buf.extend_from_slice(&tmp[..n]);
+        if let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..h]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap_or(0);
+            if buf.len() >= h + 4 + len {
+                return;
+            }
+        }
+    }
+}
