@@ -508,9 +508,14 @@ fn queue_candidate(x: &Facts<'_>) -> Option<Candidate> {
         ),
     )];
     let mut layers = vec![LayerName::Path];
+    // The application must feel the queue too: a SYN RTT rising alone (a probe delayed on a
+    // busy CPU) is not a queue on the path.
     if let (Some(c1), Some(cn)) = (x.c1, x.cn)
-        && cn.latency.p50_us > c1.latency.p50_us + rise / 2
+        && cn.latency.p50_us <= c1.latency.p50_us + rise / 2
     {
+        return None;
+    }
+    if let (Some(c1), Some(cn)) = (x.c1, x.cn) {
         ev.push(sup(
             LayerName::App,
             cause,
@@ -744,6 +749,20 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
     .flatten()
     .collect();
 
+    // SYN retransmissions where data packets are lost too are the same loss, not a
+    // separate accept-queue problem.
+    if let Some(i) = cands.iter().position(|c| c.cause == Cause::SynDrop)
+        && cands.iter().any(|c| c.cause == Cause::PacketLoss)
+    {
+        let syn = cands.remove(i);
+        if let Some(l) = cands.iter_mut().find(|c| c.cause == Cause::PacketLoss) {
+            for mut e in syn.evidence {
+                e.cause = Some(Cause::PacketLoss);
+                e.text = format!("connection setup loses packets too: {}", e.text);
+                l.evidence.push(e);
+            }
+        }
+    }
     // The server's own time: explained by Nagle/cork when they account for most of it.
     let mut slow = slow_server_candidate(&x);
     if let Some(s) = &slow

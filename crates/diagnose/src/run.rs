@@ -79,9 +79,45 @@ pub enum ServerLocation {
     Elsewhere,
 }
 
-/// Whether `addr` is an address of the calling thread's namespace: binding to it works.
+/// The addresses of the calling thread's network namespace (getifaddrs: netlink, per thread).
+fn local_addrs() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free with freeifaddrs below; we only
+    // read `ifa_addr` according to its family.
+    unsafe {
+        if libc::getifaddrs(&mut head) != 0 {
+            return out;
+        }
+        let mut p = head;
+        while !p.is_null() {
+            let a = (*p).ifa_addr;
+            if !a.is_null() {
+                match i32::from((*a).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*(a as *const libc::sockaddr_in);
+                        out.push(IpAddr::from(
+                            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                        ));
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*(a as *const libc::sockaddr_in6);
+                        out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
+                    }
+                    _ => {}
+                }
+            }
+            p = (*p).ifa_next;
+        }
+        libc::freeifaddrs(head);
+    }
+    out
+}
+
+/// Whether `addr` is an address of the calling thread's namespace. (Binding to it is no
+/// test: a namespace being set up, with `lo` down and no address yet, accepts any bind.)
 fn is_local(addr: IpAddr) -> bool {
-    UdpSocket::bind(SocketAddr::new(addr, 0)).is_ok()
+    addr.is_loopback() || local_addrs().contains(&addr)
 }
 
 /// Finds the namespace that owns `addr`: this one, a named one, or none.

@@ -387,6 +387,21 @@ fn retransmissions_are_packet_loss() {
 }
 
 #[test]
+fn syn_retransmits_alongside_data_loss_are_the_same_packet_loss() {
+    let mut l = healthy_layers();
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 14_588;
+    p.findings = vec![
+        finding("syn-retransmit", 3, 14_588, 1_010_000),
+        finding("retransmission", 396, 14_588, 205_000),
+    ];
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::PacketLoss, "{}", texts(&j));
+    assert!(j.verdict.secondary.is_empty(), "{:?}", j.verdict.secondary);
+    assert!(texts(&j).contains("connection setup loses packets too"));
+}
+
+#[test]
 fn rtt_rising_under_load_is_path_queueing_even_if_packets_see_late_responses() {
     let mut l = healthy_layers();
     l.path.data.as_mut().unwrap().under_load = Some(rtt(120_000));
@@ -404,6 +419,15 @@ fn rtt_rising_under_load_is_path_queueing_even_if_packets_see_late_responses() {
     assert!(j.verdict.cost.contains("119."), "{}", j.verdict.cost);
     assert!(texts(&j).contains("SYN RTT p50 60µs idle → 120.00ms under load"));
     assert!(j.finding_layers.contains(&LayerName::Path));
+}
+
+#[test]
+fn a_syn_rtt_rise_the_application_does_not_feel_is_no_queue() {
+    let mut l = healthy_layers();
+    // A probe delayed 8 ms on a busy CPU while c=N p50 stays at 1.4 ms.
+    l.path.data.as_mut().unwrap().under_load = Some(rtt(8_000));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
 }
 
 #[test]
