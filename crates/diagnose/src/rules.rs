@@ -401,6 +401,22 @@ fn loss_candidate(x: &Facts<'_>) -> Option<Candidate> {
     )];
     let mut layers = vec![LayerName::Packets];
     if let Some(run) = x.main_run()
+        && f.share >= 0.01
+        && run.latency.p99_us >= f.median_added_us / 2
+        && run.latency.p99_us >= run.latency.p50_us * 4
+    {
+        ev.push(sup(
+            LayerName::App,
+            cause,
+            format!(
+                "c={}: p99 {} against p50 {}: the tail is the retransmission wait",
+                run.concurrency,
+                ms(run.latency.p99_us),
+                ms(run.latency.p50_us)
+            ),
+        ));
+        layers.push(LayerName::App);
+    } else if let Some(run) = x.main_run()
         && run.errors.timeout + run.errors.read > 0
     {
         ev.push(sup(
@@ -968,7 +984,19 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
                 LayerName::Packets
             },
             Cause::SlowServer,
-            if own < 100 {
+            if own >= SLOW_SERVER_US
+                && let Some(m) = cands
+                    .iter()
+                    .find(|c| matches!(c.cause, Cause::NagleDelayedAck | Cause::TcpCork))
+            {
+                format!(
+                    "the wait before each response (~{}{}) is the {} hold, not the server's \
+                     own work",
+                    ms(own),
+                    st,
+                    m.cause
+                )
+            } else if own < 100 {
                 format!(
                     "the server's own time is negligible (c=1 p50 within the path RTT){st}: \
                      not the application"

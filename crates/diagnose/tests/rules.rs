@@ -364,6 +364,12 @@ fn cork_held_responses_are_tcp_cork_not_slow_server() {
     assert!(!j.verdict.secondary.contains(&Cause::SlowServer));
     assert!(j.verdict.fix[0].change.contains("TCP_CORK"));
     assert!(texts(&j).contains("TCP_CORK on on 32/32"));
+    assert!(
+        texts(&j).contains("is the tcp-cork hold, not the server's own work"),
+        "{}",
+        texts(&j)
+    );
+    assert!(!texts(&j).contains("not the application"), "{}", texts(&j));
 }
 
 #[test]
@@ -377,6 +383,9 @@ fn retransmissions_are_packet_loss() {
     p.findings = vec![finding("retransmission", 2_600, 75_000, 208_000)];
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::PacketLoss, "{}", texts(&j));
+    // The packets show it; the application's tail corroborates it.
+    assert_eq!(j.verdict.confidence, Confidence::High, "{}", texts(&j));
+    assert!(texts(&j).contains("the tail is the retransmission wait"));
     assert!(j.verdict.cost.contains("3.5%"), "{}", j.verdict.cost);
     assert!(
         j.verdict.cost.contains("p99 215.00ms"),
