@@ -5,6 +5,40 @@
 //!   `SocketEvidence`, each wrapped in a [`Layer`] with a status).
 //! - [`rules::judge`]: evidence in, [`Verdict`] + evidence lines out. No I/O.
 //! - [`Diagnosis`]: what `lagtrace diagnose --json` prints and `--save` writes.
+//! - [`run()`](run::run): the orchestration; one adapter per layer in [`adapters`].
+//!
+//! ## JSON schema (version [`SCHEMA_VERSION`]; durations in whole µs, `*_us`)
+//! ```text
+//! schema      1
+//! target      {url, host, addr, port}
+//! settings    {concurrency, duration_ms}
+//! elapsed_us
+//! verdict     {cause, secondary: [cause], confidence: high|medium|low, summary, cost,
+//!              fix: [{side: server|client|path, location?, change, tradeoff?}]}
+//! layers      {path, app, packets, sockets}, each
+//!             {status: ok|finding|skipped|unavailable|error, reason?, data?}
+//!   path.data    {method, idle: rtt?, under_load: rtt?, hops: [{ttl, addr?, rtt_us?}],
+//!                 reached, port_open, notes}
+//!                rtt = {sent, received, rst, min_us, p50_us, avg_us, p90_us, max_us}
+//!   app.data     {c1: run?, cn: run?}; run = {concurrency, requests, duration_us,
+//!                 requests_per_sec, latency: pct, distribution: [{percentile, latency_us}],
+//!                 errors: {connect, read, write, timeout, status},
+//!                 first_request: pct?, later_requests: pct?}
+//!                pct = {count, min_us, mean_us, p50_us, p90_us, p99_us, p999_us, max_us}
+//!   packets.data {capture_point, packets, dropped, streams, transactions,
+//!                 handshake_rtt: pct?, server_time: pct?,
+//!                 findings: [{kind, count, transactions, share, median_added_us,
+//!                             p99_added_us, examples: [{stream, frames, time_s, added_us, note}]}],
+//!                 example_flow: {stream, client, server,
+//!                                packets: [{frame, t_us, dir: to-server|to-client, flags, len, note}],
+//!                                stalls: [{from_frame, to_frame, gap_us, label}]}?}
+//!   sockets.data {client: {nodelay, quickack, note}, server: {pid, comm, netns}?, established,
+//!                 nodelay: {on, off, unknown}, cork: {on, off, unknown},
+//!                 config: [{name, value, file, line, default}], notes}
+//! evidence    [{layer, stance: supports|rules-out|note, cause?, text}]
+//! verify      {baseline, before_cause, after_cause, before_app,
+//!              rows: [{run, metric: p50|p99|req/s, before, after, improvement}]}?
+//! ```
 #![deny(missing_docs)]
 
 pub mod adapters;

@@ -1,4 +1,4 @@
-//! Layer 1: `lagtrace_probe` ping and route reports → [`PathEvidence`] parts.
+//! Layer 1: `lagtrace_probe` ping and route reports → `PathEvidence` parts.
 
 use lagtrace_probe::{PingMode, PingReport, RouteReport, SampleKind};
 
