@@ -523,8 +523,7 @@ impl Lab {
                     old.stop();
                     drop(old);
                     let o = builtin_options(self.server_addr, LATENCY_PORT, on, self.netns());
-                    let s = serve::Server::spawn(o)
-                        .context("restarting the built-in latency server")?;
+                    let s = spawn_retrying(o).context("restarting the built-in latency server")?;
                     inproc.insert(p, ("latency".to_string(), s));
                 } else {
                     bail!(
@@ -787,6 +786,21 @@ impl Drop for Lab {
             if let Err(e) = teardown(&self.name, Some(&state)) {
                 eprintln!("lagtrace lab: tearing down {}: {e:#}", self.name);
             }
+        }
+    }
+}
+
+/// `Server::spawn`, again for up to 3 s while the port is still in use: a process that
+/// forked in the meantime (any `Command` of this process) holds the old listener until its
+/// exec.
+fn spawn_retrying(o: serve::ServeOptions) -> std::io::Result<serve::Server> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        match serve::Server::spawn(o.clone()) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
         }
     }
 }

@@ -86,6 +86,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         opts.body_size
     );
     let counter = server.request_counter();
+    let stop = server.stopper();
+    // Log the request count every 10 s while it changes, and at the end.
+    let mut logged = 0;
+    let mut ticks = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        ticks += 1;
+        let n = counter.load(Ordering::Relaxed);
+        if ticks % 100 == 0 && n != logged {
+            eprintln!("lagtrace serve: {n} requests");
+            logged = n;
+        }
+    }
     server.wait();
     eprintln!(
         "lagtrace serve: stopped after {} requests",
