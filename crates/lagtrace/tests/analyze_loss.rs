@@ -1,10 +1,11 @@
 //! Retransmissions and ACK RTTs on a capture with induced loss, checked against tshark.
 //!
 //! The test builds its own network namespace joined to this one by a veth pair, drops 5 % of
-//! the server's TCP packets each way with nftables inside the namespace, runs a small HTTP
-//! server there (a thread that entered the namespace) and a client here, and captures with
-//! tcpdump on the host side of the veth. Everything is torn down by a guard. Needs root
-//! (CI runs as root); without it the test says so and does nothing.
+//! the TCP packets each way with nftables netdev ingress hooks on the two ends of that veth
+//! (only those devices are hooked), runs a small HTTP server in the namespace (a thread that
+//! entered it) and a client here, and captures with tcpdump on the host side of the veth.
+//! Everything is torn down by a guard. Needs root (CI runs as root); without it the tests
+//! say so and do nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -20,6 +21,8 @@ struct Guard {
     netns: String,
     veth: String,
     tcpdump: Option<Child>,
+    /// nft netdev table on the host side of our veth (only hooks that device).
+    host_table: Option<String>,
 }
 
 impl Drop for Guard {
@@ -27,6 +30,11 @@ impl Drop for Guard {
         if let Some(mut c) = self.tcpdump.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        if let Some(t) = &self.host_table {
+            let _ = Command::new("nft")
+                .args(["delete", "table", "netdev", t])
+                .status();
         }
         let _ = Command::new("ip")
             .args(["link", "del", &self.veth])
@@ -99,23 +107,21 @@ fn tshark_fields(file: &Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>>
         .collect()
 }
 
-#[test]
-fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (CAP_NET_ADMIN) to create a network namespace");
-        return;
-    }
+/// A namespace joined to this one by a veth pair, with `rules` (nft) loaded inside it.
+/// Returns the guard, the namespace's address and the port to use.
+fn lab(which: u32, rules: &dyn Fn(u16, &str) -> String) -> (Guard, String, u16) {
     let pid = std::process::id();
     let tag = pid % 100_000;
-    let mut g = Guard {
-        netns: format!("lt-analyze-loss-{pid}"),
-        veth: format!("lal{tag}h"),
+    let g = Guard {
+        netns: format!("lt-analyze-loss-{which}-{pid}"),
+        veth: format!("lal{tag}{which}h"),
         tcpdump: None,
+        host_table: None,
     };
-    let peer = format!("lal{tag}n");
-    let net = format!("10.251.{}", (pid % 250) + 1);
+    let peer = format!("lal{tag}{which}n");
+    let net = format!("10.{}.{}", 250 - which, (pid % 250) + 1);
     let (host_ip, ns_ip) = (format!("{net}.1"), format!("{net}.2"));
-    let port: u16 = 18_000 + (pid % 1000) as u16;
+    let port: u16 = 18_000 + (pid % 1000) as u16 + 1000 * which as u16;
     sh(&["ip", "netns", "add", &g.netns]);
     sh(&[
         "ip", "link", "add", &g.veth, "type", "veth", "peer", "name", &peer,
@@ -136,14 +142,92 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
     );
     in_ns(&g.netns, &["ip", "link", "set", &peer, "up"]);
     in_ns(&g.netns, &["ip", "link", "set", "lo", "up"]);
-    let rules = format!(
-        "table inet ltloss {{
-            chain in {{ type filter hook input priority 0; tcp dport {port} numgen random mod 100 < 5 drop; }}
-            chain out {{ type filter hook output priority 0; tcp sport {port} numgen random mod 100 < 5 drop; }}
-        }}"
+    // MSS-sized packets on the wire (no TSO/GSO/GRO super-segments): more packets, so the
+    // random drops hit data, ACKs and FINs alike and fast retransmits happen.
+    sh(&[
+        "ethtool", "-K", &g.veth, "tso", "off", "gso", "off", "gro", "off",
+    ]);
+    in_ns(
+        &g.netns,
+        &[
+            "ethtool", "-K", &peer, "tso", "off", "gso", "off", "gro", "off",
+        ],
     );
+    let rules = rules(port, &peer);
     let nft = Command::new("ip")
         .args(["netns", "exec", &g.netns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().map(|mut s| s.write_all(rules.as_bytes()));
+            c.wait()
+        })
+        .expect("run nft");
+    assert!(nft.success());
+    (g, ns_ip, port)
+}
+
+/// Starts tcpdump on the host side of the veth and waits until it listens.
+fn tcpdump(g: &mut Guard, file: &Path, port: u16) {
+    let mut td = Command::new("tcpdump")
+        .args([
+            "-i",
+            &g.veth,
+            "-nn",
+            "-U",
+            "--immediate-mode",
+            "-s",
+            "256",
+            "-w",
+        ])
+        .arg(file)
+        .arg(format!("tcp port {port}"))
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run tcpdump");
+    let mut line = String::new();
+    let mut rd = BufReader::new(td.stderr.take().unwrap());
+    rd.read_line(&mut line).unwrap();
+    assert!(line.contains("listening"), "tcpdump: {line}");
+    g.tcpdump = Some(td);
+}
+
+fn stop_tcpdump(g: &mut Guard) {
+    std::thread::sleep(Duration::from_millis(500));
+    if let Some(mut td) = g.tcpdump.take() {
+        unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
+        let _ = td.wait();
+    }
+}
+
+#[test]
+fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (CAP_NET_ADMIN) to create a network namespace");
+        return;
+    }
+    // Drops where the capture (host side of the veth) still sees the packet: the server's
+    // packets at the host side's ingress (the tap runs before the netdev hook), the client's
+    // at the namespace side's ingress. A netfilter OUTPUT drop would not do: TCP would only
+    // try the send again, nothing is lost on the wire.
+    let (mut g, ns_ip, port) = lab(1, &|port, dev| {
+        format!(
+            "table netdev ltloss {{
+            chain ing {{ type filter hook ingress device \"{dev}\" priority 0; tcp dport {port} numgen random mod 100 < 5 drop; }}
+        }}"
+        )
+    });
+    let table = format!("lt_analyze_loss_{}", std::process::id());
+    g.host_table = Some(table.clone());
+    let rules = format!(
+        "table netdev {table} {{
+            chain ing {{ type filter hook ingress device \"{}\" priority 0; tcp sport {port} numgen random mod 100 < 5 drop; }}
+        }}",
+        g.veth
+    );
+    let nft = Command::new("nft")
+        .args(["-f", "-"])
         .stdin(Stdio::piped())
         .spawn()
         .and_then(|mut c| {
@@ -155,7 +239,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
 
     // Server: a thread that enters the namespace, then listens there.
     let conns = 4;
-    let requests = 12;
+    let requests = 8;
     let (tx, rx) = std::sync::mpsc::channel();
     let ns_path = format!("/run/netns/{}", g.netns);
     let bind: SocketAddr = format!("{ns_ip}:{port}").parse().unwrap();
@@ -171,29 +255,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("loss.pcap");
-    let mut td = Command::new("tcpdump")
-        .args([
-            "-i",
-            &g.veth,
-            "-nn",
-            "-U",
-            "--immediate-mode",
-            "-s",
-            "256",
-            "-w",
-        ])
-        .arg(&file)
-        .arg(format!("tcp port {port}"))
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("run tcpdump");
-    let mut line = String::new();
-    let stderr = td.stderr.take().unwrap();
-    let mut rd = BufReader::new(stderr);
-    rd.read_line(&mut line).unwrap();
-    assert!(line.contains("listening"), "tcpdump: {line}");
-    g.tcpdump = Some(td);
+    tcpdump(&mut g, &file, port);
 
     // Client: keep-alive connections, bounded count and time.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -215,11 +277,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
             }
         }
     }
-    std::thread::sleep(Duration::from_millis(500));
-    if let Some(mut td) = g.tcpdump.take() {
-        unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
-        let _ = td.wait();
-    }
+    stop_tcpdump(&mut g);
 
     let an = analyze_file(&file, &AnalyzeOptions::default()).unwrap();
     assert_eq!(an.streams.len(), conns, "{:?}", an.warnings);
@@ -233,13 +291,38 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
     .map(|r| r[0].parse().unwrap())
     .collect();
     assert!(
-        theirs.len() >= 3,
-        "5 % loss should cause retransmissions; tshark saw {}",
-        theirs.len()
+        theirs.len() >= 10,
+        "5 % loss should cause retransmissions; tshark saw {} in {} frames ({:?})",
+        theirs.len(),
+        an.frames,
+        an.warnings
     );
-    assert_eq!(ours, theirs, "retransmitted frames vs tshark");
+    if ours != theirs {
+        // Keep the capture for a look in Wireshark.
+        let keep =
+            std::env::temp_dir().join(format!("lagtrace-analyze-loss-{}.pcap", std::process::id()));
+        let _ = std::fs::copy(&file, &keep);
+        panic!(
+            "retransmitted frames differ from tshark: ours {ours:?}, tshark {theirs:?}; capture kept at {}",
+            keep.display()
+        );
+    }
     let k = an.kind("retransmission").expect("retransmission findings");
-    assert!(k.transactions_affected > 0 && k.median_us > 0);
+    let fast = an
+        .findings
+        .iter()
+        .filter(|f| f.detail.as_deref() == Some("fast"))
+        .count();
+    eprintln!(
+        "induced loss: {} frames, {} retransmissions ({fast} fast), all equal to tshark's",
+        an.frames,
+        ours.len()
+    );
+    assert!(
+        k.transactions_affected > 0 && k.total_us > 0,
+        "{k:?} {:?}",
+        an.findings
+    );
 
     // ACK RTTs agree within 1 µs.
     let mut rtts: BTreeMap<u64, f64> = BTreeMap::new();
@@ -269,4 +352,70 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
     for (f, t) in &theirs {
         assert!((rtts[f] - t).abs() < 1e-6, "frame {f}: {} vs {t}", rtts[f]);
     }
+}
+
+/// Every other SYN to the server is dropped: the first SYN is lost and the connection waits
+/// for the SYN timer (1 s on Linux) — a syn-retransmit finding with that cost.
+#[test]
+fn dropped_syn_is_syn_retransmit() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (CAP_NET_ADMIN) to create a network namespace");
+        return;
+    }
+    let (mut g, ns_ip, port) = lab(2, &|port, _dev| {
+        format!(
+            "table inet ltsyn {{
+            chain in {{ type filter hook input priority 0; tcp dport {port} tcp flags & (syn | ack) == syn numgen inc mod 2 == 0 drop; }}
+        }}"
+        )
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ns_path = format!("/run/netns/{}", g.netns);
+    let bind: SocketAddr = format!("{ns_ip}:{port}").parse().unwrap();
+    std::thread::spawn(move || {
+        let f = std::fs::File::open(&ns_path).expect("open netns");
+        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns");
+        let l = TcpListener::bind(bind).expect("bind in namespace");
+        tx.send(()).unwrap();
+        serve(l, 1);
+    });
+    rx.recv_timeout(Duration::from_secs(10)).expect("server up");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("syn.pcap");
+    tcpdump(&mut g, &file, port);
+    let addr: SocketAddr = format!("{ns_ip}:{port}").parse().unwrap();
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: lab\r\n\r\n").unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).unwrap();
+    assert!(n > 0);
+    drop(s);
+    stop_tcpdump(&mut g);
+
+    let an = analyze_file(&file, &AnalyzeOptions::default()).unwrap();
+    assert_eq!(an.streams.len(), 1, "one connection, one stream");
+    let syn: Vec<_> = an
+        .findings
+        .iter()
+        .filter(|f| f.kind == "syn-retransmit")
+        .collect();
+    assert_eq!(syn.len(), 1, "{:?}", an.findings);
+    assert!(
+        (900_000..3_500_000).contains(&syn[0].cost_us),
+        "SYN timer: {:?}",
+        syn[0]
+    );
+    let theirs: BTreeSet<u64> = tshark_fields(
+        &file,
+        "tcp.analysis.retransmission || tcp.analysis.fast_retransmission",
+        &["frame.number"],
+    )
+    .into_iter()
+    .map(|r| r[0].parse().unwrap())
+    .collect();
+    let ours: BTreeSet<u64> = an.retransmitted_frames.iter().copied().collect();
+    assert_eq!(ours, theirs);
+    assert_eq!(an.kind("syn-retransmit").unwrap().transactions_affected, 0);
 }

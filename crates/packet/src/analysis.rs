@@ -54,6 +54,9 @@ pub const DELAYED_ACK_MIN_US: u64 = 30_000;
 pub const CORK_CEILING_US: u64 = 200_000;
 /// Minimum server time, before `slow-server` is considered at all.
 pub const SLOW_SERVER_MIN_US: u64 = 10_000;
+/// How long a closed stream keeps its state for late packets (retransmitted FINs, final
+/// ACKs): twice Linux's TIME_WAIT.
+pub const CLOSED_LINGER_NS: i64 = 120_000_000_000;
 /// Wireshark keeps at most this many unacknowledged segments per direction.
 const MAX_UNACKED: usize = 10_000;
 
@@ -254,6 +257,21 @@ pub struct PacketRecord {
     pub marks: Vec<String>,
 }
 
+/// Latency of the transactions kept in detail.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TransactionStats {
+    /// Transactions with both a request and a response.
+    pub complete: u64,
+    /// Median request-first-byte to response-last-byte, µs.
+    pub median_us: u64,
+    /// 99th percentile of the same, µs.
+    pub p99_us: u64,
+    /// Largest, µs.
+    pub max_us: u64,
+    /// Median server time (request's last byte to response's first byte), µs.
+    pub median_server_us: u64,
+}
+
 /// Everything `analyze` found.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Analysis {
@@ -271,6 +289,8 @@ pub struct Analysis {
     pub transactions_total: u64,
     /// Transactions kept in detail (up to `max_transactions`).
     pub transactions: Vec<Transaction>,
+    /// Latency over the transactions kept in detail.
+    pub transaction_stats: TransactionStats,
     /// Findings kept in detail (up to `max_findings`), in time order of detection.
     pub findings: Vec<Finding>,
     /// Findings summary per kind (only kinds that occurred).
@@ -433,6 +453,8 @@ struct Live {
     txn_count: u32,
     /// Data direction of the last payload packet, to split transactions.
     last_data_dir: Option<usize>,
+    /// When RST or the second FIN was seen.
+    closed_at: Option<i64>,
 }
 
 fn seq_lt(a: u32, b: u32) -> bool {
@@ -455,7 +477,10 @@ pub struct Analyzer {
     max_ts: i64,
     map: HashMap<Key, u32, BuildHasherDefault<Fx>>,
     streams: Vec<StreamSummary>,
-    lives: Vec<Live>,
+    /// Per-stream state; `None` once a closed stream has been quiet for [`CLOSED_LINGER_NS`].
+    lives: Vec<Option<Box<Live>>>,
+    /// Streams in the order they closed, with the time: freed after [`CLOSED_LINGER_NS`].
+    closed: VecDeque<(i64, usize)>,
     transactions: Vec<Transaction>,
     transactions_total: u64,
     findings: Vec<Finding>,
@@ -492,6 +517,7 @@ impl Analyzer {
             map: HashMap::default(),
             streams: Vec::new(),
             lives: Vec::new(),
+            closed: VecDeque::new(),
             transactions: Vec::new(),
             transactions_total: 0,
             findings: Vec::new(),
@@ -510,6 +536,17 @@ impl Analyzer {
         }
     }
 
+    /// Streams whose tracking state is held now (open, or closed less than
+    /// [`CLOSED_LINGER_NS`] ago).
+    pub fn live_streams(&self) -> usize {
+        self.lives.iter().filter(|l| l.is_some()).count()
+    }
+
+    /// Feeds one frame from a [`crate::CaptureReader`].
+    pub fn push_frame(&mut self, f: &crate::Frame<'_>) {
+        self.push(f.ts_ns, f.len, f.linktype, f.data);
+    }
+
     /// Records a reader warning.
     pub fn warn(&mut self, w: String) {
         if self.warnings.len() < 1000 {
@@ -520,6 +557,7 @@ impl Analyzer {
     /// Feeds one captured frame: timestamp (ns since epoch), original length, link type and
     /// captured bytes. Frames are numbered 1, 2, ... in the order fed.
     pub fn push(&mut self, ts_ns: i64, len: u32, linktype: u32, data: &[u8]) {
+        let ts_ns = ts_ns.clamp(0, crate::reader::MAX_TS_NS);
         self.frames += 1;
         let first = *self.first_ts.get_or_insert(ts_ns);
         let _ = first;
@@ -528,6 +566,13 @@ impl Analyzer {
         }
         self.last_ts = ts_ns;
         self.max_ts = self.max_ts.max(ts_ns);
+        if self
+            .closed
+            .front()
+            .is_some_and(|&(at, _)| self.max_ts - at >= CLOSED_LINGER_NS)
+        {
+            self.sweep(self.max_ts);
+        }
         match wire::decode(linktype, data) {
             Ok(seg) => {
                 self.tcp_frames += 1;
@@ -571,12 +616,18 @@ impl Analyzer {
             if pure_syn {
                 let st = &self.streams[i as usize];
                 let d = usize::from(!(st.a.ip() == seg.src && st.a.port() == seg.sport));
-                let dir = &self.lives[i as usize].dirs[d];
-                if dir
-                    .base
-                    .is_some_and(|b| dir.isn.map_or(b.wrapping_add(1), |x| x) != seg.seq)
-                {
-                    idx = None;
+                match self.lives[i as usize].as_deref() {
+                    Some(live) => {
+                        let dir = &live.dirs[d];
+                        if dir
+                            .base
+                            .is_some_and(|b| dir.isn.map_or(b.wrapping_add(1), |x| x) != seg.seq)
+                        {
+                            idx = None;
+                        }
+                    }
+                    // Closed long ago and freed: a SYN starts a new stream.
+                    None => idx = None,
                 }
             }
         }
@@ -610,7 +661,7 @@ impl Analyzer {
                     retransmissions: 0,
                     transactions: 0,
                 });
-                self.lives.push(Live {
+                self.lives.push(Some(Box::new(Live {
                     dirs: [Dir::default(), Dir::default()],
                     client: None,
                     syn_time: None,
@@ -621,7 +672,8 @@ impl Analyzer {
                     txn: None,
                     txn_count: 0,
                     last_data_dir: None,
-                });
+                    closed_at: None,
+                })));
                 i
             }
         };
@@ -657,7 +709,15 @@ impl Analyzer {
                 st.fin_b = true;
             }
         }
-        let live = &mut self.lives[i];
+        let both_fin = st.fin_a && st.fin_b;
+        let Some(live) = self.lives[i].as_deref_mut() else {
+            // A stream closed and freed long ago: counted above, nothing more to analyze.
+            return;
+        };
+        if live.closed_at.is_none() && (f & flags::RST != 0 || both_fin) {
+            live.closed_at = Some(ts);
+            self.closed.push_back((ts, i));
+        }
         let gap_ns = (ts - live.last_ts).max(0);
         let prev_stream_ts = live.last_ts;
         live.last_ts = ts;
@@ -678,7 +738,8 @@ impl Analyzer {
             }
             if f & flags::ACK == 0 {
                 live.client.get_or_insert(d);
-                live.syn_time.get_or_insert(ts);
+                // Wireshark's iRTT counts from the most recent SYN (ts_mru_syn).
+                live.syn_time = Some(ts);
             } else {
                 live.client.get_or_insert(r);
                 live.synack_time.get_or_insert(ts);
@@ -785,9 +846,17 @@ impl Analyzer {
                 && fw.next_seq == Some(seq)
                 && fw.last_ack == Some(seg.ack)
                 && f & (flags::SYN | flags::FIN | flags::RST) == 0;
+            // Wireshark keeps counting across a pure window update (same seq and ack).
+            let window_update = len == 0
+                && f & flags::ACK != 0
+                && win != 0
+                && fw.window != Some(win)
+                && fw.next_seq == Some(seq)
+                && fw.last_ack == Some(seg.ack)
+                && f & (flags::SYN | flags::FIN | flags::RST) == 0;
             if is_dupack {
                 fw.dupacks += 1;
-            } else {
+            } else if !window_update {
                 fw.dupacks = 0;
             }
             if !zwp && fw.next_seq.is_none_or(|n| seq_lt(n, nextseq)) {
@@ -1139,11 +1208,13 @@ impl Analyzer {
                 if let Some(t) = live.txn.as_mut()
                     && t.resp_first_ts.is_none()
                 {
-                    t.t.request_bytes += u64::from(len);
                     if retrans.is_none() {
-                        t.t.request_last_frame = Some(frame);
-                        t.req_last_ts = ts;
+                        t.t.request_bytes += u64::from(len);
                     }
+                    // A retransmitted request reaches the server only now: the server's
+                    // time starts here, the wait before it belongs to the retransmission.
+                    t.t.request_last_frame = Some(frame);
+                    t.req_last_ts = ts;
                 }
             } else {
                 if live.txn.is_none() {
@@ -1191,7 +1262,9 @@ impl Analyzer {
             if self.retrans_frames.len() < self.opts.max_findings {
                 self.retrans_frames.push(frame);
             }
-            let live = &self.lives[i];
+            let Some(live) = self.lives[i].as_deref() else {
+                return;
+            };
             let orig = live.dirs[d]
                 .unacked
                 .iter()
@@ -1280,8 +1353,7 @@ impl Analyzer {
             self.costs[k].push(f.cost_us);
         }
         let bit = 1u16 << k;
-        let live = &mut self.lives[i];
-        if let Some(t) = live.txn.as_mut()
+        if let Some(t) = self.lives[i].as_deref_mut().and_then(|l| l.txn.as_mut())
             && Some(t.t.index) == f.transaction
         {
             if t.kinds & bit == 0 {
@@ -1297,36 +1369,55 @@ impl Analyzer {
         }
     }
 
+    /// Finishes the open transaction of stream `i`, if any.
+    fn close_txn(&mut self, i: usize) {
+        let Some(live) = self.lives[i].as_deref_mut() else {
+            return;
+        };
+        let Some(t) = live.txn.take() else {
+            return;
+        };
+        let far = match (live.syn_time, live.synack_time, live.rtt_us, live.client) {
+            (Some(s), Some(sa), Some(total), Some(_)) => {
+                let leg1 = us(sa - s);
+                if leg1 >= total.saturating_sub(leg1) {
+                    total
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        };
+        let mut fs = Vec::new();
+        let done = finish_txn(t, far, &mut fs);
+        self.transactions_total += 1;
+        self.streams[i].transactions += 1;
+        if self.transactions.len() < self.opts.max_transactions {
+            self.transactions.push(done);
+        }
+        for f in fs {
+            self.record(i, f);
+        }
+    }
+
+    /// Frees the state of streams that closed more than [`CLOSED_LINGER_NS`] before `now`:
+    /// memory follows the connections alive in the capture, not its length.
+    fn sweep(&mut self, now: i64) {
+        while let Some(&(at, i)) = self.closed.front() {
+            if now - at < CLOSED_LINGER_NS {
+                break;
+            }
+            self.closed.pop_front();
+            self.close_txn(i);
+            self.lives[i] = None;
+        }
+    }
+
     /// Ends the analysis and returns the result.
     pub fn finish(mut self) -> Analysis {
         // Close open transactions.
         for i in 0..self.lives.len() {
-            if let Some(t) = self.lives[i].txn.take() {
-                let mut fs = Vec::new();
-                let far = {
-                    let live = &self.lives[i];
-                    match (live.syn_time, live.synack_time, live.rtt_us, live.client) {
-                        (Some(s), Some(sa), Some(total), Some(_)) => {
-                            let leg1 = us(sa - s);
-                            if leg1 >= total.saturating_sub(leg1) {
-                                total
-                            } else {
-                                0
-                            }
-                        }
-                        _ => 0,
-                    }
-                };
-                let done = finish_txn(t, far, &mut fs);
-                self.transactions_total += 1;
-                self.streams[i].transactions += 1;
-                if self.transactions.len() < self.opts.max_transactions {
-                    self.transactions.push(done);
-                }
-                for f in fs {
-                    self.record(i, f);
-                }
-            }
+            self.close_txn(i);
         }
         self.transactions.sort_by_key(|t| (t.stream, t.index));
         // Marks on kept packets.
@@ -1354,20 +1445,13 @@ impl Analyzer {
             }
             let v = &mut self.costs[k];
             v.sort_unstable();
-            let pct = |p: f64| -> u64 {
-                if v.is_empty() {
-                    return 0;
-                }
-                let idx = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
-                v[idx]
-            };
             summary.push(KindSummary {
                 kind: (*name).to_string(),
                 findings: self.counts[k],
                 transactions_affected: self.affected[k],
                 share: self.affected[k] as f64 / total_tx as f64,
-                median_us: pct(0.5),
-                p99_us: pct(0.99),
+                median_us: percentile(v, 0.5),
+                p99_us: percentile(v, 0.99),
                 total_us: v.iter().sum(),
             });
         }
@@ -1403,6 +1487,25 @@ impl Analyzer {
             ));
         }
         let first = self.first_ts.unwrap_or(0);
+        let mut total: Vec<u64> = self
+            .transactions
+            .iter()
+            .filter_map(|t| t.time_to_last_byte_us)
+            .collect();
+        let mut server: Vec<u64> = self
+            .transactions
+            .iter()
+            .filter_map(|t| t.server_time_us)
+            .collect();
+        total.sort_unstable();
+        server.sort_unstable();
+        let transaction_stats = TransactionStats {
+            complete: total.len() as u64,
+            median_us: percentile(&total, 0.5),
+            p99_us: percentile(&total, 0.99),
+            max_us: total.last().copied().unwrap_or(0),
+            median_server_us: percentile(&server, 0.5),
+        };
         Analysis {
             frames: self.frames,
             tcp_frames: self.tcp_frames,
@@ -1411,6 +1514,7 @@ impl Analyzer {
             streams: self.streams,
             transactions_total: self.transactions_total,
             transactions: self.transactions,
+            transaction_stats,
             findings: self.findings,
             summary,
             retransmitted_frames: self.retrans_frames,
@@ -1419,6 +1523,15 @@ impl Analyzer {
             warnings,
         }
     }
+}
+
+/// Nearest-rank percentile of sorted values (0 when empty).
+fn percentile(v: &[u64], p: f64) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    let idx = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    v[idx]
 }
 
 fn kind_bit(k: &str) -> u16 {

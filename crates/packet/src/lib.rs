@@ -20,7 +20,7 @@ use anyhow::Context as _;
 
 pub use analysis::{
     Analysis, AnalyzeOptions, Analyzer, Finding, KindSummary, PacketRecord, StreamSummary,
-    SynOptions, Transaction, kind,
+    SynOptions, Transaction, TransactionStats, kind,
 };
 pub use reader::{CaptureReader, Frame, ReadEvent};
 
@@ -39,7 +39,7 @@ pub fn analyze_reader<R: std::io::Read>(src: R, opts: &AnalyzeOptions) -> anyhow
     let mut an = Analyzer::new(opts.clone());
     while let Some(ev) = reader.next() {
         match ev {
-            ReadEvent::Frame(f) => an.push(f.ts_ns, f.len, f.linktype, f.data),
+            ReadEvent::Frame(f) => an.push_frame(&f),
             ReadEvent::Warning(w) => an.warn(w),
         }
     }

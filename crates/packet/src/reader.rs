@@ -9,6 +9,8 @@ use std::io::Read;
 
 /// Maximum record size accepted (larger lengths mean a corrupt header).
 const MAX_RECORD: usize = 256 * 1024 * 1024;
+/// Largest timestamp (ns) handed out: year 2116; keeps all time arithmetic in range.
+pub const MAX_TS_NS: i64 = 1 << 62;
 /// Maximum captured frame length we believe.
 const MAX_FRAME: u32 = 16 * 1024 * 1024;
 
@@ -73,7 +75,7 @@ impl<R: Read> CaptureReader<R> {
     pub fn new(src: R) -> anyhow::Result<Self> {
         let mut r = CaptureReader {
             src,
-            buf: vec![0; 4 << 20],
+            buf: vec![0; 256 << 10],
             start: 0,
             end: 0,
             eof: false,
@@ -439,9 +441,11 @@ impl<R: Read> CaptureReader<R> {
 fn ts_to_ns(ts: u64, iface: Iface) -> i64 {
     let ups = u128::from(iface.units_per_sec.max(1));
     let ns = u128::from(ts) * 1_000_000_000 / ups;
+    // Clamped so that differences of two timestamps can never overflow.
     i64::try_from(ns)
         .unwrap_or(i64::MAX)
         .saturating_add(iface.offset_s.saturating_mul(1_000_000_000))
+        .clamp(0, MAX_TS_NS)
 }
 
 #[cfg(test)]
@@ -490,6 +494,17 @@ mod tests {
         assert_eq!(fs[1].2, b"de");
         let f = pcap_le(true, &[(10, 5, b"abc", 3)]);
         assert_eq!(frames(&f).0[0].0, 10_000_000_005);
+    }
+
+    #[test]
+    fn records_larger_than_the_buffer() {
+        let big = vec![7u8; 600 << 10];
+        let f = pcap_le(false, &[(1, 0, b"a", 1), (2, 0, &big, 600 << 10), (3, 0, b"z", 1)]);
+        let (fs, ws) = frames(&f);
+        assert!(ws.is_empty());
+        assert_eq!(fs.len(), 3);
+        assert_eq!(fs[1].2, big);
+        assert_eq!(fs[2].2, b"z");
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub struct Args {
     /// Capture file (pcap or pcapng).
     pub file: PathBuf,
     /// Stream index (as Wireshark's tcp.stream) for --flow.
-    #[arg(long)]
+    #[arg(long, requires = "flow")]
     pub stream: Option<u32>,
     /// Print the stream given by --stream as a text flow graph.
     #[arg(long, requires = "stream")]
@@ -152,7 +152,17 @@ fn ms(us: u64) -> String {
 
 fn render_summary(out: &mut String, an: &Analysis, verbose: bool) {
     let _ = writeln!(out);
-    let _ = writeln!(out, "transactions: {}", an.transactions_total);
+    let ts = &an.transaction_stats;
+    let _ = writeln!(
+        out,
+        "transactions: {} ({} complete): request to last response byte median {}, p99 {}, max {}; server time median {}",
+        an.transactions_total,
+        ts.complete,
+        ms(ts.median_us),
+        ms(ts.p99_us),
+        ms(ts.max_us),
+        ms(ts.median_server_us)
+    );
     if an.summary.is_empty() {
         let _ = writeln!(out, "findings: none");
         return;
