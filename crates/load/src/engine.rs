@@ -182,50 +182,34 @@ struct TimerFd(std::os::fd::OwnedFd);
 
 impl TimerFd {
     fn new() -> io::Result<Self> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: plain syscall; the returned fd is checked and then owned.
-        let fd = unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
-        Ok(TimerFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+        use rustix::time::{TimerfdClockId, TimerfdFlags, timerfd_create};
+        Ok(TimerFd(timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )?))
     }
 
     /// Fires once after `d` (relative), replacing any earlier setting.
     fn arm(&self, d: Duration) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
+        use rustix::time::{Itimerspec, TimerfdTimerFlags, Timespec, timerfd_settime};
         let d = d.max(Duration::from_nanos(1));
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
+        let spec = Itimerspec {
+            it_interval: Timespec {
                 tv_sec: 0,
                 tv_nsec: 0,
             },
-            it_value: libc::timespec {
-                tv_sec: d.as_secs() as libc::time_t,
-                tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+            it_value: Timespec {
+                tv_sec: d.as_secs() as _,
+                tv_nsec: d.subsec_nanos() as _,
             },
         };
-        // SAFETY: valid fd and a fully initialised itimerspec; old value not requested.
-        let r =
-            unsafe { libc::timerfd_settime(self.0.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
+        timerfd_settime(&self.0, TimerfdTimerFlags::empty(), &spec)?;
+        Ok(())
     }
 
     fn drain(&self) {
-        use std::os::fd::AsRawFd;
         let mut b = [0u8; 8];
-        // SAFETY: reads at most 8 bytes into a local buffer.
-        let _ = unsafe { libc::read(self.0.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
+        let _ = rustix::io::read(&self.0, &mut b);
     }
 }
 

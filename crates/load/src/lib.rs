@@ -259,15 +259,13 @@ fn preflight(p: &Prepared, opts: &LoadOptions) -> Result<()> {
 /// `-c 1000` does not fail on the usual soft limit of 1024. If it cannot be raised, the
 /// connections that cannot be opened are counted as connect errors.
 fn raise_fd_limit(need: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < need {
-            lim.rlim_cur = need.min(lim.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if let Some(cur) = lim.current {
+        if cur < need {
+            let mut new = lim;
+            new.current = Some(lim.maximum.map_or(need, |max| need.min(max)));
+            let _ = setrlimit(Resource::Nofile, new);
         }
     }
 }

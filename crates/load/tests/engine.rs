@@ -348,3 +348,36 @@ fn tls_wrapper() -> common::Wrapper {
         Box::new(rustls::StreamOwned::new(conn, sock))
     })
 }
+
+/// A listener whose accept queue is full drops SYNs: connects hang until --connect-timeout.
+#[test]
+fn connect_timeouts_are_counted_as_connect_errors() {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    sock.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    sock.listen(0).unwrap();
+    let listener: std::net::TcpListener = sock.into();
+    let addr = listener.local_addr().unwrap();
+    // Accept only the probe connection, then never again.
+    let acceptor = std::thread::spawn(move || {
+        let probe = listener.accept();
+        std::thread::sleep(Duration::from_secs(3));
+        drop((probe, listener));
+    });
+    let mut o = opts(&format!("http://{addr}/"), 6, 1);
+    o.connect_timeout = Duration::from_millis(200);
+    o.timeout = Duration::from_millis(500);
+    o.duration = Some(Duration::from_millis(1200));
+    let r = go(&o);
+    assert_eq!(r.requests, 0);
+    // Connections the kernel completed into the full queue time out on their request; the
+    // rest never complete the handshake.
+    assert!(r.errors.connect >= 6, "{:?}", r.errors);
+    acceptor.join().unwrap();
+}
