@@ -9,6 +9,10 @@
 //! // ... generate traffic ...
 //! let stats = handle.stop()?;           // prompt; drains what the kernel already holds
 //! let packets: Vec<CapturedPacket> = rx.try_iter().collect();
+//! // Or stream into the analyzer without keeping packets, from a callback:
+//! //   Capture::start(&opts, Some(Box::new(move |p: &PacketRef<'_>| {
+//! //       analyzer.push(p.ts_ns as i64, p.orig_len, p.linktype, p.data) })))
+//! // and write a file at the same time with `output: Some(path)`.
 //! ```
 //!
 //! The handle is opened on the capture thread after it entered `netns`, so it stays bound
@@ -249,6 +253,8 @@ impl Capture {
     }
 
     /// Like [`Capture::start`], sending every packet (owned) to the returned channel.
+    /// The channel is unbounded: a long capture should be consumed as it runs (or use a
+    /// callback, or `output` and read the file afterwards).
     pub fn start_channel(
         opts: &CaptureOptions,
     ) -> Result<(CaptureHandle, mpsc::Receiver<CapturedPacket>)> {
@@ -695,4 +701,90 @@ pub fn linktype_name(linktype: u32) -> (String, String) {
         lt.get_name().unwrap_or_else(|_| linktype.to_string()),
         lt.get_description().unwrap_or_default(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::PacketBuilder;
+
+    fn line(linktype: u32, data: &[u8]) -> String {
+        let p = PacketRef {
+            ts_ns: 3_723_000_123_456, // 01:02:03.000123456 UTC
+            linktype,
+            orig_len: data.len() as u32,
+            data,
+        };
+        summary_line(&p)
+    }
+
+    fn v6_psh_ack() -> Vec<u8> {
+        let mut src = [0u8; 16];
+        src[15] = 1;
+        let mut dst = [0u8; 16];
+        dst[0] = 0xfd;
+        dst[15] = 2;
+        let b = PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv6(src, dst, 64)
+            .tcp(40000, 8080, 1000, 512)
+            .psh()
+            .ack(77);
+        let mut v = Vec::new();
+        b.write(&mut v, b"hello").unwrap();
+        v
+    }
+
+    #[test]
+    fn ipv6_tcp_over_ethernet_reads_like_tcpdump() {
+        assert_eq!(
+            line(1, &v6_psh_ack()),
+            "01:02:03.000123 IP6 ::1.40000 > fd00::2.8080: Flags [P.], seq 1000:1005, \
+             ack 77, win 512, length 5"
+        );
+    }
+
+    #[test]
+    fn cooked_sll2_and_raw_ip_give_the_same_line() {
+        let eth = v6_psh_ack();
+        let ip = &eth[14..];
+        let mut sll2 = vec![0x86, 0xdd, 0, 0, 0, 0, 0, 2, 0, 1, 0, 6];
+        sll2.extend_from_slice(&[1; 8]);
+        sll2.extend_from_slice(ip);
+        let want = line(1, &eth);
+        assert_eq!(line(276, &sll2), want);
+        assert_eq!(line(101, ip), want);
+        // A cut packet still names its link type instead of panicking.
+        assert_eq!(
+            line(276, &sll2[..10]),
+            "01:02:03.000123 linktype 276 length 10"
+        );
+    }
+
+    #[test]
+    fn syn_shows_seq_and_a_pure_ack_does_not() {
+        let syn = PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(1234, 80, 4_294_967_295, 64240)
+            .syn();
+        let mut v = Vec::new();
+        syn.write(&mut v, &[]).unwrap();
+        assert!(
+            line(1, &v).ends_with(
+                "10.0.0.1.1234 > 10.0.0.2.80: Flags [S], seq 4294967295, win 64240, length 0"
+            ),
+            "{}",
+            line(1, &v)
+        );
+        let ack = PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4([10, 0, 0, 2], [10, 0, 0, 1], 64)
+            .tcp(80, 1234, 5, 100)
+            .ack(9);
+        let mut v = Vec::new();
+        ack.write(&mut v, &[]).unwrap();
+        assert!(
+            line(1, &v).ends_with("Flags [.], ack 9, win 100, length 0"),
+            "{}",
+            line(1, &v)
+        );
+    }
 }
