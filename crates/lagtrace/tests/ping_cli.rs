@@ -136,6 +136,8 @@ fn json_report_states_samples_stats_and_timestamp_source() {
     assert_eq!(v["samples"].as_array().unwrap().len(), 4);
     assert_eq!(v["samples"][0]["kind"], "syn-ack");
     assert!(v["samples"][0]["rtt_us"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["samples"][0]["tx_kernel_ts"], true);
+    assert_eq!(v["samples"][0]["rx_kernel_ts"], true);
     assert!(v["stats"]["rtt"]["p50_us"].as_f64().unwrap() > 0.0);
     assert!(
         v["timestamp_source"]

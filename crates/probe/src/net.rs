@@ -18,6 +18,8 @@ pub struct Received {
     pub at_ns: u64,
     /// The parsed packet.
     pub reply: Reply,
+    /// Whether `at_ns` is the kernel's RX timestamp (else user-space time at read).
+    pub kernel_ts: bool,
 }
 
 /// What the probe engines need from a network.
@@ -30,6 +32,10 @@ pub trait Network {
     fn recv(&mut self, deadline_ns: u64) -> io::Result<Option<Received>>;
     /// The current time on the same clock.
     fn now_ns(&self) -> u64;
+    /// Whether the time the last `send` returned is a kernel TX timestamp.
+    fn last_send_kernel_ts(&self) -> bool {
+        false
+    }
 }
 
 /// CLOCK_MONOTONIC in nanoseconds.
@@ -134,6 +140,7 @@ pub struct RawNetwork {
     /// Probes whose send time is CLOCK_MONOTONIC before sendto (no TX timestamp in time).
     pub tx_user: u64,
     sends: u32,
+    last_kernel: bool,
 }
 
 fn raw(v6: bool, proto: u8) -> io::Result<Socket> {
@@ -256,6 +263,7 @@ impl RawNetwork {
             tx_kernel: 0,
             tx_user: 0,
             sends: 0,
+            last_kernel: false,
         };
         let flags = libc::SOF_TIMESTAMPING_TX_SOFTWARE
             | libc::SOF_TIMESTAMPING_SOFTWARE
@@ -415,7 +423,12 @@ impl RawNetwork {
         } else {
             wire::parse_ipv4(pkt)
         };
-        Ok(reply.map(|reply| Received { at_ns, reply }))
+        let kernel_ts = kernel_ts.is_some();
+        Ok(reply.map(|reply| Received {
+            at_ns,
+            reply,
+            kernel_ts,
+        }))
     }
 }
 
@@ -447,10 +460,12 @@ impl Network for RawNetwork {
         match self.tx_timestamp(key) {
             Some(k) => {
                 self.tx_kernel += 1;
+                self.last_kernel = true;
                 Ok(k)
             }
             None => {
                 self.tx_user += 1;
+                self.last_kernel = false;
                 Ok(t)
             }
         }
@@ -501,6 +516,10 @@ impl Network for RawNetwork {
 
     fn now_ns(&self) -> u64 {
         mono_ns()
+    }
+
+    fn last_send_kernel_ts(&self) -> bool {
+        self.last_kernel
     }
 }
 

@@ -122,6 +122,11 @@ pub struct Sample {
     pub icmp_code: Option<u8>,
     /// Which ICMP error, for `IcmpError` and `PortUnreachable` samples.
     pub icmp_error: Option<IcmpError>,
+    /// Whether the send time is the kernel's TX timestamp (else CLOCK_MONOTONIC before the
+    /// send call; absent in connect mode, which times connect() in user space).
+    pub tx_kernel_ts: Option<bool>,
+    /// Whether the receive time is the kernel's RX timestamp (absent when lost).
+    pub rx_kernel_ts: Option<bool>,
 }
 
 impl Sample {
@@ -141,6 +146,8 @@ impl Sample {
             window: None,
             icmp_code: None,
             icmp_error: None,
+            tx_kernel_ts: None,
+            rx_kernel_ts: None,
         }
     }
 }
@@ -215,6 +222,7 @@ pub fn run_probes<N: Network>(
     let mut out: Vec<Option<Sample>> = Vec::new();
     // id -> (seq, sent_ns)
     let mut outstanding: BTreeMap<u16, (u32, u64)> = BTreeMap::new();
+    let mut tx_kernel: Vec<bool> = Vec::new();
     let mut seq: u32 = 0;
     let mut first_sent: Option<u64> = None;
     let mut next_send = net.now_ns();
@@ -228,6 +236,7 @@ pub fn run_probes<N: Network>(
             let t = net.send(opts.ttl, &pkt)?;
             first_sent.get_or_insert(t);
             outstanding.insert(id, (seq, t));
+            tx_kernel.push(net.last_send_kernel_ts());
             out.push(None);
             seq += 1;
             next_send += interval;
@@ -241,7 +250,8 @@ pub fn run_probes<N: Network>(
             .collect();
         for id in expired {
             let (s, t) = outstanding.remove(&id).expect("present");
-            let sample = Sample::lost(s, rel(t, first_sent));
+            let mut sample = Sample::lost(s, rel(t, first_sent));
+            sample.tx_kernel_ts = Some(tx_kernel[s as usize]);
             on_sample(&sample);
             out[s as usize] = Some(sample);
         }
@@ -307,6 +317,8 @@ pub fn run_probes<N: Network>(
             window,
             icmp_code: code,
             icmp_error,
+            tx_kernel_ts: Some(tx_kernel[s as usize]),
+            rx_kernel_ts: Some(rx.kernel_ts),
         };
         on_sample(&sample);
         out[s as usize] = Some(sample);

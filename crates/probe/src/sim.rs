@@ -166,6 +166,7 @@ impl Network for SimNet {
                 return Ok(Some(Received {
                     at_ns: at,
                     reply: self.replies[i as usize].clone(),
+                    kernel_ts: true,
                 }));
             }
         }

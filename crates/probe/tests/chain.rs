@@ -143,6 +143,13 @@ fn syn_ping_open_and_closed_ports_give_samples_and_leave_no_half_open_connection
         assert!(rtt > 1.0 && rtt < 200_000.0, "rtt {rtt} µs");
     }
     assert!(r.timestamp_source.contains("SO_TIMESTAMPNS"));
+    // veth has no qdisc queue: the kernel stamps every SYN during the send, and every reply.
+    assert!(
+        r.samples
+            .iter()
+            .all(|s| s.tx_kernel_ts == Some(true) && s.rx_kernel_ts == Some(true)),
+        "{r:#?}"
+    );
     // Our kernel reset each SYN-ACK: the server holds no half-open connection.
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(syn_recv_count(&c), 0, "no SYN-RECV on the server");
@@ -299,6 +306,10 @@ fn tbf_queue_under_load_makes_the_syn_rtt_rise() {
     reader.join().unwrap();
     let i = idle.stats.rtt.p50_us;
     let b = loaded.stats.rtt.p50_us;
+    eprintln!(
+        "SYN RTT p50 idle {i:.1} µs, under load through tbf {b:.1} µs ({} of {} answered)",
+        loaded.stats.received, loaded.stats.sent
+    );
     assert!(loaded.stats.received >= 5, "{:#?}", loaded.stats);
     assert!(b > i + 20_000.0, "SYN RTT under load {b} µs vs idle {i} µs");
 }
