@@ -47,7 +47,16 @@ for i in $(seq 1 "$ROUNDS"); do
         "$i" "$a" "$r" "$(echo "$r / $a" | bc -l)" "$n" "$(echo "$n / $a" | bc -l)" "$s" "$(echo "$s / $a" | bc -l)"
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+# Paired ratios (each run against the wrk-alone run of its own round) cancel the drift of a
+# shared machine better than a ratio of medians; both are printed.
+declare -a RR RN RS
+for i in "${!A[@]}"; do
+    RR+=("$(echo "${R[$i]} / ${A[$i]}" | bc -l)")
+    RN+=("$(echo "${N[$i]} / ${A[$i]}" | bc -l)")
+    RS+=("$(echo "${S[$i]} / ${A[$i]}" | bc -l)")
+done
 ma=$(med "${A[@]}"); mr=$(med "${R[@]}"); mn=$(med "${N[@]}"); ms=$(med "${S[@]}")
-echo "calls recorded in the last --record run: $(wc -l < "$DIR/trace.txt")"
-printf 'median: wrk alone %.0f req/s; --record %.0f = %.1f%% of alone (target >= 95%%); --record --no-close %.0f = %.1f%%; strace -f -e trace=setsockopt %.0f = %.1f%%\n' \
-    "$ma" "$mr" "$(echo "100 * $mr / $ma" | bc -l)" "$mn" "$(echo "100 * $mn / $ma" | bc -l)" "$ms" "$(echo "100 * $ms / $ma" | bc -l)"
+echo "calls recorded in the last --record run: $(wc -l < "$DIR/trace.txt"); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf 'medians: wrk alone %.0f req/s; --record %.0f; --record --no-close %.0f; strace -f -e trace=setsockopt %.0f\n' "$ma" "$mr" "$mn" "$ms"
+printf 'median of paired ratios: --record %.1f%% of wrk alone (target >= 95%%); --record --no-close %.1f%%; strace %.1f%%\n' \
+    "$(echo "100 * $(med "${RR[@]}")" | bc -l)" "$(echo "100 * $(med "${RN[@]}")" | bc -l)" "$(echo "100 * $(med "${RS[@]}")" | bc -l)"

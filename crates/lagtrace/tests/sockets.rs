@@ -351,6 +351,8 @@ fn record_counts_options_inherited_from_the_listener() {
         l.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n\
         l.bind(('127.0.0.1', 0)); l.listen(1)\n\
         c = socket.create_connection(l.getsockname())\n\
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)\n\
+        l.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)\n\
         a, _ = l.accept()\n\
         assert a.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1\n";
     let out = lagtrace(&[
@@ -372,6 +374,14 @@ fn record_counts_options_inherited_from_the_listener() {
         .map(|v| v.as_u64().unwrap())
         .collect();
     assert_eq!(never, vec![client["id"].as_u64().unwrap()], "{rec:#}");
+    // TCP_QUICKACK is not inherited: the accepted socket never set it; the client and the
+    // listener did.
+    assert_eq!(
+        rec["never_quickack"],
+        serde_json::json!([acc["id"]]),
+        "{rec:#}"
+    );
+    assert_eq!(summary_count(&rec, "TCP_QUICKACK", "1"), 2);
 }
 
 /// Cross-check with the peer tool: strace sees the same setsockopt calls as --record.
@@ -437,4 +447,27 @@ fn record_survives_ctrl_c_and_reports_cmds_status() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("killed by signal 2"));
+}
+
+/// Only socket calls stop the command: a program that opens, reads and closes files
+/// records nothing (its close() of a non-socket is resumed without a log line).
+#[test]
+fn record_ignores_everything_but_socket_calls() {
+    let out = lagtrace(&[
+        "sockets",
+        "--record",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "cat /etc/hostname /etc/passwd >/dev/null",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rec = json(&out);
+    assert_eq!(rec["events"], serde_json::json!([]), "{rec:#}");
+    assert_eq!(rec["sockets"], serde_json::json!([]));
+    assert!(
+        rec["tasks"].as_u64().unwrap() >= 2,
+        "sh and its cat child followed"
+    );
 }

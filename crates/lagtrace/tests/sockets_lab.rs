@@ -64,8 +64,14 @@ fn lab_latency_nginx_has_nodelay_off_and_the_lens_cites_the_line() {
     let lat = server_side(&ins, lport);
     let good = server_side(&ins, gport);
     assert_eq!((lat.len(), good.len()), (3, 3), "{ins:#?}");
+    let workers = lab.server_pids("latency");
+    assert!(!workers.is_empty());
     for s in &lat {
         assert_eq!(s.options.as_ref().unwrap().nodelay, Some(false), "{s:?}");
+        assert!(
+            s.owners.iter().all(|o| workers.contains(&o.pid)),
+            "owned by the latency workers {workers:?}: {s:?}"
+        );
     }
     // The lab's good nginx runs Debian's stock `sendfile on; tcp_nopush on;`: nginx sends
     // each response corked and uncorks at its end (which pushes the last partial frame out
@@ -161,6 +167,40 @@ fn lab_latency_nginx_has_nodelay_off_and_the_lens_cites_the_line() {
         .filter(|s| s.options.as_ref().and_then(|o| o.cork) == Some(false))
         .count();
     assert!(new_conns >= 2, "{ins:#?}");
+}
+
+/// A `lagtrace serve` process in the lab's namespace with Nagle on and TCP_CORK left on:
+/// its accepted socket reads back exactly those flags, owned by that process.
+#[test]
+fn lab_builtin_process_sockets_match_its_flags() {
+    let lab = Lab::up(&LabOptions::new(&format!("skb{}", std::process::id()))).unwrap();
+    let port = 9090;
+    let pid = lab
+        .start_builtin(
+            std::path::Path::new(env!("CARGO_BIN_EXE_lagtrace")),
+            port,
+            &serve::ServeOptions {
+                nodelay: false,
+                cork: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let _c = keepalive(SocketAddr::from((lab.server_addr(), port)), 1);
+    let ins = inspect(&InspectOptions {
+        netns: lab.netns(),
+        port: Some(port),
+        ..Default::default()
+    })
+    .unwrap();
+    let s = server_side(&ins, port);
+    assert_eq!(s.len(), 1, "{ins:#?}");
+    assert_eq!(
+        s[0].owners.iter().map(|o| o.pid).collect::<Vec<_>>(),
+        vec![pid]
+    );
+    let o = s[0].options.as_ref().unwrap();
+    assert_eq!((o.nodelay, o.cork), (Some(false), Some(true)), "{o:?}");
 }
 
 #[test]

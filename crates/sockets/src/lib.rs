@@ -137,6 +137,13 @@ impl ProcessSummary {
                 .collect::<Vec<_>>()
                 .join(",")
         };
+        if self.established == 0 {
+            s += &format!("{} listening", self.listening);
+            if !self.server_ports.is_empty() {
+                s += &format!(" on {}", ports(&self.server_ports));
+            }
+            return s;
+        }
         s += &format!("{} established", self.established);
         if !self.server_ports.is_empty() {
             s += &format!(" on {}", ports(&self.server_ports));
@@ -286,8 +293,9 @@ pub fn inspect_sockets(o: &InspectOptions) -> Result<Inspection, InspectError> {
                 }
                 dumped.push((netns_label(ns), socks, acks));
             }
-            // With --all-netns a process may exit (taking its namespace) mid-scan.
-            Err(e) if o.all_netns && matches!(ns, NetNs::Pid(_)) => {
+            // With --all-netns a process may exit (taking its namespace) or a named
+            // namespace be deleted mid-scan: the others are still worth reporting.
+            Err(e) if o.all_netns && !matches!(ns, NetNs::Current) => {
                 ins.notes
                     .push(format!("namespace of {} skipped: {e}", netns_label(ns)));
             }

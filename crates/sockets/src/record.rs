@@ -886,14 +886,18 @@ impl Tracer {
             }
         }
         let tcp: Vec<&RecordedSocket> = self.sockets.iter().filter(|s| s.tcp).collect();
-        // An accepted socket inherits the options set on its listener before the accept;
-        // counted as set if the listener set it at all (the order is in `events`).
+        // An accepted socket inherits most options set on its listener (the kernel clones
+        // the listener: Nagle/cork flags, buffers, keepalive); counted as set if the
+        // listener set it at all (the order is in `events`). Not the ACK mode: a new
+        // socket starts with fresh delayed-ACK state, so TCP_QUICKACK is never inherited.
         let set =
             |s: &RecordedSocket, name: &str| s.options.iter().any(|o| o.option == name && o.ok);
         let never = |name: &str| -> Vec<usize> {
             tcp.iter()
                 .filter(|s| {
-                    !set(s, name) && !s.listener.is_some_and(|l| set(&self.sockets[l], name))
+                    !set(s, name)
+                        && (name == "TCP_QUICKACK"
+                            || !s.listener.is_some_and(|l| set(&self.sockets[l], name)))
                 })
                 .map(|s| s.id)
                 .collect()
@@ -964,11 +968,18 @@ pub fn record(cmd: &[String], opts: RecordOptions) -> Result<Recording, RecordEr
     })?;
     let main = child.id() as i32;
     // Every stop holds a tracee thread (and all the connections it serves) until we have
-    // run: on a busy machine the wait for a CPU dominates the cost of a stop. Raise this
-    // thread's priority (Linux nice values are per thread; CMD, forked before, keeps its
-    // own). Best effort: without CAP_SYS_NICE this fails and nothing changes.
-    // SAFETY: setpriority on the calling thread (who = 0) only.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, TRACER_NICE) };
+    // run: on a busy machine the wait for a CPU dominates the cost of a stop. So this
+    // thread (only: policy and nice are per thread on Linux, and CMD was forked before)
+    // runs SCHED_FIFO at the lowest real-time priority — it does microseconds of work per
+    // stop and sleeps in waitpid otherwise — or, without that right, at nice -10.
+    // Best effort: without CAP_SYS_NICE both fail and nothing changes.
+    // SAFETY: scheduling calls on the calling thread (pid 0) with a valid sched_param.
+    unsafe {
+        let p = libc::sched_param { sched_priority: 1 };
+        if libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const p) != 0 {
+            libc::setpriority(libc::PRIO_PROCESS, 0, TRACER_NICE);
+        }
+    }
     // Without PTRACE_O_TRACEEXEC yet, the exec leaves the child stopped with SIGTRAP.
     let mut status = 0;
     // SAFETY: waiting for our own child.

@@ -86,8 +86,24 @@ fn own_listener_options_are_read_back_exactly() {
         .map(|v| v.parse().unwrap())
         .collect();
     assert_eq!(ss_cwnds.len(), 4, "{text}");
+    let ss_vals = |key: &str| -> Vec<u64> {
+        text.split_whitespace()
+            .filter_map(|w| w.strip_prefix(key))
+            .map(|v| v.split('.').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let (ss_rto, ss_mss) = (ss_vals("rto:"), ss_vals("mss:"));
     for s in &mine {
-        assert!(ss_cwnds.contains(&s.tcp_info.as_ref().unwrap().snd_cwnd.unwrap()));
+        let t = s.tcp_info.as_ref().unwrap();
+        assert!(ss_cwnds.contains(&t.snd_cwnd.unwrap()));
+        assert!(
+            ss_rto.contains(&(u64::from(t.rto_us.unwrap()) / 1000)),
+            "{ss_rto:?} {t:?}"
+        );
+        assert!(
+            ss_mss.contains(&u64::from(t.snd_mss.unwrap())),
+            "{ss_mss:?} {t:?}"
+        );
         let cc = s.congestion.as_deref().unwrap();
         assert!(text.contains(&format!(" {cc} ")), "{cc} not in {text}");
     }
@@ -297,4 +313,38 @@ fn missing_namespace_is_an_error() {
     })
     .unwrap_err();
     assert!(e.to_string().contains("lt-sk-no-such-ns"), "{e}");
+}
+
+/// IPv6 sockets are enumerated too, and the state filter keeps only what was asked.
+#[test]
+fn ipv6_and_state_filter() {
+    let Ok(l) = TcpListener::bind("[::1]:0") else {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    };
+    let port = l.local_addr().unwrap().port();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (a, _) = l.accept().unwrap();
+    a.set_nodelay(true).unwrap();
+    let ins = inspect(&InspectOptions {
+        port: Some(port),
+        ..Default::default()
+    })
+    .unwrap();
+    let est = established_on(&ins, port);
+    assert_eq!(est.len(), 1, "{ins:#?}");
+    assert!(est[0].local.is_ipv6());
+    assert_eq!(est[0].options.as_ref().unwrap().nodelay, Some(true));
+    assert!(est[0].ack.is_some(), "/proc/net/tcp6 read");
+    let listen_only = inspect(&InspectOptions {
+        port: Some(port),
+        states: Some(vec![
+            lagtrace_sockets::diag::state_number("listen").unwrap(),
+        ]),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(listen_only.sockets.len(), 1);
+    assert_eq!(listen_only.sockets[0].state, "LISTEN");
+    drop((c, a));
 }
