@@ -28,8 +28,9 @@ pub const MATERIAL_SHARE: f64 = 0.05;
 pub const MATERIAL_LOSS_SHARE: f64 = 0.005;
 /// The server's own time per request worth naming.
 pub const SLOW_SERVER_US: u64 = 10_000;
-/// A SYN RTT rise under load worth naming (and it must be 3× the idle RTT).
-pub const QUEUE_RISE_US: u64 = 5_000;
+/// A SYN RTT rise under load worth naming (and it must be 3× the idle RTT, and the
+/// application must feel it): well above what a busy CPU adds to one probe.
+pub const QUEUE_RISE_US: u64 = 10_000;
 
 /// The verdict, its evidence, and which layers hold a finding.
 #[derive(Debug, Clone, PartialEq)]

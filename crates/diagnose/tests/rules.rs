@@ -326,7 +326,7 @@ fn server_time_dominating_keeps_network_causes_secondary() {
     p.server_time = Some(pct(1_650, 80_000, 90_000));
     // Some retransmissions (2% × 210 ms ≈ 4 ms per request) and a small RTT rise.
     p.findings = vec![finding("retransmission", 33, 1_650, 210_000)];
-    l.path.data.as_mut().unwrap().under_load = Some(rtt(9_000));
+    l.path.data.as_mut().unwrap().under_load = Some(rtt(14_000));
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
     assert!(j.verdict.secondary.contains(&Cause::PacketLoss));

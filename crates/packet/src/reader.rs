@@ -499,7 +499,10 @@ mod tests {
     #[test]
     fn records_larger_than_the_buffer() {
         let big = vec![7u8; 600 << 10];
-        let f = pcap_le(false, &[(1, 0, b"a", 1), (2, 0, &big, 600 << 10), (3, 0, b"z", 1)]);
+        let f = pcap_le(
+            false,
+            &[(1, 0, b"a", 1), (2, 0, &big, 600 << 10), (3, 0, b"z", 1)],
+        );
         let (fs, ws) = frames(&f);
         assert!(ws.is_empty());
         assert_eq!(fs.len(), 3);

@@ -347,6 +347,45 @@ fn near(p: [u8; 3], q: [u8; 3]) -> bool {
         .all(|(a, b)| (*a as i16 - b as i16).abs() <= 12)
 }
 
+/// Runs chromium with a time limit (a hung browser must not hang the test suite).
+fn run_limited(mut c: Command) -> std::process::Output {
+    use std::time::{Duration, Instant};
+    let mut child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start chromium");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let o = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let e = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::process::Output {
+        status,
+        stdout: o.join().unwrap(),
+        stderr: e.join().unwrap(),
+    }
+}
+
 fn render(d: &Diagnosis, name: &str) -> (Vec<[u8; 3]>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join(format!("{name}.html"));
@@ -354,11 +393,9 @@ fn render(d: &Diagnosis, name: &str) -> (Vec<[u8; 3]>, String, String) {
     let url = format!("file://{}", page.display());
     // 1. The DOM as Chromium built it, and its console.
     let prof = tempfile::tempdir().unwrap();
-    let out = chromium_cmd(prof.path())
-        .arg("--dump-dom")
-        .arg(&url)
-        .output()
-        .unwrap();
+    let mut c = chromium_cmd(prof.path());
+    c.arg("--dump-dom").arg(&url);
+    let out = run_limited(c);
     assert!(
         out.status.success(),
         "chromium --dump-dom failed: {}",
@@ -369,11 +406,9 @@ fn render(d: &Diagnosis, name: &str) -> (Vec<[u8; 3]>, String, String) {
     // 2. A screenshot.
     let shot = dir.path().join(format!("{name}.png"));
     let prof = tempfile::tempdir().unwrap();
-    let out = chromium_cmd(prof.path())
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(&url)
-        .output()
-        .unwrap();
+    let mut c = chromium_cmd(prof.path());
+    c.arg(format!("--screenshot={}", shot.display())).arg(&url);
+    let out = run_limited(c);
     assert!(
         out.status.success(),
         "chromium --screenshot failed: {}",
