@@ -275,6 +275,7 @@ fn nagle_candidate(x: &Facts<'_>) -> Option<Candidate> {
     }
     // Application: the 40 ms shape at c=1, first request fast and later ones slow.
     let mut app_says = false;
+    let mut shape_added = None;
     if let Some(c1) = x.c1 {
         let p50 = c1.latency.p50_us;
         if (30_000..=60_000).contains(&p50) {
@@ -292,6 +293,7 @@ fn nagle_candidate(x: &Facts<'_>) -> Option<Candidate> {
                     ms(f.p50_us),
                     ms(l.p50_us)
                 ));
+                shape_added = Some(l.p50_us.saturating_sub(f.p50_us));
             }
             ev.push(sup(LayerName::App, cause, t));
             app_says = true;
@@ -299,12 +301,24 @@ fn nagle_candidate(x: &Facts<'_>) -> Option<Candidate> {
         }
     }
     if !direct {
-        if !(sockets_say && app_says) {
+        if sockets_say && app_says {
+            added = x.c1.map(|r| r.latency.p50_us.saturating_sub(x.rtt_us))?;
+            share = 1.0;
+            direct = true; // the socket option is direct evidence of the mechanism
+        } else if let Some(a) = shape_added.filter(|_| app_says) {
+            // Only the application's shape: a slow server would make the first request on a
+            // connection slow too; ~40 ms on every later one is the delayed-ACK timer.
+            added = a;
+            share = 1.0;
+            ev.push(note(
+                LayerName::App,
+                "packets and socket options could not confirm it: run as root for the \
+                 capture and the server's TCP_NODELAY"
+                    .into(),
+            ));
+        } else {
             return None;
         }
-        added = x.c1.map(|r| r.latency.p50_us.saturating_sub(x.rtt_us))?;
-        share = 1.0;
-        direct = true; // the socket option is direct evidence of the mechanism
     }
     Some(Candidate {
         cause,
@@ -820,6 +834,7 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
         evidence.extend(c.evidence.iter().cloned());
     }
     evidence.extend(rule_outs(&x, &cands));
+    evidence.extend(missing_layers(layers));
     let mut finding_layers: Vec<LayerName> = cands
         .iter()
         .flat_map(|c| c.layers.iter().copied())
@@ -1082,6 +1097,30 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
     v
 }
 
+/// A note for each layer that did not run, with why.
+fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
+    LayerName::ALL
+        .into_iter()
+        .filter(|l| {
+            !matches!(
+                layers.status(*l),
+                crate::evidence::LayerStatus::Ok | crate::evidence::LayerStatus::Finding
+            )
+        })
+        .map(|l| {
+            note(
+                l,
+                format!(
+                    "{} layer {}: {}",
+                    l.name(),
+                    layers.status(l).name(),
+                    layers.reason(l).unwrap_or("no reason given")
+                ),
+            )
+        })
+        .collect()
+}
+
 fn healthy(layers: &Layers, x: &Facts<'_>, mut evidence: Vec<EvidenceLine>) -> Judgement {
     evidence.extend(rule_outs(x, &[]));
     let mut cost = String::from("none");
@@ -1131,19 +1170,7 @@ fn healthy(layers: &Layers, x: &Facts<'_>, mut evidence: Vec<EvidenceLine>) -> J
     } else {
         Confidence::Medium
     };
-    for l in LayerName::ALL {
-        if !ran(l) {
-            evidence.push(note(
-                l,
-                format!(
-                    "{} layer {}: {}",
-                    l.name(),
-                    layers.status(l).name(),
-                    layers.reason(l).unwrap_or("no reason given")
-                ),
-            ));
-        }
-    }
+    evidence.extend(missing_layers(layers));
     Judgement {
         verdict: Verdict {
             cause: Cause::Healthy,
@@ -1190,13 +1217,19 @@ fn fixes(cause: Cause, x: &Facts<'_>, target: &Target) -> Vec<Fix> {
                     tradeoff: Some("tcp_nopush delays the last partial frame slightly".into()),
                 });
             } else {
+                let seen = x.sockets.is_some_and(|s| s.nodelay.off > 0);
                 v.push(Fix {
                     side: FixSide::Server,
                     location: None,
                     change: format!(
-                        "{server} sets no TCP_NODELAY on its sockets: set it \
+                        "{} TCP_NODELAY on its sockets: set it \
                          (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, 1)), or write each \
-                         response in one call (one buffer or writev)"
+                         response in one call (one buffer or writev)",
+                        if seen {
+                            format!("{server} sets no")
+                        } else {
+                            format!("{server} most likely sets no (its sockets were not read)")
+                        }
                     ),
                     tradeoff: None,
                 });

@@ -77,6 +77,8 @@ pub enum ServerLocation {
     Namespace(String),
     /// Neither: another host (or a namespace lagtrace cannot see).
     Elsewhere,
+    /// Not here, and some namespaces could not be entered (why: the first error).
+    Unknown(String),
 }
 
 /// The addresses of the calling thread's network namespace (getifaddrs: netlink, per thread).
@@ -125,15 +127,20 @@ pub fn locate(addr: IpAddr) -> ServerLocation {
     if is_local(addr) {
         return ServerLocation::Here;
     }
+    let mut failed = None;
     for n in lagtrace_netns::list_named() {
-        if NetNs::Named(n.clone())
-            .run(|| is_local(addr))
-            .unwrap_or(false)
-        {
-            return ServerLocation::Namespace(n);
+        match NetNs::Named(n.clone()).run(|| is_local(addr)) {
+            Ok(true) => return ServerLocation::Namespace(n),
+            Ok(false) => {}
+            Err(e) => {
+                failed.get_or_insert(e.to_string());
+            }
         }
     }
-    ServerLocation::Elsewhere
+    match failed {
+        Some(e) => ServerLocation::Unknown(e),
+        None => ServerLocation::Elsewhere,
+    }
 }
 
 /// Splits an http(s) URL into host, port and address.
@@ -586,6 +593,12 @@ pub fn inspect_server(loc: &ServerLocation, port: u16) -> Layer<SocketEvidence> 
     let (netns, label) = match loc {
         ServerLocation::Here => (NetNs::Current, "current".to_string()),
         ServerLocation::Namespace(n) => (NetNs::Named(n.clone()), n.clone()),
+        ServerLocation::Unknown(e) => {
+            return Layer::unavailable(format!(
+                "cannot tell whether the server is on this machine: the namespaces under \
+                 /run/netns cannot be entered ({e})"
+            ));
+        }
         ServerLocation::Elsewhere => {
             return Layer::skipped(
                 "the server is not on this machine: its address belongs neither to this \

@@ -287,8 +287,21 @@ fn nagle_without_packets_needs_sockets_and_the_40ms_shape() {
     l.packets = Layer::unavailable("not built");
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::NagleDelayedAck, "{}", texts(&j));
-    // Without the socket evidence, a 40 ms c=1 latency is just a slow server at low confidence.
+    // Without packets and sockets, the application's shape alone (first request on a
+    // connection fast, later ones ~40 ms) still points at it, at low confidence.
     l.sockets = Layer::skipped("remote");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck, "{}", texts(&j));
+    assert_eq!(j.verdict.confidence, Confidence::Low);
+    assert!(texts(&j).contains("run as root"), "{}", texts(&j));
+    assert!(
+        texts(&j).contains("packets layer unavailable"),
+        "{}",
+        texts(&j)
+    );
+    // A server that takes 41 ms on every request, the first included, is slow, not Nagle.
+    let c1 = l.app.data.as_mut().unwrap().c1.as_mut().unwrap();
+    c1.first_request = Some(pct(1, 41_000, 41_000));
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
     assert!(j.verdict.confidence < Confidence::High);

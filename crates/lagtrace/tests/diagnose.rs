@@ -414,3 +414,40 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("baseline"));
 }
+
+#[test]
+fn without_privileges_the_layers_say_which_capability_and_the_app_still_points_at_nagle() {
+    let lab = Lab::up(&LabOptions::new(&name("nopriv"))).expect("lab up");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            BIN,
+            "diagnose",
+            &lab.latency_url(),
+            "--json",
+            "-q",
+            "-d",
+            "3s",
+        ])
+        .env("XDG_STATE_HOME", "/nonexistent")
+        .output()
+        .expect("setpriv (util-linux)");
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    assert_eq!(out.status.code(), Some(1), "{}", show(&j));
+    assert_eq!(layer_status(&j, "packets"), "unavailable", "{}", show(&j));
+    let why = j["layers"]["packets"]["reason"].as_str().unwrap();
+    assert!(why.contains("CAP_NET_RAW"), "{why}");
+    assert_eq!(layer_status(&j, "sockets"), "unavailable", "{}", show(&j));
+    let why = j["layers"]["sockets"]["reason"].as_str().unwrap();
+    assert!(why.contains("CAP_SYS_ADMIN"), "{why}");
+    // Without SYN probes the path layer times connect() instead, and says so.
+    assert_eq!(j["layers"]["path"]["data"]["method"], "connect");
+    // The application's shape (first request fast, later ones ~40 ms) still points at it.
+    assert_eq!(cause(&j), "nagle-delayed-ack", "{}", show(&j));
+    assert_eq!(j["verdict"]["confidence"], "low");
+}

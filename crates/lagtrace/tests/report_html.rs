@@ -39,7 +39,11 @@ fn chromium(args: &[String]) -> (String, String) {
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -57,7 +61,12 @@ fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
         .env("XDG_STATE_HOME", dir.path())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     drop(lab);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(!page.contains("<script") && !page.contains("<link") && !page.contains("src="));
@@ -79,5 +88,9 @@ fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
     chromium(&[format!("--screenshot={}", shot.display()), url]);
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG"));
-    assert!(png.len() > 50_000, "screenshot of {} bytes: blank?", png.len());
+    assert!(
+        png.len() > 50_000,
+        "screenshot of {} bytes: blank?",
+        png.len()
+    );
 }
