@@ -29,7 +29,7 @@ pub const DEFAULT_CONCURRENCY: u32 = 32;
 /// Default load budget (c=1 and c=N together); the whole diagnosis stays under ~15 s.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(7);
 /// Packets the capture keeps at most (it stops counting after that; the load goes on).
-pub const MAX_CAPTURE_PACKETS: u64 = 300_000;
+pub const MAX_CAPTURE_PACKETS: u64 = 200_000;
 
 /// What to diagnose and how.
 #[derive(Debug, Clone)]
@@ -515,7 +515,7 @@ fn start_capture(
     let o = CaptureOptions {
         iface: iface.clone(),
         filter: Some(format!("tcp port {} and host {}", sa.port(), sa.ip())),
-        snaplen: 256,
+        snaplen: 160,
         netns,
         count: Some(MAX_CAPTURE_PACKETS),
         output: Some(file.0.clone()),
