@@ -451,3 +451,87 @@ fn without_privileges_the_layers_say_which_capability_and_the_app_still_points_a
     assert_eq!(cause(&j), "nagle-delayed-ack", "{}", show(&j));
     assert_eq!(j["verdict"]["confidence"], "low");
 }
+
+/// A server process started in a namespace, killed on drop.
+struct NsServer(Child);
+
+impl Drop for NsServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_target_two_routers_away_gets_its_route_and_its_server_is_found_in_its_namespace() {
+    // client -> r1 -> r2 -> server, each a namespace (the probe crate's test chain).
+    let chain = lagtrace_probe::testnet::Chain::up("dgroute").expect("chain");
+    let listen = format!("{}:8080", chain.server());
+    let _server = NsServer(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                chain.server_ns(),
+                BIN,
+                "serve",
+                "--listen",
+                &listen,
+            ])
+            .args(["--think", "25"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    let ready = || {
+        Command::new("ip")
+            .args(["netns", "exec", chain.client_ns(), "bash", "-c"])
+            .arg(format!("exec 3<>/dev/tcp/{}/8080", chain.server()))
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let t = Instant::now();
+    while !ready() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Diagnose from the client namespace.
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new("ip")
+        .args(["netns", "exec", chain.client_ns(), BIN, "diagnose"])
+        .arg(format!("http://{listen}/"))
+        .args(["--json", "-q", "-d", "3s"])
+        .env("XDG_STATE_HOME", home.path())
+        .output()
+        .unwrap();
+    let j: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let hops: Vec<String> = j["layers"]["path"]["data"]["hops"]
+        .as_array()
+        .expect("hops")
+        .iter()
+        .map(|h| h["addr"].as_str().unwrap_or("*").to_string())
+        .collect();
+    assert_eq!(
+        hops,
+        [chain.r1(), chain.r2(), chain.server()].map(|a| a.to_string()),
+        "{}",
+        show(&j)
+    );
+    assert_eq!(cause(&j), "slow-server", "{}", show(&j));
+    // The server's namespace was found by its address: sockets and packets come from there.
+    assert_eq!(
+        j["layers"]["sockets"]["data"]["server"]["netns"],
+        chain.server_ns(),
+        "{}",
+        show(&j)
+    );
+    let point = j["layers"]["packets"]["data"]["capture_point"]
+        .as_str()
+        .unwrap();
+    assert!(point.contains(chain.server_ns()), "{point}");
+}
