@@ -488,6 +488,7 @@ fn a_target_two_routers_away_gets_its_route_and_its_server_is_found_in_its_names
         Command::new("ip")
             .args(["netns", "exec", chain.client_ns(), "bash", "-c"])
             .arg(format!("exec 3<>/dev/tcp/{}/8080", chain.server()))
+            .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
     };
