@@ -112,7 +112,10 @@ pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
             }
         },
         LayerName::Sockets => match layers.sockets.get() {
-            None => missing(),
+            None => format!(
+                "{}; client lagtrace: TCP_NODELAY on, delayed ACK on (like wrk, browsers)",
+                missing()
+            ),
             Some(so) => {
                 let mut s = match &so.server {
                     Some(p) => format!("{} (pid {})", p.comm, p.pid),
@@ -126,6 +129,16 @@ pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
                 for c in so.config.iter().filter(|c| !c.default) {
                     let _ = write!(s, "; {} {} ({}:{})", c.name, c.value, c.file, c.line);
                 }
+                let _ = write!(
+                    s,
+                    "; client lagtrace: TCP_NODELAY {}, delayed ACK {}",
+                    if so.client.nodelay { "on" } else { "off" },
+                    if so.client.quickack {
+                        "off (TCP_QUICKACK)"
+                    } else {
+                        "on"
+                    }
+                );
                 s
             }
         },

@@ -214,6 +214,7 @@ fn text_puts_the_verdict_first_then_layers_evidence_fix() {
     pos("/run/lagtrace/lab/latency.conf:12: tcp_nodelay off; → tcp_nodelay on;");
     pos("stream 1 frames #16 #17 #18");
     pos("97% of requests");
+    pos("client lagtrace: TCP_NODELAY on, delayed ACK on");
     let v = lagtrace_report::text(&verified_case());
     assert!(
         v.contains("VERIFY  against before.json: nagle-delayed-ack → healthy"),
