@@ -1097,28 +1097,43 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
     v
 }
 
-/// A note for each layer that did not run, with why.
+/// A note for each layer that did not run, with why (and for a capture that lost packets).
 fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
-    LayerName::ALL
-        .into_iter()
-        .filter(|l| {
-            !matches!(
-                layers.status(*l),
-                crate::evidence::LayerStatus::Ok | crate::evidence::LayerStatus::Finding
-            )
-        })
-        .map(|l| {
-            note(
-                l,
-                format!(
-                    "{} layer {}: {}",
-                    l.name(),
-                    layers.status(l).name(),
-                    layers.reason(l).unwrap_or("no reason given")
-                ),
-            )
-        })
-        .collect()
+    let mut v = Vec::new();
+    if let Some(p) = layers.packets.get()
+        && p.dropped > 0
+    {
+        v.push(note(
+            LayerName::Packets,
+            format!(
+                "the capture missed {} packets (kernel buffer full): the analysis covers {} \
+                 packets",
+                p.dropped, p.packets
+            ),
+        ));
+    }
+    v.extend(
+        LayerName::ALL
+            .into_iter()
+            .filter(|l| {
+                !matches!(
+                    layers.status(*l),
+                    crate::evidence::LayerStatus::Ok | crate::evidence::LayerStatus::Finding
+                )
+            })
+            .map(|l| {
+                note(
+                    l,
+                    format!(
+                        "{} layer {}: {}",
+                        l.name(),
+                        layers.status(l).name(),
+                        layers.reason(l).unwrap_or("no reason given")
+                    ),
+                )
+            }),
+    );
+    v
 }
 
 fn healthy(layers: &Layers, x: &Facts<'_>, mut evidence: Vec<EvidenceLine>) -> Judgement {
