@@ -361,7 +361,7 @@ fn cork_candidate(x: &Facts<'_>) -> Option<Candidate> {
             LayerName::Sockets,
             cause,
             format!(
-                "{who}: TCP_CORK on on {}/{} established sockets",
+                "{who}: TCP_CORK set on {}/{} established sockets",
                 s.cork.on,
                 s.cork.on + s.cork.off + s.cork.unknown
             ),
@@ -1066,7 +1066,7 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
                 LayerName::Sockets,
                 Cause::NagleDelayedAck,
                 format!(
-                    "server sockets: TCP_NODELAY on on {}/{}",
+                    "server sockets: TCP_NODELAY set on {}/{}",
                     s.nodelay.on,
                     s.nodelay.on + s.nodelay.unknown
                 ),

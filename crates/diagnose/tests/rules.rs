@@ -376,7 +376,7 @@ fn cork_held_responses_are_tcp_cork_not_slow_server() {
     assert_eq!(j.verdict.confidence, Confidence::High);
     assert!(!j.verdict.secondary.contains(&Cause::SlowServer));
     assert!(j.verdict.fix[0].change.contains("TCP_CORK"));
-    assert!(texts(&j).contains("TCP_CORK on on 32/32"));
+    assert!(texts(&j).contains("TCP_CORK set on 32/32"));
     assert!(
         texts(&j).contains("is the tcp-cork hold, not the server's own work"),
         "{}",
