@@ -27,7 +27,12 @@ Every run is also saved to ~/.local/state/lagtrace/ (per host:port) so that `--v
 a fix, prints before/after against it. Examples:
   lagtrace diagnose http://10.0.0.2:8080/
   lagtrace diagnose http://10.0.0.2:8080/ --report report.html
-  (fix the server)  lagtrace diagnose http://10.0.0.2:8080/ --verify")]
+  (fix the server)  lagtrace diagnose http://10.0.0.2:8080/ --verify
+The client is lagtrace's own load generator: TCP_NODELAY on, delayed ACK on, like wrk and
+browsers. Root gives every layer: SYN probes and the capture need CAP_NET_RAW, the server's
+namespace and socket options CAP_SYS_ADMIN / CAP_SYS_PTRACE; without them those layers say
+\"unavailable\" and the verdict comes from the rest.
+Exit status: 0 healthy, 1 a cause was found (or unreachable), 2 the diagnosis could not run.")]
 pub struct Args {
     /// Target URL, http://host[:port]/path
     pub url: String,
