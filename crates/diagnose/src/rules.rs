@@ -369,9 +369,31 @@ fn cork_candidate(x: &Facts<'_>) -> Option<Candidate> {
         layers.push(LayerName::Sockets);
         sockets_say = true;
     }
-    let (added, share) = match found {
-        Some(v) => v,
-        None => {
+    // The server time clustered at the kernel's 200 ms cork ceiling, with the packets
+    // showing at least one partial frame released by it: cork, even unseen in the sockets.
+    let at_ceiling = x
+        .packets
+        .and_then(|p| p.server_time.as_ref())
+        .filter(|t| t.count > 0 && (195_000..=220_000).contains(&t.p50_us) && t.p90_us <= 260_000);
+    let (added, share) = match (found, x.finding("tcp-cork"), at_ceiling) {
+        (Some(v), _, _) => v,
+        (None, Some(f), Some(t)) if !sockets_say => {
+            ev.push(sup(
+                LayerName::Packets,
+                cause,
+                format!(
+                    "server time p50 {} (p90 {}): responses leave at the 200 ms TCP_CORK \
+                     ceiling; {} released by it{}",
+                    ms(t.p50_us),
+                    ms(t.p90_us),
+                    f.kind,
+                    example_text(f)
+                ),
+            ));
+            layers.push(LayerName::Packets);
+            (t.p50_us, 1.0)
+        }
+        _ => {
             // Without packets: TCP_CORK on and c=1 latency at the 200 ms ceiling.
             let c1 = x.c1?;
             if !(sockets_say && (150_000..=260_000).contains(&c1.latency.p50_us)) {
@@ -1285,8 +1307,13 @@ fn fixes(cause: Cause, x: &Facts<'_>, target: &Target) -> Vec<Fix> {
                 .filter(|d| d.value == "on")
                 .map(|d| format!("{}:{}", d.file, d.line)),
             change: format!(
-                "{server} leaves TCP_CORK on: uncork after each response (setsockopt \
-                 TCP_CORK=0 flushes), or use MSG_MORE on all writes but the last"
+                "{server} {}: uncork after each response (setsockopt \
+                 TCP_CORK=0 flushes), or use MSG_MORE on all writes but the last",
+                if x.sockets.is_some_and(|s| s.cork.on > 0) {
+                    "leaves TCP_CORK on"
+                } else {
+                    "most likely leaves TCP_CORK on (its sockets were not read)"
+                }
             ),
             tradeoff: None,
         }),

@@ -386,6 +386,32 @@ fn cork_held_responses_are_tcp_cork_not_slow_server() {
 }
 
 #[test]
+fn responses_at_the_cork_ceiling_are_tcp_cork_without_socket_evidence() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 208_000, 208_300, 4.8)),
+        cn: Some(run(32, 211_000, 213_000, 150.0)),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 450;
+    p.server_time = Some(pct(450, 207_000, 209_000));
+    // The analyzer flagged the cork release on a couple of transactions only.
+    p.findings = vec![
+        finding("tcp-cork", 2, 450, 207_000),
+        finding("slow-server", 32, 450, 55_000),
+    ];
+    l.sockets = Layer::skipped("the server is not on this machine");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::TcpCork, "{}", texts(&j));
+    assert!(texts(&j).contains("200 ms TCP_CORK ceiling"));
+    // A server that really thinks 120 ms stays a slow server.
+    let p = l.packets.data.as_mut().unwrap();
+    p.server_time = Some(pct(450, 120_000, 125_000));
+    l.app.data.as_mut().unwrap().c1 = Some(run(1, 120_300, 125_000, 8.0));
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::SlowServer);
+}
+
+#[test]
 fn retransmissions_are_packet_loss() {
     let mut l = healthy_layers();
     let mut cn = run(32, 1_100, 215_000, 15_000.0);

@@ -318,15 +318,17 @@ fn sh(args: &[&str]) {
     assert!(st.success(), "{args:?}");
 }
 
-#[test]
-fn hidden_server_verdict_comes_from_the_other_layers_and_sockets_are_skipped() {
+/// Starts `lagtrace serve SERVE_ARGS` in a fresh unnamed namespace; `slot` keeps the
+/// addresses and link names of tests running at once apart. Returns the guard and the URL.
+fn hidden_server(slot: u32, serve_args: &[&str]) -> (HiddenServer, String) {
     let id = std::process::id();
     let holder = Command::new("unshare")
         .args(["-n", "sleep", "120"])
         .spawn()
         .expect("unshare");
-    let veth = format!("dgh{}", id % 1_000_000);
-    let peer = format!("dgp{}", id % 1_000_000);
+    let tag = (id % 100_000) * 10 + slot;
+    let veth = format!("dgh{tag}");
+    let peer = format!("dgp{tag}");
     let mut hidden = HiddenServer {
         holder,
         server: None,
@@ -335,8 +337,11 @@ fn hidden_server_verdict_comes_from_the_other_layers_and_sockets_are_skipped() {
     let ns = format!("/proc/{}/ns/net", hidden.holder.id());
     std::thread::sleep(Duration::from_millis(200));
     // 198.18.0.0/15 is reserved for benchmarking networks; these addresses exist only here.
-    let third = (id % 250) as u8;
-    let (ours, theirs) = (format!("198.18.{third}.1"), format!("198.18.{third}.2"));
+    let (third, fourth) = ((id % 250) as u8, (slot * 4) as u8);
+    let (ours, theirs) = (
+        format!("198.18.{third}.{}", fourth + 1),
+        format!("198.18.{third}.{}", fourth + 2),
+    );
     let pid = hidden.holder.id().to_string();
     sh(&[
         "ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer, "netns", &pid,
@@ -356,7 +361,7 @@ fn hidden_server_verdict_comes_from_the_other_layers_and_sockets_are_skipped() {
     hidden.server = Some(
         Command::new("nsenter")
             .args([net.as_str(), BIN, "serve", "--listen", &listen])
-            .args(["--nodelay", "off", "--split-writes"])
+            .args(serve_args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -373,7 +378,13 @@ fn hidden_server_verdict_comes_from_the_other_layers_and_sockets_are_skipped() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (_, j, err) = diagnose(&format!("http://{listen}/"), &["-d", "4s"]);
+    (hidden, format!("http://{listen}/"))
+}
+
+#[test]
+fn hidden_server_verdict_comes_from_the_other_layers_and_sockets_are_skipped() {
+    let (_hidden, url) = hidden_server(1, &["--nodelay", "off", "--split-writes"]);
+    let (_, j, err) = diagnose(&url, &["-d", "4s"]);
     assert_eq!(
         layer_status(&j, "sockets"),
         "skipped",
@@ -384,6 +395,24 @@ fn hidden_server_verdict_comes_from_the_other_layers_and_sockets_are_skipped() {
     assert!(why.contains("not on this machine"), "{why}");
     assert_eq!(cause(&j), "nagle-delayed-ack", "{}", show(&j));
     assert_eq!(layer_status(&j, "packets"), "finding");
+}
+
+#[test]
+fn hidden_corked_server_is_tcp_cork_from_the_200ms_ceiling_in_the_packets() {
+    let (_hidden, url) = hidden_server(2, &["--cork"]);
+    let (_, j, err) = diagnose(&url, &["-d", "4s"]);
+    assert_eq!(
+        layer_status(&j, "sockets"),
+        "skipped",
+        "{err}\n{}",
+        show(&j)
+    );
+    assert_eq!(cause(&j), "tcp-cork", "{}", show(&j));
+    assert!(
+        evidence(&j).contains("200 ms TCP_CORK ceiling"),
+        "{}",
+        show(&j)
+    );
 }
 
 #[test]
