@@ -1,1 +1,25 @@
-//! lagtrace-report: see ../shared/DESIGN.md. Not built yet.
+//! lagtrace-report: renders a [`Diagnosis`] as terminal text, JSON, or one self-contained
+//! HTML file (inline CSS and SVG, no external assets).
+//!
+//! The renderers only read the diagnosis; they compute nothing the verdict depends on.
+#![deny(missing_docs)]
+
+mod html;
+mod svg;
+mod text;
+
+use lagtrace_diagnose::Diagnosis;
+
+pub use html::html;
+pub use svg::{Series, flow_ladder, percentile_chart};
+pub use text::text;
+
+/// The stable JSON form (pretty-printed): `verdict`, `layers`, `evidence`, ...
+pub fn json(d: &Diagnosis) -> String {
+    // Serializing plain data with string keys cannot fail.
+    serde_json::to_string_pretty(d).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+pub(crate) fn ms(us: u64) -> String {
+    lagtrace_model::Micros(us).to_string()
+}

@@ -1,5 +1,5 @@
-//! `lagtrace demo`: the reference case end to end. Until `diagnose` exists: lab up, a short
-//! measurement of both servers side by side, lab fix, measure again, lab down.
+//! `lagtrace demo`: the reference case end to end — lab up, a quick look, `diagnose` the
+//! latency server, `lab fix`, `diagnose --verify`, lab down.
 
 /// `println!` that returns the write error (a closed pipe, as under `| head`) instead of
 /// panicking; `report_error` turns a broken pipe into a silent exit 0.
@@ -14,34 +14,48 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use lagtrace_diagnose::{Diagnosis, Stance};
 use lagtrace_lab::probe_client::{Response, get_sequence_until};
 use lagtrace_lab::{Lab, LabOptions, ServerKind};
 
 /// Show the reference case on this machine: real nginx with `tcp_nodelay off` stalls each
-/// keep-alive response ~40 ms (Nagle meets delayed ACK); `tcp_nodelay on` fixes it.
+/// keep-alive response ~40 ms (Nagle meets delayed ACK). `lagtrace diagnose` finds it, names
+/// the config line; `lab fix` sets `tcp_nodelay on`; `diagnose --verify` proves the fix.
 ///
-/// Needs root. Leaves nothing behind, also on Ctrl-C.
+/// Needs root. Takes about 20 s. Leaves nothing behind, also on Ctrl-C.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Sequential keep-alive requests per measurement
+    /// Sequential keep-alive requests in the quick look before the diagnosis
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(2..=1000))]
     pub requests: u32,
+    /// Load budget of each diagnosis (c=1 and c=32 together)
+    #[arg(short = 'd', long, default_value = "6s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Also write the HTML report of the verified run to FILE
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<std::path::PathBuf>,
     /// Lab name to use
     #[arg(long, default_value = "demo")]
     pub name: String,
 }
 
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    lagtrace_load::parse_duration(s).map_err(|e| format!("{e:#}"))
+}
+
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let name = args.name.clone();
     {
         let stop = stop.clone();
         ctrlc::set_handler(move || {
+            super::diagnose::request_stop();
             if stop.swap(true, Ordering::SeqCst) {
                 // Second Ctrl-C: tear down now and leave.
                 let _ = Lab::down(&name);
@@ -69,6 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         ServerKind::BuiltinProcess(std::env::current_exe()?)
     };
+    // The guard tears the lab down on every way out of this function, errors included.
     let lab = Lab::up(&LabOptions::new(&args.name).server(kind))?;
     let st = lab.state();
     let what = st
@@ -86,7 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     check()?;
 
     let n = args.requests as usize;
-    outln!("2. {n} sequential GETs on one keep-alive connection to each server:");
+    outln!("2. a quick look: {n} sequential GETs on one keep-alive connection to each server");
     outln!("     {:<22} {:>10} {:>10}", "server", "p50", "max");
     let good = measure(lab.good_addr(), n, &stop)?;
     row("good    :80", &good)?;
@@ -94,23 +109,130 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let slow = measure(lab.latency_addr(), n, &stop)?;
     row("latency :8080", &slow)?;
     check()?;
-    let slow_p50 = p50(&slow);
     outln!(
-        "   the latency server takes {:.1} ms per response vs {:.2} ms: Nagle holds the body until the client's delayed ACK",
-        ms(slow_p50),
-        ms(p50(&good))
+        "   the same nginx page, {:.0}x slower: why?",
+        ms(p50(&slow)) / ms(p50(&good)).max(0.001)
     );
 
-    lab.fix().context("lab fix")?;
-    outln!("3. lab fix: latency server set to `tcp_nodelay on`, nginx reloaded");
-    let fixed = measure(lab.latency_addr(), n, &stop)?;
-    row("latency :8080 (fixed)", &fixed)?;
+    let url = lab.latency_url();
+    outln!("3. lagtrace diagnose {url}");
+    let before = diagnose(&url, args.duration, None)?;
     check()?;
-    outln!("   p50 {:.1} ms -> {:.2} ms", ms(slow_p50), ms(p50(&fixed)));
+    narrate(&before)?;
+
+    lab.fix().context("lab fix")?;
+    outln!(
+        "4. lab fix: the latency server's nginx.conf now says `tcp_nodelay on;`, nginx reloaded"
+    );
+    check()?;
+
+    outln!("5. lagtrace diagnose {url} --verify");
+    let after = diagnose(&url, args.duration, Some(&before))?;
+    check()?;
+    narrate(&after)?;
+    if let Some(v) = &after.verify {
+        outln!(
+            "     {:<6} {:<6} {:>10} {:>10}",
+            "run",
+            "metric",
+            "before",
+            "after"
+        );
+        for r in v
+            .rows
+            .iter()
+            .filter(|r| r.metric != "req/s" || r.run != "c=1")
+        {
+            let (b, a) = if r.metric == "req/s" {
+                (format!("{:.0}", r.before), format!("{:.0}", r.after))
+            } else {
+                (
+                    lagtrace_model::Micros(r.before as u64).to_string(),
+                    lagtrace_model::Micros(r.after as u64).to_string(),
+                )
+            };
+            outln!(
+                "     {:<6} {:<6} {:>10} {:>10}  {:.0}x better",
+                r.run,
+                r.metric,
+                b,
+                a,
+                r.improvement
+            );
+        }
+    }
+    if let Some(p) = &args.report {
+        std::fs::write(p, lagtrace_report::html(&after))
+            .with_context(|| format!("writing {}", p.display()))?;
+        outln!("   report: {}", p.display());
+    }
     drop(lab);
-    outln!("4. lab down: servers, namespace and veth removed");
-    outln!("   (`lagtrace diagnose`, which finds and explains this by itself, is not built yet)");
+    outln!(
+        "6. lab down: servers, namespace and veth removed ({:.0} s in all)",
+        t0.elapsed().as_secs_f64()
+    );
     Ok(ExitCode::SUCCESS)
+}
+
+fn diagnose(
+    url: &str,
+    duration: Duration,
+    baseline: Option<&Diagnosis>,
+) -> anyhow::Result<Diagnosis> {
+    let args = super::diagnose::Args {
+        url: url.into(),
+        connections: 32,
+        duration,
+        timeout: Duration::from_secs(2),
+        json: false,
+        report: None,
+        save: None,
+        baseline: None,
+        verify: false,
+        quiet: false,
+    };
+    let mut d = super::diagnose::diagnose(&args)?;
+    if let Some(b) = baseline {
+        d.verify = Some(d.compare_with(b, "step 3"));
+    }
+    Ok(d)
+}
+
+/// A few lines: verdict, cost, the strongest evidence, the first fix.
+fn narrate(d: &Diagnosis) -> std::io::Result<()> {
+    let v = &d.verdict;
+    outln!(
+        "   verdict: {} (confidence {})",
+        v.cause,
+        v.confidence.name()
+    );
+    outln!("   cost: {}", v.cost);
+    for e in d
+        .evidence
+        .iter()
+        .filter(|e| e.stance == Stance::Supports)
+        .take(3)
+    {
+        outln!("   + [{}] {}", e.layer.name(), clip(&e.text, 150));
+    }
+    if let Some(f) = v.fix.first() {
+        let loc = f
+            .location
+            .as_ref()
+            .map(|l| format!("{l}: "))
+            .unwrap_or_default();
+        outln!("   fix: {loc}{}", f.change);
+    }
+    Ok(())
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let t: String = s.chars().take(n).collect();
+        format!("{t}…")
+    }
 }
 
 fn measure(addr: SocketAddr, n: usize, stop: &AtomicBool) -> anyhow::Result<Vec<Duration>> {

@@ -1,9 +1,219 @@
-//! `lagtrace diagnose`.
+//! `lagtrace diagnose URL`: every layer against URL, one verdict with evidence and fix.
 
+use std::io::{IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-pub type Args = super::Pending;
+use anyhow::Context as _;
+use lagtrace_diagnose::{DiagnoseOptions, Diagnosis, Step};
+use lagtrace_model::Cause;
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    super::not_built("diagnose", 7)
+/// Run every layer against URL — path (SYN RTT idle and under load), application (c=1 and
+/// c=N), packets (captured during the load) and sockets (the server's options and config) —
+/// and print the verdict, the evidence, and the fix.
+///
+/// The client side is lagtrace's own load generator; it behaves like wrk and browsers:
+/// TCP_NODELAY on, delayed ACK on. Needs root for SYN probes (CAP_NET_RAW), the capture and
+/// the server's socket options (CAP_SYS_PTRACE); without them those layers say "unavailable"
+/// and the verdict comes from the rest.
+///
+/// Exit status: 0 healthy, 1 a cause was found (or unreachable), 2 the diagnosis could not run.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Every run is also saved to ~/.local/state/lagtrace/ (per host:port) so that `--verify`, after
+a fix, prints before/after against it. Examples:
+  lagtrace diagnose http://10.0.0.2:8080/
+  lagtrace diagnose http://10.0.0.2:8080/ --report report.html
+  (fix the server)  lagtrace diagnose http://10.0.0.2:8080/ --verify
+The client is lagtrace's own load generator: TCP_NODELAY on, delayed ACK on, like wrk and
+browsers. Root gives every layer: SYN probes and the capture need CAP_NET_RAW, the server's
+namespace and socket options CAP_SYS_ADMIN / CAP_SYS_PTRACE; without them those layers say
+\"unavailable\" and the verdict comes from the rest.
+Exit status: 0 healthy, 1 a cause was found (or unreachable), 2 the diagnosis could not run.")]
+pub struct Args {
+    /// Target URL, http://host[:port]/path
+    pub url: String,
+    /// Connections of the concurrent run
+    #[arg(short = 'c', long = "connections", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub connections: u32,
+    /// Load budget for c=1 and c=N together (30% / 70%), e.g. 7s, 3s, 1m
+    #[arg(short = 'd', long, default_value = "7s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Request timeout of the load
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Print the diagnosis as JSON (stable schema) instead of text
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML report to FILE
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Also save this run's JSON to FILE (a baseline for --baseline)
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+    /// Compare with a previous run saved in FILE (implies --verify)
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// Compare with the previous run against the same host:port (before/after p50, p99, req/s)
+    #[arg(long)]
+    pub verify: bool,
+    /// No progress lines on stderr
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    lagtrace_load::parse_duration(s).map_err(|e| format!("{e:#}"))
+}
+
+/// Where the last run against host:port is kept.
+fn state_file(host: &str, port: u16) -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
+    let safe: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    Some(
+        base.join("lagtrace")
+            .join(format!("diagnose-{safe}-{port}.json")),
+    )
+}
+
+fn load_baseline(p: &Path) -> anyhow::Result<Diagnosis> {
+    let s = std::fs::read_to_string(p).with_context(|| format!("baseline {}", p.display()))?;
+    serde_json::from_str(&s)
+        .with_context(|| format!("baseline {}: not a saved diagnosis", p.display()))
+}
+
+fn save(p: &Path, d: &Diagnosis) -> anyhow::Result<()> {
+    if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(p, lagtrace_report::json(d)).with_context(|| format!("writing {}", p.display()))
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (target, _) = lagtrace_diagnose::run::parse_target(&args.url)?;
+    let last = state_file(&target.host, target.port);
+    // The baseline is read before this run (which replaces the saved "last" run).
+    let baseline = match (&args.baseline, args.verify) {
+        (Some(p), _) => Some((load_baseline(p)?, p.display().to_string())),
+        (None, true) => {
+            let p = last
+                .as_ref()
+                .context("--verify: no HOME to find the previous run; use --baseline FILE")?;
+            let d = load_baseline(p).with_context(|| {
+                format!(
+                    "--verify: no previous run against {}:{} (run diagnose once before the fix, \
+                     or give --baseline FILE)",
+                    target.host, target.port
+                )
+            })?;
+            Some((d, p.display().to_string()))
+        }
+        (None, false) => None,
+    };
+    let d = diagnose(&args)?;
+    let d = match baseline {
+        Some((b, name)) => {
+            let mut d = d;
+            d.verify = Some(d.compare_with(&b, &name));
+            d
+        }
+        None => d,
+    };
+    if let Some(p) = &last
+        && let Err(e) = save(p, &d)
+        && !args.quiet
+    {
+        eprintln!("lagtrace diagnose: could not keep this run for --verify: {e:#}");
+    }
+    if let Some(p) = &args.save {
+        save(p, &d)?;
+    }
+    if let Some(p) = &args.report {
+        std::fs::write(p, lagtrace_report::html(&d))
+            .with_context(|| format!("writing the report {}", p.display()))?;
+        if !args.quiet {
+            eprintln!("report written to {}", p.display());
+        }
+    }
+    let out = if args.json {
+        lagtrace_report::json(&d) + "\n"
+    } else {
+        lagtrace_report::text(&d)
+    };
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(if d.verdict.cause == Cause::Healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(super::EXIT_FINDING)
+    })
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Runs the diagnosis with progress lines on stderr (shared with `demo`).
+pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // Another command (demo) may own the handler already; then it sets STOP itself.
+        let _ = ctrlc::set_handler(move || {
+            STOP.store(true, Ordering::SeqCst);
+            stop.store(true, Ordering::SeqCst);
+        });
+    }
+    let watcher_stop = stop.clone();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                if STOP.load(Ordering::Relaxed) {
+                    watcher_stop.store(true, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let mut o = DiagnoseOptions::new(&args.url);
+    o.concurrency = args.connections;
+    o.duration = args.duration;
+    o.timeout = args.timeout;
+    o.stop = stop;
+    let quiet = args.quiet;
+    let tty = std::io::stderr().is_terminal();
+    let progress = move |s: Step| {
+        if quiet {
+            return;
+        }
+        match s {
+            Step::Start(t) if tty => eprintln!("  … {t}"),
+            Step::Start(_) => {}
+            Step::Done(t) => eprintln!("  ✓ {t}"),
+        }
+    };
+    let r = lagtrace_diagnose::run(&o, &progress);
+    done.store(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    r
+}
+
+/// Asks a running diagnosis to stop (Ctrl-C from `demo`'s handler).
+pub fn request_stop() {
+    STOP.store(true, Ordering::SeqCst);
 }

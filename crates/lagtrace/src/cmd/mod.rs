@@ -15,7 +15,6 @@ pub mod serve;
 pub mod sockets;
 
 /// Exit status when the command ran and found a problem.
-#[allow(dead_code)]
 pub const EXIT_FINDING: u8 = 1;
 /// Exit status when the command could not run.
 pub const EXIT_ERROR: u8 = 2;
@@ -32,18 +31,4 @@ pub fn report_error(err: &anyhow::Error) -> ExitCode {
     }
     eprintln!("lagtrace: error: {err:#}");
     ExitCode::from(EXIT_ERROR)
-}
-
-/// What a subcommand that does not exist yet says: one line, exit 2.
-pub fn not_built(name: &str, issue: u32) -> anyhow::Result<ExitCode> {
-    eprintln!("lagtrace {name}: not built yet (planned in issue #{issue})");
-    Ok(ExitCode::from(EXIT_ERROR))
-}
-
-/// Arguments of a subcommand that is not built yet: accepts anything.
-#[derive(Debug, clap::Args)]
-pub struct Pending {
-    /// (not built yet)
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    pub rest: Vec<String>,
 }

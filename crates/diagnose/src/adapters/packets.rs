@@ -1,0 +1,219 @@
+//! Layer 3: a `lagtrace_packet` analysis → [`PacketEvidence`], and the flow of one stream.
+
+use lagtrace_packet::{Analysis, kind};
+
+use super::percentiles_of;
+use crate::evidence::{
+    Direction, FindingExample, FindingSummary, Flow, FlowPacket, PacketEvidence, Stall,
+};
+
+/// Finding kinds, most telling first (the example flow shows the first one present).
+const PRIORITY: [&str; 9] = [
+    kind::NAGLE_DELAYED_ACK,
+    kind::TCP_CORK,
+    kind::RETRANSMISSION,
+    kind::SYN_RETRANSMIT,
+    kind::NAGLE_STALL,
+    kind::DELAYED_ACK,
+    kind::ZERO_WINDOW,
+    kind::WINDOW_FULL,
+    kind::SLOW_SERVER,
+];
+
+/// Summaries, handshake RTTs and server times of the analysis (no flow yet).
+pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvidence {
+    let mut hs: Vec<u64> = a
+        .streams
+        .iter()
+        .filter_map(|s| s.handshake_rtt_us)
+        .collect();
+    let mut st: Vec<u64> = a
+        .transactions
+        .iter()
+        .filter_map(|t| t.server_time_us)
+        .collect();
+    let findings = a
+        .summary
+        .iter()
+        .filter(|k| k.findings > 0)
+        .map(|k| FindingSummary {
+            kind: k.kind.clone(),
+            count: k.findings,
+            transactions: k.transactions_affected,
+            share: k.share,
+            median_added_us: k.median_us,
+            p99_added_us: k.p99_us,
+            examples: a
+                .findings
+                .iter()
+                .filter(|f| f.kind == k.kind)
+                .take(3)
+                .map(|f| FindingExample {
+                    stream: f.stream,
+                    frames: f.frames.clone(),
+                    time_s: f.start_us as f64 / 1e6,
+                    added_us: f.cost_us,
+                    note: f.explanation.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    PacketEvidence {
+        capture_point,
+        packets: a.frames,
+        dropped,
+        streams: a.streams.len() as u64,
+        transactions: a.transactions_total,
+        handshake_rtt: percentiles_of(&mut hs),
+        server_time: percentiles_of(&mut st),
+        findings,
+        example_flow: None,
+    }
+}
+
+/// The stream worth drawing: the one with the most telling finding, else the busiest.
+pub fn example_stream(a: &Analysis) -> Option<u32> {
+    for k in PRIORITY {
+        // Prefer a finding after the stream's first transaction (a steady-state example).
+        let mut of_kind = a.findings.iter().filter(|f| f.kind == k);
+        if let Some(f) = of_kind
+            .clone()
+            .find(|f| f.transaction.is_some_and(|t| t >= 1))
+            .or_else(|| of_kind.next())
+        {
+            return Some(f.stream);
+        }
+    }
+    a.streams
+        .iter()
+        .max_by_key(|s| s.transactions)
+        .map(|s| s.stream)
+}
+
+/// Up to `max` packets of the kept stream around its first finding, as a ladder.
+pub fn flow(a: &Analysis, stream: u32, max: usize) -> Option<Flow> {
+    let s = a.streams.iter().find(|s| s.stream == stream)?;
+    let pk = &a.stream_packets;
+    if pk.is_empty() {
+        return None;
+    }
+    let (client, server) = if s.a_is_client {
+        (s.a, s.b)
+    } else {
+        (s.b, s.a)
+    };
+    let mut finds: Vec<_> = a
+        .findings
+        .iter()
+        .filter(|f| f.stream == stream && PRIORITY[..8].contains(&f.kind.as_str()))
+        .collect();
+    finds.sort_by_key(|f| PRIORITY.iter().position(|k| *k == f.kind));
+    // Window: a few packets before the first frame of the best finding, through its end.
+    let (lo, hi) = match finds.first() {
+        Some(f) => {
+            let first = *f.frames.first()?;
+            let last = *f.frames.last()?;
+            let i0 = pk.iter().position(|p| p.frame >= first).unwrap_or(0);
+            let i1 = pk
+                .iter()
+                .position(|p| p.frame >= last)
+                .unwrap_or(pk.len() - 1);
+            let lo = i0.saturating_sub(max.saturating_sub(i1 - i0 + 3));
+            (lo, (i1 + 2).min(pk.len()))
+        }
+        None => (0, max.min(pk.len())),
+    };
+    let lo = lo.max(hi.saturating_sub(max));
+    let win = &pk[lo..hi];
+    let t0 = win.first()?.time_us;
+    let packets = win
+        .iter()
+        .map(|p| {
+            let to_server = p.a_to_b == s.a_is_client;
+            let note = if p.len > 0 && to_server {
+                http_line(&p.payload).unwrap_or_default()
+            } else if p.len > 0 {
+                http_line(&p.payload)
+                    .filter(|l| l.starts_with("HTTP/"))
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
+            let mut note = note;
+            if !p.marks.is_empty() {
+                if !note.is_empty() {
+                    note.push_str(" · ");
+                }
+                note.push_str(&p.marks.join(", "));
+            }
+            FlowPacket {
+                frame: p.frame,
+                t_us: (p.time_us - t0).max(0) as u64,
+                dir: if to_server {
+                    Direction::ToServer
+                } else {
+                    Direction::ToClient
+                },
+                flags: lagtrace_packet::analysis::flags_str(p.flags),
+                len: p.len,
+                note,
+            }
+        })
+        .collect::<Vec<_>>();
+    let in_win = |fr: u64| packets.iter().any(|p| p.frame == fr);
+    let stalls = finds
+        .iter()
+        .filter_map(|f| {
+            let (a0, b0) = (*f.frames.first()?, *f.frames.last()?);
+            (in_win(a0) && in_win(b0) && a0 != b0).then(|| Stall {
+                from_frame: a0,
+                to_frame: b0,
+                gap_us: f.cost_us,
+                label: stall_label(&f.kind),
+            })
+        })
+        .take(3)
+        .collect();
+    Some(Flow {
+        stream,
+        client: client.to_string(),
+        server: server.to_string(),
+        packets,
+        stalls,
+    })
+}
+
+fn stall_label(k: &str) -> String {
+    match k {
+        kind::NAGLE_DELAYED_ACK => "Nagle holds the segment until the client's delayed ACK",
+        kind::NAGLE_STALL => "Nagle holds the segment until the ACK",
+        kind::DELAYED_ACK => "waiting for a delayed ACK",
+        kind::TCP_CORK => "TCP_CORK holds the partial frame until its 200 ms ceiling",
+        kind::RETRANSMISSION => "lost: waiting for the retransmission",
+        kind::SYN_RETRANSMIT => "SYN lost: waiting for its retransmission",
+        kind::ZERO_WINDOW | kind::WINDOW_FULL => "waiting for the receiver's window",
+        _ => "stall",
+    }
+    .into()
+}
+
+/// The first line of an HTTP message in a payload, if it looks like one.
+fn http_line(payload: &[u8]) -> Option<String> {
+    let end = payload
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(payload.len())
+        .min(60);
+    let s = std::str::from_utf8(&payload[..end]).ok()?;
+    let looks = s.starts_with("HTTP/")
+        || [
+            "GET ", "POST ", "HEAD ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ",
+        ]
+        .iter()
+        .any(|m| s.starts_with(m));
+    looks.then(|| {
+        s.trim_end_matches(" HTTP/1.1")
+            .trim_end_matches(" HTTP/1.0")
+            .to_string()
+    })
+}

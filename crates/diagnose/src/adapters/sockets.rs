@@ -1,0 +1,126 @@
+//! Layer 4: a `lagtrace_sockets` inspection → [`SocketEvidence`] for the server on `port`.
+
+use lagtrace_sockets::Inspection;
+
+use crate::evidence::{ClientSide, ConfigDirective, OptionCount, ServerProcess, SocketEvidence};
+
+/// Directives of the config lens that matter for latency.
+const DIRECTIVES: [&str; 6] = [
+    "tcp_nodelay",
+    "tcp_nopush",
+    "sendfile",
+    "keepalive_timeout",
+    "keepalive_requests",
+    "postpone_output",
+];
+
+/// The server listening on `port` in the inspected namespace, its established sockets'
+/// options, and its configuration. `None` when nothing listens on `port` there.
+pub fn evidence(ins: &Inspection, port: u16, netns: &str) -> Option<SocketEvidence> {
+    let listen = ins
+        .sockets
+        .iter()
+        .find(|s| s.state == "LISTEN" && s.local.port() == port)?;
+    // nginx: the master and its workers share the listener; the master has the lowest pid.
+    let owner_pids: Vec<u32> = listen.owners.iter().map(|o| o.pid).collect();
+    let main = listen.owners.iter().min_by_key(|o| o.pid);
+    let mut ev = SocketEvidence {
+        client: ClientSide::default(),
+        server: main.map(|o| ServerProcess {
+            pid: o.pid,
+            comm: o.comm.clone(),
+            netns: netns.into(),
+        }),
+        ..SocketEvidence::default()
+    };
+    if listen.owners.is_empty() {
+        ev.notes.push(format!(
+            "the listener on :{port} has no visible owner process (another pid namespace, or \
+             no permission to read /proc/*/fd)"
+        ));
+    }
+    let mut nodelay = OptionCount::default();
+    let mut cork = OptionCount::default();
+    let mut established = 0;
+    let mut first_err = None;
+    for s in ins
+        .sockets
+        .iter()
+        .filter(|s| s.state == "ESTABLISHED" && s.local.port() == port)
+    {
+        established += 1;
+        match &s.options {
+            Some(o) => {
+                match o.nodelay {
+                    Some(true) => nodelay.on += 1,
+                    Some(false) => nodelay.off += 1,
+                    None => nodelay.unknown += 1,
+                }
+                match o.cork {
+                    Some(true) => cork.on += 1,
+                    Some(false) => cork.off += 1,
+                    None => cork.unknown += 1,
+                }
+            }
+            None => {
+                nodelay.unknown += 1;
+                cork.unknown += 1;
+                if first_err.is_none() {
+                    first_err = s.options_error.clone();
+                }
+            }
+        }
+    }
+    ev.established = established;
+    ev.nodelay = nodelay;
+    ev.cork = cork;
+    if let Some(e) = first_err {
+        ev.notes.push(format!(
+            "options unread on {} sockets: {e}",
+            nodelay.unknown
+        ));
+    }
+    if established == 0 {
+        ev.notes.push(format!(
+            "no established connection on :{port} at inspection time: options not read"
+        ));
+    }
+    // Configuration: for each directive, the most specific scope that covers the port.
+    for d in DIRECTIVES {
+        let mut cands: Vec<_> = ins
+            .configs
+            .iter()
+            .filter(|c| c.directive == d && owner_pids.contains(&c.pid))
+            .filter(|c| c.ports.is_empty() || c.ports.contains(&port))
+            .collect();
+        // Server/location scopes (with ports) before the http scope; explicit before default.
+        cands.sort_by_key(|c| {
+            (
+                c.ports.is_empty(),
+                c.default,
+                c.server.starts_with("server"),
+            )
+        });
+        if let Some(c) = cands.first() {
+            ev.config.push(ConfigDirective {
+                name: c.directive.clone(),
+                value: c.value.clone(),
+                file: c
+                    .file
+                    .as_ref()
+                    .map(|f| f.display().to_string())
+                    .unwrap_or_else(|| "(default)".into()),
+                line: c.line.unwrap_or(0),
+                default: c.default,
+            });
+        }
+    }
+    ev.notes.extend(
+        ins.notes
+            .iter()
+            .filter(|n| owner_pids.iter().any(|p| n.contains(&p.to_string())))
+            .take(3)
+            .cloned(),
+    );
+    Some(ev)
+}

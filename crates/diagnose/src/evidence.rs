@@ -1,0 +1,566 @@
+//! The evidence model: what each layer found, in the diagnose crate's own terms.
+//!
+//! Each layer's engine (probe, load, packet, sockets) has its own detailed report type; an
+//! adapter per layer (see `adapters`) converts it into these plain structs, which is all the
+//! verdict rules and the renderers ever see. Durations are whole microseconds (`*_us`).
+
+use serde::{Deserialize, Serialize};
+
+/// The four layers of the method, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LayerName {
+    /// Layer 1: SYN RTT idle and under load, hops.
+    Path,
+    /// Layer 2: HTTP latency at c=1 and c=N.
+    App,
+    /// Layer 3: the TCP streams captured during the c=N run.
+    Packets,
+    /// Layer 4: the server's sockets and configuration; the client's own options.
+    Sockets,
+}
+
+impl LayerName {
+    /// All layers in the order the method runs them.
+    pub const ALL: [LayerName; 4] = [
+        LayerName::Path,
+        LayerName::App,
+        LayerName::Packets,
+        LayerName::Sockets,
+    ];
+    /// The stable lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerName::Path => "path",
+            LayerName::App => "app",
+            LayerName::Packets => "packets",
+            LayerName::Sockets => "sockets",
+        }
+    }
+}
+
+/// How a layer's run went. `ok` and `finding` carry data; the others say why in `reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LayerStatus {
+    /// Ran, nothing abnormal.
+    Ok,
+    /// Ran and found something the verdict uses.
+    Finding,
+    /// Not run on purpose (e.g. the server is not on this machine).
+    Skipped,
+    /// The engine is not available (not built, missing privilege).
+    Unavailable,
+    /// The engine ran and failed.
+    Error,
+}
+
+impl LayerStatus {
+    /// The stable string.
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerStatus::Ok => "ok",
+            LayerStatus::Finding => "finding",
+            LayerStatus::Skipped => "skipped",
+            LayerStatus::Unavailable => "unavailable",
+            LayerStatus::Error => "error",
+        }
+    }
+}
+
+/// One layer's outcome: its status, why (when not `ok`), and its data when it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Layer<T> {
+    /// `ok`, `finding`, `skipped`, `unavailable` or `error`.
+    pub status: LayerStatus,
+    /// Why the layer was skipped, unavailable or failed; or a short note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What the layer measured (absent when it did not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<T>,
+}
+
+impl<T> Layer<T> {
+    /// A layer that ran; `status` is set later by the rules (`ok` until then).
+    pub fn ran(data: T) -> Self {
+        Layer {
+            status: LayerStatus::Ok,
+            reason: None,
+            data: Some(data),
+        }
+    }
+    /// A layer whose engine is not available, with the reason.
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        Layer {
+            status: LayerStatus::Unavailable,
+            reason: Some(reason.into()),
+            data: None,
+        }
+    }
+    /// A layer skipped on purpose, with the reason.
+    pub fn skipped(reason: impl Into<String>) -> Self {
+        Layer {
+            status: LayerStatus::Skipped,
+            reason: Some(reason.into()),
+            data: None,
+        }
+    }
+    /// A layer whose engine failed, with the error.
+    pub fn error(reason: impl Into<String>) -> Self {
+        Layer {
+            status: LayerStatus::Error,
+            reason: Some(reason.into()),
+            data: None,
+        }
+    }
+    /// The data, when the layer ran.
+    pub fn get(&self) -> Option<&T> {
+        self.data.as_ref()
+    }
+}
+
+/// What was diagnosed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Target {
+    /// The URL as given.
+    pub url: String,
+    /// Host part of the URL.
+    pub host: String,
+    /// The address it resolved to.
+    pub addr: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+/// RTT statistics of a series of probes (SYN ping).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RttStats {
+    /// Probes sent.
+    pub sent: u32,
+    /// Replies received (SYN-ACK or RST).
+    pub received: u32,
+    /// Replies that were RST (nothing listens on the port, but the host answers).
+    #[serde(default)]
+    pub rst: u32,
+    /// Smallest RTT.
+    pub min_us: u64,
+    /// Median RTT.
+    pub p50_us: u64,
+    /// Mean RTT.
+    pub avg_us: u64,
+    /// 90th percentile RTT.
+    pub p90_us: u64,
+    /// Largest RTT.
+    pub max_us: u64,
+}
+
+impl RttStats {
+    /// Builds the statistics from samples (µs) and the number of probes sent.
+    pub fn from_samples(sent: u32, rst: u32, samples: &[u64]) -> RttStats {
+        let mut s = samples.to_vec();
+        s.sort_unstable();
+        let pick = |q: f64| -> u64 {
+            if s.is_empty() {
+                0
+            } else {
+                let i = ((s.len() - 1) as f64 * q).round() as usize;
+                s[i.min(s.len() - 1)]
+            }
+        };
+        RttStats {
+            sent,
+            received: s.len() as u32,
+            rst,
+            min_us: s.first().copied().unwrap_or(0),
+            p50_us: pick(0.5),
+            avg_us: if s.is_empty() {
+                0
+            } else {
+                s.iter().sum::<u64>() / s.len() as u64
+            },
+            p90_us: pick(0.9),
+            max_us: s.last().copied().unwrap_or(0),
+        }
+    }
+    /// Share of probes that got no reply.
+    pub fn loss(&self) -> f64 {
+        if self.sent == 0 {
+            0.0
+        } else {
+            1.0 - f64::from(self.received) / f64::from(self.sent)
+        }
+    }
+}
+
+/// One hop of a route.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hop {
+    /// TTL of the probe.
+    pub ttl: u8,
+    /// Who answered (`None`: silence).
+    pub addr: Option<String>,
+    /// Median RTT of the answers.
+    pub rtt_us: Option<u64>,
+}
+
+/// Layer 1: the path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PathEvidence {
+    /// Probe kind: `tcp-syn` (raw socket) or `connect` (no privilege).
+    pub method: String,
+    /// SYN RTT with no load.
+    pub idle: Option<RttStats>,
+    /// SYN RTT while the c=N load ran.
+    pub under_load: Option<RttStats>,
+    /// Hops, when the target is more than one hop away (empty: direct or not traced).
+    #[serde(default)]
+    pub hops: Vec<Hop>,
+    /// Whether the target host answered at all (SYN-ACK or RST).
+    pub reached: bool,
+    /// Whether the port accepts connections (SYN-ACK seen or a connect succeeded).
+    pub port_open: bool,
+    /// Notes (e.g. a fallback to connect mode and why).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// A latency distribution in µs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Percentiles {
+    /// Number of samples.
+    pub count: u64,
+    /// Smallest.
+    pub min_us: u64,
+    /// Mean.
+    pub mean_us: u64,
+    /// Median.
+    pub p50_us: u64,
+    /// 90th percentile.
+    pub p90_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// 99.9th percentile.
+    pub p999_us: u64,
+    /// Largest.
+    pub max_us: u64,
+}
+
+/// One point of a percentile distribution (for the HdrHistogram-style chart).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PercentilePoint {
+    /// Percentile, 0..=100.
+    pub percentile: f64,
+    /// Latency at that percentile.
+    pub latency_us: u64,
+}
+
+/// Failed requests by kind (wrk's socket errors plus HTTP status).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Errors {
+    /// Could not connect (refused, unreachable, connect timeout).
+    pub connect: u64,
+    /// Read errors (reset, closed mid-response).
+    pub read: u64,
+    /// Write errors.
+    pub write: u64,
+    /// Requests abandoned at the timeout.
+    pub timeout: u64,
+    /// Responses with a status other than 2xx/3xx.
+    pub status: u64,
+}
+
+impl Errors {
+    /// All errors together.
+    pub fn total(&self) -> u64 {
+        self.connect + self.read + self.write + self.timeout + self.status
+    }
+}
+
+/// One load run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct AppRun {
+    /// Connections.
+    pub concurrency: u32,
+    /// Completed requests.
+    pub requests: u64,
+    /// Wall time of the run.
+    pub duration_us: u64,
+    /// Completed requests per second.
+    pub requests_per_sec: f64,
+    /// Latency of completed requests.
+    pub latency: Percentiles,
+    /// The whole distribution, for charts (may be empty).
+    #[serde(default)]
+    pub distribution: Vec<PercentilePoint>,
+    /// Failed requests by kind.
+    pub errors: Errors,
+    /// Latency of the first request on each connection, when the engine reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_request: Option<Percentiles>,
+    /// Latency of the later requests on each connection, when the engine reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub later_requests: Option<Percentiles>,
+}
+
+/// Layer 2: the application.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct AppEvidence {
+    /// Sequential keep-alive requests on one connection.
+    pub c1: Option<AppRun>,
+    /// N concurrent keep-alive connections.
+    pub cn: Option<AppRun>,
+}
+
+/// One example of a packet finding, enough to open the pcap at the right packet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct FindingExample {
+    /// TCP stream index (as Wireshark's `tcp.stream`).
+    pub stream: u32,
+    /// Frame numbers involved (1-based, as Wireshark).
+    pub frames: Vec<u64>,
+    /// Time of the first involved frame, seconds since the capture start.
+    pub time_s: f64,
+    /// Latency this instance added.
+    pub added_us: u64,
+    /// What happened, in a short phrase.
+    #[serde(default)]
+    pub note: String,
+}
+
+/// All findings of one kind over the capture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct FindingSummary {
+    /// Finding kind (`nagle-delayed-ack`, `delayed-ack`, `nagle-stall`, `retransmission`,
+    /// `syn-retransmit`, `zero-window`, `window-full`, `tcp-cork`, `slow-server`).
+    pub kind: String,
+    /// Instances.
+    pub count: u64,
+    /// Transactions affected.
+    pub transactions: u64,
+    /// Share of all transactions affected, 0..=1.
+    pub share: f64,
+    /// Median added latency per affected transaction.
+    pub median_added_us: u64,
+    /// 99th percentile added latency.
+    pub p99_added_us: u64,
+    /// A few examples.
+    #[serde(default)]
+    pub examples: Vec<FindingExample>,
+}
+
+/// Direction of a packet in a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// Client to server.
+    ToServer,
+    /// Server to client.
+    ToClient,
+}
+
+/// One packet of a flow graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowPacket {
+    /// Frame number in the capture.
+    pub frame: u64,
+    /// Time since the first packet of the flow.
+    pub t_us: u64,
+    /// Direction.
+    pub dir: Direction,
+    /// TCP flags, e.g. `PSH,ACK`.
+    pub flags: String,
+    /// Payload length.
+    pub len: u32,
+    /// A label (e.g. `GET /`, `delayed ACK`), may be empty.
+    #[serde(default)]
+    pub note: String,
+}
+
+/// A stall in a flow: the gap between two packets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stall {
+    /// Frame where the wait starts.
+    pub from_frame: u64,
+    /// Frame that ends it.
+    pub to_frame: u64,
+    /// Length of the gap.
+    pub gap_us: u64,
+    /// What it is (`Nagle holds the body until the delayed ACK`).
+    pub label: String,
+}
+
+/// The flow graph of one representative connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Flow {
+    /// Stream index.
+    pub stream: u32,
+    /// Client `addr:port`.
+    pub client: String,
+    /// Server `addr:port`.
+    pub server: String,
+    /// Packets in order.
+    pub packets: Vec<FlowPacket>,
+    /// The stalls in these packets.
+    #[serde(default)]
+    pub stalls: Vec<Stall>,
+}
+
+/// Layer 3: packets captured during the c=N run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PacketEvidence {
+    /// Where the capture ran (`veth-x in namespace lab-y`).
+    pub capture_point: String,
+    /// Packets analysed.
+    pub packets: u64,
+    /// Packets the kernel dropped from the capture.
+    #[serde(default)]
+    pub dropped: u64,
+    /// TCP streams.
+    pub streams: u64,
+    /// Request/response transactions.
+    pub transactions: u64,
+    /// Handshake RTT (SYN to SYN-ACK seen at the capture point), when handshakes were seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshake_rtt: Option<Percentiles>,
+    /// Server time: a request's last byte to its response's first byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_time: Option<Percentiles>,
+    /// Findings by kind (kinds with no instance are omitted).
+    #[serde(default)]
+    pub findings: Vec<FindingSummary>,
+    /// A representative connection, preferably one with the main finding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub example_flow: Option<Flow>,
+}
+
+impl PacketEvidence {
+    /// The summary of one finding kind, if any instance was found.
+    pub fn finding(&self, kind: &str) -> Option<&FindingSummary> {
+        self.findings.iter().find(|f| f.kind == kind && f.count > 0)
+    }
+}
+
+/// The server process owning the listening socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ServerProcess {
+    /// Process id.
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// Network namespace it was found in (`current` or a name).
+    pub netns: String,
+}
+
+/// Counts of one boolean socket option over the server's established sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct OptionCount {
+    /// Sockets with the option on.
+    pub on: u32,
+    /// Sockets with the option off.
+    pub off: u32,
+    /// Sockets that could not be read.
+    pub unknown: u32,
+}
+
+/// One configuration directive, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigDirective {
+    /// Directive name (`tcp_nodelay`).
+    pub name: String,
+    /// Its value (`off`).
+    pub value: String,
+    /// File it is in.
+    pub file: String,
+    /// 1-based line.
+    pub line: u32,
+    /// Whether it is the server's default (not written in the file).
+    #[serde(default)]
+    pub default: bool,
+}
+
+/// The client side: lagtrace's own load sockets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientSide {
+    /// TCP_NODELAY on the client's sockets.
+    pub nodelay: bool,
+    /// Whether TCP_QUICKACK is set by the client.
+    pub quickack: bool,
+    /// One sentence.
+    pub note: String,
+}
+
+impl Default for ClientSide {
+    fn default() -> Self {
+        ClientSide {
+            nodelay: true,
+            quickack: false,
+            note: "lagtrace's load client behaves like a typical client (wrk, browsers): \
+                   TCP_NODELAY on, delayed ACK on (no TCP_QUICKACK)"
+                .into(),
+        }
+    }
+}
+
+/// Layer 4: sockets and configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct SocketEvidence {
+    /// The client side (always known: it is lagtrace).
+    pub client: ClientSide,
+    /// The server process, when found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerProcess>,
+    /// Established server sockets inspected.
+    pub established: u32,
+    /// TCP_NODELAY over those sockets.
+    pub nodelay: OptionCount,
+    /// TCP_CORK over those sockets.
+    pub cork: OptionCount,
+    /// Configuration directives that matter for latency (nginx lens).
+    #[serde(default)]
+    pub config: Vec<ConfigDirective>,
+    /// What could not be read and why.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl SocketEvidence {
+    /// The directive `name`, if the config lens reported it.
+    pub fn directive(&self, name: &str) -> Option<&ConfigDirective> {
+        self.config.iter().find(|d| d.name == name)
+    }
+}
+
+/// All evidence, one layer each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Layers {
+    /// Layer 1.
+    pub path: Layer<PathEvidence>,
+    /// Layer 2.
+    pub app: Layer<AppEvidence>,
+    /// Layer 3.
+    pub packets: Layer<PacketEvidence>,
+    /// Layer 4.
+    pub sockets: Layer<SocketEvidence>,
+}
+
+impl Layers {
+    /// The status of one layer.
+    pub fn status(&self, l: LayerName) -> LayerStatus {
+        match l {
+            LayerName::Path => self.path.status,
+            LayerName::App => self.app.status,
+            LayerName::Packets => self.packets.status,
+            LayerName::Sockets => self.sockets.status,
+        }
+    }
+    /// The reason of one layer (when not ok).
+    pub fn reason(&self, l: LayerName) -> Option<&str> {
+        match l {
+            LayerName::Path => self.path.reason.as_deref(),
+            LayerName::App => self.app.reason.as_deref(),
+            LayerName::Packets => self.packets.reason.as_deref(),
+            LayerName::Sockets => self.sockets.reason.as_deref(),
+        }
+    }
+}

@@ -1,0 +1,655 @@
+//! The orchestration: runs the four layers against a URL and assembles the [`Diagnosis`].
+//!
+//! 1. path: SYN ping idle; `route` when the target is more than one hop away (or silent).
+//! 2. app: load at c=1 (sequential keep-alive), then at c=N.
+//! 3. packets: capture during the c=N run, in the namespace that owns the target address
+//!    when it is on this machine, then the packet crate's streaming analyzer.
+//! 4. sockets: during the c=N run, the server process's sockets (found by its listener on
+//!    the target port) and its config lens; skipped when the server is not on this machine.
+//!
+//! A layer whose engine fails or lacks a privilege says so in its status; nothing is faked.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use lagtrace_netns::NetNs;
+
+use crate::adapters;
+use crate::evidence::{
+    AppEvidence, Layer, Layers, PacketEvidence, PathEvidence, SocketEvidence, Target,
+};
+use crate::{Diagnosis, Settings};
+
+/// Default connections of the concurrent run.
+pub const DEFAULT_CONCURRENCY: u32 = 32;
+/// Default load budget (c=1 and c=N together); the whole diagnosis stays under ~15 s.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(7);
+/// Packets the capture keeps at most (it stops counting after that; the load goes on).
+pub const MAX_CAPTURE_PACKETS: u64 = 200_000;
+
+/// What to diagnose and how.
+#[derive(Debug, Clone)]
+pub struct DiagnoseOptions {
+    /// `http://host[:port]/path` (https works for the app layer; packets see no HTTP then).
+    pub url: String,
+    /// Connections of the concurrent run.
+    pub concurrency: u32,
+    /// Load budget: c=1 gets 30%, c=N 70%.
+    pub duration: Duration,
+    /// Request timeout of the load.
+    pub timeout: Duration,
+    /// Set to stop early (Ctrl-C): each running step ends and the diagnosis covers what ran.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl DiagnoseOptions {
+    /// Defaults: c=32, 7 s of load, 2 s request timeout.
+    pub fn new(url: &str) -> DiagnoseOptions {
+        DiagnoseOptions {
+            url: url.into(),
+            concurrency: DEFAULT_CONCURRENCY,
+            duration: DEFAULT_DURATION,
+            timeout: Duration::from_secs(2),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// A step of the diagnosis, for progress output.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// A layer step starts (one line: what it does).
+    Start(String),
+    /// A layer step ended (one line: what it found, or why it did not run).
+    Done(String),
+}
+
+/// Where the server behind the target address lives, as far as this machine can tell.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerLocation {
+    /// The address is local to this namespace (loopback or one of its interfaces).
+    Here,
+    /// The address belongs to a namespace under /run/netns.
+    Namespace(String),
+    /// Neither: another host (or a namespace lagtrace cannot see).
+    Elsewhere,
+    /// Not here, and some namespaces could not be entered (why: the first error).
+    Unknown(String),
+}
+
+/// The addresses of the calling thread's network namespace (getifaddrs: netlink, per thread).
+fn local_addrs() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free with freeifaddrs below; we only
+    // read `ifa_addr` according to its family.
+    unsafe {
+        if libc::getifaddrs(&mut head) != 0 {
+            return out;
+        }
+        let mut p = head;
+        while !p.is_null() {
+            let a = (*p).ifa_addr;
+            if !a.is_null() {
+                match i32::from((*a).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*(a as *const libc::sockaddr_in);
+                        out.push(IpAddr::from(
+                            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                        ));
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*(a as *const libc::sockaddr_in6);
+                        out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
+                    }
+                    _ => {}
+                }
+            }
+            p = (*p).ifa_next;
+        }
+        libc::freeifaddrs(head);
+    }
+    out
+}
+
+/// Whether `addr` is an address of the calling thread's namespace. (Binding to it is no
+/// test: a namespace being set up, with `lo` down and no address yet, accepts any bind.)
+fn is_local(addr: IpAddr) -> bool {
+    addr.is_loopback() || local_addrs().contains(&addr)
+}
+
+/// Finds the namespace that owns `addr`: this one, a named one, or none.
+pub fn locate(addr: IpAddr) -> ServerLocation {
+    if is_local(addr) {
+        return ServerLocation::Here;
+    }
+    let mut failed = None;
+    for n in lagtrace_netns::list_named() {
+        match NetNs::Named(n.clone()).run(|| is_local(addr)) {
+            Ok(true) => return ServerLocation::Namespace(n),
+            Ok(false) => {}
+            Err(e) => {
+                failed.get_or_insert(e.to_string());
+            }
+        }
+    }
+    match failed {
+        Some(e) => ServerLocation::Unknown(e),
+        None => ServerLocation::Elsewhere,
+    }
+}
+
+/// Splits an http(s) URL into host, port and address.
+pub fn parse_target(url: &str) -> Result<(Target, SocketAddr)> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .with_context(|| format!("{url:?}: expected http://host[:port]/path"))?;
+    let default_port = match scheme {
+        "http" => 80,
+        "https" => 443,
+        s => bail!("{url:?}: unsupported scheme {s:?} (http or https)"),
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    if authority.is_empty() {
+        bail!("{url:?}: no host");
+    }
+    if authority.starts_with(':') {
+        bail!("{url:?}: no host");
+    }
+    let (host, port) = if let Some(r) = authority.strip_prefix('[') {
+        let (h, tail) = r
+            .split_once(']')
+            .with_context(|| format!("{url:?}: missing ']'"))?;
+        let port = match tail.strip_prefix(':') {
+            Some(p) => lagtrace_probe::parse_port(p)?,
+            None => default_port,
+        };
+        (h.to_string(), port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), lagtrace_probe::parse_port(p)?),
+            None => (authority.to_string(), default_port),
+        }
+    };
+    let addr = (host.as_str(), port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve host {host:?}"))?
+        .next()
+        .with_context(|| format!("cannot resolve host {host:?}: no address"))?;
+    Ok((
+        Target {
+            url: url.into(),
+            host,
+            addr: addr.ip().to_string(),
+            port,
+        },
+        addr,
+    ))
+}
+
+fn ping(
+    target: SocketAddr,
+    count: u32,
+    interval_ms: u64,
+    stop: &AtomicBool,
+) -> Result<lagtrace_probe::PingReport> {
+    let mut o = lagtrace_probe::PingOptions::new(target);
+    o.count = count;
+    o.interval = Duration::from_millis(interval_ms);
+    o.timeout = Duration::from_millis(800);
+    lagtrace_probe::ping(&o, stop)
+}
+
+/// Runs the whole diagnosis. `Err` only when it cannot start (bad URL, unresolvable host);
+/// everything the layers measure, failures included, is in the returned [`Diagnosis`].
+pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis> {
+    let t0 = Instant::now();
+    let (target, sa) = parse_target(&opts.url)?;
+    if opts.concurrency == 0 {
+        bail!("concurrency must be at least 1");
+    }
+    if opts.duration < Duration::from_millis(500) {
+        bail!("duration must be at least 500ms");
+    }
+    let stop = &*opts.stop;
+    let location = locate(sa.ip());
+
+    // ---- 1. path, idle ---------------------------------------------------------------
+    progress(Step::Start(format!("path: SYN ping {sa} (idle)")));
+    let mut path = PathEvidence::default();
+    let path_err;
+    match ping(sa, 5, 60, stop) {
+        Ok(r) => {
+            path.method = adapters::path::method(&r);
+            path.idle = Some(adapters::path::rtt_stats(&r));
+            path.reached = adapters::path::reached(&r);
+            path.port_open = adapters::path::port_open(&r);
+            if let Some(n) = &r.note {
+                path.notes.push(n.clone());
+            }
+            let hops = adapters::path::hops_away(&r);
+            if !path.reached || hops.is_some_and(|h| h > 0) {
+                progress(Step::Start(format!("path: route to {}", sa.ip())));
+                let mut ro = lagtrace_probe::RouteOptions::new(sa.ip());
+                ro.port = sa.port();
+                ro.max_ttl = 16;
+                ro.timeout = Duration::from_millis(800);
+                match lagtrace_probe::route(&ro) {
+                    Ok(rr) => path.hops = adapters::path::hops(&rr),
+                    Err(e) => path.notes.push(format!("route: {e:#}")),
+                }
+            }
+            path_err = None;
+        }
+        Err(e) => path_err = Some(format!("{e:#}")),
+    }
+    let idle_line = match (&path_err, &path.idle) {
+        (Some(e), _) => format!("path: unavailable: {e}"),
+        (None, Some(i)) if i.received > 0 => format!(
+            "path: SYN RTT p50 {} ({}/{} answered{})",
+            lagtrace_model::Micros(i.p50_us),
+            i.received,
+            i.sent,
+            if path.port_open {
+                ""
+            } else {
+                ", port closed (RST)"
+            }
+        ),
+        _ => "path: no reply".into(),
+    };
+    progress(Step::Done(idle_line));
+
+    // ---- 2. app at c=1 -----------------------------------------------------------------
+    let c1_dur = opts.duration.mul_f64(0.3).max(Duration::from_millis(300));
+    let cn_dur = opts
+        .duration
+        .saturating_sub(c1_dur)
+        .max(Duration::from_millis(500));
+    let mut app = AppEvidence::default();
+    let mut app_reason: Option<String> = None;
+    let quick_fail = path_err.is_none() && !path.port_open;
+    progress(Step::Start(format!(
+        "app: c=1, sequential keep-alive requests for {:.1} s",
+        c1_dur.as_secs_f64()
+    )));
+    let mut lo = lagtrace_load::LoadOptions::new(&opts.url);
+    lo.connections = 1;
+    lo.threads = 1;
+    lo.duration = Some(c1_dur);
+    lo.timeout = opts.timeout;
+    lo.connect_timeout = Duration::from_secs(1);
+    let c1_ok = match lagtrace_load::run(&lo, None, stop) {
+        Ok(r) => {
+            let run = adapters::app::run(1, &r);
+            let ok = run.requests > 0;
+            progress(Step::Done(format!(
+                "app: c=1 p50 {} ({} requests)",
+                lagtrace_model::Micros(run.latency.p50_us),
+                run.requests
+            )));
+            app.c1 = Some(run);
+            ok
+        }
+        Err(e) => {
+            app.c1 = Some(adapters::app::failed(1));
+            let msg = format!("{e:#}");
+            progress(Step::Done(format!("app: no connection: {msg}")));
+            app_reason = Some(msg);
+            false
+        }
+    };
+
+    let packets: Layer<PacketEvidence>;
+    let sockets: Layer<SocketEvidence>;
+    let mut under_load = None;
+    if !c1_ok || stop.load(Ordering::Relaxed) {
+        let why = if stop.load(Ordering::Relaxed) {
+            "interrupted".to_string()
+        } else if quick_fail {
+            "no connection could be made (the path layer saw the port closed or silent)".into()
+        } else {
+            "no request completed at c=1".into()
+        };
+        packets = Layer::skipped(why.clone());
+        sockets = Layer::skipped(why);
+    } else {
+        // ---- 3+4. c=N with capture, ping under load, socket inspection ----------------
+        let capture = start_capture(&location, sa, progress);
+        let ping_stop = Arc::new(AtomicBool::new(false));
+        let pinger = {
+            let ps = ping_stop.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(400));
+                ping(sa, 10, 300, &ps)
+            })
+        };
+        let insp: Arc<Mutex<Option<Layer<SocketEvidence>>>> = Arc::new(Mutex::new(None));
+        let inspector = {
+            let loc = location.clone();
+            let insp = insp.clone();
+            let port = sa.port();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(1200));
+                let l = inspect_server(&loc, port);
+                *insp.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
+            })
+        };
+        progress(Step::Start(format!(
+            "app: c={} concurrent keep-alive connections for {:.1} s; packets captured, SYN \
+             ping and socket inspection meanwhile",
+            opts.concurrency,
+            cn_dur.as_secs_f64()
+        )));
+        let mut lo = lo.clone();
+        lo.connections = opts.concurrency as usize;
+        lo.threads = (opts.concurrency as usize).clamp(1, 2);
+        lo.duration = Some(cn_dur);
+        match lagtrace_load::run(&lo, None, stop) {
+            Ok(r) => {
+                let run = adapters::app::run(opts.concurrency, &r);
+                progress(Step::Done(format!(
+                    "app: c={} p50 {} p99 {}, {:.0} req/s",
+                    opts.concurrency,
+                    lagtrace_model::Micros(run.latency.p50_us),
+                    lagtrace_model::Micros(run.latency.p99_us),
+                    run.requests_per_sec
+                )));
+                app.cn = Some(run);
+            }
+            Err(e) => {
+                app.cn = Some(adapters::app::failed(opts.concurrency));
+                progress(Step::Done(format!("app: c={}: {e:#}", opts.concurrency)));
+            }
+        }
+        ping_stop.store(true, Ordering::Relaxed);
+        match pinger.join() {
+            Ok(Ok(r)) => under_load = Some(adapters::path::rtt_stats(&r)),
+            Ok(Err(e)) => path.notes.push(format!("SYN ping under load: {e:#}")),
+            Err(_) => path
+                .notes
+                .push("SYN ping under load: thread panicked".into()),
+        }
+        let _ = inspector.join();
+        sockets = insp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_else(|| Layer::error("the inspection thread did not finish"));
+        progress(Step::Start("packets: analysing the capture".into()));
+        packets = finish_capture(capture);
+        progress(Step::Done(match packets.get() {
+            Some(p) => format!(
+                "packets: {} packets, {} streams, {} transactions, {} finding kinds",
+                p.packets,
+                p.streams,
+                p.transactions,
+                p.findings.len()
+            ),
+            None => format!(
+                "packets: {}: {}",
+                packets.status.name(),
+                packets.reason.as_deref().unwrap_or("")
+            ),
+        }));
+        progress(Step::Done(match sockets.get() {
+            Some(s) => format!(
+                "sockets: {} with {} established, TCP_NODELAY off on {}, TCP_CORK on {}",
+                s.server
+                    .as_ref()
+                    .map(|p| format!("{} (pid {})", p.comm, p.pid))
+                    .unwrap_or_else(|| "server".into()),
+                s.established,
+                s.nodelay.off,
+                s.cork.on
+            ),
+            None => format!(
+                "sockets: {}: {}",
+                sockets.status.name(),
+                sockets.reason.as_deref().unwrap_or("")
+            ),
+        }));
+    }
+    path.under_load = under_load;
+
+    let path_layer = match path_err {
+        Some(e) => Layer::unavailable(e),
+        None => Layer::ran(path),
+    };
+    let app_layer = if app.c1.is_none() && app.cn.is_none() {
+        Layer::error(app_reason.unwrap_or_else(|| "no load ran".into()))
+    } else {
+        let mut l = Layer::ran(app);
+        l.reason = app_reason;
+        l
+    };
+    let layers = Layers {
+        path: path_layer,
+        app: app_layer,
+        packets,
+        sockets,
+    };
+    let settings = Settings {
+        concurrency: opts.concurrency,
+        duration_ms: opts.duration.as_millis() as u64,
+    };
+    Ok(Diagnosis::assemble(
+        target,
+        settings,
+        layers,
+        t0.elapsed().as_micros() as u64,
+    ))
+}
+
+struct RunningCapture {
+    handle: lagtrace_packet::capture::CaptureHandle,
+    file: tempfile_path::TempPath,
+    point: String,
+}
+
+/// A temporary file removed on drop (no extra crate: the diagnose crate keeps its deps).
+mod tempfile_path {
+    use std::path::PathBuf;
+
+    /// Removes the file when dropped.
+    pub struct TempPath(pub PathBuf);
+
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// A new unique path under the temp dir (created empty, mode 0600).
+    pub fn new(tag: &str) -> std::io::Result<TempPath> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::env::temp_dir();
+        for i in 0..100u32 {
+            let p = dir.join(format!(
+                "lagtrace-{tag}-{}-{}-{i}.pcap",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0)
+            ));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&p)
+            {
+                Ok(_) => return Ok(TempPath(p)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::other("no free temporary file name"))
+    }
+}
+
+fn start_capture(
+    loc: &ServerLocation,
+    sa: SocketAddr,
+    progress: &dyn Fn(Step),
+) -> Result<RunningCapture, Box<Layer<PacketEvidence>>> {
+    use lagtrace_packet::capture::{Capture, CaptureOptions, route_iface};
+    let (netns, label) = match loc {
+        ServerLocation::Namespace(n) => (NetNs::Named(n.clone()), format!("namespace {n}")),
+        _ => (NetNs::Current, "this namespace".to_string()),
+    };
+    // The interface toward the client (in the server's namespace) or toward the target.
+    let iface = match loc {
+        ServerLocation::Namespace(_) => our_source(sa)
+            .and_then(|src| route_iface(src, &netns))
+            .unwrap_or_else(|| "any".into()),
+        _ => route_iface(sa.ip(), &NetNs::Current).unwrap_or_else(|| "any".into()),
+    };
+    let file =
+        tempfile_path::new("diagnose").map_err(|e| Layer::error(format!("temp file: {e}")))?;
+    let o = CaptureOptions {
+        iface: iface.clone(),
+        filter: Some(format!("tcp port {} and host {}", sa.port(), sa.ip())),
+        snaplen: 160,
+        netns,
+        count: Some(MAX_CAPTURE_PACKETS),
+        output: Some(file.0.clone()),
+        ..CaptureOptions::default()
+    };
+    let point = format!("{iface} in {label}");
+    progress(Step::Start(format!("packets: capturing on {point}")));
+    match Capture::start(&o, None) {
+        Ok(handle) => Ok(RunningCapture {
+            handle,
+            file,
+            point,
+        }),
+        Err(e) => {
+            let msg = format!("{e:#}");
+            if msg.contains("ermission") || msg.contains("CAP_NET_RAW") {
+                Err(Box::new(Layer::unavailable(format!(
+                    "capture needs CAP_NET_RAW (run as root): {msg}"
+                ))))
+            } else {
+                Err(Box::new(Layer::error(format!("capture on {point}: {msg}"))))
+            }
+        }
+    }
+}
+
+/// Our source address toward the target (no packet is sent: UDP connect only routes).
+fn our_source(sa: SocketAddr) -> Option<IpAddr> {
+    let bind: SocketAddr = if sa.is_ipv4() {
+        "0.0.0.0:0".parse().ok()?
+    } else {
+        "[::]:0".parse().ok()?
+    };
+    let s = UdpSocket::bind(bind).ok()?;
+    s.connect(sa).ok()?;
+    s.local_addr().ok().map(|a| a.ip())
+}
+
+fn finish_capture(c: Result<RunningCapture, Box<Layer<PacketEvidence>>>) -> Layer<PacketEvidence> {
+    let c = match c {
+        Ok(c) => c,
+        Err(l) => return *l,
+    };
+    let stats = match c.handle.stop() {
+        Ok(s) => s,
+        Err(e) => return Layer::error(format!("capture: {e:#}")),
+    };
+    let path: PathBuf = c.file.0.clone();
+    let opts = lagtrace_packet::AnalyzeOptions::default();
+    let a = match lagtrace_packet::analyze_file(&path, &opts) {
+        Ok(a) => a,
+        Err(e) => return Layer::error(format!("analysis: {e:#}")),
+    };
+    let mut ev = adapters::packets::evidence(&a, c.point, stats.dropped_by_kernel);
+    // Second pass over the same file, keeping the example stream's packets for its flow.
+    if let Some(s) = adapters::packets::example_stream(&a) {
+        let o2 = lagtrace_packet::AnalyzeOptions {
+            keep_stream: Some(s),
+            ..lagtrace_packet::AnalyzeOptions::default()
+        };
+        if let Ok(a2) = lagtrace_packet::analyze_file(&path, &o2) {
+            ev.example_flow = adapters::packets::flow(&a2, s, 14);
+        }
+    }
+    if a.frames == 0 {
+        let mut l = Layer::ran(ev);
+        l.reason = Some("no packet captured".into());
+        return l;
+    }
+    Layer::ran(ev)
+}
+
+/// Layer 4: the server on `port` where the address lives.
+pub fn inspect_server(loc: &ServerLocation, port: u16) -> Layer<SocketEvidence> {
+    let (netns, label) = match loc {
+        ServerLocation::Here => (NetNs::Current, "current".to_string()),
+        ServerLocation::Namespace(n) => (NetNs::Named(n.clone()), n.clone()),
+        ServerLocation::Unknown(e) => {
+            return Layer::unavailable(format!(
+                "cannot tell whether the server is on this machine: the namespaces under \
+                 /run/netns cannot be entered ({e})"
+            ));
+        }
+        ServerLocation::Elsewhere => {
+            return Layer::skipped(
+                "the server is not on this machine: its address belongs neither to this \
+                 namespace nor to any under /run/netns, so its sockets cannot be inspected",
+            );
+        }
+    };
+    let o = lagtrace_sockets::InspectOptions {
+        netns,
+        port: Some(port),
+        ..lagtrace_sockets::InspectOptions::default()
+    };
+    match lagtrace_sockets::inspect(&o) {
+        Ok(ins) => match adapters::sockets::evidence(&ins, port, &label) {
+            Some(ev) => Layer::ran(ev),
+            None => Layer::skipped(format!(
+                "no listening socket on :{port} in namespace {label}"
+            )),
+        },
+        Err(e) => Layer::unavailable(format!("socket inspection: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_into_targets_and_bad_ones_fail_clearly() {
+        let (t, sa) = parse_target("http://127.0.0.1:8080/x").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("127.0.0.1", 8080));
+        assert_eq!(sa.port(), 8080);
+        assert_eq!(parse_target("http://127.0.0.1/").unwrap().1.port(), 80);
+        assert_eq!(parse_target("https://[::1]/").unwrap().1.port(), 443);
+        for bad in [
+            "127.0.0.1:80",
+            "ftp://x/",
+            "http:///",
+            "http://127.0.0.1:0/",
+        ] {
+            assert!(parse_target(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn loopback_is_here_and_a_foreign_address_is_elsewhere() {
+        assert_eq!(locate("127.0.0.1".parse().unwrap()), ServerLocation::Here);
+        // TEST-NET-1 (RFC 5737) is never assigned; nothing is sent.
+        assert_eq!(
+            locate("192.0.2.77".parse().unwrap()),
+            ServerLocation::Elsewhere
+        );
+    }
+}

@@ -1,0 +1,601 @@
+//! The verdict rules on constructed evidence: evidence in, verdict out. One case per cause,
+//! and the cases that must NOT raise an alarm.
+
+use lagtrace_diagnose::evidence::*;
+use lagtrace_diagnose::{Confidence, Diagnosis, FixSide, Settings, Stance, judge};
+use lagtrace_model::Cause;
+
+fn target() -> Target {
+    Target {
+        url: "http://10.77.0.2:8080/".into(),
+        host: "10.77.0.2".into(),
+        addr: "10.77.0.2".into(),
+        port: 8080,
+    }
+}
+
+fn pct(count: u64, p50: u64, p99: u64) -> Percentiles {
+    Percentiles {
+        count,
+        min_us: p50 / 2,
+        mean_us: p50,
+        p50_us: p50,
+        p90_us: (p50 + p99) / 2,
+        p99_us: p99,
+        p999_us: p99 + p99 / 10,
+        max_us: p99 * 2,
+    }
+}
+
+fn run(c: u32, p50: u64, p99: u64, rps: f64) -> AppRun {
+    AppRun {
+        concurrency: c,
+        requests: (rps * 5.0) as u64,
+        duration_us: 5_000_000,
+        requests_per_sec: rps,
+        latency: pct((rps * 5.0) as u64, p50, p99),
+        distribution: vec![],
+        errors: Errors::default(),
+        first_request: None,
+        later_requests: None,
+    }
+}
+
+fn rtt(p50: u64) -> RttStats {
+    RttStats::from_samples(5, 0, &[p50, p50, p50 + 10, p50 - 5, p50])
+}
+
+fn finding(kind: &str, tx: u64, total: u64, median: u64) -> FindingSummary {
+    FindingSummary {
+        kind: kind.into(),
+        count: tx,
+        transactions: tx,
+        share: tx as f64 / total as f64,
+        median_added_us: median,
+        p99_added_us: median + median / 20,
+        examples: vec![FindingExample {
+            stream: 2,
+            frames: vec![41, 44, 45],
+            time_s: 0.047146,
+            added_us: median,
+            note: "held until the ACK".into(),
+        }],
+    }
+}
+
+/// A healthy lab: veth RTT, fast server, nothing in the packets, NODELAY on.
+fn healthy_layers() -> Layers {
+    Layers {
+        path: Layer::ran(PathEvidence {
+            method: "tcp-syn".into(),
+            idle: Some(rtt(60)),
+            under_load: Some(rtt(140)),
+            hops: vec![],
+            reached: true,
+            port_open: true,
+            notes: vec![],
+        }),
+        app: Layer::ran(AppEvidence {
+            c1: Some(run(1, 110, 300, 8000.0)),
+            cn: Some(run(32, 1_400, 6_000, 22_000.0)),
+        }),
+        packets: Layer::ran(PacketEvidence {
+            capture_point: "veth0".into(),
+            packets: 400_000,
+            dropped: 0,
+            streams: 32,
+            transactions: 100_000,
+            handshake_rtt: Some(pct(32, 70, 200)),
+            server_time: Some(pct(100_000, 90, 900)),
+            findings: vec![],
+            example_flow: None,
+        }),
+        sockets: Layer::ran(SocketEvidence {
+            client: ClientSide::default(),
+            server: Some(ServerProcess {
+                pid: 4242,
+                comm: "nginx".into(),
+                netns: "lab".into(),
+            }),
+            established: 32,
+            nodelay: OptionCount {
+                on: 32,
+                off: 0,
+                unknown: 0,
+            },
+            cork: OptionCount {
+                on: 0,
+                off: 32,
+                unknown: 0,
+            },
+            config: vec![],
+            notes: vec![],
+        }),
+    }
+}
+
+fn nagle_layers() -> Layers {
+    let mut l = healthy_layers();
+    let mut c1 = run(1, 41_200, 42_000, 24.0);
+    c1.first_request = Some(pct(1, 350, 350));
+    c1.later_requests = Some(pct(120, 41_200, 42_000));
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(c1),
+        cn: Some(run(32, 43_900, 48_000, 730.0)),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 3_650;
+    p.server_time = Some(pct(3_650, 150, 2_000));
+    p.findings = vec![
+        finding("nagle-delayed-ack", 3_540, 3_650, 40_800),
+        finding("delayed-ack", 3_540, 3_650, 40_800),
+    ];
+    let s = l.sockets.data.as_mut().unwrap();
+    s.nodelay = OptionCount {
+        on: 0,
+        off: 32,
+        unknown: 0,
+    };
+    s.config = vec![
+        ConfigDirective {
+            name: "tcp_nodelay".into(),
+            value: "off".into(),
+            file: "/run/lagtrace/lab/nginx-latency.conf".into(),
+            line: 12,
+            default: false,
+        },
+        ConfigDirective {
+            name: "sendfile".into(),
+            value: "on".into(),
+            file: "/run/lagtrace/lab/nginx-latency.conf".into(),
+            line: 10,
+            default: false,
+        },
+    ];
+    l
+}
+
+fn texts(j: &lagtrace_diagnose::Judgement) -> String {
+    j.evidence
+        .iter()
+        .map(|e| format!("{:?} {:?} {}\n", e.layer, e.stance, e.text))
+        .collect()
+}
+
+#[test]
+fn healthy_server_is_healthy_with_high_confidence_and_rule_outs() {
+    let j = judge(&target(), &healthy_layers());
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+    assert!(j.verdict.secondary.is_empty());
+    assert_eq!(j.verdict.confidence, Confidence::High);
+    assert!(j.verdict.fix.is_empty());
+    assert!(j.verdict.cost.starts_with("none"), "{}", j.verdict.cost);
+    let t = texts(&j);
+    assert!(t.contains("no queue on the path"), "{t}");
+    assert!(t.contains("no retransmissions"), "{t}");
+    assert!(t.contains("not the application"), "{t}");
+    assert!(j.finding_layers.is_empty());
+}
+
+#[test]
+fn small_or_rare_findings_are_no_alarm() {
+    let mut l = healthy_layers();
+    let p = l.packets.data.as_mut().unwrap();
+    // The final ACK of a few connections delayed; a 4 ms stall on 2%.
+    p.findings = vec![
+        finding("delayed-ack", 30, 100_000, 40_000),
+        finding("nagle-stall", 2_000, 100_000, 4_000),
+        // Tail-loss probes ~5 ms apart on 2% (as in ../shared/case/healthy.pcap).
+        finding("retransmission", 2_000, 100_000, 5_400),
+    ];
+    // A loaded 2-core machine: c=N p50 several ms, SYN RTT a little higher under load.
+    l.app.data.as_mut().unwrap().cn = Some(run(32, 6_000, 25_000, 5_000.0));
+    l.path.data.as_mut().unwrap().under_load = Some(rtt(2_500));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+    assert!(j.verdict.secondary.is_empty(), "{:?}", j.verdict.secondary);
+}
+
+#[test]
+fn healthy_remote_target_says_sockets_skipped_and_lowers_confidence() {
+    let mut l = healthy_layers();
+    l.sockets = Layer::skipped("the server is not on this machine");
+    l.packets = Layer::unavailable("packet engine not built");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy);
+    assert_eq!(j.verdict.confidence, Confidence::Medium);
+    let t = texts(&j);
+    assert!(
+        t.contains("sockets layer skipped: the server is not on this machine"),
+        "{t}"
+    );
+    assert!(t.contains("packets layer unavailable"), "{t}");
+}
+
+#[test]
+fn reference_case_is_nagle_delayed_ack_with_the_config_line() {
+    let j = judge(&target(), &nagle_layers());
+    let v = &j.verdict;
+    assert_eq!(v.cause, Cause::NagleDelayedAck, "{}", texts(&j));
+    assert_eq!(v.confidence, Confidence::High);
+    assert!(v.secondary.is_empty(), "{:?}", v.secondary);
+    // The cost in the user's terms.
+    assert!(v.cost.contains("97%"), "{}", v.cost);
+    assert!(v.cost.contains("40.80ms"), "{}", v.cost);
+    assert!(v.cost.contains("after the first"), "{}", v.cost);
+    assert!(v.cost.contains("350µs"), "{}", v.cost); // first request's latency
+    // The fix names the file and line.
+    let f = &v.fix[0];
+    assert_eq!(f.side, FixSide::Server);
+    assert_eq!(
+        f.location.as_deref(),
+        Some("/run/lagtrace/lab/nginx-latency.conf:12")
+    );
+    assert!(f.change.contains("tcp_nodelay off; → tcp_nodelay on;"));
+    // Client-side alternatives with trade-offs.
+    assert!(v.fix.iter().any(|f| f.side == FixSide::Client
+        && f.change.contains("TCP_QUICKACK")
+        && f.tradeoff.is_some()));
+    assert!(v.fix.iter().any(|f| f.change.contains("quickack 1")));
+    let t = texts(&j);
+    assert!(t.contains("stream 2 frames #41 #44 #45"), "{t}");
+    assert!(t.contains("TCP_NODELAY off on 32/32"), "{t}");
+    assert!(t.contains("nginx-latency.conf:12: tcp_nodelay off;"), "{t}");
+    assert!(t.contains("no queue on the path"), "{t}");
+    assert!(t.contains("not the application"), "{t}");
+    assert!(t.contains("TCP_NODELAY on, delayed ACK on"), "{t}");
+    for l in [LayerName::Packets, LayerName::Sockets, LayerName::App] {
+        assert!(j.finding_layers.contains(&l), "{l:?}");
+    }
+    assert!(!j.finding_layers.contains(&LayerName::Path));
+}
+
+#[test]
+fn nagle_without_config_lens_tells_to_set_nodelay_or_write_once() {
+    let mut l = nagle_layers();
+    let s = l.sockets.data.as_mut().unwrap();
+    s.config.clear();
+    s.server = Some(ServerProcess {
+        pid: 99,
+        comm: "lagtrace".into(),
+        netns: "lab".into(),
+    });
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck);
+    let f = &j.verdict.fix[0];
+    assert!(
+        f.change.contains("lagtrace (pid 99) sets no TCP_NODELAY"),
+        "{}",
+        f.change
+    );
+    assert!(f.change.contains("one call"), "{}", f.change);
+}
+
+#[test]
+fn nagle_is_found_from_packets_alone_when_the_server_is_remote() {
+    let mut l = nagle_layers();
+    l.sockets = Layer::skipped("the server is not on this machine");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck);
+    // Packets + app's 40 ms shape: still corroborated.
+    assert_eq!(j.verdict.confidence, Confidence::High);
+}
+
+#[test]
+fn nagle_without_packets_needs_sockets_and_the_40ms_shape() {
+    let mut l = nagle_layers();
+    l.packets = Layer::unavailable("not built");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck, "{}", texts(&j));
+    // Without packets and sockets, the application's shape alone (first request on a
+    // connection fast, later ones ~40 ms) still points at it, at low confidence.
+    l.sockets = Layer::skipped("remote");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck, "{}", texts(&j));
+    assert_eq!(j.verdict.confidence, Confidence::Low);
+    assert!(texts(&j).contains("run as root"), "{}", texts(&j));
+    assert!(
+        texts(&j).contains("packets layer unavailable"),
+        "{}",
+        texts(&j)
+    );
+    // A server that takes 41 ms on every request, the first included, is slow, not Nagle.
+    let c1 = l.app.data.as_mut().unwrap().c1.as_mut().unwrap();
+    c1.first_request = Some(pct(1, 41_000, 41_000));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
+    assert!(j.verdict.confidence < Confidence::High);
+}
+
+#[test]
+fn think_time_is_slow_server_not_a_network_cause() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 25_300, 31_000, 39.0)),
+        cn: Some(run(32, 25_600, 33_000, 1_240.0)),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 6_000;
+    p.server_time = Some(pct(6_000, 25_100, 30_500));
+    p.findings = vec![finding("slow-server", 6_000, 6_000, 25_000)];
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
+    assert!(j.verdict.cost.contains("25.30ms") || j.verdict.cost.contains("25.10ms"));
+    assert!(j.verdict.fix[0].change.contains("profile"));
+    let t = texts(&j);
+    assert!(t.contains("no queue on the path"), "{t}");
+    assert!(t.contains("no retransmissions"), "{t}");
+}
+
+#[test]
+fn server_time_dominating_keeps_network_causes_secondary() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 80_000, 90_000, 12.0)),
+        cn: Some(run(32, 95_000, 300_000, 330.0)),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 1_650;
+    p.server_time = Some(pct(1_650, 80_000, 90_000));
+    // Some retransmissions (2% × 210 ms ≈ 4 ms per request) and a small RTT rise.
+    p.findings = vec![finding("retransmission", 33, 1_650, 210_000)];
+    l.path.data.as_mut().unwrap().under_load = Some(rtt(14_000));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
+    assert!(j.verdict.secondary.contains(&Cause::PacketLoss));
+    assert!(j.verdict.secondary.contains(&Cause::PathQueueing));
+}
+
+#[test]
+fn cork_held_responses_are_tcp_cork_not_slow_server() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 200_900, 202_000, 5.0)),
+        cn: Some(run(32, 201_000, 204_000, 159.0)),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 800;
+    p.server_time = Some(pct(800, 200_500, 201_500));
+    p.findings = vec![
+        finding("tcp-cork", 790, 800, 200_300),
+        finding("slow-server", 800, 800, 200_500),
+    ];
+    let s = l.sockets.data.as_mut().unwrap();
+    s.server = Some(ServerProcess {
+        pid: 7,
+        comm: "lagtrace".into(),
+        netns: "lab".into(),
+    });
+    s.cork = OptionCount {
+        on: 32,
+        off: 0,
+        unknown: 0,
+    };
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::TcpCork, "{}", texts(&j));
+    assert_eq!(j.verdict.confidence, Confidence::High);
+    assert!(!j.verdict.secondary.contains(&Cause::SlowServer));
+    assert!(j.verdict.fix[0].change.contains("TCP_CORK"));
+    assert!(texts(&j).contains("TCP_CORK set on 32/32"));
+    assert!(
+        texts(&j).contains("is the tcp-cork hold, not the server's own work"),
+        "{}",
+        texts(&j)
+    );
+    assert!(!texts(&j).contains("not the application"), "{}", texts(&j));
+}
+
+#[test]
+fn responses_at_the_cork_ceiling_are_tcp_cork_without_socket_evidence() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 208_000, 208_300, 4.8)),
+        cn: Some(run(32, 211_000, 213_000, 150.0)),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 450;
+    p.server_time = Some(pct(450, 207_000, 209_000));
+    // The analyzer flagged the cork release on a couple of transactions only.
+    p.findings = vec![
+        finding("tcp-cork", 2, 450, 207_000),
+        finding("slow-server", 32, 450, 55_000),
+    ];
+    l.sockets = Layer::skipped("the server is not on this machine");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::TcpCork, "{}", texts(&j));
+    assert!(texts(&j).contains("200 ms TCP_CORK ceiling"));
+    // A server that really thinks 120 ms stays a slow server.
+    let p = l.packets.data.as_mut().unwrap();
+    p.server_time = Some(pct(450, 120_000, 125_000));
+    l.app.data.as_mut().unwrap().c1 = Some(run(1, 120_300, 125_000, 8.0));
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::SlowServer);
+}
+
+#[test]
+fn retransmissions_are_packet_loss() {
+    let mut l = healthy_layers();
+    let mut cn = run(32, 1_100, 215_000, 15_000.0);
+    cn.errors.timeout = 0;
+    l.app.data.as_mut().unwrap().cn = Some(cn);
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 75_000;
+    p.findings = vec![finding("retransmission", 2_600, 75_000, 208_000)];
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::PacketLoss, "{}", texts(&j));
+    // The packets show it; the application's tail corroborates it.
+    assert_eq!(j.verdict.confidence, Confidence::High, "{}", texts(&j));
+    assert!(texts(&j).contains("the tail is the retransmission wait"));
+    assert!(j.verdict.cost.contains("3.5%"), "{}", j.verdict.cost);
+    assert!(
+        j.verdict.cost.contains("p99 215.00ms"),
+        "{}",
+        j.verdict.cost
+    );
+    assert_eq!(j.verdict.fix[0].side, FixSide::Path);
+}
+
+#[test]
+fn syn_retransmits_alongside_data_loss_are_the_same_packet_loss() {
+    let mut l = healthy_layers();
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 14_588;
+    p.findings = vec![
+        finding("syn-retransmit", 3, 14_588, 1_010_000),
+        finding("retransmission", 396, 14_588, 205_000),
+    ];
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::PacketLoss, "{}", texts(&j));
+    assert!(j.verdict.secondary.is_empty(), "{:?}", j.verdict.secondary);
+    assert!(texts(&j).contains("connection setup loses packets too"));
+}
+
+#[test]
+fn rtt_rising_under_load_is_path_queueing_even_if_packets_see_late_responses() {
+    let mut l = healthy_layers();
+    l.path.data.as_mut().unwrap().under_load = Some(rtt(120_000));
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 5_400, 7_000, 180.0)),
+        cn: Some(run(32, 130_000, 180_000, 240.0)),
+    });
+    // Captured after the queue: the first response byte is late too.
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 1_200;
+    p.server_time = Some(pct(1_200, 110_000, 150_000));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::PathQueueing, "{}", texts(&j));
+    assert!(!j.verdict.secondary.contains(&Cause::SlowServer));
+    assert!(j.verdict.cost.contains("119."), "{}", j.verdict.cost);
+    assert!(texts(&j).contains("SYN RTT p50 60µs idle → 120.00ms under load"));
+    assert!(j.finding_layers.contains(&LayerName::Path));
+}
+
+#[test]
+fn a_syn_rtt_rise_the_application_does_not_feel_is_no_queue() {
+    let mut l = healthy_layers();
+    // A probe delayed 8 ms on a busy CPU while c=N p50 stays at 1.4 ms.
+    l.path.data.as_mut().unwrap().under_load = Some(rtt(8_000));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+}
+
+#[test]
+fn closed_port_is_unreachable_with_the_rst() {
+    let mut l = healthy_layers();
+    let mut idle = RttStats::from_samples(3, 3, &[55, 60, 58]);
+    idle.rst = 3;
+    l.path = Layer::ran(PathEvidence {
+        method: "tcp-syn".into(),
+        idle: Some(idle),
+        under_load: None,
+        hops: vec![],
+        reached: true,
+        port_open: false,
+        notes: vec![],
+    });
+    let mut c1 = run(1, 0, 0, 0.0);
+    c1.requests = 0;
+    c1.errors.connect = 1;
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(c1),
+        cn: None,
+    });
+    l.packets = Layer::skipped("no connection to capture");
+    l.sockets = Layer::skipped("nothing listens on the port");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Unreachable, "{}", texts(&j));
+    assert_eq!(j.verdict.confidence, Confidence::High);
+    assert!(texts(&j).contains("3 RST to 3 SYN probes"), "{}", texts(&j));
+    assert!(texts(&j).contains("nothing listens on port 8080"));
+}
+
+#[test]
+fn silent_address_is_unreachable_with_path_evidence() {
+    let mut l = healthy_layers();
+    l.path = Layer::ran(PathEvidence {
+        method: "tcp-syn".into(),
+        idle: Some(RttStats::from_samples(3, 0, &[])),
+        under_load: None,
+        hops: vec![],
+        reached: false,
+        port_open: false,
+        notes: vec![],
+    });
+    l.app = Layer::skipped("the path layer found no way to the target");
+    l.packets = Layer::skipped("no connection to capture");
+    l.sockets = Layer::skipped("no server");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Unreachable);
+    assert!(
+        texts(&j).contains("no reply to 3 SYN probes"),
+        "{}",
+        texts(&j)
+    );
+    assert!(j.verdict.summary.contains("does not answer"));
+}
+
+#[test]
+fn syn_retransmits_are_syn_drop_and_zero_window_is_receive_window() {
+    let mut l = healthy_layers();
+    l.packets.data.as_mut().unwrap().findings =
+        vec![finding("syn-retransmit", 12, 100_000, 1_000_000)];
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::SynDrop);
+    let mut l = healthy_layers();
+    l.packets.data.as_mut().unwrap().findings =
+        vec![finding("zero-window", 20_000, 100_000, 15_000)];
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::ReceiveWindow);
+}
+
+#[test]
+fn diagnosis_json_has_the_stable_schema_and_finding_statuses() {
+    let d = Diagnosis::assemble(
+        target(),
+        Settings {
+            concurrency: 32,
+            duration_ms: 10_000,
+        },
+        nagle_layers(),
+        9_800_000,
+    );
+    let v: serde_json::Value = serde_json::to_value(&d).unwrap();
+    assert_eq!(v["verdict"]["cause"], "nagle-delayed-ack");
+    assert_eq!(v["verdict"]["confidence"], "high");
+    assert!(v["verdict"]["secondary"].is_array());
+    assert!(v["verdict"]["cost"].as_str().unwrap().contains("97%"));
+    assert!(v["verdict"]["fix"][0]["change"].is_string());
+    assert_eq!(v["layers"]["packets"]["status"], "finding");
+    assert_eq!(v["layers"]["path"]["status"], "ok");
+    assert_eq!(v["layers"]["sockets"]["status"], "finding");
+    assert!(v["layers"]["app"]["data"]["cn"]["latency"]["p50_us"].is_u64());
+    assert!(
+        v["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["stance"] == "rules-out")
+    );
+    // Round trip: a saved diagnosis is a baseline.
+    let back: Diagnosis = serde_json::from_value(v).unwrap();
+    assert_eq!(back, d);
+}
+
+#[test]
+fn verify_compares_p50_p99_and_rate() {
+    let before = Diagnosis::assemble(target(), Settings::default(), nagle_layers(), 1);
+    let after = Diagnosis::assemble(target(), Settings::default(), healthy_layers(), 1);
+    let v = after.compare_with(&before, "saved.json");
+    assert_eq!(v.before_cause, Cause::NagleDelayedAck);
+    assert_eq!(v.after_cause, Cause::Healthy);
+    let p50 = v
+        .rows
+        .iter()
+        .find(|r| r.run == "c=32" && r.metric == "p50")
+        .unwrap();
+    assert!(p50.improvement > 10.0, "{p50:?}");
+    let rps = v
+        .rows
+        .iter()
+        .find(|r| r.run == "c=32" && r.metric == "req/s")
+        .unwrap();
+    assert!(rps.improvement > 10.0);
+    assert!(after.evidence.iter().all(|e| e.stance != Stance::Supports));
+}

@@ -1,0 +1,567 @@
+//! `lagtrace diagnose` end to end against real servers in lab namespaces (needs root):
+//! the reference case with real nginx, the built-in server's faults, unreachable targets and
+//! a server lagtrace cannot inspect. Every lab, route, qdisc, nft table and process is
+//! removed by a guard, also when a test fails.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lagtrace_lab::serve::ServeOptions;
+use lagtrace_lab::{Lab, LabOptions, ServerKind};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+
+fn name(test: &str) -> String {
+    format!("dg{test}{}", std::process::id())
+}
+
+/// Runs `lagtrace diagnose URL --json -q ARGS` and returns (exit code, JSON, stderr).
+fn diagnose(url: &str, args: &[&str]) -> (i32, Value, String) {
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .args(["diagnose", url, "--json", "-q"])
+        .args(args)
+        // --verify's state goes to a private directory, not the user's.
+        .env("XDG_STATE_HOME", home.path())
+        .output()
+        .expect("run lagtrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "diagnose {url}: not JSON ({e}): {}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (out.status.code().unwrap_or(-1), json, stderr)
+}
+
+fn cause(j: &Value) -> &str {
+    j["verdict"]["cause"].as_str().unwrap_or("?")
+}
+
+fn evidence(j: &Value) -> String {
+    j["evidence"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| format!("{} {} {}\n", e["stance"], e["layer"], e["text"]))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn show(j: &Value) -> String {
+    serde_json::to_string_pretty(&j["verdict"]).unwrap_or_default()
+        + "\n"
+        + &evidence(j)
+        + &format!(
+            "layers: path {} app {} packets {} sockets {}",
+            j["layers"]["path"]["status"],
+            j["layers"]["app"]["status"],
+            j["layers"]["packets"]["status"],
+            j["layers"]["sockets"]["status"]
+        )
+}
+
+/// A lab with the built-in servers and one extra `lagtrace serve` on port 9000.
+fn builtin_lab(test: &str, opts: ServeOptions) -> (Lab, String) {
+    let lab = Lab::up(&LabOptions::new(&name(test)).server(ServerKind::Builtin)).expect("lab up");
+    lab.start_builtin(Path::new(BIN), 9000, &opts)
+        .expect("start_builtin");
+    let url = format!("http://{}:9000/", lab.server_addr());
+    (lab, url)
+}
+
+fn layer_status<'a>(j: &'a Value, l: &str) -> &'a str {
+    j["layers"][l]["status"].as_str().unwrap_or("?")
+}
+
+#[test]
+fn lab_latency_nginx_is_nagle_with_the_config_line_and_the_fix_verifies() {
+    let lab = Lab::up(&LabOptions::new(&name("ngx"))).expect("lab up");
+    let dir = tempfile::tempdir().unwrap();
+    let before = dir.path().join("before.json");
+    let t = Instant::now();
+    let (code, j, err) = diagnose(&lab.latency_url(), &["--save", before.to_str().unwrap()]);
+    let wall = t.elapsed();
+    assert_eq!(code, 1, "{err}\n{}", show(&j));
+    assert_eq!(cause(&j), "nagle-delayed-ack", "{}", show(&j));
+    // A default diagnose stays within its 15 s budget (generous margin for a loaded CI box).
+    assert!(wall < Duration::from_secs(30), "{wall:?}");
+    // The fix names the config line: cross-check with the file itself.
+    let fix = &j["verdict"]["fix"][0];
+    let loc = fix["location"].as_str().expect("fix location");
+    let (file, line) = loc.rsplit_once(':').expect("file:line");
+    let text = std::fs::read_to_string(file).expect("the named config file exists");
+    let named = text
+        .lines()
+        .nth(line.parse::<usize>().unwrap() - 1)
+        .unwrap();
+    assert!(
+        named.contains("tcp_nodelay") && named.contains("off"),
+        "{loc}: {named}"
+    );
+    assert!(fix["change"].as_str().unwrap().contains("tcp_nodelay on;"));
+    // Every layer ran; packets and sockets hold the finding.
+    for l in ["path", "app", "packets", "sockets"] {
+        assert!(
+            matches!(layer_status(&j, l), "ok" | "finding"),
+            "{l}: {}",
+            show(&j)
+        );
+    }
+    assert_eq!(layer_status(&j, "packets"), "finding");
+    assert_eq!(layer_status(&j, "sockets"), "finding");
+    let share = j["layers"]["packets"]["data"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "nagle-delayed-ack")
+        .map(|f| f["share"].as_f64().unwrap())
+        .unwrap_or(0.0);
+    assert!(share > 0.8, "share {share}");
+    assert!(evidence(&j).contains("TCP_NODELAY off on"), "{}", show(&j));
+
+    // After the fix: healthy, and the verify step shows p50 dropping by more than 10x.
+    lab.fix().expect("lab fix");
+    let report = dir.path().join("after.html");
+    let (code, j, err) = diagnose(
+        &lab.latency_url(),
+        &[
+            "--baseline",
+            before.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}\n{}", show(&j));
+    assert_eq!(cause(&j), "healthy", "{}", show(&j));
+    let rows = j["verify"]["rows"].as_array().expect("verify rows");
+    for run in ["c=1", "c=32"] {
+        let p50 = rows
+            .iter()
+            .find(|r| r["run"] == run && r["metric"] == "p50")
+            .unwrap_or_else(|| panic!("{run} p50 row"));
+        assert!(p50["improvement"].as_f64().unwrap() > 10.0, "{run}: {p50}");
+    }
+    assert_eq!(j["verify"]["before_cause"], "nagle-delayed-ack");
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("id=\"verify\"") && html.contains("c=32 before"));
+}
+
+#[test]
+fn lab_good_nginx_is_healthy() {
+    let lab = Lab::up(&LabOptions::new(&name("good"))).expect("lab up");
+    let (code, j, err) = diagnose(&lab.good_url(), &["-d", "4s"]);
+    assert_eq!(cause(&j), "healthy", "{err}\n{}", show(&j));
+    assert_eq!(code, 0);
+    assert!(j["verdict"]["fix"].as_array().unwrap().is_empty());
+    for l in ["path", "app", "packets", "sockets"] {
+        assert_eq!(layer_status(&j, l), "ok", "{l}: {}", show(&j));
+    }
+    let comm = j["layers"]["sockets"]["data"]["server"]["comm"].as_str();
+    assert_eq!(comm, Some("nginx"));
+}
+
+#[test]
+fn builtin_split_writes_without_nodelay_is_nagle() {
+    let (_lab, url) = builtin_lab(
+        "nagle",
+        ServeOptions {
+            nodelay: false,
+            split_writes: true,
+            ..ServeOptions::default()
+        },
+    );
+    let (_, j, err) = diagnose(&url, &["-d", "4s"]);
+    assert_eq!(cause(&j), "nagle-delayed-ack", "{err}\n{}", show(&j));
+    let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap();
+    assert!(fix.contains("sets no TCP_NODELAY"), "{fix}");
+    assert!(j["layers"]["sockets"]["data"]["nodelay"]["off"].as_u64() > Some(0));
+}
+
+#[test]
+fn builtin_think_time_is_slow_server() {
+    let (_lab, url) = builtin_lab(
+        "think",
+        ServeOptions {
+            think: Duration::from_millis(25),
+            ..ServeOptions::default()
+        },
+    );
+    let (_, j, err) = diagnose(&url, &["-d", "4s"]);
+    assert_eq!(cause(&j), "slow-server", "{err}\n{}", show(&j));
+    // Never a network cause as secondary either: the path and packets are clean.
+    let sec = j["verdict"]["secondary"].as_array().unwrap();
+    assert!(sec.is_empty(), "{}", show(&j));
+}
+
+#[test]
+fn builtin_cork_left_on_is_tcp_cork() {
+    let (_lab, url) = builtin_lab(
+        "cork",
+        ServeOptions {
+            cork: true,
+            ..ServeOptions::default()
+        },
+    );
+    let (_, j, err) = diagnose(&url, &["-d", "4s"]);
+    assert_eq!(cause(&j), "tcp-cork", "{err}\n{}", show(&j));
+    assert!(j["layers"]["sockets"]["data"]["cork"]["on"].as_u64() > Some(0));
+}
+
+#[test]
+fn builtin_with_dropped_packets_is_packet_loss() {
+    let (lab, url) = builtin_lab("loss", ServeOptions::default());
+    lab.drop_percent(3).expect("nft drop");
+    let (_, j, err) = diagnose(&url, &["-d", "4s"]);
+    assert_eq!(cause(&j), "packet-loss", "{err}\n{}", show(&j));
+    assert!(evidence(&j).contains("retransmission"), "{}", show(&j));
+}
+
+#[test]
+fn builtin_behind_a_deep_tbf_queue_is_path_queueing() {
+    let (lab, url) = builtin_lab(
+        "queue",
+        ServeOptions {
+            body_size: 32 * 1024,
+            ..ServeOptions::default()
+        },
+    );
+    // 100 Mbit/s with a 4 MB FIFO: 32 connections of 32 KB responses keep ~1 MB queued.
+    lab.shape(100_000_000, 32_000, 4_000_000).expect("tbf");
+    let (_, j, err) = diagnose(&url, &["-d", "4s"]);
+    assert_eq!(cause(&j), "path-queueing", "{err}\n{}", show(&j));
+    assert_eq!(layer_status(&j, "path"), "finding");
+    let sec = j["verdict"]["secondary"].as_array().unwrap();
+    assert!(!sec.iter().any(|c| c == "slow-server"), "{}", show(&j));
+}
+
+#[test]
+fn builtin_healthy_is_healthy() {
+    let (_lab, url) = builtin_lab("fine", ServeOptions::default());
+    let (code, j, err) = diagnose(&url, &["-d", "4s"]);
+    assert_eq!(cause(&j), "healthy", "{err}\n{}", show(&j));
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn closed_port_is_unreachable_quickly_with_the_rst() {
+    let lab = Lab::up(&LabOptions::new(&name("closed")).server(ServerKind::Builtin)).unwrap();
+    let t = Instant::now();
+    let (code, j, err) = diagnose(&format!("http://{}:9/", lab.server_addr()), &[]);
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(code, 1);
+    assert_eq!(cause(&j), "unreachable", "{err}\n{}", show(&j));
+    assert!(
+        evidence(&j).contains("nothing listens on port 9"),
+        "{}",
+        show(&j)
+    );
+    assert_eq!(j["layers"]["path"]["data"]["port_open"], false);
+    assert_eq!(j["layers"]["path"]["data"]["reached"], true);
+    assert_eq!(layer_status(&j, "packets"), "skipped");
+}
+
+#[test]
+fn silent_address_is_unreachable_quickly_with_path_evidence() {
+    let lab = Lab::up(&LabOptions::new(&name("silent")).server(ServerKind::Builtin)).unwrap();
+    // The lab's /30 holds two hosts; its network address belongs to nobody: SYNs to it go
+    // into the lab's veth, ARP finds no one, nothing answers. Only the lab's own namespace
+    // ever sees these packets.
+    let st = lab.state();
+    let mask = u32::MAX << (32 - u32::from(st.prefix_len));
+    let silent = Ipv4Addr::from(u32::from(lab.server_addr()) & mask);
+    assert_ne!(silent, lab.server_addr());
+    assert_ne!(silent, lab.client_addr());
+    let t = Instant::now();
+    let (code, j, err) = diagnose(&format!("http://{silent}:8080/"), &[]);
+    assert!(t.elapsed() < Duration::from_secs(12), "{:?}", t.elapsed());
+    assert_eq!(code, 1);
+    assert_eq!(cause(&j), "unreachable", "{err}\n{}", show(&j));
+    assert_eq!(j["layers"]["path"]["data"]["reached"], false);
+    assert!(
+        evidence(&j).contains("no reply to 5 SYN probes"),
+        "{}",
+        show(&j)
+    );
+}
+
+/// A server in an unnamed network namespace (held by `unshare -n sleep`), joined to ours
+/// by a veth: on this machine, but invisible under /run/netns, like a remote host.
+struct HiddenServer {
+    holder: Child,
+    server: Option<Child>,
+    veth: String,
+}
+
+impl Drop for HiddenServer {
+    fn drop(&mut self) {
+        if let Some(s) = &mut self.server {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.veth])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn sh(args: &[&str]) {
+    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
+    assert!(st.success(), "{args:?}");
+}
+
+/// Starts `lagtrace serve SERVE_ARGS` in a fresh unnamed namespace; `slot` keeps the
+/// addresses and link names of tests running at once apart. Returns the guard and the URL.
+fn hidden_server(slot: u32, serve_args: &[&str]) -> (HiddenServer, String) {
+    let id = std::process::id();
+    let holder = Command::new("unshare")
+        .args(["-n", "sleep", "120"])
+        .spawn()
+        .expect("unshare");
+    let tag = (id % 100_000) * 10 + slot;
+    let veth = format!("dgh{tag}");
+    let peer = format!("dgp{tag}");
+    let mut hidden = HiddenServer {
+        holder,
+        server: None,
+        veth: veth.clone(),
+    };
+    let ns = format!("/proc/{}/ns/net", hidden.holder.id());
+    std::thread::sleep(Duration::from_millis(200));
+    // 198.18.0.0/15 is reserved for benchmarking networks; these addresses exist only here.
+    let (third, fourth) = ((id % 250) as u8, (slot * 4) as u8);
+    let (ours, theirs) = (
+        format!("198.18.{third}.{}", fourth + 1),
+        format!("198.18.{third}.{}", fourth + 2),
+    );
+    let pid = hidden.holder.id().to_string();
+    sh(&[
+        "ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer, "netns", &pid,
+    ]);
+    sh(&["ip", "addr", "add", &format!("{ours}/30"), "dev", &veth]);
+    sh(&["ip", "link", "set", &veth, "up"]);
+    let net = format!("--net={ns}");
+    let nsenter = |args: &[&str]| {
+        let mut v = vec!["nsenter", net.as_str()];
+        v.extend_from_slice(args);
+        sh(&v);
+    };
+    nsenter(&["ip", "addr", "add", &format!("{theirs}/30"), "dev", &peer]);
+    nsenter(&["ip", "link", "set", &peer, "up"]);
+    nsenter(&["ip", "link", "set", "lo", "up"]);
+    let listen = format!("{theirs}:8080");
+    hidden.server = Some(
+        Command::new("nsenter")
+            .args([net.as_str(), BIN, "serve", "--listen", &listen])
+            .args(serve_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    // Wait for the port.
+    let t = Instant::now();
+    while std::net::TcpStream::connect_timeout(&listen.parse().unwrap(), Duration::from_millis(200))
+        .is_err()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (hidden, format!("http://{listen}/"))
+}
+
+#[test]
+fn hidden_server_verdict_comes_from_the_other_layers_and_sockets_are_skipped() {
+    let (_hidden, url) = hidden_server(1, &["--nodelay", "off", "--split-writes"]);
+    let (_, j, err) = diagnose(&url, &["-d", "4s"]);
+    assert_eq!(
+        layer_status(&j, "sockets"),
+        "skipped",
+        "{err}\n{}",
+        show(&j)
+    );
+    let why = j["layers"]["sockets"]["reason"].as_str().unwrap();
+    assert!(why.contains("not on this machine"), "{why}");
+    assert_eq!(cause(&j), "nagle-delayed-ack", "{}", show(&j));
+    assert_eq!(layer_status(&j, "packets"), "finding");
+}
+
+#[test]
+fn hidden_corked_server_is_tcp_cork_from_the_200ms_ceiling_in_the_packets() {
+    let (_hidden, url) = hidden_server(2, &["--cork"]);
+    let (_, j, err) = diagnose(&url, &["-d", "4s"]);
+    assert_eq!(
+        layer_status(&j, "sockets"),
+        "skipped",
+        "{err}\n{}",
+        show(&j)
+    );
+    assert_eq!(cause(&j), "tcp-cork", "{}", show(&j));
+    assert!(
+        evidence(&j).contains("200 ms TCP_CORK ceiling"),
+        "{}",
+        show(&j)
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    for (url, what) in [
+        ("ftp://127.0.0.1/", "unsupported scheme"),
+        ("http://:80/", "no host"),
+        ("http://127.0.0.1:70000/", "invalid port"),
+    ] {
+        let out = Command::new(BIN).args(["diagnose", url]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{url}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with("lagtrace: error:") && err.contains(what),
+            "{err}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args([
+            "diagnose",
+            "http://127.0.0.1:1/",
+            "--baseline",
+            "/nonexistent/x.json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("baseline"));
+}
+
+#[test]
+fn without_privileges_the_layers_say_which_capability_and_the_app_still_points_at_nagle() {
+    let lab = Lab::up(&LabOptions::new(&name("nopriv"))).expect("lab up");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            BIN,
+            "diagnose",
+            &lab.latency_url(),
+            "--json",
+            "-q",
+            "-d",
+            "3s",
+        ])
+        .env("XDG_STATE_HOME", "/nonexistent")
+        .output()
+        .expect("setpriv (util-linux)");
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    assert_eq!(out.status.code(), Some(1), "{}", show(&j));
+    assert_eq!(layer_status(&j, "packets"), "unavailable", "{}", show(&j));
+    let why = j["layers"]["packets"]["reason"].as_str().unwrap();
+    assert!(why.contains("CAP_NET_RAW"), "{why}");
+    assert_eq!(layer_status(&j, "sockets"), "unavailable", "{}", show(&j));
+    let why = j["layers"]["sockets"]["reason"].as_str().unwrap();
+    assert!(why.contains("CAP_SYS_ADMIN"), "{why}");
+    // Without SYN probes the path layer times connect() instead, and says so.
+    assert_eq!(j["layers"]["path"]["data"]["method"], "connect");
+    // The application's shape (first request fast, later ones ~40 ms) still points at it.
+    assert_eq!(cause(&j), "nagle-delayed-ack", "{}", show(&j));
+    assert_eq!(j["verdict"]["confidence"], "low");
+}
+
+/// A server process started in a namespace, killed on drop.
+struct NsServer(Child);
+
+impl Drop for NsServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_target_two_routers_away_gets_its_route_and_its_server_is_found_in_its_namespace() {
+    // client -> r1 -> r2 -> server, each a namespace (the probe crate's test chain).
+    let chain = lagtrace_probe::testnet::Chain::up("dgroute").expect("chain");
+    let listen = format!("{}:8080", chain.server());
+    let _server = NsServer(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                chain.server_ns(),
+                BIN,
+                "serve",
+                "--listen",
+                &listen,
+            ])
+            .args(["--think", "25"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    let ready = || {
+        Command::new("ip")
+            .args(["netns", "exec", chain.client_ns(), "bash", "-c"])
+            .arg(format!("exec 3<>/dev/tcp/{}/8080", chain.server()))
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let t = Instant::now();
+    while !ready() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Diagnose from the client namespace.
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new("ip")
+        .args(["netns", "exec", chain.client_ns(), BIN, "diagnose"])
+        .arg(format!("http://{listen}/"))
+        .args(["--json", "-q", "-d", "3s"])
+        .env("XDG_STATE_HOME", home.path())
+        .output()
+        .unwrap();
+    let j: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let hops: Vec<String> = j["layers"]["path"]["data"]["hops"]
+        .as_array()
+        .expect("hops")
+        .iter()
+        .map(|h| h["addr"].as_str().unwrap_or("*").to_string())
+        .collect();
+    assert_eq!(
+        hops,
+        [chain.r1(), chain.r2(), chain.server()].map(|a| a.to_string()),
+        "{}",
+        show(&j)
+    );
+    assert_eq!(cause(&j), "slow-server", "{}", show(&j));
+    // The server's namespace was found by its address: sockets and packets come from there.
+    assert_eq!(
+        j["layers"]["sockets"]["data"]["server"]["netns"],
+        chain.server_ns(),
+        "{}",
+        show(&j)
+    );
+    let point = j["layers"]["packets"]["data"]["capture_point"]
+        .as_str()
+        .unwrap();
+    assert!(point.contains(chain.server_ns()), "{point}");
+}

@@ -1,0 +1,233 @@
+//! The self-contained HTML report: one file, inline CSS and SVG, no scripts, no external
+//! assets; readable offline and printable.
+
+use std::fmt::Write as _;
+
+use lagtrace_diagnose::evidence::{LayerName, LayerStatus};
+use lagtrace_diagnose::{Diagnosis, FixSide, Stance};
+use lagtrace_model::Cause;
+
+use crate::svg::{Series, esc, flow_ladder, percentile_chart};
+use crate::text::layer_summary;
+
+const CSS: &str = r#"
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;background:#f4f5f8;color:#1d1f24}
+main{max-width:1000px;margin:0 auto;padding:24px}
+h1{font-size:20px;margin:0 0 4px}
+h2{font-size:16px;margin:28px 0 10px;border-bottom:1px solid #d9dbe2;padding-bottom:4px}
+.sub{color:#666;font-size:13px}
+.verdict{border-radius:10px;padding:18px 22px;margin:16px 0;color:#fff}
+.verdict.bad{background:#b03a2e}.verdict.ok{background:#1e8449}.verdict.down{background:#6c3483}
+.verdict .cause{font-size:28px;font-weight:700;font-family:ui-monospace,"DejaVu Sans Mono",monospace}
+.verdict .conf{font-size:13px;opacity:.9;margin-left:10px}
+.verdict p{margin:6px 0 0;font-size:15px}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:14px}
+th,td{border:1px solid #e0e2e8;padding:6px 9px;text-align:left;vertical-align:top}
+th{background:#eceef3}
+.st{font-family:ui-monospace,"DejaVu Sans Mono",monospace;font-weight:600}
+.st.ok{color:#1e8449}.st.finding{color:#b03a2e}.st.skipped,.st.unavailable{color:#7f8c8d}.st.error{color:#8e44ad}
+ul.ev{list-style:none;padding:0;margin:0;background:#fff;border:1px solid #e0e2e8}
+ul.ev li{padding:6px 10px;border-bottom:1px solid #eef0f4;font-size:14px}
+ul.ev li .tag{display:inline-block;min-width:64px;font-family:ui-monospace,monospace;color:#555}
+ul.ev li.supports::before{content:"+ ";color:#b03a2e;font-weight:700}
+ul.ev li.rules-out::before{content:"− ";color:#1e8449;font-weight:700}
+ul.ev li.note::before{content:"· ";color:#888;font-weight:700}
+code{font-family:ui-monospace,"DejaVu Sans Mono",monospace;background:#eef0f4;padding:1px 4px;border-radius:3px}
+.chart{background:#fff;border:1px solid #e0e2e8;max-width:100%;height:auto}
+.chart .tick{font-size:11px;fill:#555}.chart .axis{font-size:12px;fill:#333}
+.chart .legend{font-size:12px;fill:#222}.chart .host{font-size:13px;font-weight:600;fill:#222}
+.chart .pkt-label{font-size:11px;fill:#222}.chart .pkt-label.hot{fill:#b03a2e;font-weight:700}
+.chart .time{font-size:10.5px;fill:#666;font-family:ui-monospace,monospace}
+.chart .stall-label{font-size:12px;font-weight:700;fill:#b03a2e}
+.better{color:#1e8449;font-weight:600}.worse{color:#b03a2e;font-weight:600}
+footer{color:#888;font-size:12px;margin-top:30px}
+"#;
+
+fn status_class(s: LayerStatus) -> &'static str {
+    s.name()
+}
+
+/// Renders the whole report as one HTML document.
+pub fn html(d: &Diagnosis) -> String {
+    let v = &d.verdict;
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\"><title>lagtrace: {} — {}</title><style>{CSS}</style></head><body><main>",
+        esc(v.cause.code()),
+        esc(&d.target.url)
+    );
+    let _ = write!(
+        o,
+        "<h1>lagtrace diagnose <code>{}</code></h1><div class=\"sub\">{} ({}:{}) · c={} · {:.1} s</div>",
+        esc(&d.target.url),
+        esc(&d.target.host),
+        esc(&d.target.addr),
+        d.target.port,
+        d.settings.concurrency,
+        d.elapsed_us as f64 / 1e6
+    );
+    // Verdict.
+    let class = match v.cause {
+        Cause::Healthy => "ok",
+        Cause::Unreachable => "down",
+        _ => "bad",
+    };
+    let _ = write!(
+        o,
+        "<section class=\"verdict {class}\" id=\"verdict\"><span class=\"cause\">{}</span><span class=\"conf\">confidence {}</span><p>{}</p>",
+        esc(v.cause.code()),
+        v.confidence.name(),
+        esc(&v.summary)
+    );
+    if !v.cost.is_empty() {
+        let _ = write!(o, "<p><b>Cost:</b> {}</p>", esc(&v.cost));
+    }
+    if !v.secondary.is_empty() {
+        let s: Vec<&str> = v.secondary.iter().map(|c| c.code()).collect();
+        let _ = write!(o, "<p><b>Also:</b> {}</p>", esc(&s.join(", ")));
+    }
+    o.push_str("</section>");
+    // Fix.
+    if !v.fix.is_empty() {
+        o.push_str("<h2>Fix</h2><table id=\"fix\"><tr><th>side</th><th>where</th><th>change</th><th>trade-off</th></tr>");
+        for f in &v.fix {
+            let side = match f.side {
+                FixSide::Server => "server",
+                FixSide::Client => "client",
+                FixSide::Path => "path",
+            };
+            let _ = write!(
+                o,
+                "<tr><td>{side}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                f.location
+                    .as_deref()
+                    .map(|l| format!("<code>{}</code>", esc(l)))
+                    .unwrap_or_default(),
+                esc(&f.change),
+                esc(f.tradeoff.as_deref().unwrap_or(""))
+            );
+        }
+        o.push_str("</table>");
+    }
+    // Verify.
+    if let Some(vf) = &d.verify {
+        let _ = write!(
+            o,
+            "<h2>Verify: before → after</h2><p class=\"sub\">baseline {}: <code>{}</code> → <code>{}</code></p><table id=\"verify\"><tr><th>run</th><th>metric</th><th>before</th><th>after</th><th>change</th></tr>",
+            esc(&vf.baseline),
+            vf.before_cause,
+            vf.after_cause
+        );
+        for r in &vf.rows {
+            let (b, a) = if r.metric == "req/s" {
+                (format!("{:.0}", r.before), format!("{:.0}", r.after))
+            } else {
+                (crate::ms(r.before as u64), crate::ms(r.after as u64))
+            };
+            let (cls, ch) = if r.improvement >= 1.0 {
+                ("better", format!("{:.1}× better", r.improvement))
+            } else {
+                (
+                    "worse",
+                    format!("{:.1}× worse", 1.0 / r.improvement.max(1e-9)),
+                )
+            };
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{cls}\">{}</td></tr>",
+                esc(&r.run),
+                esc(&r.metric),
+                esc(&b),
+                esc(&a),
+                esc(&ch)
+            );
+        }
+        o.push_str("</table>");
+    }
+    // Layers.
+    o.push_str("<h2>Layers</h2><table id=\"layers\"><tr><th>layer</th><th>status</th><th>what it measured</th></tr>");
+    for l in LayerName::ALL {
+        let st = d.layers.status(l);
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td class=\"st {}\">{}</td><td>{}</td></tr>",
+            l.name(),
+            status_class(st),
+            st.name(),
+            esc(&layer_summary(d, l))
+        );
+    }
+    o.push_str("</table>");
+    // Percentile chart.
+    let mut series = Vec::new();
+    if let Some(a) = d.layers.app.get() {
+        if let Some(r) = a.c1.as_ref().filter(|r| r.requests > 0) {
+            series.push(Series::of_run("c=1".into(), "#2471a3", false, r));
+        }
+        if let Some(r) = a.cn.as_ref().filter(|r| r.requests > 0) {
+            series.push(Series::of_run(
+                format!("c={}", r.concurrency),
+                "#b03a2e",
+                false,
+                r,
+            ));
+        }
+    }
+    if let Some(b) = d.verify.as_ref().and_then(|v| v.before_app.as_ref()) {
+        for l in series.iter_mut() {
+            l.label.push_str(" after");
+        }
+        if let Some(r) = b.c1.as_ref().filter(|r| r.requests > 0) {
+            series.push(Series::of_run("c=1 before".into(), "#85c1e9", true, r));
+        }
+        if let Some(r) = b.cn.as_ref().filter(|r| r.requests > 0) {
+            series.push(Series::of_run(
+                format!("c={} before", r.concurrency),
+                "#f1948a",
+                true,
+                r,
+            ));
+        }
+    }
+    o.push_str("<h2>Latency by percentile</h2>");
+    if series.is_empty() {
+        o.push_str("<p class=\"sub\">no request completed: nothing to chart</p>");
+    } else {
+        o.push_str(&percentile_chart(&series));
+    }
+    // Flow ladder.
+    if let Some(f) = d.layers.packets.get().and_then(|p| p.example_flow.as_ref()) {
+        let _ = write!(
+            o,
+            "<h2>Flow graph of stream {} ({} → {})</h2>",
+            f.stream,
+            esc(&f.client),
+            esc(&f.server)
+        );
+        o.push_str(&flow_ladder(f));
+    }
+    // Evidence.
+    o.push_str("<h2>Evidence</h2><ul class=\"ev\" id=\"evidence\">");
+    for e in &d.evidence {
+        let cls = match e.stance {
+            Stance::Supports => "supports",
+            Stance::RulesOut => "rules-out",
+            Stance::Note => "note",
+        };
+        let _ = write!(
+            o,
+            "<li class=\"{cls}\"><span class=\"tag\">{}</span> {}</li>",
+            e.layer.name(),
+            esc(&e.text)
+        );
+    }
+    o.push_str("</ul>");
+    let _ = writeln!(
+        o,
+        "<footer>lagtrace {} · JSON schema {} · + supports the verdict, − rules out an alternative, · note</footer></main></body></html>",
+        env!("CARGO_PKG_VERSION"),
+        d.schema
+    );
+    o
+}

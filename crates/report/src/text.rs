@@ -1,0 +1,242 @@
+//! Terminal text: verdict on top, then each layer with its status, then the evidence, the
+//! fix, and the before/after table when verifying.
+
+use std::fmt::Write as _;
+
+use lagtrace_diagnose::evidence::{AppRun, LayerName};
+use lagtrace_diagnose::{Diagnosis, FixSide, Stance};
+
+use crate::ms;
+
+/// One line summing up what a layer measured (or why it did not run).
+pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
+    let layers = &d.layers;
+    let missing = || layers.reason(l).unwrap_or("").to_string();
+    match l {
+        LayerName::Path => match layers.path.get() {
+            None => missing(),
+            Some(p) => {
+                let mut s = String::new();
+                match &p.idle {
+                    Some(i) if i.received > 0 => {
+                        let _ = write!(
+                            s,
+                            "SYN RTT p50 {} idle ({}/{} answered{})",
+                            ms(i.p50_us),
+                            i.received,
+                            i.sent,
+                            if i.rst > 0 { ", RST" } else { "" }
+                        );
+                    }
+                    Some(i) => {
+                        let _ = write!(s, "no reply to {} SYN probes", i.sent);
+                    }
+                    None => s.push_str("no idle probe"),
+                }
+                if let Some(u) = p.under_load.as_ref().filter(|u| u.received > 0) {
+                    let _ = write!(s, ", {} under load", ms(u.p50_us));
+                }
+                if !p.hops.is_empty() {
+                    let answered: Vec<String> = p
+                        .hops
+                        .iter()
+                        .filter_map(|h| h.addr.as_ref().map(|a| format!("{}:{a}", h.ttl)))
+                        .collect();
+                    if answered.is_empty() {
+                        let _ = write!(s, "; route: no hop answered ({} TTLs)", p.hops.len());
+                    } else {
+                        let _ = write!(s, "; route: {}", answered.join(" "));
+                    }
+                }
+                if p.method != "tcp-syn" && !p.method.is_empty() {
+                    let _ = write!(s, " [{}]", p.method);
+                }
+                s
+            }
+        },
+        LayerName::App => match layers.app.get() {
+            None => missing(),
+            Some(a) => {
+                let one = |r: &AppRun| {
+                    if r.requests == 0 {
+                        return format!(
+                            "c={}: no request completed ({} connect, {} timeout, {} read errors)",
+                            r.concurrency, r.errors.connect, r.errors.timeout, r.errors.read
+                        );
+                    }
+                    format!(
+                        "c={} p50 {} p99 {} {:.0} req/s{}",
+                        r.concurrency,
+                        ms(r.latency.p50_us),
+                        ms(r.latency.p99_us),
+                        r.requests_per_sec,
+                        if r.errors.total() > 0 {
+                            format!(", {} errors", r.errors.total())
+                        } else {
+                            String::new()
+                        }
+                    )
+                };
+                let v: Vec<String> = [a.c1.as_ref(), a.cn.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .map(one)
+                    .collect();
+                if v.is_empty() {
+                    "no load run".into()
+                } else {
+                    v.join("; ")
+                }
+            }
+        },
+        LayerName::Packets => match layers.packets.get() {
+            None => missing(),
+            Some(p) => {
+                let mut s = format!(
+                    "{} packets, {} streams, {} transactions",
+                    p.packets, p.streams, p.transactions
+                );
+                for f in &p.findings {
+                    let _ = write!(
+                        s,
+                        "; {} {:.1}% +{}",
+                        f.kind,
+                        f.share * 100.0,
+                        ms(f.median_added_us)
+                    );
+                }
+                if p.findings.is_empty() {
+                    s.push_str("; no findings");
+                }
+                s
+            }
+        },
+        LayerName::Sockets => match layers.sockets.get() {
+            None => format!(
+                "{}; client lagtrace: TCP_NODELAY on, delayed ACK on (like wrk, browsers)",
+                missing()
+            ),
+            Some(so) => {
+                let mut s = match &so.server {
+                    Some(p) => format!("{} (pid {})", p.comm, p.pid),
+                    None => "server process not found".into(),
+                };
+                let _ = write!(
+                    s,
+                    ": {} established, TCP_NODELAY on {}/off {}, TCP_CORK on {}",
+                    so.established, so.nodelay.on, so.nodelay.off, so.cork.on
+                );
+                for c in so.config.iter().filter(|c| !c.default) {
+                    let _ = write!(s, "; {} {} ({}:{})", c.name, c.value, c.file, c.line);
+                }
+                let _ = write!(
+                    s,
+                    "; client lagtrace: TCP_NODELAY {}, delayed ACK {}",
+                    if so.client.nodelay { "on" } else { "off" },
+                    if so.client.quickack {
+                        "off (TCP_QUICKACK)"
+                    } else {
+                        "on"
+                    }
+                );
+                s
+            }
+        },
+    }
+}
+
+/// Renders the diagnosis for a terminal.
+pub fn text(d: &Diagnosis) -> String {
+    let mut o = String::new();
+    let v = &d.verdict;
+    let _ = writeln!(
+        o,
+        "lagtrace diagnose {}  ({:.1} s)\n",
+        d.target.url,
+        d.elapsed_us as f64 / 1e6
+    );
+    let _ = writeln!(
+        o,
+        "VERDICT  {}  (confidence {})",
+        v.cause,
+        v.confidence.name()
+    );
+    let _ = writeln!(o, "  {}", v.summary);
+    if !v.cost.is_empty() {
+        let _ = writeln!(o, "  cost: {}", v.cost);
+    }
+    if !v.secondary.is_empty() {
+        let s: Vec<&str> = v.secondary.iter().map(|c| c.code()).collect();
+        let _ = writeln!(o, "  also: {}", s.join(", "));
+    }
+    let _ = writeln!(o, "\nLAYERS");
+    for l in LayerName::ALL {
+        let _ = writeln!(
+            o,
+            "  {:<8} {:<11} {}",
+            l.name(),
+            d.layers.status(l).name(),
+            layer_summary(d, l)
+        );
+    }
+    if !d.evidence.is_empty() {
+        let _ = writeln!(o, "\nEVIDENCE  (+ supports, - rules out, · note)");
+        for e in &d.evidence {
+            let mark = match e.stance {
+                Stance::Supports => '+',
+                Stance::RulesOut => '-',
+                Stance::Note => '·',
+            };
+            let _ = writeln!(o, "  {mark} [{}] {}", e.layer.name(), e.text);
+        }
+    }
+    if !v.fix.is_empty() {
+        let _ = writeln!(o, "\nFIX");
+        for f in &v.fix {
+            let side = match f.side {
+                FixSide::Server => "server",
+                FixSide::Client => "client",
+                FixSide::Path => "path",
+            };
+            let loc = f
+                .location
+                .as_ref()
+                .map(|l| format!("{l}: "))
+                .unwrap_or_default();
+            let _ = writeln!(o, "  {side:<6} {loc}{}", f.change);
+            if let Some(t) = &f.tradeoff {
+                let _ = writeln!(o, "         trade-off: {t}");
+            }
+        }
+    }
+    if let Some(vf) = &d.verify {
+        let _ = writeln!(
+            o,
+            "\nVERIFY  against {}: {} → {}",
+            vf.baseline, vf.before_cause, vf.after_cause
+        );
+        let _ = writeln!(
+            o,
+            "  {:<6} {:<6} {:>12} {:>12}  change",
+            "run", "metric", "before", "after"
+        );
+        for r in &vf.rows {
+            let (b, a) = if r.metric == "req/s" {
+                (format!("{:.0}", r.before), format!("{:.0}", r.after))
+            } else {
+                (ms(r.before as u64), ms(r.after as u64))
+            };
+            let change = if r.improvement >= 1.0 {
+                format!("{:.1}× better", r.improvement)
+            } else {
+                format!("{:.1}× worse", 1.0 / r.improvement.max(1e-9))
+            };
+            let _ = writeln!(
+                o,
+                "  {:<6} {:<6} {:>12} {:>12}  {}",
+                r.run, r.metric, b, a, change
+            );
+        }
+    }
+    o
+}
