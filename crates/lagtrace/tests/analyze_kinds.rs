@@ -104,23 +104,61 @@ fn read_request(s: &mut TcpStream) -> bool {
 /// Runs `requests` keep-alive requests on one connection; the server answers each with
 /// `respond`. Returns the analysis JSON.
 fn run(requests: usize, respond: fn(&mut TcpStream), setup: fn(&TcpListener)) -> serde_json::Value {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    run_with("127.0.0.1", Client::default(), requests, respond, setup)
+}
+
+/// How the client behaves.
+#[derive(Default, Clone, Copy)]
+struct Client {
+    /// Set TCP_QUICKACK after each request is written (it is not permanent).
+    quickack: bool,
+    /// A new connection for every request (`Connection: close`).
+    close_each: bool,
+}
+
+/// [`run`] on `ip` with a client that behaves as `client` says.
+fn run_with(
+    ip: &'static str,
+    client: Client,
+    requests: usize,
+    respond: fn(&mut TcpStream),
+    setup: fn(&TcpListener),
+) -> serde_json::Value {
+    let l = TcpListener::bind((ip, 0)).unwrap();
     setup(&l);
     let port = l.local_addr().unwrap().port();
     let mut cap = Capture::start(port);
+    let conns = if client.close_each { requests } else { 1 };
     let server = std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        while read_request(&mut s) {
-            respond(&mut s);
+        for _ in 0..conns {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            while read_request(&mut s) {
+                respond(&mut s);
+            }
         }
     });
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    c.set_nodelay(true).unwrap(); // as wrk does
+    let connect = || {
+        let c = TcpStream::connect((ip, port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.set_nodelay(true).unwrap(); // as wrk does
+        c
+    };
+    let mut c = connect();
     let mut buf = vec![0u8; 65536];
-    for _ in 0..requests {
-        c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    for i in 0..requests {
+        if client.close_each && i > 0 {
+            c = connect();
+        }
+        if client.close_each {
+            c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .unwrap();
+        } else {
+            c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        }
+        if client.quickack {
+            setopt(c.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
+        }
         let mut got = Vec::new();
         // Responses say their length in a Content-Length header.
         loop {
@@ -138,6 +176,14 @@ fn run(requests: usize, respond: fn(&mut TcpStream), setup: fn(&TcpListener)) ->
                     break;
                 }
             }
+            if client.quickack {
+                setopt(c.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
+            }
+        }
+        if client.close_each {
+            // The server closes after reading EOF; the client closes first here, as a
+            // `Connection: close` client that has its whole response does.
+            let _ = c.shutdown(std::net::Shutdown::Both);
         }
     }
     drop(c);
@@ -349,4 +395,94 @@ fn receiver_that_does_not_read_shows_zero_window() {
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&t.stdout).trim().is_empty());
+}
+
+fn nagle_response(s: &mut TcpStream) {
+    let (h, b) = response(150, 600);
+    s.write_all(&h).unwrap();
+    s.write_all(&b).unwrap();
+}
+
+fn count(k: &[(String, u64, u64)], name: &str) -> usize {
+    k.iter().filter(|(x, _, _)| x == name).count()
+}
+
+/// The reference case over IPv6 (::1): the same finding.
+#[test]
+fn nagle_delayed_ack_over_ipv6() {
+    if !root() {
+        return;
+    }
+    let an = run_with("::1", Client::default(), 8, nagle_response, no_setup);
+    let k = kinds(&an);
+    assert!(count(&k, "nagle-delayed-ack") >= 6, "{k:?}");
+    assert_eq!(count(&k, "slow-server") + count(&k, "tcp-cork"), 0, "{k:?}");
+}
+
+/// A client that sets TCP_QUICKACK acknowledges the headers at once: Nagle releases the body
+/// immediately and nothing is reported (the fix on the client's side).
+#[test]
+fn quickack_client_has_no_stall() {
+    if !root() {
+        return;
+    }
+    let client = Client {
+        quickack: true,
+        ..Client::default()
+    };
+    let an = run_with("127.0.0.1", client, 8, nagle_response, no_setup);
+    let k = kinds(&an);
+    assert!(k.is_empty(), "{k:?}");
+    assert_eq!(an["transactions_total"].as_u64(), Some(8));
+}
+
+/// `Connection: close`: every request on a new connection, which starts in quick-ACK mode:
+/// no stall, nothing reported.
+#[test]
+fn connection_close_per_request_has_no_stall() {
+    if !root() {
+        return;
+    }
+    let client = Client {
+        close_each: true,
+        ..Client::default()
+    };
+    let an = run_with("127.0.0.1", client, 6, nagle_response, no_setup);
+    let k = kinds(&an);
+    assert!(k.is_empty(), "{k:?}");
+    assert_eq!(an["streams"].as_array().unwrap().len(), 6);
+    assert_eq!(an["transactions_total"].as_u64(), Some(6));
+}
+
+/// TCP_CORK left on with a response larger than the MSS (clamped to 1000 with TCP_MAXSEG on
+/// the listener): the full segments leave at once, the client ACKs them, and the partial tail
+/// waits for the 200 ms ceiling — tcp-cork, though the peer's ACK came in the gap.
+#[test]
+fn cork_holding_only_the_tail_is_tcp_cork() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        3,
+        |s| {
+            setopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CORK, 1);
+            let (h, b) = response(10, 2500);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            s.write_all(&all).unwrap();
+        },
+        |l| setopt(l.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG, 1000),
+    );
+    let k = kinds(&an);
+    let cork: Vec<_> = k.iter().filter(|(k, _, _)| k == "tcp-cork").collect();
+    assert_eq!(cork.len(), 3, "{k:?}");
+    assert!(
+        cork.iter().all(|(_, _, c)| (190_000..300_000).contains(c)),
+        "{k:?}"
+    );
+    assert_eq!(
+        count(&k, "slow-server") + count(&k, "nagle-stall") + count(&k, "nagle-delayed-ack"),
+        0,
+        "{k:?}"
+    );
 }

@@ -423,7 +423,15 @@ struct Dir {
 
 impl Dir {
     fn mss(&self, peer: &Dir) -> u32 {
-        let announced = peer.syn_opts.and_then(|o| o.mss).map(u32::from);
+        // The sender uses the smaller of the peer's MSS option and its own (a TCP_MAXSEG
+        // clamp shows in its own SYN's option, not in the peer's).
+        let announced = match (
+            peer.syn_opts.and_then(|o| o.mss),
+            self.syn_opts.and_then(|o| o.mss),
+        ) {
+            (Some(a), Some(b)) => Some(u32::from(a.min(b))),
+            (a, b) => a.or(b).map(u32::from),
+        };
         match announced {
             // The path may carry less than announced (e.g. IP options, timestamps take 12).
             Some(m) => m.min(self.max_len.max(1).max(m.saturating_sub(40))),
@@ -1021,7 +1029,9 @@ impl Analyzer {
                     let stall_min = (2 * rtt_est_us).max(1_000);
                     let release_tol = (2 * rtt_est_us).max(10_000);
                     let since_other = us(ts - prev_stream_ts);
-                    let peer_spoke_in_gap = live.dirs[r].last_ts > p.ts;
+                    // The peer's pure ACKs may come in the gap: a corked tail's ceiling
+                    // timer (the probe timer, RTO ≥ 200 ms) starts when the head is ACKed.
+                    let peer_data_in_gap = live.dirs[r].last_data.is_some_and(|x| x.ts > p.ts);
                     let nagle = small
                         && !window_limited
                         && gap >= stall_min
@@ -1103,9 +1113,9 @@ impl Analyzer {
                                 a.frame
                             ),
                         });
-                    } else if small && !peer_spoke_in_gap && is_cork_gap(since_other, rtt_est_us) {
+                    } else if small && !peer_data_in_gap && is_cork_gap(since_other, rtt_est_us) {
                         new_findings.push(cork_finding(
-                            stream_id, txn_index, p.frame, frame, p.ts, ts, first_ts, len,
+                            stream_id, txn_index, p.frame, frame, p.ts, ts, first_ts, len, false,
                         ));
                     }
                 } else if small
@@ -1131,6 +1141,7 @@ impl Analyzer {
                         ts,
                         first_ts,
                         len,
+                        true,
                     ));
                 }
                 let end = seq.wrapping_add(len);
@@ -1556,7 +1567,19 @@ fn cork_finding(
     ts: i64,
     first_ts: i64,
     len: u32,
+    whole_response: bool,
 ) -> Finding {
+    let why = if whole_response {
+        format!(
+            "the whole response ({len} B, one partial segment) left {:.1} ms after the request, at the 200 ms TCP_CORK ceiling, with no ACK or new data to explain it; a server that thinks ~200 ms before writing looks the same on the wire (check the server's TCP_CORK with `lagtrace sockets`)",
+            (ts - prev_ts) as f64 / 1e6
+        )
+    } else {
+        format!(
+            "partial {len} B tail sent {:.1} ms after the head of the response, at the 200 ms TCP_CORK ceiling after the stream's last packet, with no new data to explain it",
+            (ts - prev_ts) as f64 / 1e6
+        )
+    };
     Finding {
         kind: kind::TCP_CORK.into(),
         detail: None,
@@ -1566,10 +1589,7 @@ fn cork_finding(
         start_us: (prev_ts - first_ts) / 1000,
         end_us: (ts - first_ts) / 1000,
         cost_us: us(ts - prev_ts),
-        explanation: format!(
-            "partial {len} B segment released {:.1} ms after the stream's previous packet, at the 200 ms TCP_CORK ceiling, with no ACK or new data to explain it",
-            (ts - prev_ts) as f64 / 1e6
-        ),
+        explanation: why,
     }
 }
 
