@@ -454,6 +454,64 @@ fn connection_close_per_request_has_no_stall() {
     assert_eq!(an["transactions_total"].as_u64(), Some(6));
 }
 
+static HICCUP_N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A fast server descheduled once for 15 ms (what a loaded machine does to nginx): not a
+/// slow server.
+#[test]
+fn one_short_hiccup_is_not_slow_server() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        10,
+        |s| {
+            s.set_nodelay(true).unwrap();
+            if HICCUP_N.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 4 {
+                std::thread::sleep(Duration::from_millis(15));
+            }
+            let (h, b) = response(10, 300);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            s.write_all(&all).unwrap();
+        },
+        no_setup,
+    );
+    let k = kinds(&an);
+    assert_eq!(count(&k, "slow-server"), 0, "{k:?}");
+    // The hiccup is still visible in the transaction data.
+    let max = an["transaction_stats"]["max_us"].as_u64().unwrap();
+    assert!(max >= 15_000, "{max}");
+}
+
+/// A consistent 25 ms think time is a slow server on every transaction.
+#[test]
+fn consistent_25ms_think_time_is_slow_server() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        8,
+        |s| {
+            s.set_nodelay(true).unwrap();
+            std::thread::sleep(Duration::from_millis(25));
+            let (h, b) = response(10, 300);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            s.write_all(&all).unwrap();
+        },
+        no_setup,
+    );
+    let k = kinds(&an);
+    assert_eq!(count(&k, "slow-server"), 8, "{k:?}");
+    assert!(
+        k.iter()
+            .filter(|(x, _, _)| x == "slow-server")
+            .all(|(_, _, c)| (24_000..150_000).contains(c)),
+        "{k:?}"
+    );
+}
+
 /// TCP_CORK left on with a response larger than the MSS (clamped to 1000 with TCP_MAXSEG on
 /// the listener): the full segments leave at once, the client ACKs them, and the partial tail
 /// waits for the 200 ms ceiling — tcp-cork, though the peer's ACK came in the gap.

@@ -54,6 +54,11 @@ pub const DELAYED_ACK_MIN_US: u64 = 30_000;
 pub const CORK_CEILING_US: u64 = 200_000;
 /// Minimum server time, before `slow-server` is considered at all.
 pub const SLOW_SERVER_MIN_US: u64 = 10_000;
+/// A server time this long is reported even when it is an exception: below it, a slow
+/// transaction is reported only when at least half of the same server's transactions took
+/// [`SLOW_SERVER_MIN_US`] or more. A loaded machine deschedules a fast server now and then
+/// for a few to a few tens of ms; that is noise, not the server's think time.
+pub const SLOW_SERVER_ALONE_US: u64 = 100_000;
 /// How long a closed stream keeps its state for late packets (retransmitted FINs, final
 /// ACKs): twice Linux's TIME_WAIT.
 pub const CLOSED_LINGER_NS: i64 = 120_000_000_000;
@@ -504,6 +509,14 @@ pub struct Analyzer {
     unknown_linktypes: HashMap<u32, u64>,
     backwards: u64,
     warnings: Vec<String>,
+    /// Per server endpoint: (transactions with a server time, those ≥ SLOW_SERVER_MIN_US).
+    server_times: HashMap<SocketAddr, (u64, u64)>,
+    /// slow-server candidates, decided in [`Analyzer::finish`] once the server's usual time
+    /// is known (kept up to `max_findings`).
+    slow_pending: Vec<(usize, Finding)>,
+    slow_pending_dropped: u64,
+    /// Set while `finish` records the decided slow-server findings.
+    deciding: bool,
 }
 
 impl Default for Analyzer {
@@ -541,6 +554,10 @@ impl Analyzer {
             unknown_linktypes: HashMap::new(),
             backwards: 0,
             warnings: Vec::new(),
+            server_times: HashMap::new(),
+            slow_pending: Vec::new(),
+            slow_pending_dropped: 0,
+            deciding: false,
         }
     }
 
@@ -1184,7 +1201,14 @@ impl Analyzer {
                 if new_txn && retrans.is_none() {
                     if let Some(t) = live.txn.take() {
                         self.transactions_total += 1;
-                        let done = finish_txn(t, far_rtt_us(1 - client), &mut new_findings);
+                        let (done, think) =
+                            finish_txn(t, far_rtt_us(1 - client), &mut new_findings);
+                        let sv = &self.streams[i];
+                        note_server_time(
+                            &mut self.server_times,
+                            if client == 0 { sv.b } else { sv.a },
+                            think,
+                        );
                         self.streams[i].transactions += 1;
                         if self.transactions.len() < self.opts.max_transactions {
                             self.transactions.push(done);
@@ -1359,6 +1383,14 @@ impl Analyzer {
         let Some(k) = kind::ALL.iter().position(|k| *k == f.kind) else {
             return;
         };
+        if f.kind == kind::SLOW_SERVER && !self.deciding {
+            if self.slow_pending.len() < self.opts.max_findings {
+                self.slow_pending.push((i, f));
+            } else {
+                self.slow_pending_dropped += 1;
+            }
+            return;
+        }
         self.counts[k] += 1;
         if self.costs[k].len() < 1_000_000 {
             self.costs[k].push(f.cost_us);
@@ -1400,7 +1432,14 @@ impl Analyzer {
             _ => 0,
         };
         let mut fs = Vec::new();
-        let done = finish_txn(t, far, &mut fs);
+        let (done, think) = finish_txn(t, far, &mut fs);
+        let client = live.client.unwrap_or(0);
+        let sv = &self.streams[i];
+        note_server_time(
+            &mut self.server_times,
+            if client == 0 { sv.b } else { sv.a },
+            think,
+        );
         self.transactions_total += 1;
         self.streams[i].transactions += 1;
         if self.transactions.len() < self.opts.max_transactions {
@@ -1429,6 +1468,35 @@ impl Analyzer {
         // Close open transactions.
         for i in 0..self.lives.len() {
             self.close_txn(i);
+        }
+        // slow-server: now that each server's usual time is known.
+        self.deciding = true;
+        for (i, f) in std::mem::take(&mut self.slow_pending) {
+            let st = &self.streams[i];
+            let server = if st.a_is_client { st.b } else { st.a };
+            let (n, slow) = self.server_times.get(&server).copied().unwrap_or((1, 1));
+            let usual = slow * 2 >= n;
+            if usual || f.cost_us >= SLOW_SERVER_ALONE_US {
+                let mut f = f;
+                f.explanation.push_str(&if usual {
+                    format!(
+                        "; {slow} of this server's {n} transactions took ≥ {} ms",
+                        SLOW_SERVER_MIN_US / 1000
+                    )
+                } else {
+                    format!(
+                        "; an exception: {slow} of this server's {n} transactions took ≥ {} ms",
+                        SLOW_SERVER_MIN_US / 1000
+                    )
+                });
+                self.record(i, f);
+            }
+        }
+        if self.slow_pending_dropped > 0 {
+            self.warnings.push(format!(
+                "{} slow-server candidates beyond --max-findings were not evaluated",
+                self.slow_pending_dropped
+            ));
         }
         self.transactions.sort_by_key(|t| (t.stream, t.index));
         // Marks on kept packets.
@@ -1593,8 +1661,28 @@ fn cork_finding(
     }
 }
 
-fn finish_txn(t: Txn, server_far_rtt_us: u64, out: &mut Vec<Finding>) -> Transaction {
+fn note_server_time(
+    map: &mut HashMap<SocketAddr, (u64, u64)>,
+    server: SocketAddr,
+    think: Option<u64>,
+) {
+    if let Some(th) = think {
+        let e = map.entry(server).or_default();
+        e.0 += 1;
+        e.1 += u64::from(th >= SLOW_SERVER_MIN_US);
+    }
+}
+
+/// Closes a transaction; returns it with the server's think time (server time less the
+/// path RTT seen in it) when it has both a request and a response. A slow-server candidate
+/// goes to `out`; [`Analyzer::finish`] decides it against the server's usual time.
+fn finish_txn(
+    t: Txn,
+    server_far_rtt_us: u64,
+    out: &mut Vec<Finding>,
+) -> (Transaction, Option<u64>) {
     let mut tx = t.t;
+    let mut think_out = None;
     if let Some(rf) = t.resp_first_ts {
         if tx.request_first_frame.is_some() {
             tx.time_to_first_byte_us = Some(us(rf - t.req_first_ts));
@@ -1602,6 +1690,7 @@ fn finish_txn(t: Txn, server_far_rtt_us: u64, out: &mut Vec<Finding>) -> Transac
             let server = us(rf - t.req_last_ts);
             tx.server_time_us = Some(server);
             let think = server.saturating_sub(server_far_rtt_us);
+            think_out = Some(think);
             let total = us(t.resp_last_ts - t.req_first_ts).max(1);
             let corked = t.kinds & kind_bit(kind::TCP_CORK) != 0;
             if !corked && think >= SLOW_SERVER_MIN_US && think * 2 >= total {
@@ -1627,7 +1716,7 @@ fn finish_txn(t: Txn, server_far_rtt_us: u64, out: &mut Vec<Finding>) -> Transac
             }
         }
     }
-    tx
+    (tx, think_out)
 }
 
 fn request_line(p: &[u8]) -> Option<String> {
