@@ -544,3 +544,32 @@ fn cork_holding_only_the_tail_is_tcp_cork() {
         "{k:?}"
     );
 }
+
+/// TCP_NODELAY server that pauses 52 ms between headers and body (a busy or slow server,
+/// not Nagle): the client's delayed ACK of the headers comes at ~40-48 ms, the body a few
+/// ms after it. That coincidence must not be called Nagle or delayed ACK: a Nagle hold is
+/// released while the ACK is processed, within about one RTT.
+#[test]
+fn pause_between_writes_ending_after_a_delayed_ack_is_not_nagle() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        8,
+        |s| {
+            s.set_nodelay(true).unwrap();
+            let (h, b) = response(150, 600);
+            s.write_all(&h).unwrap();
+            std::thread::sleep(Duration::from_millis(52));
+            s.write_all(&b).unwrap();
+        },
+        no_setup,
+    );
+    let k = kinds(&an);
+    assert_eq!(
+        count(&k, "nagle-delayed-ack") + count(&k, "nagle-stall") + count(&k, "delayed-ack"),
+        0,
+        "{k:?}"
+    );
+    assert_eq!(an["transactions_total"].as_u64(), Some(8));
+}

@@ -50,6 +50,9 @@ pub mod kind {
 /// Delayed-ACK threshold: Linux's minimum is 40 ms (`TCP_DELACK_MIN`); 30 ms leaves room
 /// for timer granularity and capture jitter while staying far above a quick ACK.
 pub const DELAYED_ACK_MIN_US: u64 = 30_000;
+/// How long after the releasing ACK (beyond twice the path RTT) held data may still leave
+/// to count as released by it: softirq and timestamping jitter on a busy machine.
+pub const RELEASE_SLACK_US: u64 = 2_000;
 /// TCP_CORK ceiling (Linux: 200 ms).
 pub const CORK_CEILING_US: u64 = 200_000;
 /// Minimum server time, before `slow-server` is considered at all.
@@ -517,6 +520,10 @@ pub struct Analyzer {
     slow_pending_dropped: u64,
     /// Set while `finish` records the decided slow-server findings.
     deciding: bool,
+    /// Per sender: Nagle/delayed-ACK stalls released within about one RTT of their ACK.
+    prompt_releases: HashMap<SocketAddr, u64>,
+    /// Such stalls released later, decided in `finish` (kept up to `max_findings`).
+    late_pending: Vec<(usize, SocketAddr, Finding)>,
 }
 
 impl Default for Analyzer {
@@ -558,6 +565,8 @@ impl Analyzer {
             slow_pending: Vec::new(),
             slow_pending_dropped: 0,
             deciding: false,
+            prompt_releases: HashMap::new(),
+            late_pending: Vec::new(),
         }
     }
 
@@ -961,6 +970,8 @@ impl Analyzer {
         };
         let stream_id = st.stream;
         let mut new_findings: Vec<Finding> = Vec::new();
+        // The stall finding pushed last was released later than about one RTT after its ACK.
+        let mut late_release = false;
         let txn_index = live.txn.as_ref().map(|t| t.t.index);
 
         if f & flags::ACK != 0
@@ -1045,6 +1056,16 @@ impl Analyzer {
                     let gap = us(ts - p.ts);
                     let stall_min = (2 * rtt_est_us).max(1_000);
                     let release_tol = (2 * rtt_est_us).max(10_000);
+                    // Data waiting for an ACK leaves while the kernel processes that ACK (no
+                    // scheduling of the application in between): at the capture point it
+                    // follows within about one path RTT. A later release may be a server's
+                    // own pause that ended near a delayed ACK by chance (seen: a loaded nginx
+                    // with tcp_nodelay on paused 44 ms between two writes and resumed 4 ms
+                    // after the client's delayed ACK, RTT 50 µs) — or a real Nagle hold whose
+                    // sender was slow to run (the reference capture has one released 4.1 ms
+                    // late among 65 released at once). Such a stall is kept only when the
+                    // same sender has stalls released at once (decided in `finish`).
+                    let tight_tol = 2 * rtt_est_us + RELEASE_SLACK_US;
                     let since_other = us(ts - prev_stream_ts);
                     // The peer's pure ACKs may come in the gap: a corked tail's ceiling
                     // timer (the probe timer, RTO ≥ 200 ms) starts when the head is ACKed.
@@ -1096,6 +1117,7 @@ impl Analyzer {
                         }
                         frames.sort_unstable();
                         frames.dedup();
+                        late_release = us(ts - a.ts) > tight_tol;
                         new_findings.push(Finding {
                             kind: k.into(),
                             detail: None,
@@ -1115,6 +1137,7 @@ impl Analyzer {
                         && us(ts - a.ts) <= release_tol
                         && us(ts - a.ts) * 2 <= gap
                     {
+                        late_release = us(ts - a.ts) > tight_tol;
                         new_findings.push(Finding {
                             kind: kind::DELAYED_ACK.into(),
                             detail: None,
@@ -1374,7 +1397,27 @@ impl Analyzer {
             });
         }
 
+        let sender = if d == 0 {
+            self.streams[i].a
+        } else {
+            self.streams[i].b
+        };
         for fnd in new_findings {
+            let stall = [
+                kind::NAGLE_DELAYED_ACK,
+                kind::NAGLE_STALL,
+                kind::DELAYED_ACK,
+            ]
+            .contains(&fnd.kind.as_str());
+            if stall && late_release {
+                if self.late_pending.len() < self.opts.max_findings {
+                    self.late_pending.push((i, sender, fnd));
+                }
+                continue;
+            }
+            if stall {
+                *self.prompt_releases.entry(sender).or_default() += 1;
+            }
             self.record(i, fnd);
         }
     }
@@ -1468,6 +1511,16 @@ impl Analyzer {
         // Close open transactions.
         for i in 0..self.lives.len() {
             self.close_txn(i);
+        }
+        // Stalls released late: kept when their sender is seen to stall for the same cause.
+        for (i, sender, mut f) in std::mem::take(&mut self.late_pending) {
+            let prompt = self.prompt_releases.get(&sender).copied().unwrap_or(0);
+            if prompt > 0 {
+                f.explanation.push_str(&format!(
+                    "; released later than one RTT after the ACK, kept because this sender has {prompt} such stalls released at once"
+                ));
+                self.record(i, f);
+            }
         }
         // slow-server: now that each server's usual time is known.
         self.deciding = true;
