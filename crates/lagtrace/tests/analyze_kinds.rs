@@ -573,3 +573,71 @@ fn pause_between_writes_ending_after_a_delayed_ack_is_not_nagle() {
     );
     assert_eq!(an["transactions_total"].as_u64(), Some(8));
 }
+
+/// Larger responses (MSS clamped to 1000 with TCP_MAXSEG on the listener): headers in one
+/// write, a 1500 B body in another, Nagle on. The body's full segment leaves at once and only
+/// its partial tail is held behind the unacknowledged headers — but the Linux client has then
+/// received more than one full segment's worth and ACKs at once, so the tail leaves within
+/// the RTT: no stall on the wire and nothing to report. (If a stall did happen unnamed, the
+/// latency check below fails.)
+#[test]
+fn larger_response_tail_is_released_by_an_immediate_ack() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        8,
+        |s| {
+            let (h, b) = response(150, 1500);
+            s.write_all(&h).unwrap();
+            s.write_all(&b).unwrap();
+        },
+        |l| setopt(l.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG, 1000),
+    );
+    let k = kinds(&an);
+    assert!(k.is_empty(), "{k:?}");
+    assert_eq!(an["transactions_total"].as_u64(), Some(8));
+    let max = an["transaction_stats"]["max_us"].as_u64().unwrap();
+    assert!(
+        max < 30_000,
+        "a transaction took {max} µs with nothing named"
+    );
+}
+
+/// A server that thinks ~205 ms and then writes a sub-MSS response looks on the wire exactly
+/// like TCP_CORK held from the start (released by the probe timer, RTO ≥ 200 ms, after the
+/// write). Each transaction gets one finding — never both tcp-cork and slow-server — and a
+/// tcp-cork finding must say that a think time looks the same.
+#[test]
+fn think_time_at_the_cork_ceiling_is_named_once_with_the_ambiguity() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        3,
+        |s| {
+            s.set_nodelay(true).unwrap();
+            std::thread::sleep(Duration::from_millis(205));
+            let (h, b) = response(10, 300);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            s.write_all(&all).unwrap();
+        },
+        no_setup,
+    );
+    let f = an["findings"].as_array().unwrap();
+    assert_eq!(f.len(), 3, "{f:?}");
+    for x in f {
+        match x["kind"].as_str().unwrap() {
+            "tcp-cork" => assert!(
+                x["explanation"]
+                    .as_str()
+                    .unwrap()
+                    .contains("thinks ~200 ms"),
+                "{x}"
+            ),
+            "slow-server" => {}
+            other => panic!("{other}: {x}"),
+        }
+    }
+}
