@@ -641,3 +641,79 @@ fn think_time_at_the_cork_ceiling_is_named_once_with_the_ambiguity() {
         }
     }
 }
+
+/// Pipelined requests (two per write, keep-alive) to the Nagle server: the analysis must not
+/// invent anything besides nagle-delayed-ack, and the stalls it names must be real (≥ 30 ms).
+#[test]
+fn pipelined_requests_to_a_nagle_server() {
+    if !root() {
+        return;
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let mut cap = Capture::start(port);
+    let rounds = 5;
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = Vec::new();
+        let mut b = [0u8; 4096];
+        let mut answered = 0;
+        while answered < 2 * rounds {
+            while let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                buf.drain(..p + 4);
+                nagle_response(&mut s);
+                answered += 1;
+            }
+            if answered == 2 * rounds {
+                break;
+            }
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&b[..n]),
+            }
+        }
+    });
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.set_nodelay(true).unwrap();
+    let (h, body) = response(150, 600);
+    let one = h.len() + body.len();
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..rounds {
+        c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut got = 0;
+        while got < 2 * one {
+            let n = c.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got += n;
+        }
+    }
+    drop(c);
+    server.join().unwrap();
+    let file = cap.stop().to_path_buf();
+    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(["analyze", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let an: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let k = kinds(&an);
+    eprintln!("{k:?} {}", an["transaction_stats"]);
+    assert!(
+        k.iter()
+            .all(|(k, _, c)| k == "nagle-delayed-ack" && *c >= 30_000),
+        "{k:?}"
+    );
+    // Rounds after the first stall on the second response's tail or not at all; a round
+    // slower than 30 ms must have been named.
+    let slow_rounds = an["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["time_to_last_byte_us"].as_u64().unwrap_or(0) >= 30_000)
+        .count();
+    let named: std::collections::BTreeSet<u64> = k.iter().map(|(_, t, _)| *t).collect();
+    assert_eq!(slow_rounds, named.len(), "{k:?}");
+}
