@@ -717,3 +717,86 @@ fn pipelined_requests_to_a_nagle_server() {
     let named: std::collections::BTreeSet<u64> = k.iter().map(|(_, t, _)| *t).collect();
     assert_eq!(slow_rounds, named.len(), "{k:?}");
 }
+
+/// A slow reader with a small receive buffer (SO_RCVBUF 4 KiB before connect) downloading
+/// 300 KB, reading 4 KB every 20 ms: the sender keeps filling the window and waiting for it
+/// to open. The receive-window kinds must be named, never Nagle, delayed ACK or cork.
+/// (The kernel also resends the half of a 4 KB segment the tiny buffer did not take: tshark
+/// flags the same frames as retransmissions, so they are not asserted either way.)
+#[test]
+fn slow_reader_with_small_buffer_is_window_limited() {
+    if !root() {
+        return;
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let mut cap = Capture::start(port);
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        if read_request(&mut s) {
+            let (h, b) = response(10, 300_000);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            let _ = s.write_all(&all);
+        }
+    });
+    // The buffer must be set before connect (the window scale is fixed in the SYN).
+    let mut c = unsafe {
+        use std::os::fd::FromRawFd;
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        setopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4096);
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        let rc = libc::connect(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(rc, 0);
+        TcpStream::from_raw_fd(fd)
+    };
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut b = [0u8; 4096];
+    let mut got = 0;
+    let t0 = std::time::Instant::now();
+    while got < 300_000 && t0.elapsed() < Duration::from_secs(8) {
+        match c.read(&mut b) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(c);
+    server.join().unwrap();
+    let file = cap.stop().to_path_buf();
+    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(["analyze", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let an: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let k = kinds(&an);
+    eprintln!("{:?}", an["summary"]);
+    assert!(
+        count(&k, "window-full") + count(&k, "zero-window") >= 5,
+        "{k:?}"
+    );
+    for bad in [
+        "nagle-delayed-ack",
+        "nagle-stall",
+        "delayed-ack",
+        "tcp-cork",
+    ] {
+        assert_eq!(count(&k, bad), 0, "{bad}: {k:?}");
+    }
+}
