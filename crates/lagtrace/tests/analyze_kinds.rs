@@ -719,7 +719,7 @@ fn pipelined_requests_to_a_nagle_server() {
 }
 
 /// A slow reader with a small receive buffer (SO_RCVBUF 4 KiB before connect) downloading
-/// 300 KB, reading 4 KB every 20 ms: the sender keeps filling the window and waiting for it
+/// 300 KB, reading 4 KB every 20 ms (every 8th time 45 ms): the sender keeps filling the window and waiting for it
 /// to open. The receive-window kinds must be named, never Nagle, delayed ACK or cork.
 /// (The kernel also resends the half of a 4 KB segment the tiny buffer did not take: tshark
 /// flags the same frames as retransmissions, so they are not asserted either way.)
@@ -768,13 +768,16 @@ fn slow_reader_with_small_buffer_is_window_limited() {
         .unwrap();
     let mut b = [0u8; 4096];
     let mut got = 0;
+    let mut reads = 0u32;
     let t0 = std::time::Instant::now();
     while got < 300_000 && t0.elapsed() < Duration::from_secs(8) {
         match c.read(&mut b) {
             Ok(0) | Err(_) => break,
             Ok(n) => got += n,
         }
-        std::thread::sleep(Duration::from_millis(20));
+        reads += 1;
+        // Every 8th pause is 45 ms: window updates come ≥ 30 ms late, as a delayed ACK would.
+        std::thread::sleep(Duration::from_millis(if reads % 8 == 0 { 45 } else { 20 }));
     }
     drop(c);
     server.join().unwrap();

@@ -1130,6 +1130,10 @@ impl Analyzer {
                             explanation: why,
                         });
                     } else if gap >= stall_min
+                        // A sender that had filled the window waited for the reader to
+                        // make room: the late ACK is a window update (window-full), not a
+                        // delayed ACK.
+                        && !window_limited
                         && let Some(a) = live.dirs[r].last_new_ack
                         && a.ts >= p.ts
                         && a.no_data
