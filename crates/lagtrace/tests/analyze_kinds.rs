@@ -104,23 +104,61 @@ fn read_request(s: &mut TcpStream) -> bool {
 /// Runs `requests` keep-alive requests on one connection; the server answers each with
 /// `respond`. Returns the analysis JSON.
 fn run(requests: usize, respond: fn(&mut TcpStream), setup: fn(&TcpListener)) -> serde_json::Value {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    run_with("127.0.0.1", Client::default(), requests, respond, setup)
+}
+
+/// How the client behaves.
+#[derive(Default, Clone, Copy)]
+struct Client {
+    /// Set TCP_QUICKACK after each request is written (it is not permanent).
+    quickack: bool,
+    /// A new connection for every request (`Connection: close`).
+    close_each: bool,
+}
+
+/// [`run`] on `ip` with a client that behaves as `client` says.
+fn run_with(
+    ip: &'static str,
+    client: Client,
+    requests: usize,
+    respond: fn(&mut TcpStream),
+    setup: fn(&TcpListener),
+) -> serde_json::Value {
+    let l = TcpListener::bind((ip, 0)).unwrap();
     setup(&l);
     let port = l.local_addr().unwrap().port();
     let mut cap = Capture::start(port);
+    let conns = if client.close_each { requests } else { 1 };
     let server = std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        while read_request(&mut s) {
-            respond(&mut s);
+        for _ in 0..conns {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            while read_request(&mut s) {
+                respond(&mut s);
+            }
         }
     });
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    c.set_nodelay(true).unwrap(); // as wrk does
+    let connect = || {
+        let c = TcpStream::connect((ip, port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.set_nodelay(true).unwrap(); // as wrk does
+        c
+    };
+    let mut c = connect();
     let mut buf = vec![0u8; 65536];
-    for _ in 0..requests {
-        c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    for i in 0..requests {
+        if client.close_each && i > 0 {
+            c = connect();
+        }
+        if client.close_each {
+            c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .unwrap();
+        } else {
+            c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        }
+        if client.quickack {
+            setopt(c.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
+        }
         let mut got = Vec::new();
         // Responses say their length in a Content-Length header.
         loop {
@@ -138,6 +176,14 @@ fn run(requests: usize, respond: fn(&mut TcpStream), setup: fn(&TcpListener)) ->
                     break;
                 }
             }
+            if client.quickack {
+                setopt(c.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
+            }
+        }
+        if client.close_each {
+            // The server closes after reading EOF; the client closes first here, as a
+            // `Connection: close` client that has its whole response does.
+            let _ = c.shutdown(std::net::Shutdown::Both);
         }
     }
     drop(c);
@@ -349,4 +395,411 @@ fn receiver_that_does_not_read_shows_zero_window() {
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&t.stdout).trim().is_empty());
+}
+
+fn nagle_response(s: &mut TcpStream) {
+    let (h, b) = response(150, 600);
+    s.write_all(&h).unwrap();
+    s.write_all(&b).unwrap();
+}
+
+fn count(k: &[(String, u64, u64)], name: &str) -> usize {
+    k.iter().filter(|(x, _, _)| x == name).count()
+}
+
+/// The reference case over IPv6 (::1): the same finding.
+#[test]
+fn nagle_delayed_ack_over_ipv6() {
+    if !root() {
+        return;
+    }
+    let an = run_with("::1", Client::default(), 8, nagle_response, no_setup);
+    let k = kinds(&an);
+    assert!(count(&k, "nagle-delayed-ack") >= 6, "{k:?}");
+    assert_eq!(count(&k, "slow-server") + count(&k, "tcp-cork"), 0, "{k:?}");
+}
+
+/// A client that sets TCP_QUICKACK acknowledges the headers at once: Nagle releases the body
+/// immediately and nothing is reported (the fix on the client's side).
+#[test]
+fn quickack_client_has_no_stall() {
+    if !root() {
+        return;
+    }
+    let client = Client {
+        quickack: true,
+        ..Client::default()
+    };
+    let an = run_with("127.0.0.1", client, 8, nagle_response, no_setup);
+    let k = kinds(&an);
+    assert!(k.is_empty(), "{k:?}");
+    assert_eq!(an["transactions_total"].as_u64(), Some(8));
+}
+
+/// `Connection: close`: every request on a new connection, which starts in quick-ACK mode:
+/// no stall, nothing reported.
+#[test]
+fn connection_close_per_request_has_no_stall() {
+    if !root() {
+        return;
+    }
+    let client = Client {
+        close_each: true,
+        ..Client::default()
+    };
+    let an = run_with("127.0.0.1", client, 6, nagle_response, no_setup);
+    let k = kinds(&an);
+    assert!(k.is_empty(), "{k:?}");
+    assert_eq!(an["streams"].as_array().unwrap().len(), 6);
+    assert_eq!(an["transactions_total"].as_u64(), Some(6));
+}
+
+static HICCUP_N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A fast server descheduled once for 15 ms (what a loaded machine does to nginx): not a
+/// slow server.
+#[test]
+fn one_short_hiccup_is_not_slow_server() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        10,
+        |s| {
+            s.set_nodelay(true).unwrap();
+            if HICCUP_N.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 4 {
+                std::thread::sleep(Duration::from_millis(15));
+            }
+            let (h, b) = response(10, 300);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            s.write_all(&all).unwrap();
+        },
+        no_setup,
+    );
+    let k = kinds(&an);
+    assert_eq!(count(&k, "slow-server"), 0, "{k:?}");
+    // The hiccup is still visible in the transaction data.
+    let max = an["transaction_stats"]["max_us"].as_u64().unwrap();
+    assert!(max >= 15_000, "{max}");
+}
+
+/// A consistent 25 ms think time is a slow server on every transaction.
+#[test]
+fn consistent_25ms_think_time_is_slow_server() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        8,
+        |s| {
+            s.set_nodelay(true).unwrap();
+            std::thread::sleep(Duration::from_millis(25));
+            let (h, b) = response(10, 300);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            s.write_all(&all).unwrap();
+        },
+        no_setup,
+    );
+    let k = kinds(&an);
+    assert_eq!(count(&k, "slow-server"), 8, "{k:?}");
+    assert!(
+        k.iter()
+            .filter(|(x, _, _)| x == "slow-server")
+            .all(|(_, _, c)| (24_000..150_000).contains(c)),
+        "{k:?}"
+    );
+}
+
+/// TCP_CORK left on with a response larger than the MSS (clamped to 1000 with TCP_MAXSEG on
+/// the listener): the full segments leave at once, the client ACKs them, and the partial tail
+/// waits for the 200 ms ceiling — tcp-cork, though the peer's ACK came in the gap.
+#[test]
+fn cork_holding_only_the_tail_is_tcp_cork() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        3,
+        |s| {
+            setopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CORK, 1);
+            let (h, b) = response(10, 2500);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            s.write_all(&all).unwrap();
+        },
+        |l| setopt(l.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG, 1000),
+    );
+    let k = kinds(&an);
+    let cork: Vec<_> = k.iter().filter(|(k, _, _)| k == "tcp-cork").collect();
+    assert_eq!(cork.len(), 3, "{k:?}");
+    assert!(
+        cork.iter().all(|(_, _, c)| (190_000..300_000).contains(c)),
+        "{k:?}"
+    );
+    assert_eq!(
+        count(&k, "slow-server") + count(&k, "nagle-stall") + count(&k, "nagle-delayed-ack"),
+        0,
+        "{k:?}"
+    );
+}
+
+/// TCP_NODELAY server that pauses 52 ms between headers and body (a busy or slow server,
+/// not Nagle): the client's delayed ACK of the headers comes at ~40-48 ms, the body a few
+/// ms after it. That coincidence must not be called Nagle or delayed ACK: a Nagle hold is
+/// released while the ACK is processed, within about one RTT.
+#[test]
+fn pause_between_writes_ending_after_a_delayed_ack_is_not_nagle() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        8,
+        |s| {
+            s.set_nodelay(true).unwrap();
+            let (h, b) = response(150, 600);
+            s.write_all(&h).unwrap();
+            std::thread::sleep(Duration::from_millis(52));
+            s.write_all(&b).unwrap();
+        },
+        no_setup,
+    );
+    let k = kinds(&an);
+    assert_eq!(
+        count(&k, "nagle-delayed-ack") + count(&k, "nagle-stall") + count(&k, "delayed-ack"),
+        0,
+        "{k:?}"
+    );
+    assert_eq!(an["transactions_total"].as_u64(), Some(8));
+}
+
+/// Larger responses (MSS clamped to 1000 with TCP_MAXSEG on the listener): headers in one
+/// write, a 1500 B body in another, Nagle on. The body's full segment leaves at once and only
+/// its partial tail is held behind the unacknowledged headers — but the Linux client has then
+/// received more than one full segment's worth and ACKs at once, so the tail leaves within
+/// the RTT: no stall on the wire and nothing to report. (If a stall did happen unnamed, the
+/// latency check below fails.)
+#[test]
+fn larger_response_tail_is_released_by_an_immediate_ack() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        8,
+        |s| {
+            let (h, b) = response(150, 1500);
+            s.write_all(&h).unwrap();
+            s.write_all(&b).unwrap();
+        },
+        |l| setopt(l.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG, 1000),
+    );
+    let k = kinds(&an);
+    assert!(k.is_empty(), "{k:?}");
+    assert_eq!(an["transactions_total"].as_u64(), Some(8));
+    let max = an["transaction_stats"]["max_us"].as_u64().unwrap();
+    assert!(
+        max < 30_000,
+        "a transaction took {max} µs with nothing named"
+    );
+}
+
+/// A server that thinks ~205 ms and then writes a sub-MSS response looks on the wire exactly
+/// like TCP_CORK held from the start (released by the probe timer, RTO ≥ 200 ms, after the
+/// write). Each transaction gets one finding — never both tcp-cork and slow-server — and a
+/// tcp-cork finding must say that a think time looks the same.
+#[test]
+fn think_time_at_the_cork_ceiling_is_named_once_with_the_ambiguity() {
+    if !root() {
+        return;
+    }
+    let an = run(
+        3,
+        |s| {
+            s.set_nodelay(true).unwrap();
+            std::thread::sleep(Duration::from_millis(205));
+            let (h, b) = response(10, 300);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            s.write_all(&all).unwrap();
+        },
+        no_setup,
+    );
+    let f = an["findings"].as_array().unwrap();
+    assert_eq!(f.len(), 3, "{f:?}");
+    for x in f {
+        match x["kind"].as_str().unwrap() {
+            "tcp-cork" => assert!(
+                x["explanation"]
+                    .as_str()
+                    .unwrap()
+                    .contains("thinks ~200 ms"),
+                "{x}"
+            ),
+            "slow-server" => {}
+            other => panic!("{other}: {x}"),
+        }
+    }
+}
+
+/// Pipelined requests (two per write, keep-alive) to the Nagle server: the analysis must not
+/// invent anything besides nagle-delayed-ack, and the stalls it names must be real (≥ 30 ms).
+#[test]
+fn pipelined_requests_to_a_nagle_server() {
+    if !root() {
+        return;
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let mut cap = Capture::start(port);
+    let rounds = 5;
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = Vec::new();
+        let mut b = [0u8; 4096];
+        let mut answered = 0;
+        while answered < 2 * rounds {
+            while let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                buf.drain(..p + 4);
+                nagle_response(&mut s);
+                answered += 1;
+            }
+            if answered == 2 * rounds {
+                break;
+            }
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&b[..n]),
+            }
+        }
+    });
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.set_nodelay(true).unwrap();
+    let (h, body) = response(150, 600);
+    let one = h.len() + body.len();
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..rounds {
+        c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut got = 0;
+        while got < 2 * one {
+            let n = c.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got += n;
+        }
+    }
+    drop(c);
+    server.join().unwrap();
+    let file = cap.stop().to_path_buf();
+    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(["analyze", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let an: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let k = kinds(&an);
+    eprintln!("{k:?} {}", an["transaction_stats"]);
+    assert!(
+        k.iter()
+            .all(|(k, _, c)| k == "nagle-delayed-ack" && *c >= 30_000),
+        "{k:?}"
+    );
+    // Rounds after the first stall on the second response's tail or not at all; a round
+    // slower than 30 ms must have been named.
+    let slow_rounds = an["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["time_to_last_byte_us"].as_u64().unwrap_or(0) >= 30_000)
+        .count();
+    let named: std::collections::BTreeSet<u64> = k.iter().map(|(_, t, _)| *t).collect();
+    assert_eq!(slow_rounds, named.len(), "{k:?}");
+}
+
+/// A slow reader with a small receive buffer (SO_RCVBUF 4 KiB before connect) downloading
+/// 300 KB, reading 4 KB every 20 ms (every 8th time 45 ms): the sender keeps filling the window and waiting for it
+/// to open. The receive-window kinds must be named, never Nagle, delayed ACK or cork.
+/// (The kernel also resends the half of a 4 KB segment the tiny buffer did not take: tshark
+/// flags the same frames as retransmissions, so they are not asserted either way.)
+#[test]
+fn slow_reader_with_small_buffer_is_window_limited() {
+    if !root() {
+        return;
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let mut cap = Capture::start(port);
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        if read_request(&mut s) {
+            let (h, b) = response(10, 300_000);
+            let mut all = h;
+            all.extend_from_slice(&b);
+            let _ = s.write_all(&all);
+        }
+    });
+    // The buffer must be set before connect (the window scale is fixed in the SYN).
+    let mut c = unsafe {
+        use std::os::fd::FromRawFd;
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        setopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4096);
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        let rc = libc::connect(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(rc, 0);
+        TcpStream::from_raw_fd(fd)
+    };
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut b = [0u8; 4096];
+    let mut got = 0;
+    let mut reads = 0u32;
+    let t0 = std::time::Instant::now();
+    while got < 300_000 && t0.elapsed() < Duration::from_secs(8) {
+        match c.read(&mut b) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+        reads += 1;
+        // Every 8th pause is 45 ms: window updates come ≥ 30 ms late, as a delayed ACK would.
+        std::thread::sleep(Duration::from_millis(if reads % 8 == 0 { 45 } else { 20 }));
+    }
+    drop(c);
+    server.join().unwrap();
+    let file = cap.stop().to_path_buf();
+    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(["analyze", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let an: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let k = kinds(&an);
+    eprintln!("{:?}", an["summary"]);
+    assert!(
+        count(&k, "window-full") + count(&k, "zero-window") >= 5,
+        "{k:?}"
+    );
+    for bad in [
+        "nagle-delayed-ack",
+        "nagle-stall",
+        "delayed-ack",
+        "tcp-cork",
+    ] {
+        assert_eq!(count(&k, bad), 0, "{bad}: {k:?}");
+    }
 }

@@ -50,10 +50,18 @@ pub mod kind {
 /// Delayed-ACK threshold: Linux's minimum is 40 ms (`TCP_DELACK_MIN`); 30 ms leaves room
 /// for timer granularity and capture jitter while staying far above a quick ACK.
 pub const DELAYED_ACK_MIN_US: u64 = 30_000;
+/// How long after the releasing ACK (beyond twice the path RTT) held data may still leave
+/// to count as released by it: softirq and timestamping jitter on a busy machine.
+pub const RELEASE_SLACK_US: u64 = 2_000;
 /// TCP_CORK ceiling (Linux: 200 ms).
 pub const CORK_CEILING_US: u64 = 200_000;
 /// Minimum server time, before `slow-server` is considered at all.
 pub const SLOW_SERVER_MIN_US: u64 = 10_000;
+/// A server time this long is reported even when it is an exception: below it, a slow
+/// transaction is reported only when at least half of the same server's transactions took
+/// [`SLOW_SERVER_MIN_US`] or more. A loaded machine deschedules a fast server now and then
+/// for a few to a few tens of ms; that is noise, not the server's think time.
+pub const SLOW_SERVER_ALONE_US: u64 = 100_000;
 /// How long a closed stream keeps its state for late packets (retransmitted FINs, final
 /// ACKs): twice Linux's TIME_WAIT.
 pub const CLOSED_LINGER_NS: i64 = 120_000_000_000;
@@ -423,7 +431,15 @@ struct Dir {
 
 impl Dir {
     fn mss(&self, peer: &Dir) -> u32 {
-        let announced = peer.syn_opts.and_then(|o| o.mss).map(u32::from);
+        // The sender uses the smaller of the peer's MSS option and its own (a TCP_MAXSEG
+        // clamp shows in its own SYN's option, not in the peer's).
+        let announced = match (
+            peer.syn_opts.and_then(|o| o.mss),
+            self.syn_opts.and_then(|o| o.mss),
+        ) {
+            (Some(a), Some(b)) => Some(u32::from(a.min(b))),
+            (a, b) => a.or(b).map(u32::from),
+        };
         match announced {
             // The path may carry less than announced (e.g. IP options, timestamps take 12).
             Some(m) => m.min(self.max_len.max(1).max(m.saturating_sub(40))),
@@ -496,6 +512,18 @@ pub struct Analyzer {
     unknown_linktypes: HashMap<u32, u64>,
     backwards: u64,
     warnings: Vec<String>,
+    /// Per server endpoint: (transactions with a server time, those ≥ SLOW_SERVER_MIN_US).
+    server_times: HashMap<SocketAddr, (u64, u64)>,
+    /// slow-server candidates, decided in [`Analyzer::finish`] once the server's usual time
+    /// is known (kept up to `max_findings`).
+    slow_pending: Vec<(usize, Finding)>,
+    slow_pending_dropped: u64,
+    /// Set while `finish` records the decided slow-server findings.
+    deciding: bool,
+    /// Per sender: Nagle/delayed-ACK stalls released within about one RTT of their ACK.
+    prompt_releases: HashMap<SocketAddr, u64>,
+    /// Such stalls released later, decided in `finish` (kept up to `max_findings`).
+    late_pending: Vec<(usize, SocketAddr, Finding)>,
 }
 
 impl Default for Analyzer {
@@ -533,6 +561,12 @@ impl Analyzer {
             unknown_linktypes: HashMap::new(),
             backwards: 0,
             warnings: Vec::new(),
+            server_times: HashMap::new(),
+            slow_pending: Vec::new(),
+            slow_pending_dropped: 0,
+            deciding: false,
+            prompt_releases: HashMap::new(),
+            late_pending: Vec::new(),
         }
     }
 
@@ -936,6 +970,8 @@ impl Analyzer {
         };
         let stream_id = st.stream;
         let mut new_findings: Vec<Finding> = Vec::new();
+        // The stall finding pushed last was released later than about one RTT after its ACK.
+        let mut late_release = false;
         let txn_index = live.txn.as_ref().map(|t| t.t.index);
 
         if f & flags::ACK != 0
@@ -1020,8 +1056,20 @@ impl Analyzer {
                     let gap = us(ts - p.ts);
                     let stall_min = (2 * rtt_est_us).max(1_000);
                     let release_tol = (2 * rtt_est_us).max(10_000);
+                    // Data waiting for an ACK leaves while the kernel processes that ACK (no
+                    // scheduling of the application in between): at the capture point it
+                    // follows within about one path RTT. A later release may be a server's
+                    // own pause that ended near a delayed ACK by chance (seen: a loaded nginx
+                    // with tcp_nodelay on paused 44 ms between two writes and resumed 4 ms
+                    // after the client's delayed ACK, RTT 50 µs) — or a real Nagle hold whose
+                    // sender was slow to run (the reference capture has one released 4.1 ms
+                    // late among 65 released at once). Such a stall is kept only when the
+                    // same sender has stalls released at once (decided in `finish`).
+                    let tight_tol = 2 * rtt_est_us + RELEASE_SLACK_US;
                     let since_other = us(ts - prev_stream_ts);
-                    let peer_spoke_in_gap = live.dirs[r].last_ts > p.ts;
+                    // The peer's pure ACKs may come in the gap: a corked tail's ceiling
+                    // timer (the probe timer, RTO ≥ 200 ms) starts when the head is ACKed.
+                    let peer_data_in_gap = live.dirs[r].last_data.is_some_and(|x| x.ts > p.ts);
                     let nagle = small
                         && !window_limited
                         && gap >= stall_min
@@ -1069,6 +1117,7 @@ impl Analyzer {
                         }
                         frames.sort_unstable();
                         frames.dedup();
+                        late_release = us(ts - a.ts) > tight_tol;
                         new_findings.push(Finding {
                             kind: k.into(),
                             detail: None,
@@ -1081,6 +1130,10 @@ impl Analyzer {
                             explanation: why,
                         });
                     } else if gap >= stall_min
+                        // A sender that had filled the window waited for the reader to
+                        // make room: the late ACK is a window update (window-full), not a
+                        // delayed ACK.
+                        && !window_limited
                         && let Some(a) = live.dirs[r].last_new_ack
                         && a.ts >= p.ts
                         && a.no_data
@@ -1088,6 +1141,7 @@ impl Analyzer {
                         && us(ts - a.ts) <= release_tol
                         && us(ts - a.ts) * 2 <= gap
                     {
+                        late_release = us(ts - a.ts) > tight_tol;
                         new_findings.push(Finding {
                             kind: kind::DELAYED_ACK.into(),
                             detail: None,
@@ -1103,9 +1157,9 @@ impl Analyzer {
                                 a.frame
                             ),
                         });
-                    } else if small && !peer_spoke_in_gap && is_cork_gap(since_other, rtt_est_us) {
+                    } else if small && !peer_data_in_gap && is_cork_gap(since_other, rtt_est_us) {
                         new_findings.push(cork_finding(
-                            stream_id, txn_index, p.frame, frame, p.ts, ts, first_ts, len,
+                            stream_id, txn_index, p.frame, frame, p.ts, ts, first_ts, len, false,
                         ));
                     }
                 } else if small
@@ -1131,6 +1185,7 @@ impl Analyzer {
                         ts,
                         first_ts,
                         len,
+                        true,
                     ));
                 }
                 let end = seq.wrapping_add(len);
@@ -1173,7 +1228,14 @@ impl Analyzer {
                 if new_txn && retrans.is_none() {
                     if let Some(t) = live.txn.take() {
                         self.transactions_total += 1;
-                        let done = finish_txn(t, far_rtt_us(1 - client), &mut new_findings);
+                        let (done, think) =
+                            finish_txn(t, far_rtt_us(1 - client), &mut new_findings);
+                        let sv = &self.streams[i];
+                        note_server_time(
+                            &mut self.server_times,
+                            if client == 0 { sv.b } else { sv.a },
+                            think,
+                        );
                         self.streams[i].transactions += 1;
                         if self.transactions.len() < self.opts.max_transactions {
                             self.transactions.push(done);
@@ -1339,7 +1401,27 @@ impl Analyzer {
             });
         }
 
+        let sender = if d == 0 {
+            self.streams[i].a
+        } else {
+            self.streams[i].b
+        };
         for fnd in new_findings {
+            let stall = [
+                kind::NAGLE_DELAYED_ACK,
+                kind::NAGLE_STALL,
+                kind::DELAYED_ACK,
+            ]
+            .contains(&fnd.kind.as_str());
+            if stall && late_release {
+                if self.late_pending.len() < self.opts.max_findings {
+                    self.late_pending.push((i, sender, fnd));
+                }
+                continue;
+            }
+            if stall {
+                *self.prompt_releases.entry(sender).or_default() += 1;
+            }
             self.record(i, fnd);
         }
     }
@@ -1348,6 +1430,14 @@ impl Analyzer {
         let Some(k) = kind::ALL.iter().position(|k| *k == f.kind) else {
             return;
         };
+        if f.kind == kind::SLOW_SERVER && !self.deciding {
+            if self.slow_pending.len() < self.opts.max_findings {
+                self.slow_pending.push((i, f));
+            } else {
+                self.slow_pending_dropped += 1;
+            }
+            return;
+        }
         self.counts[k] += 1;
         if self.costs[k].len() < 1_000_000 {
             self.costs[k].push(f.cost_us);
@@ -1389,7 +1479,14 @@ impl Analyzer {
             _ => 0,
         };
         let mut fs = Vec::new();
-        let done = finish_txn(t, far, &mut fs);
+        let (done, think) = finish_txn(t, far, &mut fs);
+        let client = live.client.unwrap_or(0);
+        let sv = &self.streams[i];
+        note_server_time(
+            &mut self.server_times,
+            if client == 0 { sv.b } else { sv.a },
+            think,
+        );
         self.transactions_total += 1;
         self.streams[i].transactions += 1;
         if self.transactions.len() < self.opts.max_transactions {
@@ -1418,6 +1515,45 @@ impl Analyzer {
         // Close open transactions.
         for i in 0..self.lives.len() {
             self.close_txn(i);
+        }
+        // Stalls released late: kept when their sender is seen to stall for the same cause.
+        for (i, sender, mut f) in std::mem::take(&mut self.late_pending) {
+            let prompt = self.prompt_releases.get(&sender).copied().unwrap_or(0);
+            if prompt > 0 {
+                f.explanation.push_str(&format!(
+                    "; released later than one RTT after the ACK, kept because this sender has {prompt} such stalls released at once"
+                ));
+                self.record(i, f);
+            }
+        }
+        // slow-server: now that each server's usual time is known.
+        self.deciding = true;
+        for (i, f) in std::mem::take(&mut self.slow_pending) {
+            let st = &self.streams[i];
+            let server = if st.a_is_client { st.b } else { st.a };
+            let (n, slow) = self.server_times.get(&server).copied().unwrap_or((1, 1));
+            let usual = slow * 2 >= n;
+            if usual || f.cost_us >= SLOW_SERVER_ALONE_US {
+                let mut f = f;
+                f.explanation.push_str(&if usual {
+                    format!(
+                        "; {slow} of this server's {n} transactions took ≥ {} ms",
+                        SLOW_SERVER_MIN_US / 1000
+                    )
+                } else {
+                    format!(
+                        "; an exception: {slow} of this server's {n} transactions took ≥ {} ms",
+                        SLOW_SERVER_MIN_US / 1000
+                    )
+                });
+                self.record(i, f);
+            }
+        }
+        if self.slow_pending_dropped > 0 {
+            self.warnings.push(format!(
+                "{} slow-server candidates beyond --max-findings were not evaluated",
+                self.slow_pending_dropped
+            ));
         }
         self.transactions.sort_by_key(|t| (t.stream, t.index));
         // Marks on kept packets.
@@ -1556,7 +1692,19 @@ fn cork_finding(
     ts: i64,
     first_ts: i64,
     len: u32,
+    whole_response: bool,
 ) -> Finding {
+    let why = if whole_response {
+        format!(
+            "the whole response ({len} B, one partial segment) left {:.1} ms after the request, at the 200 ms TCP_CORK ceiling, with no ACK or new data to explain it; a server that thinks ~200 ms before writing looks the same on the wire (check the server's TCP_CORK with `lagtrace sockets`)",
+            (ts - prev_ts) as f64 / 1e6
+        )
+    } else {
+        format!(
+            "partial {len} B tail sent {:.1} ms after the head of the response, at the 200 ms TCP_CORK ceiling after the stream's last packet, with no new data to explain it",
+            (ts - prev_ts) as f64 / 1e6
+        )
+    };
     Finding {
         kind: kind::TCP_CORK.into(),
         detail: None,
@@ -1566,15 +1714,32 @@ fn cork_finding(
         start_us: (prev_ts - first_ts) / 1000,
         end_us: (ts - first_ts) / 1000,
         cost_us: us(ts - prev_ts),
-        explanation: format!(
-            "partial {len} B segment released {:.1} ms after the stream's previous packet, at the 200 ms TCP_CORK ceiling, with no ACK or new data to explain it",
-            (ts - prev_ts) as f64 / 1e6
-        ),
+        explanation: why,
     }
 }
 
-fn finish_txn(t: Txn, server_far_rtt_us: u64, out: &mut Vec<Finding>) -> Transaction {
+fn note_server_time(
+    map: &mut HashMap<SocketAddr, (u64, u64)>,
+    server: SocketAddr,
+    think: Option<u64>,
+) {
+    if let Some(th) = think {
+        let e = map.entry(server).or_default();
+        e.0 += 1;
+        e.1 += u64::from(th >= SLOW_SERVER_MIN_US);
+    }
+}
+
+/// Closes a transaction; returns it with the server's think time (server time less the
+/// path RTT seen in it) when it has both a request and a response. A slow-server candidate
+/// goes to `out`; [`Analyzer::finish`] decides it against the server's usual time.
+fn finish_txn(
+    t: Txn,
+    server_far_rtt_us: u64,
+    out: &mut Vec<Finding>,
+) -> (Transaction, Option<u64>) {
     let mut tx = t.t;
+    let mut think_out = None;
     if let Some(rf) = t.resp_first_ts {
         if tx.request_first_frame.is_some() {
             tx.time_to_first_byte_us = Some(us(rf - t.req_first_ts));
@@ -1582,6 +1747,7 @@ fn finish_txn(t: Txn, server_far_rtt_us: u64, out: &mut Vec<Finding>) -> Transac
             let server = us(rf - t.req_last_ts);
             tx.server_time_us = Some(server);
             let think = server.saturating_sub(server_far_rtt_us);
+            think_out = Some(think);
             let total = us(t.resp_last_ts - t.req_first_ts).max(1);
             let corked = t.kinds & kind_bit(kind::TCP_CORK) != 0;
             if !corked && think >= SLOW_SERVER_MIN_US && think * 2 >= total {
@@ -1607,7 +1773,7 @@ fn finish_txn(t: Txn, server_far_rtt_us: u64, out: &mut Vec<Finding>) -> Transac
             }
         }
     }
-    tx
+    (tx, think_out)
 }
 
 fn request_line(p: &[u8]) -> Option<String> {
