@@ -337,7 +337,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
         .unwrap();
         rtts.extend(one.ack_rtts.iter().copied());
     }
-    let theirs: BTreeMap<u64, f64> = tshark_fields(
+    let mut theirs: BTreeMap<u64, f64> = tshark_fields(
         &file,
         "tcp.analysis.ack_rtt",
         &["frame.number", "tcp.analysis.ack_rtt"],
@@ -345,6 +345,46 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
     .into_iter()
     .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
     .collect();
+    // Karn's ambiguity: an ACK of a SYN or SYN-ACK that was sent more than once cannot say
+    // which copy it answers, and Wireshark's choice there depends on its conversation
+    // handling, not on the ACK-matching rule compared here. Set those samples aside on both
+    // sides — only those: every other ACK RTT must be equal, and most must remain.
+    let handshake_resent: std::collections::BTreeSet<String> = tshark_fields(
+        &file,
+        "tcp.flags.syn == 1 && tcp.analysis.retransmission",
+        &["tcp.stream"],
+    )
+    .into_iter()
+    .map(|r| r[0].clone())
+    .collect();
+    let ambiguous: std::collections::BTreeSet<u64> =
+        tshark_fields(&file, "tcp.flags.syn == 1", &["frame.number", "tcp.stream"])
+            .into_iter()
+            .filter(|r| handshake_resent.contains(&r[1]))
+            .flat_map(|r| {
+                // the handshake frames of those streams, and every frame acknowledging them
+                let f: u64 = r[0].parse().unwrap();
+                let mut v = vec![f];
+                v.extend(
+                    tshark_fields(
+                        &file,
+                        &format!("tcp.analysis.acks_frame == {f}"),
+                        &["frame.number"],
+                    )
+                    .into_iter()
+                    .map(|a| a[0].parse::<u64>().unwrap()),
+                );
+                v
+            })
+            .collect();
+    let before = theirs.len();
+    theirs.retain(|f, _| !ambiguous.contains(f));
+    rtts.retain(|f, _| !ambiguous.contains(f));
+    assert!(
+        theirs.len() * 10 >= before * 9,
+        "too many ambiguous samples set aside: {} of {before}",
+        before - theirs.len()
+    );
     assert_eq!(
         rtts.keys().collect::<Vec<_>>(),
         theirs.keys().collect::<Vec<_>>()
