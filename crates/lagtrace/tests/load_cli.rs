@@ -152,6 +152,22 @@ fn bad_input_is_one_line_and_exit_2() {
             vec!["--body-file", "/nonexistent/x", &refused],
             "cannot read body file",
         ),
+        // These panicked (Instant/Duration overflow) or ran a zero-length test.
+        (vec!["-d", "10000000000000000000s", &refused], "too long"),
+        (
+            vec!["--timeout", "10000000000000000000s", &refused],
+            "too long",
+        ),
+        (
+            vec!["--connect-timeout", "10000000000000000000s", &refused],
+            "too long",
+        ),
+        (vec!["--rate", "1e-20", &refused], "too low"),
+        (vec!["-d", "0s", &refused], "must be greater than zero"),
+        (
+            vec!["--body", "hi", "-H", "Content-Length: 99", &refused],
+            "does not match the body (2 bytes)",
+        ),
     ];
     for (args, want) in cases {
         let o = load(&args);

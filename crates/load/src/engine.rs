@@ -588,7 +588,10 @@ impl Worker<'_, '_> {
                     return;
                 }
                 Ok(Some(done)) => {
-                    self.complete(i, done.status, done.close);
+                    // The server's FIN came with the response (it closes after N requests
+                    // without saying `Connection: close`): a request sent on this
+                    // connection could only fail, so reconnect instead.
+                    self.complete(i, done.status, done.close || closed);
                     return;
                 }
                 Ok(None) => {

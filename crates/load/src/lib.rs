@@ -44,6 +44,9 @@ pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 /// Time limit of a `-n` run without a duration: a run always stops by itself.
 pub const MAX_COUNTED_DURATION: Duration = Duration::from_secs(600);
 
+/// Longest duration, timeout, or interval between two paced requests accepted.
+const MAX_TIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// How to load the target.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -206,6 +209,24 @@ fn prepare(opts: &LoadOptions) -> Result<Prepared> {
     }
     if opts.timeout.is_zero() || opts.connect_timeout.is_zero() {
         bail!("timeouts must be greater than zero");
+    }
+    if opts.duration.is_some_and(|d| d.is_zero()) {
+        bail!("duration must be greater than zero");
+    }
+    // Deadlines are Instants: a time beyond any clock's range would overflow (panic).
+    for (what, d) in [
+        ("duration", opts.duration.unwrap_or_default()),
+        ("timeout", opts.timeout),
+        ("connect timeout", opts.connect_timeout),
+    ] {
+        if d > MAX_TIME {
+            bail!("{what} too long (at most 365 days)");
+        }
+    }
+    if let Some(r) = opts.rate {
+        if 1.0 / r > MAX_TIME.as_secs_f64() {
+            bail!("rate {r} too low (at least one request per 365 days)");
+        }
     }
     let target = Target::parse(&opts.url)?;
     let request = build_request(&target, &opts.method, &opts.headers, opts.body.as_deref())?;

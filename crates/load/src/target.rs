@@ -148,6 +148,14 @@ pub fn build_request(
         parsed.push((name.to_string(), value.trim().to_string()));
     }
     let has = |n: &str| parsed.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
+    // A Content-Length that is not the body's length makes every request wait for bytes
+    // that never come (or sends extra bytes the server reads as a request): refuse it.
+    let len = body.map_or(0, <[u8]>::len);
+    for (k, v) in &parsed {
+        if k.eq_ignore_ascii_case("content-length") && v.parse::<usize>().ok() != Some(len) {
+            bail!("header {k}: {v} does not match the body ({len} bytes)");
+        }
+    }
     let mut req = format!("{method} {} HTTP/1.1\r\n", target.path);
     if !has("host") {
         req.push_str(&format!("Host: {}\r\n", target.host_header()));
@@ -214,6 +222,16 @@ mod tests {
             "GET /p HTTP/1.1\r\nhost: other\r\n\r\n"
         );
         assert!(build_request(&t, "GET", &["nocolon".into()], None).is_err());
+        let r = build_request(&t, "POST", &["content-length: 2".into()], Some(b"hi")).unwrap();
+        assert!(r.ends_with(b"content-length: 2\r\n\r\nhi"));
+        let e = build_request(&t, "POST", &["Content-Length: 99".into()], Some(b"hi"));
+        assert!(
+            e.unwrap_err()
+                .to_string()
+                .contains("does not match the body (2 bytes)")
+        );
+        assert!(build_request(&t, "GET", &["Content-Length: 5".into()], None).is_err());
+        assert!(build_request(&t, "GET", &["Content-Length: 0".into()], None).is_ok());
         assert!(build_request(&t, "G T", &[], None).is_err());
     }
 }

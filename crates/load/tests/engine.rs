@@ -381,3 +381,70 @@ fn connect_timeouts_are_counted_as_connect_errors() {
     assert!(r.errors.connect >= 6, "{:?}", r.errors);
     acceptor.join().unwrap();
 }
+
+/// A server that closes after every 3rd response without saying `Connection: close` (as a
+/// server with a keep-alive request limit may): response and FIN leave in one segment
+/// (TCP_CORK, then shutdown), so the client sees both in one event. Returns the address and
+/// the count of requests received.
+fn spawn_silent_closer() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::AtomicU64;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let count = std::sync::Arc::new(AtomicU64::new(0));
+    let c2 = count.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let count = c2.clone();
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let mut served = 0;
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        count.fetch_add(1, Ordering::SeqCst);
+                        served += 1;
+                        let last = served % 3 == 0;
+                        if last {
+                            let _ = socket2::SockRef::from(&s).set_tcp_cork(true);
+                        }
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                        if last {
+                            let _ = s.shutdown(std::net::Shutdown::Write);
+                            // Read on until the client closes: no RST for unread bytes.
+                            while matches!(s.read(&mut chunk), Ok(n) if n > 0) {}
+                            return;
+                        }
+                    }
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (addr, count)
+}
+
+#[test]
+fn a_fin_that_comes_with_the_response_is_honoured_like_connection_close() {
+    let (addr, count) = spawn_silent_closer();
+    let mut o = opts(&format!("http://{addr}/"), 4, 1);
+    o.duration = Some(Duration::from_secs(30));
+    o.requests = Some(300);
+    let r = go(&o);
+    // Before: the next request was written on the half-closed connection; the FIN's edge
+    // had been used up, so it waited for --timeout (a timeout per close, -n short of
+    // responses, 30 s instead of a fraction of a second).
+    assert_eq!(r.errors, Default::default(), "{} requests", r.requests);
+    assert_eq!(r.requests, 300);
+    assert_eq!(count.load(Ordering::SeqCst), 300);
+    assert!(r.connections_opened >= 100, "{}", r.connections_opened);
+}
