@@ -26,8 +26,15 @@ pub const MATERIAL_ADDED_US: u64 = 5_000;
 pub const MATERIAL_SHARE: f64 = 0.05;
 /// Retransmissions matter on a smaller share: each costs an RTO or more.
 pub const MATERIAL_LOSS_SHARE: f64 = 0.005;
-/// The server's own time per request worth naming.
+/// The server's own time per request worth naming on its own, whatever the path adds.
 pub const SLOW_SERVER_US: u64 = 10_000;
+/// Below [`SLOW_SERVER_US`], the server's own time is still the cause when it is at least
+/// this long and makes up [`DOMINANT_SERVER_SHARE`] of what the user waits at c=1 (a 5 ms
+/// handler on a 50 µs path is where the latency comes from; a 5 ms handler behind a 40 ms
+/// path is not).
+pub const DOMINANT_SERVER_US: u64 = 2_000;
+/// The share of the c=1 p50 the server's own time must make up below [`SLOW_SERVER_US`].
+pub const DOMINANT_SERVER_SHARE: f64 = 0.75;
 /// A SYN RTT rise under load worth naming (and it must be 3× the idle RTT, and the
 /// application must feel it): well above what a busy CPU adds to one probe.
 pub const QUEUE_RISE_US: u64 = 10_000;
@@ -595,7 +602,7 @@ fn queue_candidate(x: &Facts<'_>) -> Option<Candidate> {
 fn slow_server_candidate(x: &Facts<'_>) -> Option<Candidate> {
     let cause = Cause::SlowServer;
     let own = x.server_own_us()?;
-    if own < SLOW_SERVER_US {
+    if own < SLOW_SERVER_US && !server_dominates(x, own) {
         return None;
     }
     let mut ev = Vec::new();
@@ -638,6 +645,15 @@ fn slow_server_candidate(x: &Facts<'_>) -> Option<Candidate> {
         direct: x.packets.is_some(),
         evidence: ev,
     })
+}
+
+/// The server's own time, though short of [`SLOW_SERVER_US`], is most of what the user waits
+/// at c=1 (measured at c=1, not under load, where a saturated server queues requests).
+fn server_dominates(x: &Facts<'_>, own: u64) -> bool {
+    own >= DOMINANT_SERVER_US
+        && x.c1.is_some_and(|c1| {
+            c1.latency.p50_us > 0 && own as f64 >= DOMINANT_SERVER_SHARE * c1.latency.p50_us as f64
+        })
 }
 
 fn is_network(c: Cause) -> bool {
@@ -866,7 +882,9 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
 
     let confidence = {
         let corroborating = primary.layers.len();
-        if primary.direct && corroborating >= 2 {
+        // A short server time that dominates only on a fast path is a judgement call.
+        let short_server = primary.cause == Cause::SlowServer && primary.added_us < SLOW_SERVER_US;
+        if primary.direct && corroborating >= 2 && !short_server {
             Confidence::High
         } else if primary.direct {
             Confidence::Medium
@@ -954,14 +972,26 @@ fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
             x.c1.map(|r| format!(" vs {} at c=1", ms(r.latency.p50_us)))
                 .unwrap_or_default()
         ),
-        Cause::SlowServer => format!(
-            "the server takes ~{} per request itself; the network adds {} (path RTT); p50 {} \
-             at c={}",
-            ms(c.added_us),
-            ms(x.rtt_us),
-            ms(p50),
-            conc
-        ),
+        Cause::SlowServer => {
+            let share =
+                x.c1.filter(|c1| c1.latency.p50_us > 0)
+                    .map(|c1| {
+                        format!(
+                            " ({} of the c=1 p50 {})",
+                            pct((c.added_us as f64 / c1.latency.p50_us as f64).min(1.0)),
+                            ms(c1.latency.p50_us)
+                        )
+                    })
+                    .unwrap_or_default();
+            format!(
+                "the server takes ~{} per request itself{share}; the network adds {} (path \
+                 RTT); p50 {} at c={}",
+                ms(c.added_us),
+                ms(x.rtt_us),
+                ms(p50),
+                conc
+            )
+        }
         Cause::SynDrop => format!(
             "new connections wait ~{} for a SYN retransmission",
             ms(c.added_us)
@@ -1047,6 +1077,25 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
                 )
             },
         ));
+        // At c=1 the server is quick, but under load it holds requests itself: say so
+        // rather than let "not the application" stand alone.
+        if let (Some(p), Some(cn)) = (x.packets.and_then(|p| p.server_time.as_ref()), x.cn)
+            && p.count > 0
+            && p.p50_us >= DOMINANT_SERVER_US
+            && p.p50_us >= own.saturating_mul(4)
+        {
+            v.push(note(
+                LayerName::Packets,
+                format!(
+                    "under load the server queues requests itself: server time p50 {} at \
+                     c={} against ~{} at c=1 ({:.0} req/s is about what it serves)",
+                    ms(p.p50_us),
+                    cn.concurrency,
+                    ms(own),
+                    cn.requests_per_sec
+                ),
+            ));
+        }
     }
     if let Some(p) = x.packets {
         if !has(Cause::PacketLoss) {

@@ -599,3 +599,72 @@ fn verify_compares_p50_p99_and_rate() {
     assert!(rps.improvement > 10.0);
     assert!(after.evidence.iter().all(|e| e.stance != Stance::Supports));
 }
+
+/// nginx `echo_sleep 0.005` on a veth: 5 ms of the 5.1 ms the user waits is the server's.
+#[test]
+fn short_think_time_that_dominates_is_slow_server_at_medium_confidence() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 5_110, 7_700, 189.0)),
+        cn: Some(run(32, 5_670, 8_200, 5_595.0)),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 11_796;
+    p.server_time = Some(pct(11_796, 5_460, 7_900));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
+    assert_eq!(j.verdict.confidence, Confidence::Medium);
+    assert!(j.verdict.cost.contains("5.05ms"), "{}", j.verdict.cost);
+    assert!(
+        j.verdict.cost.contains("of the c=1 p50 5.11ms"),
+        "{}",
+        j.verdict.cost
+    );
+    assert!(!texts(&j).contains("not the application"), "{}", texts(&j));
+}
+
+/// The same 5 ms handler behind a 40 ms path is not where the latency comes from, and a
+/// 1 ms handler is not worth naming at all.
+#[test]
+fn short_think_time_that_does_not_dominate_stays_healthy() {
+    let mut l = healthy_layers();
+    if let Some(p) = l.path.data.as_mut() {
+        p.idle = Some(rtt(40_000));
+        p.under_load = Some(rtt(40_100));
+    }
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 45_100, 47_000, 22.0)),
+        cn: Some(run(32, 45_600, 48_000, 700.0)),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.server_time = Some(pct(3_000, 5_050, 6_000));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 1_100, 1_500, 900.0)),
+        cn: Some(run(32, 1_400, 6_000, 22_000.0)),
+    });
+    l.packets.data.as_mut().unwrap().server_time = Some(pct(3_000, 1_050, 1_400));
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::Healthy);
+}
+
+/// `python3 -m http.server`: quick at c=1, saturated at c=32 where the packets see the
+/// server hold requests. Healthy, but the evidence says the server queues under load.
+#[test]
+fn server_saturated_only_under_load_is_healthy_with_a_note() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 328, 5_880, 1_167.0)),
+        cn: Some(run(32, 4_570, 16_500, 1_066.0)),
+    });
+    l.packets.data.as_mut().unwrap().server_time = Some(pct(2_246, 4_080, 15_000));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+    assert!(
+        texts(&j).contains("under load the server queues requests itself"),
+        "{}",
+        texts(&j)
+    );
+}
