@@ -733,6 +733,26 @@ fn unreachable(target: &Target, layers: &Layers, x: &Facts<'_>) -> Option<Judgem
                 tradeoff: None,
             });
         }
+        _ if layers
+            .app
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("TLS")) =>
+        {
+            // TCP connects (the SYN probes are answered), the TLS handshake does not.
+            summary = format!(
+                "{where_} accepts TCP connections but the TLS handshake fails: no request \
+                 could be sent"
+            );
+            fix.push(Fix {
+                side: FixSide::Client,
+                location: Some(target.url.clone()),
+                change: "if the server speaks plain HTTP on this port, use http://; if its \
+                         certificate is self-signed, add --insecure"
+                    .into(),
+                tradeoff: None,
+            });
+        }
         _ => {
             summary = format!("no connection to {where_} could be made");
             fix.push(Fix {

@@ -44,6 +44,8 @@ pub struct DiagnoseOptions {
     pub timeout: Duration,
     /// Set to stop early (Ctrl-C): each running step ends and the diagnosis covers what ran.
     pub stop: Arc<AtomicBool>,
+    /// https: accept any certificate (self-signed, wrong name), like `lagtrace load --insecure`.
+    pub insecure: bool,
 }
 
 impl DiagnoseOptions {
@@ -55,6 +57,7 @@ impl DiagnoseOptions {
             duration: DEFAULT_DURATION,
             timeout: Duration::from_secs(2),
             stop: Arc::new(AtomicBool::new(false)),
+            insecure: false,
         }
     }
 }
@@ -283,6 +286,7 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     lo.threads = 1;
     lo.duration = Some(c1_dur);
     lo.timeout = opts.timeout;
+    lo.insecure = opts.insecure;
     lo.connect_timeout = Duration::from_secs(1);
     let c1_ok = match lagtrace_load::run(&lo, None, stop) {
         Ok(r) => {

@@ -668,3 +668,38 @@ fn server_saturated_only_under_load_is_healthy_with_a_note() {
         texts(&j)
     );
 }
+
+/// https:// to a port that speaks plain HTTP: the SYN probes are answered, the TLS handshake
+/// fails. Unreachable, but the verdict must not say no connection could be made.
+#[test]
+fn tls_handshake_failure_on_an_open_port_says_tls_not_no_connection() {
+    let mut l = healthy_layers();
+    l.path.data.as_mut().unwrap().under_load = None;
+    let mut c1 = run(1, 0, 0, 0.0);
+    c1.requests = 0;
+    c1.errors.connect = 1;
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(c1),
+        cn: None,
+    });
+    l.app.reason = Some(
+        "TLS handshake with 10.77.0.2:8080 failed: received corrupt message of type \
+         InvalidContentType"
+            .into(),
+    );
+    l.packets = Layer::skipped("no request completed at c=1");
+    l.sockets = Layer::skipped("no request completed at c=1");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Unreachable, "{}", texts(&j));
+    assert!(
+        j.verdict.summary.contains("TLS handshake fails"),
+        "{}",
+        j.verdict.summary
+    );
+    assert!(
+        !j.verdict.summary.contains("no connection"),
+        "{}",
+        j.verdict.summary
+    );
+    assert!(j.verdict.fix[0].change.contains("http://"));
+}
