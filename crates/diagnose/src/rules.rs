@@ -1134,13 +1134,32 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
             ));
         }
         if !has(Cause::NagleDelayedAck) {
+            // Nagle holds seen in the packets that stay short (a large response's tail waits
+            // one ACK round trip, not the delayed-ACK timer) are named, not hidden.
+            let short = ["nagle-delayed-ack", "nagle-stall"]
+                .iter()
+                .filter_map(|k| p.finding(k))
+                .filter(|f| f.share >= MATERIAL_SHARE && f.median_added_us < MATERIAL_ADDED_US)
+                .max_by(|a, b| a.share.total_cmp(&b.share));
             v.push(out(
                 LayerName::Packets,
                 Cause::NagleDelayedAck,
-                format!(
-                    "no Nagle/delayed-ACK stall on a material share of {} transactions",
-                    p.transactions
-                ),
+                match short {
+                    Some(f) => format!(
+                        "{} on {} of {} transactions adds only ~{} (the end of a response \
+                         waits for an ACK that comes within a round trip, not the ~40 ms \
+                         delayed-ACK timer): below the {} worth naming",
+                        f.kind,
+                        pct(f.share),
+                        p.transactions,
+                        ms(f.median_added_us),
+                        ms(MATERIAL_ADDED_US)
+                    ),
+                    None => format!(
+                        "no Nagle/delayed-ACK stall on a material share of {} transactions",
+                        p.transactions
+                    ),
+                },
             ));
         }
         if !has(Cause::TcpCork) && p.finding("tcp-cork").is_none() {
@@ -1167,8 +1186,9 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
             v.push(note(
                 LayerName::Sockets,
                 format!(
-                    "server sockets: TCP_NODELAY off on {}/{}, but no Nagle stall in the \
-                     packets (responses leave in one piece, e.g. sendfile with tcp_nopush)",
+                    "server sockets: TCP_NODELAY off on {}/{}, but no material Nagle stall \
+                     in the packets (each response leaves in one write, or a hold lasts only \
+                     until an ACK within a round trip)",
                     s.nodelay.off,
                     s.nodelay.on + s.nodelay.off + s.nodelay.unknown
                 ),

@@ -703,3 +703,28 @@ fn tls_handshake_failure_on_an_open_port_says_tls_not_no_connection() {
     );
     assert!(j.verdict.fix[0].change.contains("http://"));
 }
+
+/// nginx `tcp_nodelay off` serving 100 KB: the response's tail waits for an ACK on a fifth of
+/// the transactions, but only ~2 ms (one round trip under load, no delayed-ACK timer).
+/// Healthy, and the evidence names the short hold instead of saying there is none.
+#[test]
+fn short_nagle_hold_at_the_tail_of_large_responses_is_named_but_not_the_cause() {
+    let mut l = healthy_layers();
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 8_593;
+    p.findings = vec![finding("nagle-stall", 1_840, 8_593, 2_100)];
+    let s = l.sockets.data.as_mut().unwrap();
+    s.nodelay = OptionCount {
+        on: 0,
+        off: 32,
+        unknown: 0,
+    };
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+    let t = texts(&j);
+    assert!(
+        t.contains("nagle-stall on 21% of 8593 transactions adds only ~2.10ms"),
+        "{t}"
+    );
+    assert!(!t.contains("no Nagle/delayed-ACK stall"), "{t}");
+}
