@@ -598,6 +598,19 @@ fn verify_compares_p50_p99_and_rate() {
         .unwrap();
     assert!(rps.improvement > 10.0);
     assert!(after.evidence.iter().all(|e| e.stance != Stance::Supports));
+    assert_eq!(v.baseline, "saved.json");
+    // A baseline saved against another server (here another port) is flagged.
+    let mut other = target();
+    other.port = 9011;
+    other.url = "http://10.77.0.2:9011/".into();
+    let before = Diagnosis::assemble(other, Settings::default(), nagle_layers(), 1);
+    let v = after.compare_with(&before, "saved.json");
+    assert!(v.baseline.contains("a different target"), "{}", v.baseline);
+    assert!(
+        v.baseline.contains("http://10.77.0.2:9011/"),
+        "{}",
+        v.baseline
+    );
 }
 
 /// nginx `echo_sleep 0.005` on a veth: 5 ms of the 5.1 ms the user waits is the server's.
