@@ -1373,14 +1373,22 @@ fn fixes(cause: Cause, x: &Facts<'_>, target: &Target) -> Vec<Fix> {
             v.push(Fix {
                 side: FixSide::Client,
                 location: Some(format!("the client host's route to {}", target.addr)),
-                change: format!(
-                    "ip route change <route to {}> quickack 1",
-                    if target.addr.is_empty() {
-                        "the server"
-                    } else {
-                        target.addr.as_str()
+                change: match target.addr.parse::<std::net::IpAddr>() {
+                    // Loopback traffic follows the local table's route, not a main-table
+                    // one: give the exact command.
+                    Ok(std::net::IpAddr::V4(a)) if a.is_loopback() => {
+                        "ip route change local 127.0.0.0/8 dev lo table local proto kernel \
+                         scope host src 127.0.0.1 quickack 1"
+                            .into()
                     }
-                ),
+                    Ok(a @ std::net::IpAddr::V6(_)) => format!(
+                        "ip -6 route change <the route `ip -6 route get {a}` shows> quickack 1"
+                    ),
+                    Ok(a) => {
+                        format!("ip route change <the route `ip route get {a}` shows> quickack 1")
+                    }
+                    Err(_) => "ip route change <route to the server> quickack 1".into(),
+                },
                 tradeoff: Some(
                     "every connection on that route ACKs at once: more ACK packets, needs \
                      root on every client"

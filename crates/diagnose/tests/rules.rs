@@ -741,3 +741,30 @@ fn short_nagle_hold_at_the_tail_of_large_responses_is_named_but_not_the_cause() 
     );
     assert!(!t.contains("no Nagle/delayed-ACK stall"), "{t}");
 }
+
+/// On 127.0.0.1 the route is the local table's: the route fix is the exact command.
+#[test]
+fn loopback_target_gets_the_exact_local_route_quickack_command() {
+    let mut t = target();
+    t.addr = "127.0.0.1".into();
+    t.host = "127.0.0.1".into();
+    let j = judge(&t, &nagle_layers());
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck);
+    assert!(
+        j.verdict
+            .fix
+            .iter()
+            .any(|f| f.change.contains("table local") && f.change.contains("quickack 1")),
+        "{:?}",
+        j.verdict.fix
+    );
+    let j = judge(&target(), &nagle_layers());
+    assert!(
+        j.verdict
+            .fix
+            .iter()
+            .any(|f| f.change.contains("ip route get 10.77.0.2")),
+        "{:?}",
+        j.verdict.fix
+    );
+}
