@@ -199,6 +199,42 @@ fn builtin_think_time_is_slow_server() {
     assert!(sec.is_empty(), "{}", show(&j));
 }
 
+/// A 5 ms think time on a veth is nearly all the latency the user sees: slow-server, at
+/// medium confidence, with the server's share of the c=1 p50 in the cost (it said healthy).
+#[test]
+fn builtin_short_think_time_that_dominates_is_slow_server() {
+    let (_lab, url) = builtin_lab(
+        "think5",
+        ServeOptions {
+            think: Duration::from_millis(5),
+            ..ServeOptions::default()
+        },
+    );
+    let (code, j, err) = diagnose(&url, &["-d", "3s"]);
+    assert_eq!(cause(&j), "slow-server", "{err}\n{}", show(&j));
+    assert_eq!(code, 1);
+    assert_eq!(j["verdict"]["confidence"], "medium", "{}", show(&j));
+    let cost = j["verdict"]["cost"].as_str().unwrap_or("");
+    assert!(cost.contains("of the c=1 p50"), "{}", show(&j));
+}
+
+/// https:// to a port that speaks plain HTTP: TCP connects, TLS fails. The verdict says so
+/// and points at http:// (it said no connection could be made).
+#[test]
+fn https_to_a_plain_http_port_says_the_tls_handshake_fails() {
+    let lab = Lab::up(&LabOptions::new(&name("tls")).server(ServerKind::Builtin)).expect("lab up");
+    let url = format!("https://{}:{}/", lab.server_addr(), lagtrace_lab::GOOD_PORT);
+    let t0 = Instant::now();
+    let (code, j, err) = diagnose(&url, &[]);
+    assert_eq!(cause(&j), "unreachable", "{err}\n{}", show(&j));
+    assert_eq!(code, 1);
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let summary = j["verdict"]["summary"].as_str().unwrap_or("");
+    assert!(summary.contains("TLS handshake fails"), "{}", show(&j));
+    let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap_or("");
+    assert!(fix.contains("http://"), "{}", show(&j));
+}
+
 #[test]
 fn builtin_cork_left_on_is_tcp_cork() {
     let (_lab, url) = builtin_lab(
