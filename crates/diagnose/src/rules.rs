@@ -35,6 +35,10 @@ pub const SLOW_SERVER_US: u64 = 10_000;
 pub const DOMINANT_SERVER_US: u64 = 2_000;
 /// The share of the c=1 p50 the server's own time must make up below [`SLOW_SERVER_US`].
 pub const DOMINANT_SERVER_SHARE: f64 = 0.75;
+/// A response that trickles out slower than this (bits/s, at c=1) on a path with no queue,
+/// loss or window limit is paced by the sender: a bottleneck link TCP fills would show a
+/// queue (SYN RTT rise) or losses, and a fast path carries far more.
+pub const PACED_BPS: f64 = 100e6;
 /// A SYN RTT rise under load worth naming (and it must be 3× the idle RTT, and the
 /// application must feel it): well above what a busy CPU adds to one probe.
 pub const QUEUE_RISE_US: u64 = 10_000;
@@ -198,6 +202,36 @@ impl<'a> Facts<'a> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The response's transfer at c=1 dominates and runs slower than [`PACED_BPS`]:
+    /// (transfer time µs, response bytes, bits/s).
+    fn paced_transfer(&self) -> Option<(u64, u64, f64)> {
+        let c1 = self.c1?;
+        // The byte count includes the response each connection was reading when the run
+        // ended: take the run with the most requests per connection, and count those as half.
+        let size = [Some(c1), self.cn]
+            .into_iter()
+            .flatten()
+            .filter(|r| r.requests > 0 && r.bytes > 0)
+            .max_by(|a, b| {
+                let per = |r: &AppRun| r.requests as f64 / f64::from(r.concurrency.max(1));
+                per(a).total_cmp(&per(b))
+            })
+            .map(|r| {
+                (r.bytes as f64 / (r.requests as f64 + f64::from(r.concurrency.max(1)) / 2.0))
+                    as u64
+            })?;
+        let transfer = c1
+            .latency
+            .p50_us
+            .saturating_sub(self.rtt_us)
+            .saturating_sub(self.server_own_us().unwrap_or(0));
+        let bps = size as f64 * 8.0 / (transfer.max(1) as f64 / 1e6);
+        (transfer >= SLOW_SERVER_US
+            && transfer as f64 >= DOMINANT_SERVER_SHARE * c1.latency.p50_us as f64
+            && bps < PACED_BPS)
+            .then_some((transfer, size, bps))
     }
 
     fn queue_rise_us(&self) -> Option<(u64, u64, u64)> {
@@ -656,6 +690,53 @@ fn server_dominates(x: &Facts<'_>, own: u64) -> bool {
         })
 }
 
+/// The server answers at once but sends the response slowly (a rate limit such as nginx
+/// `limit_rate`, or a producer that writes in dribbles), with no network cause to explain it.
+fn paced_response_candidate(x: &Facts<'_>) -> Option<Candidate> {
+    let (transfer, size, bps) = x.paced_transfer()?;
+    let cause = Cause::SlowServer;
+    let c1 = x.c1?;
+    let mut ev = vec![sup(
+        LayerName::App,
+        cause,
+        format!(
+            "c=1 p50 {} with a path RTT of {} and a server time of ~{}: ~{} goes to sending \
+             each ~{} B response, {} — the sender paces it",
+            ms(c1.latency.p50_us),
+            ms(x.rtt_us),
+            ms(x.server_own_us().unwrap_or(0)),
+            ms(transfer),
+            size,
+            rate_text(bps)
+        ),
+    )];
+    if x.packets.is_some() {
+        ev.push(sup(
+            LayerName::Packets,
+            cause,
+            "no retransmission, Nagle, cork or window finding explains the transfer time".into(),
+        ));
+    }
+    // Inferred from what is absent: never high confidence.
+    Some(Candidate {
+        cause,
+        impact_us: transfer as f64,
+        added_us: transfer,
+        share: 1.0,
+        layers: vec![LayerName::App],
+        direct: x.packets.is_some(),
+        evidence: ev,
+    })
+}
+
+fn rate_text(bps: f64) -> String {
+    if bps >= 1e6 {
+        format!("{:.1} Mbit/s", bps / 1e6)
+    } else {
+        format!("{:.0} kbit/s", bps / 1e3)
+    }
+}
+
 fn is_network(c: Cause) -> bool {
     matches!(
         c,
@@ -870,6 +951,10 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
     {
         slow = None;
     }
+    // Nothing else explains a response that takes long to arrive: the sender paces it.
+    if slow.is_none() && cands.is_empty() {
+        slow = paced_response_candidate(&x);
+    }
     if let Some(s) = slow {
         // When the server's own time dominates, network causes are never primary.
         for c in cands.iter_mut().filter(|c| is_network(c.cause)) {
@@ -992,6 +1077,17 @@ fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
             x.c1.map(|r| format!(" vs {} at c=1", ms(r.latency.p50_us)))
                 .unwrap_or_default()
         ),
+        Cause::SlowServer if x.paced_transfer().is_some_and(|p| p.0 == c.added_us) => {
+            let (transfer, size, bps) = x.paced_transfer().unwrap_or_default();
+            format!(
+                "each ~{size} B response takes ~{} to arrive ({}) on a path with RTT {}; p50 {} \
+                 at c={conc}",
+                ms(transfer),
+                rate_text(bps),
+                ms(x.rtt_us),
+                ms(p50)
+            )
+        }
         Cause::SlowServer => {
             let share =
                 x.c1.filter(|c1| c1.latency.p50_us > 0)
@@ -1414,6 +1510,21 @@ fn fixes(cause: Cause, x: &Facts<'_>, target: &Target) -> Vec<Fix> {
             ),
             tradeoff: None,
         }),
+        Cause::SlowServer if x.server_own_us().unwrap_or(0) < DOMINANT_SERVER_US => {
+            let (transfer, size, bps) = x.paced_transfer().unwrap_or_default();
+            v.push(Fix {
+                side: FixSide::Server,
+                location: None,
+                change: format!(
+                    "{server} answers at once but sends each ~{size} B response over ~{} \
+                     ({}): look for a send rate limit (nginx limit_rate, a proxy's or \
+                     shaper's bandwidth cap) or a handler that writes its body in slow pieces",
+                    ms(transfer),
+                    rate_text(bps)
+                ),
+                tradeoff: None,
+            });
+        }
         Cause::SlowServer => {
             let own = x.server_own_us().unwrap_or(0);
             v.push(Fix {

@@ -37,6 +37,7 @@ fn run(c: u32, p50: u64, p99: u64, rps: f64) -> AppRun {
         distribution: vec![],
         errors: Errors::default(),
         first_request: None,
+        bytes: 0,
         later_requests: None,
     }
 }
@@ -767,4 +768,40 @@ fn loopback_target_gets_the_exact_local_route_quickack_command() {
         "{:?}",
         j.verdict.fix
     );
+}
+
+/// nginx `limit_rate 400k` serving 100 KB: the server answers in ~2 ms but each response
+/// takes ~240 ms to arrive on a 50 µs path with no queue, loss or window limit. That is the
+/// server pacing its sends, not "no latency problem"; the same response arriving in 2 ms is.
+#[test]
+fn paced_response_on_a_clean_path_is_slow_server_not_healthy() {
+    let mut l = healthy_layers();
+    let mut c1 = run(1, 241_000, 241_500, 4.0);
+    c1.bytes = c1.requests * 102_640;
+    let mut cn = run(8, 241_300, 244_000, 30.0);
+    cn.bytes = cn.requests * 102_640;
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(c1),
+        cn: Some(cn),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 72;
+    p.server_time = Some(pct(72, 1_880, 2_500));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
+    assert_eq!(j.verdict.confidence, Confidence::Medium);
+    assert!(j.verdict.cost.contains("100136 B"), "{}", j.verdict.cost);
+    assert!(j.verdict.cost.contains("3.4 Mbit/s"), "{}", j.verdict.cost);
+    assert!(
+        j.verdict.fix[0].change.contains("limit_rate"),
+        "{:?}",
+        j.verdict.fix
+    );
+
+    // The same response size at veth speed is healthy.
+    let a = l.app.data.as_mut().unwrap();
+    for r in [a.c1.as_mut().unwrap(), a.cn.as_mut().unwrap()] {
+        r.latency = pct(r.requests, 2_100, 3_000);
+    }
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::Healthy);
 }
