@@ -601,3 +601,62 @@ fn a_target_two_routers_away_gets_its_route_and_its_server_is_found_in_its_names
         .unwrap();
     assert!(point.contains(chain.server_ns()), "{point}");
 }
+
+/// A real nginx run in the foreground (`daemon off; master_process off;`), killed on drop.
+struct Foreground(Child);
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// nginx `limit_rate 400k` serving 100 KB: it answers at once, then paces the body over
+/// ~250 ms on a clean veth. That is the server's doing (slow-server, with the size and the
+/// rate), not "healthy" (what diagnose said before).
+#[test]
+fn nginx_limit_rate_is_slow_server_with_the_rate() {
+    let lab = Lab::up(&LabOptions::new(&name("rate")).server(ServerKind::Builtin)).expect("lab up");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display().to_string();
+    std::fs::write(dir.path().join("big.bin"), vec![b'x'; 100 * 1024]).unwrap();
+    let conf = format!(
+        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+         events {{ worker_connections 64; }}\n\
+         http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
+         fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
+         server {{ listen 9002; root {d}; limit_rate 400k; }} }}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lagtrace_lab::netns_name(lab.name()),
+            "nginx",
+        ])
+        .args(["-p", &d, "-c", &format!("{d}/nginx.conf")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx");
+    let _nginx = Foreground(child);
+    let addr = std::net::SocketAddr::from((lab.server_addr(), 9002));
+    let t = Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(10), "nginx did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, j, err) = diagnose(&format!("http://{addr}/big.bin"), &["-d", "3s", "-c", "4"]);
+    assert_eq!(cause(&j), "slow-server", "{err}\n{}", show(&j));
+    assert_eq!(code, 1);
+    let cost = j["verdict"]["cost"].as_str().unwrap_or("");
+    assert!(
+        cost.contains("Mbit/s") && cost.contains("to arrive"),
+        "{}",
+        show(&j)
+    );
+    let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap_or("");
+    assert!(fix.contains("limit_rate"), "{}", show(&j));
+}
