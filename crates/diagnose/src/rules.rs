@@ -536,11 +536,52 @@ fn loss_candidate(x: &Facts<'_>) -> Option<Candidate> {
     })
 }
 
+/// The load's connect timeout: a connection attempt that fails is a SYN not answered in it.
+const CONNECT_TIMEOUT_US: u64 = 1_000_000;
+
+/// At c=N a material share of connection attempts fail while c=1 connected every time and
+/// the path answers SYNs: the server stops accepting under load (listen backlog full). The
+/// SYN retransmission is often not in the packets, because the client gives up first.
+/// Returns (failed attempts, share of attempts).
+fn refused_under_load(x: &Facts<'_>) -> Option<(u64, f64)> {
+    let cn = x.cn?;
+    let failed = cn.errors.connect;
+    let share = failed as f64 / (cn.requests + failed).max(1) as f64;
+    let c1_clean = x.c1.is_some_and(|c1| c1.errors.connect == 0);
+    let path_ok = x.path.is_some_and(|p| p.reached && p.port_open);
+    (c1_clean && path_ok && failed >= 2 && share >= MATERIAL_LOSS_SHARE).then_some((failed, share))
+}
+
 fn syn_candidate(x: &Facts<'_>) -> Option<Candidate> {
     let cause = Cause::SynDrop;
-    let f = x
+    let Some(f) = x
         .finding("syn-retransmit")
-        .filter(|f| f.count >= 2 && f.median_added_us >= 100_000)?;
+        .filter(|f| f.count >= 2 && f.median_added_us >= 100_000)
+    else {
+        let (failed, share) = refused_under_load(x)?;
+        let cn = x.cn?;
+        return Some(Candidate {
+            cause,
+            impact_us: share * CONNECT_TIMEOUT_US as f64,
+            added_us: CONNECT_TIMEOUT_US,
+            share,
+            layers: vec![LayerName::App],
+            direct: x.packets.is_some(),
+            evidence: vec![sup(
+                LayerName::App,
+                cause,
+                format!(
+                    "at c={} {failed} of {} connection attempts ({}) got no SYN-ACK within the \
+                     {} connect timeout, while c=1 and the SYN probes connected every time: \
+                     the server stops accepting new connections under load",
+                    cn.concurrency,
+                    cn.requests + failed,
+                    pct(share),
+                    ms(CONNECT_TIMEOUT_US)
+                ),
+            )],
+        });
+    };
     // Connections are few compared with requests: weigh by connections, not transactions.
     let share = f.share.max(0.01);
     Some(Candidate {
@@ -1108,6 +1149,11 @@ fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
                 conc
             )
         }
+        Cause::SynDrop if c.layers.first() == Some(&LayerName::App) => format!(
+            "{} of new connections at c={conc} fail: no SYN-ACK within the {} connect timeout",
+            pct(c.share),
+            ms(c.added_us)
+        ),
         Cause::SynDrop => format!(
             "new connections wait ~{} for a SYN retransmission",
             ms(c.added_us)

@@ -805,3 +805,32 @@ fn paced_response_on_a_clean_path_is_slow_server_not_healthy() {
     }
     assert_eq!(judge(&target(), &l).verdict.cause, Cause::Healthy);
 }
+
+/// `python3 -m http.server` (listen backlog 5, a new connection per request) at c=32: 52 of
+/// 2943 connection attempts get no SYN-ACK within the 1 s connect timeout (the accept queue
+/// overflows), while c=1 connects every time. Not healthy: syn-drop, from the app layer.
+#[test]
+fn connect_failures_only_under_load_are_syn_drop() {
+    let mut l = healthy_layers();
+    let mut cn = run(32, 4_570, 7_400, 1_066.0);
+    cn.requests = 2_891;
+    cn.errors.connect = 52;
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 328, 5_880, 1_167.0)),
+        cn: Some(cn),
+    });
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SynDrop, "{}", texts(&j));
+    assert!(j.verdict.cost.contains("fail"), "{}", j.verdict.cost);
+    assert!(j.verdict.fix[0].change.contains("listen backlog"));
+    assert!(
+        texts(&j).contains("52 of 2943 connection attempts"),
+        "{}",
+        texts(&j)
+    );
+
+    // One stray failure in thousands is not a cause.
+    let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+    cn.errors.connect = 1;
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::Healthy);
+}
