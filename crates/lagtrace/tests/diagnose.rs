@@ -660,3 +660,36 @@ fn nginx_limit_rate_is_slow_server_with_the_rate() {
     let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap_or("");
     assert!(fix.contains("limit_rate"), "{}", show(&j));
 }
+
+/// `python3 -m http.server` (HTTP/1.0, a new connection per request, listen backlog 5) at
+/// c=32: the accept queue overflows and some connection attempts get no SYN-ACK within the
+/// connect timeout. syn-drop with the backlog fix (it was called healthy).
+#[test]
+fn python_http_server_with_a_tiny_backlog_is_syn_drop_under_load() {
+    let lab = Lab::up(&LabOptions::new(&name("pyb")).server(ServerKind::Builtin)).expect("lab up");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("index.html"), "hello\n").unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
+        .args(["python3", "-m", "http.server", "9003", "--bind", "0.0.0.0"])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    let _py = Foreground(child);
+    let addr = std::net::SocketAddr::from((lab.server_addr(), 9003));
+    let t = Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "python did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, j, err) = diagnose(&format!("http://{addr}/"), &["-d", "3s"]);
+    assert_eq!(cause(&j), "syn-drop", "{err}\n{}", show(&j));
+    assert_eq!(code, 1);
+    let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap_or("");
+    assert!(fix.contains("listen backlog"), "{}", show(&j));
+}
