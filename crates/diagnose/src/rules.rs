@@ -234,6 +234,18 @@ impl<'a> Facts<'a> {
             .then_some((transfer, size, bps))
     }
 
+    /// How long one response of `run` takes to cross the path at the c=N throughput
+    /// (bytes/s): 0 when the byte counts are unknown.
+    fn bottleneck_transfer_us(&self, run: &AppRun) -> u64 {
+        let Some(cn) = self.cn else { return 0 };
+        if run.requests == 0 || run.bytes == 0 || cn.bytes == 0 || cn.duration_us == 0 {
+            return 0;
+        }
+        let size = run.bytes as f64 / run.requests as f64;
+        let rate = cn.bytes as f64 / (cn.duration_us as f64 / 1e6);
+        (size / rate * 1e6) as u64
+    }
+
     fn queue_rise_us(&self) -> Option<(u64, u64, u64)> {
         let p = self.path?;
         let idle = p.idle.as_ref().filter(|s| s.received > 0)?;
@@ -984,10 +996,18 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
     {
         slow = None;
     }
-    // A queue on the path explains a server time seen under load, not a c=1 one.
+    // A queue on the path explains a server time seen under load (the capture sees the
+    // response after the queue), not a c=1 one. On a bandwidth-limited path the c=1 time also
+    // holds the response's transfer at the bottleneck rate (the c=N throughput, since the
+    // queue is full): take it out before calling the rest the server's.
     if let (Some(s), Some(q)) = (&slow, cands.iter().find(|c| c.cause == Cause::PathQueueing))
-        && x.c1
-            .is_none_or(|c1| c1.latency.p50_us.saturating_sub(x.rtt_us) < SLOW_SERVER_US)
+        && x.c1.is_none_or(|c1| {
+            c1.latency
+                .p50_us
+                .saturating_sub(x.rtt_us)
+                .saturating_sub(x.bottleneck_transfer_us(c1))
+                < SLOW_SERVER_US
+        })
         && q.added_us * 2 >= s.added_us
     {
         slow = None;

@@ -834,3 +834,32 @@ fn connect_failures_only_under_load_are_syn_drop() {
     cn.errors.connect = 1;
     assert_eq!(judge(&target(), &l).verdict.cause, Cause::Healthy);
 }
+
+/// tbf 10 Mbit/s with a shallow queue in front of nginx serving 100 KB at c=4: c=1 takes
+/// 86 ms (the transfer at 10 Mbit/s), the capture sees the first response byte after the
+/// queue (server time 22 ms), the SYN RTT rises by 16 ms. The path, not the server: once the
+/// transfer at the c=N throughput is taken out of the c=1 time, nothing is left for the server.
+#[test]
+fn bandwidth_limited_path_is_path_queueing_not_slow_server() {
+    let mut l = healthy_layers();
+    l.path.data.as_mut().unwrap().under_load = Some(rtt(16_220));
+    let mut c1 = run(1, 85_890, 86_020, 11.0);
+    c1.bytes = c1.requests * 102_640;
+    let mut cn = run(4, 164_610, 1_860_000, 11.0);
+    cn.bytes = cn.requests * 102_640;
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(c1),
+        cn: Some(cn),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 27;
+    p.server_time = Some(pct(27, 21_740, 204_330));
+    p.findings = vec![finding("retransmission", 2, 27, 33_720)];
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::PathQueueing, "{}", texts(&j));
+    assert!(
+        !j.verdict.secondary.contains(&Cause::SlowServer),
+        "{:?}",
+        j.verdict
+    );
+}
