@@ -298,6 +298,9 @@ pub struct AppRun {
     /// Latency of the first request on each connection, when the engine reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_request: Option<Percentiles>,
+    /// Bytes read (response heads and bodies); 0 when not measured.
+    #[serde(default)]
+    pub bytes: u64,
     /// Latency of the later requests on each connection, when the engine reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub later_requests: Option<Percentiles>,

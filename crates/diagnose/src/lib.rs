@@ -186,8 +186,20 @@ impl Diagnosis {
                 improvement: a.requests_per_sec / b.requests_per_sec.max(1e-9),
             });
         }
+        // A baseline taken against another server compares two different things: say so
+        // wherever the comparison is shown.
+        let b = &before.target;
+        let t = &self.target;
+        let baseline = if (b.addr.as_str(), b.port) != (t.addr.as_str(), t.port) || b.url != t.url {
+            format!(
+                "{baseline} (taken against {}, not {}: a different target)",
+                b.url, t.url
+            )
+        } else {
+            baseline.into()
+        };
         Verify {
-            baseline: baseline.into(),
+            baseline,
             before_cause: before.verdict.cause,
             after_cause: self.verdict.cause,
             before_app: before.layers.app.get().cloned(),

@@ -26,8 +26,19 @@ pub const MATERIAL_ADDED_US: u64 = 5_000;
 pub const MATERIAL_SHARE: f64 = 0.05;
 /// Retransmissions matter on a smaller share: each costs an RTO or more.
 pub const MATERIAL_LOSS_SHARE: f64 = 0.005;
-/// The server's own time per request worth naming.
+/// The server's own time per request worth naming on its own, whatever the path adds.
 pub const SLOW_SERVER_US: u64 = 10_000;
+/// Below [`SLOW_SERVER_US`], the server's own time is still the cause when it is at least
+/// this long and makes up [`DOMINANT_SERVER_SHARE`] of what the user waits at c=1 (a 5 ms
+/// handler on a 50 µs path is where the latency comes from; a 5 ms handler behind a 40 ms
+/// path is not).
+pub const DOMINANT_SERVER_US: u64 = 2_000;
+/// The share of the c=1 p50 the server's own time must make up below [`SLOW_SERVER_US`].
+pub const DOMINANT_SERVER_SHARE: f64 = 0.75;
+/// A response that trickles out slower than this (bits/s, at c=1) on a path with no queue,
+/// loss or window limit is paced by the sender: a bottleneck link TCP fills would show a
+/// queue (SYN RTT rise) or losses, and a fast path carries far more.
+pub const PACED_BPS: f64 = 100e6;
 /// A SYN RTT rise under load worth naming (and it must be 3× the idle RTT, and the
 /// application must feel it): well above what a busy CPU adds to one probe.
 pub const QUEUE_RISE_US: u64 = 10_000;
@@ -191,6 +202,48 @@ impl<'a> Facts<'a> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The response's transfer at c=1 dominates and runs slower than [`PACED_BPS`]:
+    /// (transfer time µs, response bytes, bits/s).
+    fn paced_transfer(&self) -> Option<(u64, u64, f64)> {
+        let c1 = self.c1?;
+        // The byte count includes the response each connection was reading when the run
+        // ended: take the run with the most requests per connection, and count those as half.
+        let size = [Some(c1), self.cn]
+            .into_iter()
+            .flatten()
+            .filter(|r| r.requests > 0 && r.bytes > 0)
+            .max_by(|a, b| {
+                let per = |r: &AppRun| r.requests as f64 / f64::from(r.concurrency.max(1));
+                per(a).total_cmp(&per(b))
+            })
+            .map(|r| {
+                (r.bytes as f64 / (r.requests as f64 + f64::from(r.concurrency.max(1)) / 2.0))
+                    as u64
+            })?;
+        let transfer = c1
+            .latency
+            .p50_us
+            .saturating_sub(self.rtt_us)
+            .saturating_sub(self.server_own_us().unwrap_or(0));
+        let bps = size as f64 * 8.0 / (transfer.max(1) as f64 / 1e6);
+        (transfer >= SLOW_SERVER_US
+            && transfer as f64 >= DOMINANT_SERVER_SHARE * c1.latency.p50_us as f64
+            && bps < PACED_BPS)
+            .then_some((transfer, size, bps))
+    }
+
+    /// How long one response of `run` takes to cross the path at the c=N throughput
+    /// (bytes/s): 0 when the byte counts are unknown.
+    fn bottleneck_transfer_us(&self, run: &AppRun) -> u64 {
+        let Some(cn) = self.cn else { return 0 };
+        if run.requests == 0 || run.bytes == 0 || cn.bytes == 0 || cn.duration_us == 0 {
+            return 0;
+        }
+        let size = run.bytes as f64 / run.requests as f64;
+        let rate = cn.bytes as f64 / (cn.duration_us as f64 / 1e6);
+        (size / rate * 1e6) as u64
     }
 
     fn queue_rise_us(&self) -> Option<(u64, u64, u64)> {
@@ -495,11 +548,52 @@ fn loss_candidate(x: &Facts<'_>) -> Option<Candidate> {
     })
 }
 
+/// The load's connect timeout: a connection attempt that fails is a SYN not answered in it.
+const CONNECT_TIMEOUT_US: u64 = 1_000_000;
+
+/// At c=N a material share of connection attempts fail while c=1 connected every time and
+/// the path answers SYNs: the server stops accepting under load (listen backlog full). The
+/// SYN retransmission is often not in the packets, because the client gives up first.
+/// Returns (failed attempts, share of attempts).
+fn refused_under_load(x: &Facts<'_>) -> Option<(u64, f64)> {
+    let cn = x.cn?;
+    let failed = cn.errors.connect;
+    let share = failed as f64 / (cn.requests + failed).max(1) as f64;
+    let c1_clean = x.c1.is_some_and(|c1| c1.errors.connect == 0);
+    let path_ok = x.path.is_some_and(|p| p.reached && p.port_open);
+    (c1_clean && path_ok && failed >= 2 && share >= MATERIAL_LOSS_SHARE).then_some((failed, share))
+}
+
 fn syn_candidate(x: &Facts<'_>) -> Option<Candidate> {
     let cause = Cause::SynDrop;
-    let f = x
+    let Some(f) = x
         .finding("syn-retransmit")
-        .filter(|f| f.count >= 2 && f.median_added_us >= 100_000)?;
+        .filter(|f| f.count >= 2 && f.median_added_us >= 100_000)
+    else {
+        let (failed, share) = refused_under_load(x)?;
+        let cn = x.cn?;
+        return Some(Candidate {
+            cause,
+            impact_us: share * CONNECT_TIMEOUT_US as f64,
+            added_us: CONNECT_TIMEOUT_US,
+            share,
+            layers: vec![LayerName::App],
+            direct: x.packets.is_some(),
+            evidence: vec![sup(
+                LayerName::App,
+                cause,
+                format!(
+                    "at c={} {failed} of {} connection attempts ({}) got no SYN-ACK within the \
+                     {} connect timeout, while c=1 and the SYN probes connected every time: \
+                     the server stops accepting new connections under load",
+                    cn.concurrency,
+                    cn.requests + failed,
+                    pct(share),
+                    ms(CONNECT_TIMEOUT_US)
+                ),
+            )],
+        });
+    };
     // Connections are few compared with requests: weigh by connections, not transactions.
     let share = f.share.max(0.01);
     Some(Candidate {
@@ -595,7 +689,7 @@ fn queue_candidate(x: &Facts<'_>) -> Option<Candidate> {
 fn slow_server_candidate(x: &Facts<'_>) -> Option<Candidate> {
     let cause = Cause::SlowServer;
     let own = x.server_own_us()?;
-    if own < SLOW_SERVER_US {
+    if own < SLOW_SERVER_US && !server_dominates(x, own) {
         return None;
     }
     let mut ev = Vec::new();
@@ -638,6 +732,62 @@ fn slow_server_candidate(x: &Facts<'_>) -> Option<Candidate> {
         direct: x.packets.is_some(),
         evidence: ev,
     })
+}
+
+/// The server's own time, though short of [`SLOW_SERVER_US`], is most of what the user waits
+/// at c=1 (measured at c=1, not under load, where a saturated server queues requests).
+fn server_dominates(x: &Facts<'_>, own: u64) -> bool {
+    own >= DOMINANT_SERVER_US
+        && x.c1.is_some_and(|c1| {
+            c1.latency.p50_us > 0 && own as f64 >= DOMINANT_SERVER_SHARE * c1.latency.p50_us as f64
+        })
+}
+
+/// The server answers at once but sends the response slowly (a rate limit such as nginx
+/// `limit_rate`, or a producer that writes in dribbles), with no network cause to explain it.
+fn paced_response_candidate(x: &Facts<'_>) -> Option<Candidate> {
+    let (transfer, size, bps) = x.paced_transfer()?;
+    let cause = Cause::SlowServer;
+    let c1 = x.c1?;
+    let mut ev = vec![sup(
+        LayerName::App,
+        cause,
+        format!(
+            "c=1 p50 {} with a path RTT of {} and a server time of ~{}: ~{} goes to sending \
+             each ~{} B response, {} — the sender paces it",
+            ms(c1.latency.p50_us),
+            ms(x.rtt_us),
+            ms(x.server_own_us().unwrap_or(0)),
+            ms(transfer),
+            size,
+            rate_text(bps)
+        ),
+    )];
+    if x.packets.is_some() {
+        ev.push(sup(
+            LayerName::Packets,
+            cause,
+            "no retransmission, Nagle, cork or window finding explains the transfer time".into(),
+        ));
+    }
+    // Inferred from what is absent: never high confidence.
+    Some(Candidate {
+        cause,
+        impact_us: transfer as f64,
+        added_us: transfer,
+        share: 1.0,
+        layers: vec![LayerName::App],
+        direct: x.packets.is_some(),
+        evidence: ev,
+    })
+}
+
+fn rate_text(bps: f64) -> String {
+    if bps >= 1e6 {
+        format!("{:.1} Mbit/s", bps / 1e6)
+    } else {
+        format!("{:.0} kbit/s", bps / 1e3)
+    }
 }
 
 fn is_network(c: Cause) -> bool {
@@ -713,6 +863,26 @@ fn unreachable(target: &Target, layers: &Layers, x: &Facts<'_>) -> Option<Judgem
                 location: Some(target.addr.clone()),
                 change: "check the address, the route to it and firewalls that drop SYNs \
                          silently"
+                    .into(),
+                tradeoff: None,
+            });
+        }
+        _ if layers
+            .app
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("TLS")) =>
+        {
+            // TCP connects (the SYN probes are answered), the TLS handshake does not.
+            summary = format!(
+                "{where_} accepts TCP connections but the TLS handshake fails: no request \
+                 could be sent"
+            );
+            fix.push(Fix {
+                side: FixSide::Client,
+                location: Some(target.url.clone()),
+                change: "if the server speaks plain HTTP on this port, use http://; if its \
+                         certificate is self-signed, add --insecure"
                     .into(),
                 tradeoff: None,
             });
@@ -826,13 +996,25 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
     {
         slow = None;
     }
-    // A queue on the path explains a server time seen under load, not a c=1 one.
+    // A queue on the path explains a server time seen under load (the capture sees the
+    // response after the queue), not a c=1 one. On a bandwidth-limited path the c=1 time also
+    // holds the response's transfer at the bottleneck rate (the c=N throughput, since the
+    // queue is full): take it out before calling the rest the server's.
     if let (Some(s), Some(q)) = (&slow, cands.iter().find(|c| c.cause == Cause::PathQueueing))
-        && x.c1
-            .is_none_or(|c1| c1.latency.p50_us.saturating_sub(x.rtt_us) < SLOW_SERVER_US)
+        && x.c1.is_none_or(|c1| {
+            c1.latency
+                .p50_us
+                .saturating_sub(x.rtt_us)
+                .saturating_sub(x.bottleneck_transfer_us(c1))
+                < SLOW_SERVER_US
+        })
         && q.added_us * 2 >= s.added_us
     {
         slow = None;
+    }
+    // Nothing else explains a response that takes long to arrive: the sender paces it.
+    if slow.is_none() && cands.is_empty() {
+        slow = paced_response_candidate(&x);
     }
     if let Some(s) = slow {
         // When the server's own time dominates, network causes are never primary.
@@ -866,7 +1048,9 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
 
     let confidence = {
         let corroborating = primary.layers.len();
-        if primary.direct && corroborating >= 2 {
+        // A short server time that dominates only on a fast path is a judgement call.
+        let short_server = primary.cause == Cause::SlowServer && primary.added_us < SLOW_SERVER_US;
+        if primary.direct && corroborating >= 2 && !short_server {
             Confidence::High
         } else if primary.direct {
             Confidence::Medium
@@ -954,13 +1138,41 @@ fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
             x.c1.map(|r| format!(" vs {} at c=1", ms(r.latency.p50_us)))
                 .unwrap_or_default()
         ),
-        Cause::SlowServer => format!(
-            "the server takes ~{} per request itself; the network adds {} (path RTT); p50 {} \
-             at c={}",
-            ms(c.added_us),
-            ms(x.rtt_us),
-            ms(p50),
-            conc
+        Cause::SlowServer if x.paced_transfer().is_some_and(|p| p.0 == c.added_us) => {
+            let (transfer, size, bps) = x.paced_transfer().unwrap_or_default();
+            format!(
+                "each ~{size} B response takes ~{} to arrive ({}) on a path with RTT {}; p50 {} \
+                 at c={conc}",
+                ms(transfer),
+                rate_text(bps),
+                ms(x.rtt_us),
+                ms(p50)
+            )
+        }
+        Cause::SlowServer => {
+            let share =
+                x.c1.filter(|c1| c1.latency.p50_us > 0)
+                    .map(|c1| {
+                        format!(
+                            " ({} of the c=1 p50 {})",
+                            pct((c.added_us as f64 / c1.latency.p50_us as f64).min(1.0)),
+                            ms(c1.latency.p50_us)
+                        )
+                    })
+                    .unwrap_or_default();
+            format!(
+                "the server takes ~{} per request itself{share}; the network adds {} (path \
+                 RTT); p50 {} at c={}",
+                ms(c.added_us),
+                ms(x.rtt_us),
+                ms(p50),
+                conc
+            )
+        }
+        Cause::SynDrop if c.layers.first() == Some(&LayerName::App) => format!(
+            "{} of new connections at c={conc} fail: no SYN-ACK within the {} connect timeout",
+            pct(c.share),
+            ms(c.added_us)
         ),
         Cause::SynDrop => format!(
             "new connections wait ~{} for a SYN retransmission",
@@ -1047,6 +1259,25 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
                 )
             },
         ));
+        // At c=1 the server is quick, but under load it holds requests itself: say so
+        // rather than let "not the application" stand alone.
+        if let (Some(p), Some(cn)) = (x.packets.and_then(|p| p.server_time.as_ref()), x.cn)
+            && p.count > 0
+            && p.p50_us >= DOMINANT_SERVER_US
+            && p.p50_us >= own.saturating_mul(4)
+        {
+            v.push(note(
+                LayerName::Packets,
+                format!(
+                    "under load the server queues requests itself: server time p50 {} at \
+                     c={} against ~{} at c=1 ({:.0} req/s is about what it serves)",
+                    ms(p.p50_us),
+                    cn.concurrency,
+                    ms(own),
+                    cn.requests_per_sec
+                ),
+            ));
+        }
     }
     if let Some(p) = x.packets {
         if !has(Cause::PacketLoss) {
@@ -1065,13 +1296,32 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
             ));
         }
         if !has(Cause::NagleDelayedAck) {
+            // Nagle holds seen in the packets that stay short (a large response's tail waits
+            // one ACK round trip, not the delayed-ACK timer) are named, not hidden.
+            let short = ["nagle-delayed-ack", "nagle-stall"]
+                .iter()
+                .filter_map(|k| p.finding(k))
+                .filter(|f| f.share >= MATERIAL_SHARE && f.median_added_us < MATERIAL_ADDED_US)
+                .max_by(|a, b| a.share.total_cmp(&b.share));
             v.push(out(
                 LayerName::Packets,
                 Cause::NagleDelayedAck,
-                format!(
-                    "no Nagle/delayed-ACK stall on a material share of {} transactions",
-                    p.transactions
-                ),
+                match short {
+                    Some(f) => format!(
+                        "{} on {} of {} transactions adds only ~{} (the end of a response \
+                         waits for an ACK that comes within a round trip, not the ~40 ms \
+                         delayed-ACK timer): below the {} worth naming",
+                        f.kind,
+                        pct(f.share),
+                        p.transactions,
+                        ms(f.median_added_us),
+                        ms(MATERIAL_ADDED_US)
+                    ),
+                    None => format!(
+                        "no Nagle/delayed-ACK stall on a material share of {} transactions",
+                        p.transactions
+                    ),
+                },
             ));
         }
         if !has(Cause::TcpCork) && p.finding("tcp-cork").is_none() {
@@ -1098,8 +1348,9 @@ fn rule_outs(x: &Facts<'_>, cands: &[Candidate]) -> Vec<EvidenceLine> {
             v.push(note(
                 LayerName::Sockets,
                 format!(
-                    "server sockets: TCP_NODELAY off on {}/{}, but no Nagle stall in the \
-                     packets (responses leave in one piece, e.g. sendfile with tcp_nopush)",
+                    "server sockets: TCP_NODELAY off on {}/{}, but no material Nagle stall \
+                     in the packets (each response leaves in one write, or a hold lasts only \
+                     until an ACK within a round trip)",
                     s.nodelay.off,
                     s.nodelay.on + s.nodelay.off + s.nodelay.unknown
                 ),
@@ -1284,14 +1535,22 @@ fn fixes(cause: Cause, x: &Facts<'_>, target: &Target) -> Vec<Fix> {
             v.push(Fix {
                 side: FixSide::Client,
                 location: Some(format!("the client host's route to {}", target.addr)),
-                change: format!(
-                    "ip route change <route to {}> quickack 1",
-                    if target.addr.is_empty() {
-                        "the server"
-                    } else {
-                        target.addr.as_str()
+                change: match target.addr.parse::<std::net::IpAddr>() {
+                    // Loopback traffic follows the local table's route, not a main-table
+                    // one: give the exact command.
+                    Ok(std::net::IpAddr::V4(a)) if a.is_loopback() => {
+                        "ip route change local 127.0.0.0/8 dev lo table local proto kernel \
+                         scope host src 127.0.0.1 quickack 1"
+                            .into()
                     }
-                ),
+                    Ok(a @ std::net::IpAddr::V6(_)) => format!(
+                        "ip -6 route change <the route `ip -6 route get {a}` shows> quickack 1"
+                    ),
+                    Ok(a) => {
+                        format!("ip route change <the route `ip route get {a}` shows> quickack 1")
+                    }
+                    Err(_) => "ip route change <route to the server> quickack 1".into(),
+                },
                 tradeoff: Some(
                     "every connection on that route ACKs at once: more ACK packets, needs \
                      root on every client"
@@ -1317,6 +1576,21 @@ fn fixes(cause: Cause, x: &Facts<'_>, target: &Target) -> Vec<Fix> {
             ),
             tradeoff: None,
         }),
+        Cause::SlowServer if x.server_own_us().unwrap_or(0) < DOMINANT_SERVER_US => {
+            let (transfer, size, bps) = x.paced_transfer().unwrap_or_default();
+            v.push(Fix {
+                side: FixSide::Server,
+                location: None,
+                change: format!(
+                    "{server} answers at once but sends each ~{size} B response over ~{} \
+                     ({}): look for a send rate limit (nginx limit_rate, a proxy's or \
+                     shaper's bandwidth cap) or a handler that writes its body in slow pieces",
+                    ms(transfer),
+                    rate_text(bps)
+                ),
+                tradeoff: None,
+            });
+        }
         Cause::SlowServer => {
             let own = x.server_own_us().unwrap_or(0);
             v.push(Fix {

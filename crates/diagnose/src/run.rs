@@ -28,6 +28,8 @@ use crate::{Diagnosis, Settings};
 pub const DEFAULT_CONCURRENCY: u32 = 32;
 /// Default load budget (c=1 and c=N together); the whole diagnosis stays under ~15 s.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(7);
+/// The longest load budget accepted: every load is bounded.
+pub const MAX_DURATION: Duration = Duration::from_secs(600);
 /// Packets the capture keeps at most (it stops counting after that; the load goes on).
 pub const MAX_CAPTURE_PACKETS: u64 = 200_000;
 
@@ -44,6 +46,8 @@ pub struct DiagnoseOptions {
     pub timeout: Duration,
     /// Set to stop early (Ctrl-C): each running step ends and the diagnosis covers what ran.
     pub stop: Arc<AtomicBool>,
+    /// https: accept any certificate (self-signed, wrong name), like `lagtrace load --insecure`.
+    pub insecure: bool,
 }
 
 impl DiagnoseOptions {
@@ -55,6 +59,7 @@ impl DiagnoseOptions {
             duration: DEFAULT_DURATION,
             timeout: Duration::from_secs(2),
             stop: Arc::new(AtomicBool::new(false)),
+            insecure: false,
         }
     }
 }
@@ -216,6 +221,12 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     if opts.duration < Duration::from_millis(500) {
         bail!("duration must be at least 500ms");
     }
+    if opts.duration > MAX_DURATION {
+        bail!(
+            "duration must be at most {} s (a diagnosis needs seconds, not hours)",
+            MAX_DURATION.as_secs()
+        );
+    }
     let stop = &*opts.stop;
     let location = locate(sa.ip());
 
@@ -283,6 +294,7 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     lo.threads = 1;
     lo.duration = Some(c1_dur);
     lo.timeout = opts.timeout;
+    lo.insecure = opts.insecure;
     lo.connect_timeout = Duration::from_secs(1);
     let c1_ok = match lagtrace_load::run(&lo, None, stop) {
         Ok(r) => {
@@ -438,12 +450,25 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
         concurrency: opts.concurrency,
         duration_ms: opts.duration.as_millis() as u64,
     };
-    Ok(Diagnosis::assemble(
-        target,
-        settings,
-        layers,
-        t0.elapsed().as_micros() as u64,
-    ))
+    let mut d = Diagnosis::assemble(target, settings, layers, t0.elapsed().as_micros() as u64);
+    if opts.stop.load(Ordering::Relaxed) {
+        // A partial run must say so wherever it is read (text, JSON, HTML).
+        d.evidence.insert(
+            0,
+            crate::verdict::EvidenceLine {
+                layer: crate::evidence::LayerName::App,
+                stance: crate::verdict::Stance::Note,
+                cause: None,
+                text: format!(
+                    "interrupted after {:.1} s of a {:.1} s load budget: the layers cover only \
+                     what ran, the verdict is from partial data",
+                    t0.elapsed().as_secs_f64(),
+                    opts.duration.as_secs_f64()
+                ),
+            },
+        );
+    }
+    Ok(d)
 }
 
 struct RunningCapture {

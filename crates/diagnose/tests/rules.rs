@@ -37,6 +37,7 @@ fn run(c: u32, p50: u64, p99: u64, rps: f64) -> AppRun {
         distribution: vec![],
         errors: Errors::default(),
         first_request: None,
+        bytes: 0,
         later_requests: None,
     }
 }
@@ -598,4 +599,267 @@ fn verify_compares_p50_p99_and_rate() {
         .unwrap();
     assert!(rps.improvement > 10.0);
     assert!(after.evidence.iter().all(|e| e.stance != Stance::Supports));
+    assert_eq!(v.baseline, "saved.json");
+    // A baseline saved against another server (here another port) is flagged.
+    let mut other = target();
+    other.port = 9011;
+    other.url = "http://10.77.0.2:9011/".into();
+    let before = Diagnosis::assemble(other, Settings::default(), nagle_layers(), 1);
+    let v = after.compare_with(&before, "saved.json");
+    assert!(v.baseline.contains("a different target"), "{}", v.baseline);
+    assert!(
+        v.baseline.contains("http://10.77.0.2:9011/"),
+        "{}",
+        v.baseline
+    );
+}
+
+/// nginx `echo_sleep 0.005` on a veth: 5 ms of the 5.1 ms the user waits is the server's.
+#[test]
+fn short_think_time_that_dominates_is_slow_server_at_medium_confidence() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 5_110, 7_700, 189.0)),
+        cn: Some(run(32, 5_670, 8_200, 5_595.0)),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 11_796;
+    p.server_time = Some(pct(11_796, 5_460, 7_900));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
+    assert_eq!(j.verdict.confidence, Confidence::Medium);
+    assert!(j.verdict.cost.contains("5.05ms"), "{}", j.verdict.cost);
+    assert!(
+        j.verdict.cost.contains("of the c=1 p50 5.11ms"),
+        "{}",
+        j.verdict.cost
+    );
+    assert!(!texts(&j).contains("not the application"), "{}", texts(&j));
+}
+
+/// The same 5 ms handler behind a 40 ms path is not where the latency comes from, and a
+/// 1 ms handler is not worth naming at all.
+#[test]
+fn short_think_time_that_does_not_dominate_stays_healthy() {
+    let mut l = healthy_layers();
+    if let Some(p) = l.path.data.as_mut() {
+        p.idle = Some(rtt(40_000));
+        p.under_load = Some(rtt(40_100));
+    }
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 45_100, 47_000, 22.0)),
+        cn: Some(run(32, 45_600, 48_000, 700.0)),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.server_time = Some(pct(3_000, 5_050, 6_000));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 1_100, 1_500, 900.0)),
+        cn: Some(run(32, 1_400, 6_000, 22_000.0)),
+    });
+    l.packets.data.as_mut().unwrap().server_time = Some(pct(3_000, 1_050, 1_400));
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::Healthy);
+}
+
+/// `python3 -m http.server`: quick at c=1, saturated at c=32 where the packets see the
+/// server hold requests. Healthy, but the evidence says the server queues under load.
+#[test]
+fn server_saturated_only_under_load_is_healthy_with_a_note() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 328, 5_880, 1_167.0)),
+        cn: Some(run(32, 4_570, 16_500, 1_066.0)),
+    });
+    l.packets.data.as_mut().unwrap().server_time = Some(pct(2_246, 4_080, 15_000));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+    assert!(
+        texts(&j).contains("under load the server queues requests itself"),
+        "{}",
+        texts(&j)
+    );
+}
+
+/// https:// to a port that speaks plain HTTP: the SYN probes are answered, the TLS handshake
+/// fails. Unreachable, but the verdict must not say no connection could be made.
+#[test]
+fn tls_handshake_failure_on_an_open_port_says_tls_not_no_connection() {
+    let mut l = healthy_layers();
+    l.path.data.as_mut().unwrap().under_load = None;
+    let mut c1 = run(1, 0, 0, 0.0);
+    c1.requests = 0;
+    c1.errors.connect = 1;
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(c1),
+        cn: None,
+    });
+    l.app.reason = Some(
+        "TLS handshake with 10.77.0.2:8080 failed: received corrupt message of type \
+         InvalidContentType"
+            .into(),
+    );
+    l.packets = Layer::skipped("no request completed at c=1");
+    l.sockets = Layer::skipped("no request completed at c=1");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Unreachable, "{}", texts(&j));
+    assert!(
+        j.verdict.summary.contains("TLS handshake fails"),
+        "{}",
+        j.verdict.summary
+    );
+    assert!(
+        !j.verdict.summary.contains("no connection"),
+        "{}",
+        j.verdict.summary
+    );
+    assert!(j.verdict.fix[0].change.contains("http://"));
+}
+
+/// nginx `tcp_nodelay off` serving 100 KB: the response's tail waits for an ACK on a fifth of
+/// the transactions, but only ~2 ms (one round trip under load, no delayed-ACK timer).
+/// Healthy, and the evidence names the short hold instead of saying there is none.
+#[test]
+fn short_nagle_hold_at_the_tail_of_large_responses_is_named_but_not_the_cause() {
+    let mut l = healthy_layers();
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 8_593;
+    p.findings = vec![finding("nagle-stall", 1_840, 8_593, 2_100)];
+    let s = l.sockets.data.as_mut().unwrap();
+    s.nodelay = OptionCount {
+        on: 0,
+        off: 32,
+        unknown: 0,
+    };
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+    let t = texts(&j);
+    assert!(
+        t.contains("nagle-stall on 21% of 8593 transactions adds only ~2.10ms"),
+        "{t}"
+    );
+    assert!(!t.contains("no Nagle/delayed-ACK stall"), "{t}");
+}
+
+/// On 127.0.0.1 the route is the local table's: the route fix is the exact command.
+#[test]
+fn loopback_target_gets_the_exact_local_route_quickack_command() {
+    let mut t = target();
+    t.addr = "127.0.0.1".into();
+    t.host = "127.0.0.1".into();
+    let j = judge(&t, &nagle_layers());
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck);
+    assert!(
+        j.verdict
+            .fix
+            .iter()
+            .any(|f| f.change.contains("table local") && f.change.contains("quickack 1")),
+        "{:?}",
+        j.verdict.fix
+    );
+    let j = judge(&target(), &nagle_layers());
+    assert!(
+        j.verdict
+            .fix
+            .iter()
+            .any(|f| f.change.contains("ip route get 10.77.0.2")),
+        "{:?}",
+        j.verdict.fix
+    );
+}
+
+/// nginx `limit_rate 400k` serving 100 KB: the server answers in ~2 ms but each response
+/// takes ~240 ms to arrive on a 50 µs path with no queue, loss or window limit. That is the
+/// server pacing its sends, not "no latency problem"; the same response arriving in 2 ms is.
+#[test]
+fn paced_response_on_a_clean_path_is_slow_server_not_healthy() {
+    let mut l = healthy_layers();
+    let mut c1 = run(1, 241_000, 241_500, 4.0);
+    c1.bytes = c1.requests * 102_640;
+    let mut cn = run(8, 241_300, 244_000, 30.0);
+    cn.bytes = cn.requests * 102_640;
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(c1),
+        cn: Some(cn),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 72;
+    p.server_time = Some(pct(72, 1_880, 2_500));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
+    assert_eq!(j.verdict.confidence, Confidence::Medium);
+    assert!(j.verdict.cost.contains("100136 B"), "{}", j.verdict.cost);
+    assert!(j.verdict.cost.contains("3.4 Mbit/s"), "{}", j.verdict.cost);
+    assert!(
+        j.verdict.fix[0].change.contains("limit_rate"),
+        "{:?}",
+        j.verdict.fix
+    );
+
+    // The same response size at veth speed is healthy.
+    let a = l.app.data.as_mut().unwrap();
+    for r in [a.c1.as_mut().unwrap(), a.cn.as_mut().unwrap()] {
+        r.latency = pct(r.requests, 2_100, 3_000);
+    }
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::Healthy);
+}
+
+/// `python3 -m http.server` (listen backlog 5, a new connection per request) at c=32: 52 of
+/// 2943 connection attempts get no SYN-ACK within the 1 s connect timeout (the accept queue
+/// overflows), while c=1 connects every time. Not healthy: syn-drop, from the app layer.
+#[test]
+fn connect_failures_only_under_load_are_syn_drop() {
+    let mut l = healthy_layers();
+    let mut cn = run(32, 4_570, 7_400, 1_066.0);
+    cn.requests = 2_891;
+    cn.errors.connect = 52;
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 328, 5_880, 1_167.0)),
+        cn: Some(cn),
+    });
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SynDrop, "{}", texts(&j));
+    assert!(j.verdict.cost.contains("fail"), "{}", j.verdict.cost);
+    assert!(j.verdict.fix[0].change.contains("listen backlog"));
+    assert!(
+        texts(&j).contains("52 of 2943 connection attempts"),
+        "{}",
+        texts(&j)
+    );
+
+    // One stray failure in thousands is not a cause.
+    let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+    cn.errors.connect = 1;
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::Healthy);
+}
+
+/// tbf 10 Mbit/s with a shallow queue in front of nginx serving 100 KB at c=4: c=1 takes
+/// 86 ms (the transfer at 10 Mbit/s), the capture sees the first response byte after the
+/// queue (server time 22 ms), the SYN RTT rises by 16 ms. The path, not the server: once the
+/// transfer at the c=N throughput is taken out of the c=1 time, nothing is left for the server.
+#[test]
+fn bandwidth_limited_path_is_path_queueing_not_slow_server() {
+    let mut l = healthy_layers();
+    l.path.data.as_mut().unwrap().under_load = Some(rtt(16_220));
+    let mut c1 = run(1, 85_890, 86_020, 11.0);
+    c1.bytes = c1.requests * 102_640;
+    let mut cn = run(4, 164_610, 1_860_000, 11.0);
+    cn.bytes = cn.requests * 102_640;
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(c1),
+        cn: Some(cn),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 27;
+    p.server_time = Some(pct(27, 21_740, 204_330));
+    p.findings = vec![finding("retransmission", 2, 27, 33_720)];
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::PathQueueing, "{}", texts(&j));
+    assert!(
+        !j.verdict.secondary.contains(&Cause::SlowServer),
+        "{:?}",
+        j.verdict
+    );
 }

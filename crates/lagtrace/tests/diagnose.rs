@@ -199,6 +199,42 @@ fn builtin_think_time_is_slow_server() {
     assert!(sec.is_empty(), "{}", show(&j));
 }
 
+/// A 5 ms think time on a veth is nearly all the latency the user sees: slow-server, at
+/// medium confidence, with the server's share of the c=1 p50 in the cost (it said healthy).
+#[test]
+fn builtin_short_think_time_that_dominates_is_slow_server() {
+    let (_lab, url) = builtin_lab(
+        "think5",
+        ServeOptions {
+            think: Duration::from_millis(5),
+            ..ServeOptions::default()
+        },
+    );
+    let (code, j, err) = diagnose(&url, &["-d", "3s"]);
+    assert_eq!(cause(&j), "slow-server", "{err}\n{}", show(&j));
+    assert_eq!(code, 1);
+    assert_eq!(j["verdict"]["confidence"], "medium", "{}", show(&j));
+    let cost = j["verdict"]["cost"].as_str().unwrap_or("");
+    assert!(cost.contains("of the c=1 p50"), "{}", show(&j));
+}
+
+/// https:// to a port that speaks plain HTTP: TCP connects, TLS fails. The verdict says so
+/// and points at http:// (it said no connection could be made).
+#[test]
+fn https_to_a_plain_http_port_says_the_tls_handshake_fails() {
+    let lab = Lab::up(&LabOptions::new(&name("tls")).server(ServerKind::Builtin)).expect("lab up");
+    let url = format!("https://{}:{}/", lab.server_addr(), lagtrace_lab::GOOD_PORT);
+    let t0 = Instant::now();
+    let (code, j, err) = diagnose(&url, &[]);
+    assert_eq!(cause(&j), "unreachable", "{err}\n{}", show(&j));
+    assert_eq!(code, 1);
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let summary = j["verdict"]["summary"].as_str().unwrap_or("");
+    assert!(summary.contains("TLS handshake fails"), "{}", show(&j));
+    let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap_or("");
+    assert!(fix.contains("http://"), "{}", show(&j));
+}
+
 #[test]
 fn builtin_cork_left_on_is_tcp_cork() {
     let (_lab, url) = builtin_lab(
@@ -564,4 +600,96 @@ fn a_target_two_routers_away_gets_its_route_and_its_server_is_found_in_its_names
         .as_str()
         .unwrap();
     assert!(point.contains(chain.server_ns()), "{point}");
+}
+
+/// A real nginx run in the foreground (`daemon off; master_process off;`), killed on drop.
+struct Foreground(Child);
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// nginx `limit_rate 400k` serving 100 KB: it answers at once, then paces the body over
+/// ~250 ms on a clean veth. That is the server's doing (slow-server, with the size and the
+/// rate), not "healthy" (what diagnose said before).
+#[test]
+fn nginx_limit_rate_is_slow_server_with_the_rate() {
+    let lab = Lab::up(&LabOptions::new(&name("rate")).server(ServerKind::Builtin)).expect("lab up");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display().to_string();
+    std::fs::write(dir.path().join("big.bin"), vec![b'x'; 100 * 1024]).unwrap();
+    let conf = format!(
+        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+         events {{ worker_connections 64; }}\n\
+         http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
+         fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
+         server {{ listen 9002; root {d}; limit_rate 400k; }} }}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lagtrace_lab::netns_name(lab.name()),
+            "nginx",
+        ])
+        .args(["-p", &d, "-c", &format!("{d}/nginx.conf")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx");
+    let _nginx = Foreground(child);
+    let addr = std::net::SocketAddr::from((lab.server_addr(), 9002));
+    let t = Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(10), "nginx did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, j, err) = diagnose(&format!("http://{addr}/big.bin"), &["-d", "3s", "-c", "4"]);
+    assert_eq!(cause(&j), "slow-server", "{err}\n{}", show(&j));
+    assert_eq!(code, 1);
+    let cost = j["verdict"]["cost"].as_str().unwrap_or("");
+    assert!(
+        cost.contains("Mbit/s") && cost.contains("to arrive"),
+        "{}",
+        show(&j)
+    );
+    let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap_or("");
+    assert!(fix.contains("limit_rate"), "{}", show(&j));
+}
+
+/// `python3 -m http.server` (HTTP/1.0, a new connection per request, listen backlog 5) at
+/// c=32: the accept queue overflows and some connection attempts get no SYN-ACK within the
+/// connect timeout. syn-drop with the backlog fix (it was called healthy).
+#[test]
+fn python_http_server_with_a_tiny_backlog_is_syn_drop_under_load() {
+    let lab = Lab::up(&LabOptions::new(&name("pyb")).server(ServerKind::Builtin)).expect("lab up");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("index.html"), "hello\n").unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
+        .args(["python3", "-m", "http.server", "9003", "--bind", "0.0.0.0"])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    let _py = Foreground(child);
+    let addr = std::net::SocketAddr::from((lab.server_addr(), 9003));
+    let t = Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "python did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, j, err) = diagnose(&format!("http://{addr}/"), &["-d", "3s"]);
+    assert_eq!(cause(&j), "syn-drop", "{err}\n{}", show(&j));
+    assert_eq!(code, 1);
+    let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap_or("");
+    assert!(fix.contains("listen backlog"), "{}", show(&j));
 }

@@ -52,6 +52,7 @@ fn run(c: u32, p50: u64, p99: u64, rps: f64) -> AppRun {
         distribution: dist(p50, p99),
         errors: Errors::default(),
         first_request: None,
+        bytes: 0,
         later_requests: None,
     }
 }

@@ -46,6 +46,7 @@ pub fn run(concurrency: u32, r: &LoadReport) -> AppRun {
             status: r.errors.status,
         },
         first_request: first,
+        bytes: r.bytes,
         later_requests: later,
     }
 }

@@ -184,6 +184,7 @@ fn diagnose(
         connections: 32,
         duration,
         timeout: Duration::from_secs(2),
+        insecure: false,
         json: false,
         report: None,
         save: None,

@@ -46,6 +46,9 @@ pub struct Args {
     /// Request timeout of the load
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// https: accept any certificate (self-signed, wrong name)
+    #[arg(long)]
+    pub insecure: bool,
     /// Print the diagnosis as JSON (stable schema) instead of text
     #[arg(long)]
     pub json: bool,
@@ -194,6 +197,7 @@ pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
     o.concurrency = args.connections;
     o.duration = args.duration;
     o.timeout = args.timeout;
+    o.insecure = args.insecure;
     o.stop = stop;
     let quiet = args.quiet;
     let tty = std::io::stderr().is_terminal();
