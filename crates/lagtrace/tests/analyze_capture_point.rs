@@ -5,61 +5,19 @@
 //! RTT later and the held segment leaves at once; on the client's side the reverse).
 //! IPv4 and IPv6. Everything is removed by a guard. Needs root; without it the tests say so.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-struct Guard {
-    netns: String,
-    veth: String,
-    dumps: Vec<Child>,
-}
+use common::{NsGuard, analyze_json, enter_netns, kinds, read_request, root, tcpdump_on, veth_ns};
 
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for c in &mut self.dumps {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.veth])
-            .status();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.netns])
-            .status();
-    }
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .expect("spawn");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Namespace + veth; returns the guard, the namespace's address and the device inside.
-fn lab(which: u32, v6: bool) -> (Guard, String, String) {
+/// Namespace + veth; returns the guard (peer = the device inside) and the namespace's address.
+fn lab(which: u32, v6: bool) -> (NsGuard, String) {
     let pid = std::process::id();
     let tag = pid % 100_000;
-    let g = Guard {
-        netns: format!("lt-analyze-cp-{which}-{pid}"),
-        veth: format!("lcp{tag}{which}h"),
-        dumps: Vec::new(),
-    };
-    let peer = format!("lcp{tag}{which}n");
-    sh(&["ip", "netns", "add", &g.netns]);
-    sh(&[
-        "ip", "link", "add", &g.veth, "type", "veth", "peer", "name", &peer,
-    ]);
-    sh(&["ip", "link", "set", &peer, "netns", &g.netns]);
     let (host, ns, plen) = if v6 {
         let n = format!("fd00:1a7:{:x}:{which}", pid % 0xffff);
         (format!("{n}::1"), format!("{n}::2"), "64")
@@ -67,75 +25,20 @@ fn lab(which: u32, v6: bool) -> (Guard, String, String) {
         let n = format!("10.{}.{}", 240 - which, (pid % 250) + 1);
         (format!("{n}.1"), format!("{n}.2"), "30")
     };
-    let mut add = vec!["ip", "addr", "add"];
-    let ha = format!("{host}/{plen}");
-    add.extend([ha.as_str(), "dev", g.veth.as_str()]);
-    if v6 {
-        add.push("nodad");
-    }
-    sh(&add);
-    sh(&["ip", "link", "set", &g.veth, "up"]);
-    let na = format!("{ns}/{plen}");
-    let mut add = vec![
-        "ip", "netns", "exec", &g.netns, "ip", "addr", "add", &na, "dev", &peer,
-    ];
-    if v6 {
-        add.push("nodad");
-    }
-    sh(&add);
-    sh(&[
-        "ip", "netns", "exec", &g.netns, "ip", "link", "set", &peer, "up",
-    ]);
-    sh(&[
-        "ip", "netns", "exec", &g.netns, "ip", "link", "set", "lo", "up",
-    ]);
-    (g, ns, peer)
+    let g = veth_ns(
+        format!("lt-analyze-cp-{which}-{pid}"),
+        format!("lcp{tag}{which}h"),
+        format!("lcp{tag}{which}n"),
+        &format!("{host}/{plen}"),
+        &format!("{ns}/{plen}"),
+        v6,
+    );
+    (g, ns)
 }
 
-fn tcpdump(g: &mut Guard, netns: Option<&str>, dev: &str, file: &Path, port: u16) {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, "tcpdump"]);
-            c
-        }
-        None => Command::new("tcpdump"),
-    };
-    let mut td = cmd
-        .args([
-            "-i",
-            dev,
-            "-nn",
-            "-U",
-            "--immediate-mode",
-            "-s",
-            "256",
-            "-w",
-        ])
-        .arg(file)
-        .arg(format!("tcp port {port}"))
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("run tcpdump");
-    let mut line = String::new();
-    BufReader::new(td.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("listening"), "tcpdump: {line}");
+fn tcpdump(g: &mut NsGuard, netns: Option<&str>, dev: &str, file: &Path, port: u16) {
+    let td = tcpdump_on(netns, dev, file, port);
     g.dumps.push(td);
-}
-
-fn read_request(s: &mut TcpStream) -> bool {
-    let mut buf = Vec::new();
-    let mut b = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        match s.read(&mut b) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => buf.extend_from_slice(&b[..n]),
-        }
-    }
-    true
 }
 
 /// Who makes the two small writes with Nagle on.
@@ -151,11 +54,11 @@ const BODY: usize = 600;
 
 /// Runs `n` keep-alive requests and returns (server-side analysis, client-side analysis).
 fn run(which: u32, v6: bool, split: Split, n: usize) -> Option<[serde_json::Value; 2]> {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (CAP_NET_ADMIN, CAP_NET_RAW) for a namespace and tcpdump");
+    if !root("needs root (CAP_NET_ADMIN, CAP_NET_RAW) for a namespace and tcpdump") {
         return None;
     }
-    let (mut g, ns_ip, peer) = lab(which, v6);
+    let (mut g, ns_ip) = lab(which, v6);
+    let peer = g.peer.clone();
     let port: u16 = 21_000 + (std::process::id() % 1000) as u16 + 1000 * which as u16;
     let bind: SocketAddr = if v6 {
         format!("[{ns_ip}]:{port}")
@@ -165,10 +68,9 @@ fn run(which: u32, v6: bool, split: Split, n: usize) -> Option<[serde_json::Valu
     .parse()
     .unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    let ns_path = format!("/run/netns/{}", g.netns);
+    let netns = g.netns.clone();
     let server = std::thread::spawn(move || {
-        let f = std::fs::File::open(&ns_path).expect("open netns");
-        assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+        enter_netns(&netns);
         let l = TcpListener::bind(bind).expect("bind in namespace");
         tx.send(()).unwrap();
         let (mut s, _) = l.accept().unwrap();
@@ -223,42 +125,10 @@ fn run(which: u32, v6: bool, split: Split, n: usize) -> Option<[serde_json::Valu
     drop(c);
     server.join().unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    for td in &mut g.dumps {
-        unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
-        let _ = td.wait();
+    for td in g.dumps.drain(..) {
+        common::stop_tcpdump(td);
     }
-    g.dumps.clear();
-    let an = |f: &Path| -> serde_json::Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
-            .args(["analyze", "--json"])
-            .arg(f)
-            .output()
-            .unwrap();
-        // Exit 1 means "findings"; 2 would be an error.
-        assert_ne!(
-            out.status.code(),
-            Some(2),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
-    Some([an(&files[0]), an(&files[1])])
-}
-
-fn kinds(an: &serde_json::Value) -> Vec<(String, u64, u64)> {
-    an["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["kind"].as_str().unwrap().to_string(),
-                f["transaction"].as_u64().unwrap_or(u64::MAX),
-                f["cost_us"].as_u64().unwrap(),
-            )
-        })
-        .collect()
+    Some([analyze_json(&files[0]), analyze_json(&files[1])])
 }
 
 fn check_both(res: Option<[serde_json::Value; 2]>, n: usize) {

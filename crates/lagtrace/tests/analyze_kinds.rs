@@ -3,12 +3,16 @@
 //! that does not read), tcpdump captures it, and `lagtrace analyze` must name that kind and
 //! not the others. Needs root for tcpdump; without it the tests say so and do nothing.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
+
+use common::{analyze_json, kinds, read_request, tcpdump_on};
 
 struct Capture {
     child: Option<Child>,
@@ -20,28 +24,7 @@ impl Capture {
     fn start(port: u16) -> Capture {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("cap.pcap");
-        let mut child = Command::new("tcpdump")
-            .args([
-                "-i",
-                "lo",
-                "-nn",
-                "-U",
-                "--immediate-mode",
-                "-s",
-                "256",
-                "-w",
-            ])
-            .arg(&file)
-            .arg(format!("tcp port {port}"))
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("run tcpdump");
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.contains("listening"), "tcpdump: {line}");
+        let child = tcpdump_on(None, "lo", &file, port);
         Capture {
             child: Some(child),
             file,
@@ -51,9 +34,8 @@ impl Capture {
 
     fn stop(&mut self) -> &Path {
         std::thread::sleep(Duration::from_millis(300));
-        if let Some(mut c) = self.child.take() {
-            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-            let _ = c.wait();
+        if let Some(c) = self.child.take() {
+            common::stop_tcpdump(c);
         }
         &self.file
     }
@@ -69,11 +51,7 @@ impl Drop for Capture {
 }
 
 fn root() -> bool {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: tcpdump needs root (CAP_NET_RAW)");
-        return false;
-    }
-    true
+    common::root("tcpdump needs root (CAP_NET_RAW)")
 }
 
 fn setopt(fd: i32, level: i32, name: i32, v: i32) {
@@ -87,18 +65,6 @@ fn setopt(fd: i32, level: i32, name: i32, v: i32) {
         )
     };
     assert_eq!(rc, 0);
-}
-
-fn read_request(s: &mut TcpStream) -> bool {
-    let mut buf = Vec::new();
-    let mut b = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        match s.read(&mut b) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => buf.extend_from_slice(&b[..n]),
-        }
-    }
-    true
 }
 
 /// Runs `requests` keep-alive requests on one connection; the server answers each with
@@ -189,27 +155,7 @@ fn run_with(
     drop(c);
     server.join().unwrap();
     let file = cap.stop().to_path_buf();
-    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
-        .args(["analyze", "--json"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn kinds(an: &serde_json::Value) -> Vec<(String, u64, u64)> {
-    an["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["kind"].as_str().unwrap().to_string(),
-                f["transaction"].as_u64().unwrap_or(u64::MAX),
-                f["cost_us"].as_u64().unwrap(),
-            )
-        })
-        .collect()
+    analyze_json(&file)
 }
 
 fn no_setup(_: &TcpListener) {}
@@ -367,12 +313,7 @@ fn receiver_that_does_not_read_shows_zero_window() {
     server.join().unwrap();
     drop(c);
     let file = cap.stop().to_path_buf();
-    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
-        .args(["analyze", "--json"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let an: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let an = analyze_json(&file);
     let k = kinds(&an);
     let zw: Vec<_> = k.iter().filter(|(k, _, _)| k == "zero-window").collect();
     assert!(!zw.is_empty(), "{k:?}");
@@ -693,12 +634,7 @@ fn pipelined_requests_to_a_nagle_server() {
     drop(c);
     server.join().unwrap();
     let file = cap.stop().to_path_buf();
-    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
-        .args(["analyze", "--json"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let an: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let an = analyze_json(&file);
     let k = kinds(&an);
     eprintln!("{k:?} {}", an["transaction_stats"]);
     assert!(
@@ -782,12 +718,7 @@ fn slow_reader_with_small_buffer_is_window_limited() {
     drop(c);
     server.join().unwrap();
     let file = cap.stop().to_path_buf();
-    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
-        .args(["analyze", "--json"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let an: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let an = analyze_json(&file);
     let k = kinds(&an);
     eprintln!("{:?}", an["summary"]);
     assert!(

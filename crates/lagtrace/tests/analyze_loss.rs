@@ -7,61 +7,16 @@
 //! Everything is torn down by a guard. Needs root (CI runs as root); without it the tests
 //! say so and do nothing.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{NsGuard, enter_netns, in_ns, nft_load, root, sh, tcpdump_on, tshark_fields, veth_ns};
 use lagtrace_packet::{AnalyzeOptions, analyze_file};
-
-struct Guard {
-    netns: String,
-    veth: String,
-    tcpdump: Option<Child>,
-    /// nft netdev table on the host side of our veth (only hooks that device).
-    host_table: Option<String>,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.tcpdump.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if let Some(t) = &self.host_table {
-            let _ = Command::new("nft")
-                .args(["delete", "table", "netdev", t])
-                .status();
-        }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.veth])
-            .status();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.netns])
-            .status();
-    }
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .expect("spawn");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn in_ns(ns: &str, args: &[&str]) {
-    let mut v = vec!["ip", "netns", "exec", ns];
-    v.extend_from_slice(args);
-    sh(&v);
-}
 
 const BODY: usize = 60_000;
 
@@ -93,55 +48,23 @@ fn serve(listener: TcpListener, conns: usize) {
     }
 }
 
-fn tshark_fields(file: &Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
-    let mut cmd = Command::new("tshark");
-    cmd.arg("-r").arg(file).args(["-Y", filter, "-T", "fields"]);
-    for f in fields {
-        cmd.args(["-e", f]);
-    }
-    let out = cmd.output().expect("run tshark");
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| l.split('\t').map(str::to_string).collect())
-        .collect()
-}
-
 /// A namespace joined to this one by a veth pair, with `rules` (nft) loaded inside it.
 /// Returns the guard, the namespace's address and the port to use.
-fn lab(which: u32, rules: &dyn Fn(u16, &str) -> String) -> (Guard, String, u16) {
+fn lab(which: u32, rules: &dyn Fn(u16, &str) -> String) -> (NsGuard, String, u16) {
     let pid = std::process::id();
     let tag = pid % 100_000;
-    let g = Guard {
-        netns: format!("lt-analyze-loss-{which}-{pid}"),
-        veth: format!("lal{tag}{which}h"),
-        tcpdump: None,
-        host_table: None,
-    };
-    let peer = format!("lal{tag}{which}n");
     let net = format!("10.{}.{}", 250 - which, (pid % 250) + 1);
     let (host_ip, ns_ip) = (format!("{net}.1"), format!("{net}.2"));
     let port: u16 = 18_000 + (pid % 1000) as u16 + 1000 * which as u16;
-    sh(&["ip", "netns", "add", &g.netns]);
-    sh(&[
-        "ip", "link", "add", &g.veth, "type", "veth", "peer", "name", &peer,
-    ]);
-    sh(&["ip", "link", "set", &peer, "netns", &g.netns]);
-    sh(&[
-        "ip",
-        "addr",
-        "add",
+    let g = veth_ns(
+        format!("lt-analyze-loss-{which}-{pid}"),
+        format!("lal{tag}{which}h"),
+        format!("lal{tag}{which}n"),
         &format!("{host_ip}/30"),
-        "dev",
-        &g.veth,
-    ]);
-    sh(&["ip", "link", "set", &g.veth, "up"]);
-    in_ns(
-        &g.netns,
-        &["ip", "addr", "add", &format!("{ns_ip}/30"), "dev", &peer],
+        &format!("{ns_ip}/30"),
+        false,
     );
-    in_ns(&g.netns, &["ip", "link", "set", &peer, "up"]);
-    in_ns(&g.netns, &["ip", "link", "set", "lo", "up"]);
+    let peer = g.peer.clone();
     // MSS-sized packets on the wire (no TSO/GSO/GRO super-segments): more packets, so the
     // random drops hit data, ACKs and FINs alike and fast retransmits happen.
     sh(&[
@@ -154,57 +77,40 @@ fn lab(which: u32, rules: &dyn Fn(u16, &str) -> String) -> (Guard, String, u16) 
         ],
     );
     let rules = rules(port, &peer);
-    let nft = Command::new("ip")
-        .args(["netns", "exec", &g.netns, "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            c.stdin.take().map(|mut s| s.write_all(rules.as_bytes()));
-            c.wait()
-        })
-        .expect("run nft");
-    assert!(nft.success());
+    nft_load(Some(&g.netns), &rules);
     (g, ns_ip, port)
 }
 
 /// Starts tcpdump on the host side of the veth and waits until it listens.
-fn tcpdump(g: &mut Guard, file: &Path, port: u16) {
-    let mut td = Command::new("tcpdump")
-        .args([
-            "-i",
-            &g.veth,
-            "-nn",
-            "-U",
-            "--immediate-mode",
-            "-s",
-            "256",
-            "-w",
-        ])
-        .arg(file)
-        .arg(format!("tcp port {port}"))
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("run tcpdump");
-    let mut line = String::new();
-    let mut rd = BufReader::new(td.stderr.take().unwrap());
-    rd.read_line(&mut line).unwrap();
-    assert!(line.contains("listening"), "tcpdump: {line}");
-    g.tcpdump = Some(td);
+fn tcpdump(g: &mut NsGuard, file: &Path, port: u16) {
+    let td = tcpdump_on(None, &g.veth, file, port);
+    g.dumps.push(td);
 }
 
-fn stop_tcpdump(g: &mut Guard) {
+fn stop_tcpdump(g: &mut NsGuard) {
     std::thread::sleep(Duration::from_millis(500));
-    if let Some(mut td) = g.tcpdump.take() {
-        unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
-        let _ = td.wait();
+    for td in g.dumps.drain(..) {
+        common::stop_tcpdump(td);
     }
+}
+
+/// Server: a thread that enters the namespace, then listens there for `conns` connections.
+fn start_server(g: &NsGuard, ns_ip: &str, port: u16, conns: usize) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let netns = g.netns.clone();
+    let bind: SocketAddr = format!("{ns_ip}:{port}").parse().unwrap();
+    std::thread::spawn(move || {
+        enter_netns(&netns);
+        let l = TcpListener::bind(bind).expect("bind in namespace");
+        tx.send(()).unwrap();
+        serve(l, conns);
+    });
+    rx.recv_timeout(Duration::from_secs(10)).expect("server up");
 }
 
 #[test]
 fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (CAP_NET_ADMIN) to create a network namespace");
+    if !root("needs root (CAP_NET_ADMIN) to create a network namespace") {
         return;
     }
     // Drops where the capture (host side of the veth) still sees the packet: the server's
@@ -226,32 +132,11 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
         }}",
         g.veth
     );
-    let nft = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            c.stdin.take().map(|mut s| s.write_all(rules.as_bytes()));
-            c.wait()
-        })
-        .expect("run nft");
-    assert!(nft.success());
+    nft_load(None, &rules);
 
-    // Server: a thread that enters the namespace, then listens there.
     let conns = 4;
     let requests = 8;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let ns_path = format!("/run/netns/{}", g.netns);
-    let bind: SocketAddr = format!("{ns_ip}:{port}").parse().unwrap();
-    std::thread::spawn(move || {
-        let f = std::fs::File::open(&ns_path).expect("open netns");
-        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns");
-        let l = TcpListener::bind(bind).expect("bind in namespace");
-        tx.send(()).unwrap();
-        serve(l, conns);
-    });
-    rx.recv_timeout(Duration::from_secs(10)).expect("server up");
+    start_server(&g, &ns_ip, port, conns);
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("loss.pcap");
@@ -398,8 +283,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
 /// for the SYN timer (1 s on Linux) — a syn-retransmit finding with that cost.
 #[test]
 fn dropped_syn_is_syn_retransmit() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (CAP_NET_ADMIN) to create a network namespace");
+    if !root("needs root (CAP_NET_ADMIN) to create a network namespace") {
         return;
     }
     let (mut g, ns_ip, port) = lab(2, &|port, _dev| {
@@ -409,18 +293,7 @@ fn dropped_syn_is_syn_retransmit() {
         }}"
         )
     });
-    let (tx, rx) = std::sync::mpsc::channel();
-    let ns_path = format!("/run/netns/{}", g.netns);
-    let bind: SocketAddr = format!("{ns_ip}:{port}").parse().unwrap();
-    std::thread::spawn(move || {
-        let f = std::fs::File::open(&ns_path).expect("open netns");
-        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns");
-        let l = TcpListener::bind(bind).expect("bind in namespace");
-        tx.send(()).unwrap();
-        serve(l, 1);
-    });
-    rx.recv_timeout(Duration::from_secs(10)).expect("server up");
+    start_server(&g, &ns_ip, port, 1);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("syn.pcap");
     tcpdump(&mut g, &file, port);

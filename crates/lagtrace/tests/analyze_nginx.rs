@@ -5,12 +5,16 @@
 //! Then the same nginx with `tcp_nodelay off` and 3 keep-alive connections must be named
 //! nagle-delayed-ack. nginx and tcpdump are stopped by a guard. Needs root.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use common::{analyze_json, spawn_tcpdump};
 
 struct Guard {
     procs: Vec<Child>,
@@ -81,43 +85,24 @@ http {{
 }
 
 fn tcpdump(g: &mut Guard, file: &Path, port: u16) {
-    let mut td = Command::new("tcpdump")
-        .args(["-i", "lo", "-nn", "-U", "-B", "65536", "-s", "200", "-w"])
-        .arg(file)
-        .arg(format!("tcp port {port}"))
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("run tcpdump");
-    let mut line = String::new();
-    BufReader::new(td.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("listening"), "tcpdump: {line}");
+    let td = spawn_tcpdump(
+        None,
+        &["-i", "lo", "-nn", "-U", "-B", "65536", "-s", "200"],
+        file,
+        port,
+    );
     g.procs.push(td);
 }
 
 fn stop_tcpdump(g: &mut Guard) {
     std::thread::sleep(Duration::from_millis(300));
-    if let Some(mut td) = g.procs.pop() {
-        unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
-        let _ = td.wait();
+    if let Some(td) = g.procs.pop() {
+        common::stop_tcpdump(td);
     }
 }
 
 fn analyze(file: &Path) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
-        .args(["analyze", "--json"])
-        .arg(file)
-        .output()
-        .unwrap();
-    assert_ne!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    analyze_json(file)
 }
 
 fn findings(an: &serde_json::Value, kind: &str) -> u64 {
@@ -131,11 +116,7 @@ fn findings(an: &serde_json::Value, kind: &str) -> u64 {
 }
 
 fn root() -> bool {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: nginx on a test port and tcpdump need root");
-        return false;
-    }
-    true
+    common::root("nginx on a test port and tcpdump need root")
 }
 
 fn port(which: u16) -> u16 {
