@@ -22,7 +22,7 @@ use crate::adapters;
 use crate::evidence::{
     AppEvidence, Layer, Layers, PacketEvidence, PathEvidence, SocketEvidence, Target,
 };
-use crate::{Diagnosis, Settings};
+use crate::{Assemble, Diagnosis, Settings};
 
 /// Default connections of the concurrent run.
 pub const DEFAULT_CONCURRENCY: u32 = 32;

@@ -1,6 +1,7 @@
 //! The verdict rules on constructed evidence: evidence in, verdict out. One case per cause,
 //! and the cases that must NOT raise an alarm.
 
+use lagtrace_diagnose::Assemble;
 use lagtrace_diagnose::evidence::*;
 use lagtrace_diagnose::{Confidence, Diagnosis, FixSide, Settings, Stance, judge};
 use lagtrace_model::Cause;

@@ -5,6 +5,8 @@
 //! must agree on.
 #![deny(missing_docs)]
 
+pub mod diagnosis;
+
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

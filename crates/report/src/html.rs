@@ -3,9 +3,10 @@
 
 use std::fmt::Write as _;
 
-use lagtrace_diagnose::evidence::{LayerName, LayerStatus};
-use lagtrace_diagnose::{Diagnosis, FixSide, Stance};
 use lagtrace_model::Cause;
+use lagtrace_model::diagnosis::Diagnosis;
+use lagtrace_model::diagnosis::evidence::{LayerName, LayerStatus};
+use lagtrace_model::diagnosis::verdict::{FixSide, Stance};
 
 use crate::svg::{Series, esc, flow_ladder, percentile_chart};
 use crate::text::layer_summary;

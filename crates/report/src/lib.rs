@@ -8,7 +8,7 @@ mod html;
 mod svg;
 mod text;
 
-use lagtrace_diagnose::Diagnosis;
+use lagtrace_model::diagnosis::Diagnosis;
 
 pub use html::html;
 pub use svg::{Series, flow_ladder, percentile_chart};

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use lagtrace_diagnose::evidence::{AppRun, Direction, Flow, PercentilePoint};
+use lagtrace_model::diagnosis::evidence::{AppRun, Direction, Flow, PercentilePoint};
 
 use crate::ms;
 

@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use lagtrace_diagnose::evidence::{AppRun, LayerName};
-use lagtrace_diagnose::{Diagnosis, FixSide, Stance};
+use lagtrace_model::diagnosis::Diagnosis;
+use lagtrace_model::diagnosis::evidence::{AppRun, LayerName};
+use lagtrace_model::diagnosis::verdict::{FixSide, Stance};
 
 use crate::ms;
 

@@ -7,6 +7,7 @@ use std::io::Read as _;
 use std::path::Path;
 use std::process::Command;
 
+use lagtrace_diagnose::Assemble;
 use lagtrace_diagnose::evidence::*;
 use lagtrace_diagnose::{Diagnosis, Settings};
 

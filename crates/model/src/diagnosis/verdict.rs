@@ -1,10 +1,10 @@
 //! The verdict: one primary cause, secondary causes, a confidence, the cost in the user's
 //! terms, the evidence for and against, and the fix.
 
-use lagtrace_model::Cause;
+use crate::Cause;
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::LayerName;
+use super::evidence::LayerName;
 
 /// How sure the verdict is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
