@@ -792,7 +792,7 @@ impl Drop for Lab {
         if self.teardown_on_drop {
             let state = self.state();
             if let Err(e) = teardown(&self.name, Some(&state)) {
-                eprintln!("lagtrace lab: tearing down {}: {e:#}", self.name);
+                log::warn!(target: "lagtrace lab", "tearing down {}: {e:#}", self.name);
             }
         }
     }

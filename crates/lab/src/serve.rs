@@ -241,8 +241,10 @@ fn wait_readable(listener: &TcpListener, limit: Duration) {
     }
 }
 
+/// Reports a server-side problem through the `log` facade (target `lagtrace serve`); the
+/// binary installs the printer, the engine never prints.
 fn log(msg: &str) {
-    eprintln!("lagtrace serve: {msg}");
+    log::warn!(target: "lagtrace serve", "{msg}");
 }
 
 /// A parsed request head: what the server needs from it.

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod logger;
 
 /// Find where network request latency comes from, layer by layer, and say why.
 ///
@@ -56,6 +57,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logger::install();
     let result = match cli.command {
         Command::Ping(a) => cmd::ping::run(a),
         Command::Route(a) => cmd::route::run(a),
