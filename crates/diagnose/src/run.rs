@@ -523,6 +523,7 @@ fn start_capture(
     sa: SocketAddr,
     progress: &dyn Fn(Step),
 ) -> Result<RunningCapture, Box<Layer<PacketEvidence>>> {
+    use lagtrace_model::Capability;
     use lagtrace_packet::capture::{Capture, CaptureOptions, route_iface};
     let (netns, label) = match loc {
         ServerLocation::Namespace(n) => (NetNs::Named(n.clone()), format!("namespace {n}")),
@@ -555,10 +556,19 @@ fn start_capture(
             point,
         }),
         Err(e) => {
-            let msg = format!("{e:#}");
-            if msg.contains("ermission") || msg.contains("CAP_NET_RAW") {
+            let msg = e.to_string();
+            if let Some(p) = e.privilege() {
+                // Capturing always needs CAP_NET_RAW; name what else was refused too.
+                let mut caps = vec![Capability::NetRaw.name()];
+                caps.extend(
+                    p.capabilities
+                        .iter()
+                        .filter(|c| **c != Capability::NetRaw)
+                        .map(|c| c.name()),
+                );
                 Err(Box::new(Layer::unavailable(format!(
-                    "capture needs CAP_NET_RAW (run as root): {msg}"
+                    "capture needs {} (run as root): {msg}",
+                    caps.join(" and ")
                 ))))
             } else {
                 Err(Box::new(Layer::error(format!("capture on {point}: {msg}"))))

@@ -10,6 +10,9 @@ pub mod diagnosis;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+mod privilege;
+pub use privilege::{Capability, Privilege};
+
 /// The stable cause codes of `../shared/DESIGN.md`. JSON uses the kebab-case strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

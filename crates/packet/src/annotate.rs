@@ -13,7 +13,7 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
+use crate::{Error, Result};
 use serde::Serialize;
 
 const SHB: u32 = 0x0A0D_0D0A;
@@ -172,18 +172,26 @@ pub fn write_annotated(
 ) -> Result<AnnotateStats> {
     if let (Ok(a), Ok(b)) = (input.canonicalize(), output.canonicalize()) {
         if a == b {
-            bail!("annotate: output {} is the input file", output.display());
+            return Err(Error::Usage(format!(
+                "annotate: output {} is the input file",
+                output.display()
+            )));
         }
     }
-    let f = File::open(input).with_context(|| format!("opening {}", input.display()))?;
+    let f = File::open(input).map_err(|e| Error::io(format!("opening {}", input.display()), e))?;
     let rd = BufReader::with_capacity(1 << 20, f);
-    let out = File::create(output).with_context(|| format!("creating {}", output.display()))?;
+    let out =
+        File::create(output).map_err(|e| Error::io(format!("creating {}", output.display()), e))?;
     let mut out = BufWriter::with_capacity(1 << 20, out);
     let done = annotate_stream(rd, &mut out, comments)
-        .with_context(|| format!("annotating {} into {}", input.display(), output.display()))
+        .map_err(|e| Error::Annotate {
+            input: input.to_path_buf(),
+            output: output.to_path_buf(),
+            err: Box::new(e),
+        })
         .and_then(|st| {
             out.flush()
-                .with_context(|| format!("writing {}", output.display()))?;
+                .map_err(|e| Error::io(format!("writing {}", output.display()), e))?;
             Ok(st)
         });
     if done.is_err() {
@@ -202,7 +210,7 @@ pub fn annotate_stream<R: Read, W: Write>(
 ) -> Result<AnnotateStats> {
     let mut magic = [0u8; 4];
     if read_full(&mut rd, &mut magic)? < 4 {
-        bail!("too short for a capture file");
+        return Err(Error::Format("too short for a capture file".into()));
     }
     let mut stats = AnnotateStats::default();
     let m = u32::from_le_bytes(magic);
@@ -215,13 +223,15 @@ pub fn annotate_stream<R: Read, W: Write>(
             stats.input_format = "pcap".into();
             copy_pcap(&mut rd, magic, &mut out, comments, &mut stats)?;
         }
-        _ => bail!(
+        _ => {
+            return Err(Error::Format(format!(
             "not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})",
             magic[0],
             magic[1],
             magic[2],
             magic[3]
-        ),
+            )));
+        }
     }
     let last = stats.frames;
     stats.missing_frames = comments.range(last + 1..).map(|(k, _)| *k).collect();
@@ -271,7 +281,7 @@ fn copy_pcap<R: Read, W: Write>(
     );
     let mut hdr = [0u8; 20];
     if read_full(rd, &mut hdr)? < 20 {
-        bail!("pcap file header is cut short");
+        return Err(Error::Format("pcap file header is cut short".into()));
     }
     let snaplen = u32_at(&hdr, 12);
     let linktype = u32_at(&hdr, 16) & 0xFFFF;
@@ -367,11 +377,11 @@ fn copy_pcapng<R: Read, W: Write>(
             le = match u32::from_le_bytes(bom) {
                 BYTE_ORDER_MAGIC => true,
                 0x4D3C_2B1A => false,
-                _ => bail!("pcapng section header has a bad byte-order magic"),
+                _ => return Err(Error::Format("pcapng section header has a bad byte-order magic".into())),
             };
             seen_shb = true;
         } else if !seen_shb {
-            bail!("pcapng file does not start with a section header");
+            return Err(Error::Format("pcapng file does not start with a section header".into()));
         }
         let rd32 = |b: &[u8], i: usize| {
             let a = [b[i], b[i + 1], b[i + 2], b[i + 3]];
@@ -441,10 +451,10 @@ fn copy_pcapng<R: Read, W: Write>(
     }
     if !shb_written {
         // Nothing valid at all: an empty "pcapng" would not be one.
-        bail!(
+        return Err(Error::Format(format!(
             "pcapng section header is damaged: {}",
             stats.warnings.join("; ")
-        );
+        )));
     }
     Ok(())
 }

@@ -31,7 +31,9 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow};
+use lagtrace_model::{Capability, Privilege};
+
+use crate::{Error, Result};
 use lagtrace_netns::NetNs;
 use serde::Serialize;
 
@@ -201,7 +203,10 @@ impl StopSignal {
         // SAFETY: pipe2 fills two fds on success; we take ownership of both.
         let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
         if rc != 0 {
-            return Err(std::io::Error::last_os_error()).context("creating the capture stop pipe");
+            return Err(Error::io(
+                "creating the capture stop pipe",
+                std::io::Error::last_os_error(),
+            ));
         }
         // SAFETY: both fds were just created and are owned by nobody else.
         let (wake_rd, wake_wr) =
@@ -239,7 +244,7 @@ impl Capture {
         let thread = std::thread::Builder::new()
             .name("lagtrace-capture".into())
             .spawn(move || run_capture(opts2, callback, stop2, ready_tx))
-            .context("spawning the capture thread")?;
+            .map_err(|e| Error::io("spawning the capture thread", e))?;
         match ready_rx.recv() {
             Ok(Ok(linktype)) => Ok(CaptureHandle {
                 stop,
@@ -253,7 +258,9 @@ impl Capture {
             }
             Err(_) => match thread.join() {
                 Ok(Err(e)) => Err(e),
-                _ => Err(anyhow!("capture thread ended before opening the capture")),
+                _ => Err(Error::Thread(
+                    "capture thread ended before opening the capture",
+                )),
             },
         }
     }
@@ -344,22 +351,28 @@ enum Sink {
 }
 
 /// Turns libpcap's open errors into one line naming the cause.
-fn open_error(iface: &str, netns: &NetNs, e: pcap::Error) -> anyhow::Error {
+/// libpcap reports a refused `socket(AF_PACKET)` only as text (`pcap::Error` has no errno):
+/// reading that text happens here, once, and the caller gets a typed [`Error::Privilege`].
+fn open_error(iface: &str, netns: &NetNs, e: pcap::Error) -> Error {
     let msg = e.to_string();
     let lower = msg.to_lowercase();
     if lower.contains("permission") || lower.contains("operation not permitted") {
-        anyhow!(
-            "capturing on {iface} needs CAP_NET_RAW (run as root, or `setcap cap_net_raw+ep` on \
-             the binary); `lagtrace analyze` of a saved file works without it ({msg})"
-        )
+        Error::Privilege(Privilege::new(
+            Capability::NetRaw,
+            format!("capturing on {iface}"),
+            format!(
+                " (run as root, or `setcap cap_net_raw+ep` on the binary); `lagtrace analyze` \
+                 of a saved file works without it ({msg})"
+            ),
+        ))
     } else if lower.contains("no such device") {
-        let wher = match netns.path() {
-            Some(p) => format!(" in network namespace {}", p.display()),
-            None => String::new(),
-        };
-        anyhow!("no interface named {iface}{wher} ({msg})")
+        Error::NoInterface {
+            iface: iface.to_string(),
+            netns: netns.path(),
+            msg,
+        }
     } else {
-        anyhow!("opening capture on {iface}: {msg}")
+        Error::capture(format!("opening capture on {iface}"), msg)
     }
 }
 
@@ -374,7 +387,7 @@ fn run_capture(
         Ok(x) => x,
         Err(e) => {
             let _ = ready.send(Err(e));
-            return Err(anyhow!("capture not opened"));
+            return Err(Error::Thread("capture not opened"));
         }
     };
     let _ = ready.send(Ok(linktype));
@@ -470,7 +483,7 @@ fn run_capture(
         while Instant::now() < hard_end && opts.count.is_none_or(|c| captured < c) {
             let n = cap
                 .dispatch(Some(remaining(captured)), |p| handle(p, &mut captured))
-                .map_err(|e| anyhow!("reading packets on {}: {e}", opts.iface))?;
+                .map_err(|e| Error::capture(format!("reading packets on {}", opts.iface), e))?;
             if n > 0 {
                 last_data = Instant::now();
             } else if last_data.elapsed() >= quiet_for {
@@ -495,18 +508,19 @@ fn run_capture(
             dropped: 0,
             if_dropped: 0,
         },
-        Err(e) => return Err(anyhow!("reading capture statistics: {e}")),
+        Err(e) => return Err(Error::capture("reading capture statistics", e)),
     };
     match sink {
         Sink::None => {}
         Sink::Pcap(mut s) => s
             .flush()
-            .map_err(|e| anyhow!("writing capture file: {e}"))?,
+            .map_err(|e| Error::capture("writing capture file", e))?,
         Sink::Pcapng(w) => {
             if let Some(e) = write_err {
-                return Err(anyhow!("writing capture file: {e}"));
+                return Err(Error::capture("writing capture file", e));
             }
-            w.finish().context("writing capture file")?;
+            w.finish()
+                .map_err(|e| Error::io("writing capture file", e))?;
         }
     }
     Ok(CaptureStats {
@@ -525,22 +539,24 @@ fn run_capture(
 fn open(opts: &CaptureOptions) -> Result<(pcap::Capture<pcap::Active>, Sink, u32)> {
     if let Some(p) = opts.netns.path() {
         if !p.exists() {
-            return Err(anyhow!("network namespace {} does not exist", p.display()));
+            return Err(Error::NoNamespace(p.to_path_buf()));
         }
         opts.netns.enter_current_thread().map_err(|e| {
             if e.kind() == std::io::ErrorKind::PermissionDenied {
-                anyhow!(
-                    "entering network namespace {} needs CAP_SYS_ADMIN (run as root); \
-                     capturing in the current namespace works without it: {e}",
-                    p.display()
-                )
+                Error::Privilege(Privilege::new(
+                    Capability::SysAdmin,
+                    format!("entering network namespace {}", p.display()),
+                    format!(
+                        " (run as root); capturing in the current namespace works without it: {e}"
+                    ),
+                ))
             } else {
-                anyhow!("entering network namespace {}: {e}", p.display())
+                Error::io(format!("entering network namespace {}", p.display()), e)
             }
         })?;
     }
     if opts.snaplen == 0 {
-        return Err(anyhow!("snaplen must be at least 1 byte"));
+        return Err(Error::Usage("snaplen must be at least 1 byte".into()));
     }
     let inactive = pcap::Capture::from_device(opts.iface.as_str())
         .map_err(|e| open_error(&opts.iface, &opts.netns, e))?;
@@ -555,10 +571,15 @@ fn open(opts: &CaptureOptions) -> Result<(pcap::Capture<pcap::Active>, Sink, u32
         .map_err(|e| open_error(&opts.iface, &opts.netns, e))?;
     let mut cap = cap
         .setnonblock()
-        .map_err(|e| anyhow!("capture on {}: setting non-blocking mode: {e}", opts.iface))?;
+        .map_err(|e| {
+            Error::capture(
+                format!("capture on {}: setting non-blocking mode", opts.iface),
+                e,
+            )
+        })?;
     if let Some(f) = opts.filter.as_deref().filter(|f| !f.trim().is_empty()) {
         cap.filter(f, true)
-            .map_err(|e| anyhow!("bad filter {f:?}: {e}"))?;
+            .map_err(|e| Error::capture(format!("bad filter {f:?}"), e))?;
     }
     let linktype = cap.get_datalink().0 as u32;
     let sink = match &opts.output {
@@ -566,15 +587,16 @@ fn open(opts: &CaptureOptions) -> Result<(pcap::Capture<pcap::Active>, Sink, u32
         Some(path) => match opts.format {
             FileFormat::Pcap => Sink::Pcap(
                 cap.savefile(path)
-                    .map_err(|e| anyhow!("creating {}: {e}", path.display()))?,
+                    .map_err(|e| Error::capture(format!("creating {}", path.display()), e))?,
             ),
             FileFormat::Pcapng => {
                 let f =
-                    File::create(path).with_context(|| format!("creating {}", path.display()))?;
+                    File::create(path)
+                    .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
                 let mut w = PcapngWriter::new(BufWriter::with_capacity(1 << 20, f))
-                    .with_context(|| format!("writing {}", path.display()))?;
+                    .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
                 w.add_interface(linktype as u16, opts.snaplen, 9, Some(&opts.iface))
-                    .with_context(|| format!("writing {}", path.display()))?;
+                    .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
                 Sink::Pcapng(w)
             }
         },

@@ -11,30 +11,34 @@
 pub mod analysis;
 pub mod annotate;
 pub mod capture;
+mod error;
 pub mod reader;
 pub mod wire;
 
 use std::path::Path;
 
-use anyhow::Context as _;
-
 pub use analysis::{
     Analysis, AnalyzeOptions, Analyzer, Finding, KindSummary, PacketRecord, StreamSummary,
     SynOptions, Transaction, TransactionStats, kind,
 };
+pub use error::{Error, Result};
 pub use reader::{CaptureReader, Frame, ReadEvent};
 
 /// Reads a pcap or pcapng file and analyzes every TCP stream in it.
 ///
 /// Errors only when the file cannot be opened or is not a capture file at all; damage
 /// inside the file ends up in [`Analysis::warnings`].
-pub fn analyze_file(path: &Path, opts: &AnalyzeOptions) -> anyhow::Result<Analysis> {
-    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
-    analyze_reader(file, opts).with_context(|| format!("read {}", path.display()))
+pub fn analyze_file(path: &Path, opts: &AnalyzeOptions) -> Result<Analysis> {
+    let file =
+        std::fs::File::open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+    analyze_reader(file, opts).map_err(|e| Error::Read {
+        path: path.to_path_buf(),
+        err: Box::new(e),
+    })
 }
 
 /// Like [`analyze_file`] over any reader.
-pub fn analyze_reader<R: std::io::Read>(src: R, opts: &AnalyzeOptions) -> anyhow::Result<Analysis> {
+pub fn analyze_reader<R: std::io::Read>(src: R, opts: &AnalyzeOptions) -> Result<Analysis> {
     let mut reader = CaptureReader::new(src)?;
     let mut an = Analyzer::new(opts.clone());
     while let Some(ev) = reader.next() {

@@ -72,7 +72,7 @@ pub struct CaptureReader<R> {
 
 impl<R: Read> CaptureReader<R> {
     /// Opens a reader: reads and checks the file header.
-    pub fn new(src: R) -> anyhow::Result<Self> {
+    pub fn new(src: R) -> crate::Result<Self> {
         let mut r = CaptureReader {
             src,
             buf: vec![0; 256 << 10],
@@ -85,9 +85,12 @@ impl<R: Read> CaptureReader<R> {
             pos: 0,
             done: false,
         };
-        r.fill(24)?;
+        r.fill(24)
+            .map_err(|e| crate::Error::io("reading the file header", e))?;
         if r.end - r.start < 4 {
-            anyhow::bail!("not a capture file: shorter than a file header");
+            return Err(crate::Error::Format(
+                "not a capture file: shorter than a file header".into(),
+            ));
         }
         let magic = [r.buf[0], r.buf[1], r.buf[2], r.buf[3]];
         let m_le = u32::from_le_bytes(magic);
@@ -100,16 +103,18 @@ impl<R: Read> CaptureReader<R> {
                 r.format = Format::Pcapng;
                 return Ok(r);
             }
-            _ => anyhow::bail!(
-                "not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})",
-                magic[0],
-                magic[1],
-                magic[2],
-                magic[3]
-            ),
+            _ => {
+                return Err(crate::Error::Format(format!(
+                    "not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})",
+                    magic[0], magic[1], magic[2], magic[3]
+                )));
+            }
         };
         if r.end - r.start < 24 {
-            anyhow::bail!("pcap file header cut short ({} bytes)", r.end - r.start);
+            return Err(crate::Error::Format(format!(
+                "pcap file header cut short ({} bytes)",
+                r.end - r.start
+            )));
         }
         let rd = |b: &[u8]| {
             let v = [b[0], b[1], b[2], b[3]];
