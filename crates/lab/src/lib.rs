@@ -29,6 +29,7 @@
 //! process (`lagtrace lab status|fix|unfix|down`) can act on a lab.
 #![deny(missing_docs)]
 
+mod error;
 pub mod probe_client;
 pub mod serve;
 mod sys;
@@ -40,11 +41,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
 use lagtrace_netns::NetNs;
 use serde::{Deserialize, Serialize};
 
+pub use error::{Error, Result};
 pub use sys::check_privileges;
+
+use error::{Context, bail};
 
 /// Where labs keep their state.
 pub const STATE_ROOT: &str = "/run/lagtrace/labs";
@@ -541,7 +544,8 @@ impl Lab {
                     sys::kill_wait(pid, Duration::from_secs(3));
                 }
                 self.st().servers.retain(|s| s.role != "latency");
-                let exe = sys::exe_of_state(&info).unwrap_or(std::env::current_exe()?);
+                let exe = sys::exe_of_state(&info)
+                    .unwrap_or(std::env::current_exe().context("finding this executable")?);
                 let o = builtin_options(Ipv4Addr::UNSPECIFIED, LATENCY_PORT, on, NetNs::Current);
                 self.spawn_serve(&exe, "latency", &o)?;
             }
@@ -625,7 +629,7 @@ impl Lab {
             self.client_iface, self.server_addr
         );
         let file = state_dir(&self.name).join("drop.nft");
-        fs::write(&file, rules)?;
+        fs::write(&file, rules).with_context(|| format!("writing {}", file.display()))?;
         sys::run("nft", &["-f", &file.to_string_lossy()])
     }
 
@@ -668,18 +672,21 @@ impl Lab {
     fn save(&self) -> Result<()> {
         let dir = state_dir(&self.name);
         let tmp = dir.join("state.json.tmp");
-        fs::write(&tmp, serde_json::to_vec_pretty(&*self.st())?)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        fs::rename(&tmp, dir.join("state.json"))?;
+        let json = serde_json::to_vec_pretty(&*self.st()).context("serializing the lab state")?;
+        fs::write(&tmp, json).with_context(|| format!("writing {}", tmp.display()))?;
+        fs::rename(&tmp, dir.join("state.json"))
+            .with_context(|| format!("renaming {}", tmp.display()))?;
         Ok(())
     }
 
     fn start_nginx(&self, nginx: &Path, role: &str, port: u16, fixed: bool) -> Result<()> {
         let prefix = state_dir(&self.name).join(format!("nginx-{role}"));
-        fs::create_dir_all(prefix.join("logs"))?;
+        let logs = prefix.join("logs");
+        fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
         let config = prefix.join("nginx.conf");
         let latency = role == "latency";
-        fs::write(&config, nginx_config(&prefix, port, latency, fixed))?;
+        fs::write(&config, nginx_config(&prefix, port, latency, fixed))
+            .with_context(|| format!("writing {}", config.display()))?;
         let log = prefix.join("error.log");
         let out = std::process::Command::new("ip")
             .args(["netns", "exec", &self.netns])

@@ -7,13 +7,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use lagtrace_model::{Capability, Privilege};
+
+use crate::error::{Context, Result, bail};
 
 use crate::ServerInfo;
-
-/// Capability bits (linux/capability.h).
-const CAP_NET_ADMIN: u32 = 12;
-const CAP_SYS_ADMIN: u32 = 21;
 
 /// Checks up front that this process may create namespaces and links: CAP_NET_ADMIN and
 /// CAP_SYS_ADMIN in its effective set (root has both).
@@ -24,19 +22,19 @@ pub fn check_privileges() -> Result<()> {
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(0);
-    let missing: Vec<&str> = [
-        (CAP_NET_ADMIN, "CAP_NET_ADMIN"),
-        (CAP_SYS_ADMIN, "CAP_SYS_ADMIN"),
-    ]
-    .into_iter()
-    .filter(|(bit, _)| eff & (1u64 << bit) == 0)
-    .map(|(_, n)| n)
-    .collect();
+    let missing: Vec<Capability> = [Capability::NetAdmin, Capability::SysAdmin]
+        .into_iter()
+        .filter(|c| eff & (1u64 << c.bit()) == 0)
+        .collect();
     if !missing.is_empty() {
-        bail!(
-            "the lab needs {} (run as root) to create and remove network namespaces, veth links and their servers; `lagtrace serve` on loopback works without",
-            missing.join(" and ")
-        );
+        return Err(Privilege {
+            what: "the lab".into(),
+            capabilities: missing,
+            hint: " (run as root) to create and remove network namespaces, veth links and their \
+                   servers; `lagtrace serve` on loopback works without"
+                .into(),
+        }
+        .into());
     }
     Ok(())
 }
@@ -296,7 +294,9 @@ pub fn spawn_detached(ns: &str, exe: &Path, args: &[String], log: &Path) -> Resu
         .append(true)
         .open(log)
         .with_context(|| format!("creating {}", log.display()))?;
-    let err = out.try_clone()?;
+    let err = out
+        .try_clone()
+        .with_context(|| format!("duplicating the descriptor of {}", log.display()))?;
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", ns])
         .arg(exe)

@@ -225,11 +225,8 @@ pub fn annotate_stream<R: Read, W: Write>(
         }
         _ => {
             return Err(Error::Format(format!(
-            "not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})",
-            magic[0],
-            magic[1],
-            magic[2],
-            magic[3]
+                "not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})",
+                magic[0], magic[1], magic[2], magic[3]
             )));
         }
     }
@@ -377,11 +374,17 @@ fn copy_pcapng<R: Read, W: Write>(
             le = match u32::from_le_bytes(bom) {
                 BYTE_ORDER_MAGIC => true,
                 0x4D3C_2B1A => false,
-                _ => return Err(Error::Format("pcapng section header has a bad byte-order magic".into())),
+                _ => {
+                    return Err(Error::Format(
+                        "pcapng section header has a bad byte-order magic".into(),
+                    ));
+                }
             };
             seen_shb = true;
         } else if !seen_shb {
-            return Err(Error::Format("pcapng file does not start with a section header".into()));
+            return Err(Error::Format(
+                "pcapng file does not start with a section header".into(),
+            ));
         }
         let rd32 = |b: &[u8], i: usize| {
             let a = [b[i], b[i + 1], b[i + 2], b[i + 3]];

@@ -569,14 +569,12 @@ fn open(opts: &CaptureOptions) -> Result<(pcap::Capture<pcap::Active>, Sink, u32
         .timeout(BLOCK_TIMEOUT_MS)
         .open()
         .map_err(|e| open_error(&opts.iface, &opts.netns, e))?;
-    let mut cap = cap
-        .setnonblock()
-        .map_err(|e| {
-            Error::capture(
-                format!("capture on {}: setting non-blocking mode", opts.iface),
-                e,
-            )
-        })?;
+    let mut cap = cap.setnonblock().map_err(|e| {
+        Error::capture(
+            format!("capture on {}: setting non-blocking mode", opts.iface),
+            e,
+        )
+    })?;
     if let Some(f) = opts.filter.as_deref().filter(|f| !f.trim().is_empty()) {
         cap.filter(f, true)
             .map_err(|e| Error::capture(format!("bad filter {f:?}"), e))?;
@@ -590,8 +588,7 @@ fn open(opts: &CaptureOptions) -> Result<(pcap::Capture<pcap::Active>, Sink, u32
                     .map_err(|e| Error::capture(format!("creating {}", path.display()), e))?,
             ),
             FileFormat::Pcapng => {
-                let f =
-                    File::create(path)
+                let f = File::create(path)
                     .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
                 let mut w = PcapngWriter::new(BufWriter::with_capacity(1 << 20, f))
                     .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
