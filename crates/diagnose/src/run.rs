@@ -202,7 +202,7 @@ fn ping(
     count: u32,
     interval_ms: u64,
     stop: &AtomicBool,
-) -> Result<lagtrace_probe::PingReport> {
+) -> Result<lagtrace_probe::PingReport, lagtrace_probe::Error> {
     let mut o = lagtrace_probe::PingOptions::new(target);
     o.count = count;
     o.interval = Duration::from_millis(interval_ms);

@@ -28,10 +28,11 @@
 //!     println!("{} {:?} {:.1}% loss", h.ttl, h.addrs, h.stats.loss_pct);
 //! }
 //! # let _ = PingMode::Syn;
-//! # Ok::<(), anyhow::Error>(())
+//! # Ok::<(), lagtrace_probe::Error>(())
 //! ```
 #![deny(missing_docs)]
 
+mod error;
 pub mod net;
 pub mod ping;
 pub mod route;
@@ -45,8 +46,23 @@ mod sim;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::AtomicBool;
 
-use anyhow::{Context, bail};
+use lagtrace_model::{Capability, Privilege};
 
+pub use error::{Error, Result};
+
+/// Returns `Err(Error::Target(format!(...)))`.
+macro_rules! bail_target {
+    ($($arg:tt)*) => {
+        return Err(Error::Target(format!($($arg)*)))
+    };
+}
+
+/// Returns `Err(Error::Usage(format!(...)))`.
+macro_rules! bail_usage {
+    ($($arg:tt)*) => {
+        return Err(Error::Usage(format!($($arg)*)))
+    };
+}
 pub use ping::{PingMode, PingOptions, PingReport, PingStats, Sample, SampleKind};
 pub use route::{Hop, HopProbe, HopReply, HopStats, RouteOptions, RouteReport};
 pub use stats::RttStats;
@@ -57,9 +73,9 @@ pub use wire::Proto;
 /// unicast host: an IPv4-mapped IPv6 address becomes IPv4; the unspecified address,
 /// multicast, broadcast and `%scope` suffixes are refused (probes to them never come back as
 /// replies from one host).
-pub fn resolve_target(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
+pub fn resolve_target(s: &str) -> Result<(IpAddr, Option<u16>)> {
     if s.contains('%') {
-        bail!(
+        bail_target!(
             "{s:?}: scoped addresses (%IFACE) are not supported; use a global or unique-local address"
         );
     }
@@ -74,13 +90,13 @@ pub fn resolve_target(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
     } else {
         return Ok((ip, port));
     };
-    bail!("{ip} is {what}, not one host to probe")
+    bail_target!("{ip} is {what}, not one host to probe")
 }
 
-fn resolve_any(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
+fn resolve_any(s: &str) -> Result<(IpAddr, Option<u16>)> {
     let s = s.trim();
     if s.is_empty() {
-        bail!("empty target");
+        bail_target!("empty target");
     }
     if let Ok(ip) = s.parse::<IpAddr>() {
         return Ok((ip, None));
@@ -88,12 +104,12 @@ fn resolve_any(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
         let (h, tail) = rest
             .split_once(']')
-            .with_context(|| format!("{s:?}: missing ']'"))?;
+            .ok_or_else(|| Error::Target(format!("{s:?}: missing ']'")))?;
         let port = match tail {
             "" => None,
             t => Some(
                 t.strip_prefix(':')
-                    .with_context(|| format!("{s:?}: expected ':PORT' after ']'"))?,
+                    .ok_or_else(|| Error::Target(format!("{s:?}: expected ':PORT' after ']'")))?,
             ),
         };
         (h, port)
@@ -112,19 +128,19 @@ fn resolve_any(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
     }
     let addr = (host, 0u16)
         .to_socket_addrs()
-        .with_context(|| format!("cannot resolve host {host:?}"))?
+        .map_err(|e| Error::Target(format!("cannot resolve host {host:?}: {e}")))?
         .next()
-        .with_context(|| format!("cannot resolve host {host:?}: no address"))?;
+        .ok_or_else(|| Error::Target(format!("cannot resolve host {host:?}: no address")))?;
     Ok((addr.ip(), port))
 }
 
 /// A port in 1..=65535, with a one-line error otherwise.
-pub fn parse_port(p: &str) -> anyhow::Result<u16> {
+pub fn parse_port(p: &str) -> Result<u16> {
     let n: u64 = p
         .parse()
-        .map_err(|_| anyhow::anyhow!("invalid port {p:?}: not a number"))?;
+        .map_err(|_| Error::Usage(format!("invalid port {p:?}: not a number")))?;
     if n == 0 || n > 65535 {
-        bail!("invalid port {n}: must be 1-65535");
+        bail_usage!("invalid port {n}: must be 1-65535");
     }
     Ok(n as u16)
 }
@@ -140,7 +156,7 @@ pub const MAX_PING_COUNT: u32 = 1_000_000;
 
 /// Runs `opts.count` probes (or until `stop` is set) and returns every sample.
 /// `Err` only when probing cannot run (no route, no privilege without fallback, bad input).
-pub fn ping(opts: &PingOptions, stop: &AtomicBool) -> anyhow::Result<PingReport> {
+pub fn ping(opts: &PingOptions, stop: &AtomicBool) -> Result<PingReport> {
     ping_with(opts, stop, &mut |_| {})
 }
 
@@ -149,21 +165,23 @@ pub fn ping_with(
     opts: &PingOptions,
     stop: &AtomicBool,
     on_sample: &mut dyn FnMut(&Sample),
-) -> anyhow::Result<PingReport> {
+) -> Result<PingReport> {
     if opts.target.port() == 0 && opts.mode != PingMode::Icmp {
-        bail!("invalid port 0: must be 1-65535");
+        bail_usage!("invalid port 0: must be 1-65535");
     }
     if opts.ttl == 0 {
-        bail!("invalid TTL 0: must be 1-255");
+        bail_usage!("invalid TTL 0: must be 1-255");
     }
     if opts.count > MAX_PING_COUNT {
-        bail!(
+        bail_usage!(
             "invalid count {}: at most {MAX_PING_COUNT} (every sample is kept for the statistics)",
             opts.count
         );
     }
-    let src = net::source_for(opts.target.ip())
-        .with_context(|| format!("no route to {}", opts.target.ip()))?;
+    let src = net::source_for(opts.target.ip()).map_err(|err| Error::NoRoute {
+        dst: opts.target.ip(),
+        err,
+    })?;
     let mut mode = opts.mode;
     let mut note = None;
     if mode != PingMode::Connect && !net::have_cap_net_raw() {
@@ -174,13 +192,17 @@ pub fn ping_with(
                     .to_string(),
             );
         } else {
-            bail!(
-                "{mode:?} probes need raw sockets (CAP_NET_RAW: run as root); --connect works without it"
-            );
+            return Err(Privilege::new(
+                Capability::NetRaw,
+                format!("sending {mode:?} probes"),
+                " (raw sockets: run as root); --connect works without it",
+            )
+            .into());
         }
     }
     if mode == PingMode::Connect {
-        let (samples, source) = ping::run_connect(opts, stop, on_sample)?;
+        let (samples, source) = ping::run_connect(opts, stop, on_sample)
+            .map_err(|e| Error::io(format!("probing {}", opts.target), e))?;
         return Ok(PingReport {
             target: opts.target,
             source,
@@ -198,11 +220,13 @@ pub fn ping_with(
     };
     let (_hold, sport) = match proto {
         Proto::Tcp => {
-            let (s, p) = net::hold_tcp_port(src).context("holding a local TCP port")?;
+            let (s, p) =
+                net::hold_tcp_port(src).map_err(|e| Error::io("holding a local TCP port", e))?;
             (Some(s), p)
         }
         Proto::Udp => {
-            let (s, p) = net::hold_udp_port(src).context("holding a local UDP port")?;
+            let (s, p) =
+                net::hold_udp_port(src).map_err(|e| Error::io("holding a local UDP port", e))?;
             (Some(s), p)
         }
         Proto::Icmp => (None, 0),
@@ -215,9 +239,9 @@ pub fn ping_with(
         dport: opts.target.port(),
         seq_base: seq_base(),
     };
-    let mut network = net::RawNetwork::open(flow).context("opening raw sockets")?;
+    let mut network = net::RawNetwork::open(flow).map_err(Error::raw_open)?;
     let samples = ping::run_probes(&mut network, &flow, opts, stop, on_sample)
-        .with_context(|| format!("probing {}", opts.target))?;
+        .map_err(|e| Error::io(format!("probing {}", opts.target), e))?;
     let mut ts = format!(
         "{} [this run: {} sends with kernel TX timestamps, {} with user-space send times]",
         net::TIMESTAMP_SOURCE_RAW,
@@ -242,37 +266,44 @@ pub fn ping_with(
 }
 
 /// Traces the path to `opts.target`. Needs CAP_NET_RAW.
-pub fn route(opts: &RouteOptions) -> anyhow::Result<RouteReport> {
+pub fn route(opts: &RouteOptions) -> Result<RouteReport> {
     if opts.max_ttl == 0 {
-        bail!("invalid max TTL 0: must be 1-255");
+        bail_usage!("invalid max TTL 0: must be 1-255");
     }
     if opts.queries == 0 {
-        bail!("invalid number of queries 0: must be at least 1");
+        bail_usage!("invalid number of queries 0: must be at least 1");
     }
     if opts.port == 0 && opts.proto != Proto::Icmp {
-        bail!("invalid port 0: must be 1-65535");
+        bail_usage!("invalid port 0: must be 1-65535");
     }
     let probes = u64::from(opts.queries) * u64::from(opts.max_ttl);
     if probes > u64::from(wire::MAX_ID) {
-        bail!(
+        bail_usage!(
             "too many probes per round ({probes}): queries x max TTL must be at most {}",
             wire::MAX_ID
         );
     }
-    let src =
-        net::source_for(opts.target).with_context(|| format!("no route to {}", opts.target))?;
+    let src = net::source_for(opts.target).map_err(|err| Error::NoRoute {
+        dst: opts.target,
+        err,
+    })?;
     if !net::have_cap_net_raw() {
-        bail!(
-            "route needs raw sockets (CAP_NET_RAW: run as root); `lagtrace ping --connect` works without it"
-        );
+        return Err(Privilege::new(
+            Capability::NetRaw,
+            "route",
+            " (raw sockets: run as root); `lagtrace ping --connect` works without it",
+        )
+        .into());
     }
     let (_hold, sport) = match opts.proto {
         Proto::Tcp => {
-            let (s, p) = net::hold_tcp_port(src).context("holding a local TCP port")?;
+            let (s, p) =
+                net::hold_tcp_port(src).map_err(|e| Error::io("holding a local TCP port", e))?;
             (Some(s), p)
         }
         Proto::Udp => {
-            let (s, p) = net::hold_udp_port(src).context("holding a local UDP port")?;
+            let (s, p) =
+                net::hold_udp_port(src).map_err(|e| Error::io("holding a local UDP port", e))?;
             (Some(s), p)
         }
         Proto::Icmp => (None, 0),
@@ -285,9 +316,9 @@ pub fn route(opts: &RouteOptions) -> anyhow::Result<RouteReport> {
         dport: opts.port,
         seq_base: seq_base(),
     };
-    let mut network = net::RawNetwork::open(flow).context("opening raw sockets")?;
+    let mut network = net::RawNetwork::open(flow).map_err(Error::raw_open)?;
     let (hops, reached) = route::run_trace(&mut network, &flow, opts)
-        .with_context(|| format!("tracing {}", opts.target))?;
+        .map_err(|e| Error::io(format!("tracing {}", opts.target), e))?;
     Ok(RouteReport {
         target: opts.target,
         source: src,
