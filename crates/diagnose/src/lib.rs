@@ -42,6 +42,7 @@
 #![deny(missing_docs)]
 
 pub mod adapters;
+mod error;
 pub mod rules;
 pub mod run;
 
@@ -50,6 +51,7 @@ pub mod run;
 pub use lagtrace_model::diagnosis::{CompareRow, Diagnosis, SCHEMA_VERSION, Settings, Verify};
 pub use lagtrace_model::diagnosis::{evidence, verdict};
 
+pub use error::{Error, Result};
 pub use evidence::{
     AppEvidence, AppRun, Layer, LayerName, LayerStatus, Layers, PacketEvidence, PathEvidence,
     SocketEvidence, Target,

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Error, Result};
 use lagtrace_netns::NetNs;
 
 use crate::adapters;
@@ -152,24 +152,28 @@ pub fn locate(addr: IpAddr) -> ServerLocation {
 pub fn parse_target(url: &str) -> Result<(Target, SocketAddr)> {
     let (scheme, rest) = url
         .split_once("://")
-        .with_context(|| format!("{url:?}: expected http://host[:port]/path"))?;
+        .ok_or_else(|| Error::Target(format!("{url:?}: expected http://host[:port]/path")))?;
     let default_port = match scheme {
         "http" => 80,
         "https" => 443,
-        s => bail!("{url:?}: unsupported scheme {s:?} (http or https)"),
+        s => {
+            return Err(Error::Target(format!(
+                "{url:?}: unsupported scheme {s:?} (http or https)"
+            )));
+        }
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let authority = authority.rsplit('@').next().unwrap_or(authority);
     if authority.is_empty() {
-        bail!("{url:?}: no host");
+        return Err(Error::Target(format!("{url:?}: no host")));
     }
     if authority.starts_with(':') {
-        bail!("{url:?}: no host");
+        return Err(Error::Target(format!("{url:?}: no host")));
     }
     let (host, port) = if let Some(r) = authority.strip_prefix('[') {
         let (h, tail) = r
             .split_once(']')
-            .with_context(|| format!("{url:?}: missing ']'"))?;
+            .ok_or_else(|| Error::Target(format!("{url:?}: missing ']'")))?;
         let port = match tail.strip_prefix(':') {
             Some(p) => lagtrace_probe::parse_port(p)?,
             None => default_port,
@@ -183,9 +187,9 @@ pub fn parse_target(url: &str) -> Result<(Target, SocketAddr)> {
     };
     let addr = (host.as_str(), port)
         .to_socket_addrs()
-        .with_context(|| format!("cannot resolve host {host:?}"))?
+        .map_err(|e| Error::Target(format!("cannot resolve host {host:?}: {e}")))?
         .next()
-        .with_context(|| format!("cannot resolve host {host:?}: no address"))?;
+        .ok_or_else(|| Error::Target(format!("cannot resolve host {host:?}: no address")))?;
     Ok((
         Target {
             url: url.into(),
@@ -216,16 +220,16 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     let t0 = Instant::now();
     let (target, sa) = parse_target(&opts.url)?;
     if opts.concurrency == 0 {
-        bail!("concurrency must be at least 1");
+        return Err(Error::Usage("concurrency must be at least 1".into()));
     }
     if opts.duration < Duration::from_millis(500) {
-        bail!("duration must be at least 500ms");
+        return Err(Error::Usage("duration must be at least 500ms".into()));
     }
     if opts.duration > MAX_DURATION {
-        bail!(
+        return Err(Error::Usage(format!(
             "duration must be at most {} s (a diagnosis needs seconds, not hours)",
             MAX_DURATION.as_secs()
-        );
+        )));
     }
     let stop = &*opts.stop;
     let location = locate(sa.ip());

@@ -214,7 +214,7 @@ pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
     let r = lagtrace_diagnose::run(&o, &progress);
     done.store(true, Ordering::Relaxed);
     let _ = watcher.join();
-    r
+    Ok(r?)
 }
 
 /// Asks a running diagnosis to stop (Ctrl-C from `demo`'s handler).
