@@ -13,10 +13,11 @@
 //! let opts = lagtrace_load::LoadOptions::new("http://127.0.0.1:8080/");
 //! let report = lagtrace_load::run(&opts, None, &AtomicBool::new(false))?;
 //! println!("p99 {} µs", report.latency_us.p99);
-//! # anyhow::Ok(())
+//! # Ok::<(), lagtrace_load::Error>(())
 //! ```
 
 mod engine;
+mod error;
 mod http;
 mod report;
 mod target;
@@ -30,7 +31,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result, bail};
+use error::{Context, bail};
+
+pub use error::{Error, Result};
 
 pub use http::{Done, ParseError, ResponseParser};
 pub use report::{
@@ -253,8 +256,9 @@ fn preflight(p: &Prepared, opts: &LoadOptions) -> Result<()> {
     let what = || format!("cannot connect to {} ({})", p.target.host_header(), p.addr);
     let mut sock = TcpStream::connect_timeout(&p.addr, opts.connect_timeout).with_context(what)?;
     if let Some((cfg, name)) = &p.tls {
-        sock.set_read_timeout(Some(opts.connect_timeout))?;
-        sock.set_write_timeout(Some(opts.connect_timeout))?;
+        sock.set_read_timeout(Some(opts.connect_timeout))
+            .and_then(|()| sock.set_write_timeout(Some(opts.connect_timeout)))
+            .with_context(|| format!("setting timeouts on the connection to {}", p.addr))?;
         let mut conn =
             rustls::ClientConnection::new(cfg.clone(), name.clone()).context("TLS setup")?;
         while conn.is_handshaking() {
@@ -429,7 +433,7 @@ impl HdrLog {
             .begin_log_with(&mut self.file, &mut self.ser)
             .with_context(|| format!("cannot write {}", self.path.display()))?;
         w.write_histogram(&iv.hist, iv.start, iv.end.saturating_sub(iv.start), None)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", self.path.display()))
+            .map_err(|e| Error::Other(format!("cannot write {}: {e}", self.path.display())))
     }
 
     fn finish(mut self) -> Result<()> {
@@ -515,8 +519,9 @@ pub fn sequential(url: &str, n: usize, timeout: Duration) -> Result<Vec<Duration
     let connect = || -> Result<TcpStream> {
         let s = TcpStream::connect_timeout(&p.addr, timeout)
             .with_context(|| format!("cannot connect to {}", p.addr))?;
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(timeout))?;
+        s.set_nodelay(true)
+            .and_then(|()| s.set_read_timeout(Some(timeout)))
+            .with_context(|| format!("setting options on the connection to {}", p.addr))?;
         Ok(s)
     };
     let mut sock = connect()?;

@@ -9,11 +9,11 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 
 /// Client config: the Mozilla roots (webpki-roots), or — with `insecure` — any certificate
 /// (the handshake signature is still checked, the certificate chain and name are not).
-pub fn client_config(insecure: bool) -> anyhow::Result<Arc<ClientConfig>> {
+pub fn client_config(insecure: bool) -> crate::Result<Arc<ClientConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| anyhow::anyhow!("TLS setup: {e}"))?;
+        .map_err(|e| crate::Error::Other(format!("TLS setup: {e}")))?;
     let mut config = if insecure {
         builder
             .dangerous()
@@ -32,9 +32,9 @@ pub fn client_config(insecure: bool) -> anyhow::Result<Arc<ClientConfig>> {
 }
 
 /// The server name for SNI and certificate checks (an IP literal sends no SNI).
-pub fn server_name(host: &str) -> anyhow::Result<ServerName<'static>> {
+pub fn server_name(host: &str) -> crate::Result<ServerName<'static>> {
     ServerName::try_from(host.to_string())
-        .map_err(|e| anyhow::anyhow!("invalid TLS server name {host:?}: {e}"))
+        .map_err(|e| crate::Error::Usage(format!("invalid TLS server name {host:?}: {e}")))
 }
 
 #[derive(Debug)]
