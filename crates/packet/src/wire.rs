@@ -31,25 +31,8 @@ pub mod linktype {
     pub const LINUX_SLL2: u32 = 276;
 }
 
-/// TCP flag bits.
-pub mod flags {
-    /// FIN
-    pub const FIN: u8 = 0x01;
-    /// SYN
-    pub const SYN: u8 = 0x02;
-    /// RST
-    pub const RST: u8 = 0x04;
-    /// PSH
-    pub const PSH: u8 = 0x08;
-    /// ACK
-    pub const ACK: u8 = 0x10;
-    /// URG
-    pub const URG: u8 = 0x20;
-    /// ECE
-    pub const ECE: u8 = 0x40;
-    /// CWR
-    pub const CWR: u8 = 0x80;
-}
+/// TCP flag bits (one definition, in `lagtrace-wire`, shared with the probes).
+pub use lagtrace_wire::tcp::flags;
 
 /// Why a frame was not decoded as TCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,6 +17,7 @@ use etherparse::{
     IcmpEchoHeader, Icmpv4Header, Icmpv4Type, Icmpv6Header, Icmpv6Type, Ipv4HeaderSlice, TcpHeader,
     TcpHeaderSlice, TcpOptionElement, UdpHeader,
 };
+use lagtrace_wire::icmp;
 use serde::{Deserialize, Serialize};
 
 /// Transport protocol of a probe.
@@ -43,37 +44,11 @@ impl Proto {
     }
 }
 
-/// TCP flag bits as on the wire.
-pub mod tcp_flags {
-    /// FIN
-    pub const FIN: u8 = 0x01;
-    /// SYN
-    pub const SYN: u8 = 0x02;
-    /// RST
-    pub const RST: u8 = 0x04;
-    /// PSH
-    pub const PSH: u8 = 0x08;
-    /// ACK
-    pub const ACK: u8 = 0x10;
-}
+/// TCP flag bits (one definition, in `lagtrace-wire`, shared with capture analysis).
+pub use lagtrace_wire::tcp::flags as tcp_flags;
 
 /// hping3-style flag letters (`SA`, `RA`, ...).
-pub fn flags_str(flags: u8) -> String {
-    let mut s = String::new();
-    for (bit, c) in [
-        (0x02, 'S'),
-        (0x04, 'R'),
-        (0x01, 'F'),
-        (0x08, 'P'),
-        (0x10, 'A'),
-        (0x20, 'U'),
-    ] {
-        if flags & bit != 0 {
-            s.push(c);
-        }
-    }
-    s
-}
+pub use lagtrace_wire::tcp::flag_letters as flags_str;
 
 /// The constant identity of a probe flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,30 +210,7 @@ pub fn build_probe(flow: &Flow, id: u16) -> Vec<u8> {
     }
 }
 
-/// What kind of ICMP error came back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum IcmpError {
-    /// Time exceeded in transit (a router on the path).
-    TimeExceeded,
-    /// Destination unreachable, port (the target's answer to a UDP probe).
-    PortUnreachable,
-    /// Any other destination unreachable (code in the reply).
-    Unreachable,
-}
-
-/// The part of our probe an ICMP error quotes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quoted {
-    /// Protocol number of the quoted packet.
-    pub ip_proto: u8,
-    /// Its source.
-    pub src: IpAddr,
-    /// Its destination.
-    pub dst: IpAddr,
-    /// Its first 8 transport bytes.
-    pub head: [u8; 8],
-}
+pub use lagtrace_wire::icmp::{IcmpError, Quoted};
 
 /// The parsed body of a received packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -326,38 +278,7 @@ pub fn parse_ipv4(pkt: &[u8]) -> Option<Reply> {
     let payload = pkt.get(hl..)?;
     let body = match ip.protocol().0 {
         6 => parse_tcp(payload)?,
-        1 => {
-            if payload.len() < 8 {
-                return None;
-            }
-            match (payload[0], payload[1]) {
-                (0, _) => Body::EchoReply {
-                    id: be16(payload, 4),
-                    seq: be16(payload, 6),
-                },
-                (11, code) | (3, code) => {
-                    let kind = match (payload[0], code) {
-                        (11, _) => IcmpError::TimeExceeded,
-                        (_, 3) => IcmpError::PortUnreachable,
-                        _ => IcmpError::Unreachable,
-                    };
-                    let q = Ipv4HeaderSlice::from_slice(&payload[8..]).ok()?;
-                    let qh = q.slice().len();
-                    let head: [u8; 8] = payload.get(8 + qh..8 + qh + 8)?.try_into().ok()?;
-                    Body::Error {
-                        kind,
-                        code,
-                        quoted: Quoted {
-                            ip_proto: q.protocol().0,
-                            src: IpAddr::V4(q.source_addr()),
-                            dst: IpAddr::V4(q.destination_addr()),
-                            head,
-                        },
-                    }
-                }
-                _ => return None,
-            }
-        }
+        1 => icmp_body::<icmp::V4>(payload)?,
         _ => return None,
     };
     Some(Reply {
@@ -368,6 +289,14 @@ pub fn parse_ipv4(pkt: &[u8]) -> Option<Reply> {
         df: ip.dont_fragment(),
         len: usize::from(ip.total_len()),
         body,
+    })
+}
+
+/// An ICMP echo reply or error, parsed once for both versions in `lagtrace-wire`.
+fn icmp_body<V: icmp::Version>(payload: &[u8]) -> Option<Body> {
+    Some(match icmp::parse::<V>(payload)? {
+        icmp::Message::EchoReply { id, seq } => Body::EchoReply { id, seq },
+        icmp::Message::Error { kind, code, quoted } => Body::Error { kind, code, quoted },
     })
 }
 
@@ -394,41 +323,7 @@ pub fn parse_ipv6(
 ) -> Option<Reply> {
     let body = match next_header {
         6 => parse_tcp(payload)?,
-        58 => {
-            if payload.len() < 8 {
-                return None;
-            }
-            match (payload[0], payload[1]) {
-                (129, _) => Body::EchoReply {
-                    id: be16(payload, 4),
-                    seq: be16(payload, 6),
-                },
-                (1, code) | (3, code) => {
-                    let kind = match (payload[0], code) {
-                        (3, _) => IcmpError::TimeExceeded,
-                        (_, 4) => IcmpError::PortUnreachable,
-                        _ => IcmpError::Unreachable,
-                    };
-                    let q = payload.get(8..8 + 48)?;
-                    if q[0] >> 4 != 6 {
-                        return None;
-                    }
-                    let src: [u8; 16] = q[8..24].try_into().ok()?;
-                    let dst: [u8; 16] = q[24..40].try_into().ok()?;
-                    Body::Error {
-                        kind,
-                        code,
-                        quoted: Quoted {
-                            ip_proto: q[6],
-                            src: IpAddr::V6(Ipv6Addr::from(src)),
-                            dst: IpAddr::V6(Ipv6Addr::from(dst)),
-                            head: q[40..48].try_into().ok()?,
-                        },
-                    }
-                }
-                _ => return None,
-            }
-        }
+        58 => icmp_body::<icmp::V6>(payload)?,
         _ => return None,
     };
     Some(Reply {
