@@ -1,0 +1,179 @@
+//! `tcp-cork`: TCP_CORK left on holds each response until the kernel's 200 ms ceiling.
+//! Shown by the packets' `tcp-cork` finding, by TCP_CORK set on the server's sockets, or by
+//! the server time clustered at the ceiling.
+
+use lagtrace_model::Cause;
+
+use super::facts::Facts;
+use super::{
+    Candidate, CauseRule, MATERIAL_SHARE, example_text, finding_text, has, material, ms, out, pct,
+    sup,
+};
+use crate::evidence::{LayerName, Target};
+use crate::verdict::{EvidenceLine, Fix, FixSide};
+
+pub(super) struct Cork;
+
+const CAUSE: Cause = Cause::TcpCork;
+
+/// What the server's sockets say: a line when TCP_CORK is on.
+fn sockets_line(x: &Facts<'_>) -> Option<EvidenceLine> {
+    let s = x.sockets.filter(|s| s.cork.on > 0)?;
+    let who = s
+        .server
+        .as_ref()
+        .map(|p| format!("{} (pid {})", p.comm, p.pid))
+        .unwrap_or_else(|| "the server".into());
+    Some(sup(
+        LayerName::Sockets,
+        CAUSE,
+        format!(
+            "{who}: TCP_CORK set on {}/{} established sockets",
+            s.cork.on,
+            s.cork.on + s.cork.off + s.cork.unknown
+        ),
+    ))
+}
+
+impl CauseRule for Cork {
+    fn cause(&self) -> Cause {
+        CAUSE
+    }
+
+    fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
+        let mut ev = Vec::new();
+        let mut layers = Vec::new();
+        let mut found = None;
+        if let Some(f) = x
+            .finding("tcp-cork")
+            .filter(|f| material(f, MATERIAL_SHARE))
+        {
+            ev.push(sup(
+                LayerName::Packets,
+                CAUSE,
+                finding_text(f, x.transactions()),
+            ));
+            layers.push(LayerName::Packets);
+            found = Some((f.median_added_us, f.share));
+        }
+        let sockets_say = if let Some(l) = sockets_line(x) {
+            ev.push(l);
+            layers.push(LayerName::Sockets);
+            true
+        } else {
+            false
+        };
+        // The server time clustered at the kernel's 200 ms cork ceiling, with the packets
+        // showing at least one partial frame released by it: cork, even unseen in the
+        // sockets.
+        let at_ceiling = x.packets.and_then(|p| p.server_time.as_ref()).filter(|t| {
+            t.count > 0 && (195_000..=220_000).contains(&t.p50_us) && t.p90_us <= 260_000
+        });
+        let (added, share) = match (found, x.finding("tcp-cork"), at_ceiling) {
+            (Some(v), _, _) => v,
+            (None, Some(f), Some(t)) if !sockets_say => {
+                ev.push(sup(
+                    LayerName::Packets,
+                    CAUSE,
+                    format!(
+                        "server time p50 {} (p90 {}): responses leave at the 200 ms TCP_CORK \
+                         ceiling; {} released by it{}",
+                        ms(t.p50_us),
+                        ms(t.p90_us),
+                        f.kind,
+                        example_text(f)
+                    ),
+                ));
+                layers.push(LayerName::Packets);
+                (t.p50_us, 1.0)
+            }
+            _ => {
+                // Without packets: TCP_CORK on and c=1 latency at the 200 ms ceiling.
+                let c1 = x.c1?;
+                if !(sockets_say && (150_000..=260_000).contains(&c1.latency.p50_us)) {
+                    return None;
+                }
+                ev.push(sup(
+                    LayerName::App,
+                    CAUSE,
+                    format!(
+                        "c=1 p50 {}: the 200 ms TCP_CORK ceiling",
+                        ms(c1.latency.p50_us)
+                    ),
+                ));
+                layers.push(LayerName::App);
+                (c1.latency.p50_us.saturating_sub(x.rtt_us), 1.0)
+            }
+        };
+        let mut c = Candidate::new(CAUSE, added, share, layers);
+        c.evidence = ev;
+        Some(c)
+    }
+
+    fn rule_out(&self, x: &Facts<'_>, chosen: &[Candidate]) -> Vec<EvidenceLine> {
+        let mut v = Vec::new();
+        if has(chosen, CAUSE) {
+            return v;
+        }
+        if let Some(p) = x.packets
+            && p.finding("tcp-cork").is_none()
+        {
+            v.push(out(
+                LayerName::Packets,
+                CAUSE,
+                "no response held to the 200 ms cork ceiling".into(),
+            ));
+        }
+        if let Some(s) = x.sockets
+            && s.cork.off > 0
+            && s.cork.on == 0
+        {
+            v.push(out(
+                LayerName::Sockets,
+                CAUSE,
+                format!(
+                    "server sockets: TCP_CORK off on {}/{}",
+                    s.cork.off, s.cork.off
+                ),
+            ));
+        }
+        v
+    }
+
+    fn summary(&self) -> &'static str {
+        "TCP_CORK holds responses until its 200 ms ceiling"
+    }
+
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String {
+        let run = x.main_run();
+        format!(
+            "adds ~{} to {} of requests (held until the 200 ms cork ceiling); p50 {} at c={}",
+            ms(c.added_us),
+            pct(c.share),
+            ms(run.map(|r| r.latency.p50_us).unwrap_or(0)),
+            run.map(|r| r.concurrency).unwrap_or(1)
+        )
+    }
+
+    fn fixes(&self, _c: &Candidate, x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
+        vec![Fix {
+            side: FixSide::Server,
+            location: x
+                .sockets
+                .and_then(|s| s.directive("tcp_nopush"))
+                .filter(|d| d.value == "on")
+                .map(|d| format!("{}:{}", d.file, d.line)),
+            change: format!(
+                "{} {}: uncork after each response (setsockopt \
+                 TCP_CORK=0 flushes), or use MSG_MORE on all writes but the last",
+                x.server_name(),
+                if x.sockets.is_some_and(|s| s.cork.on > 0) {
+                    "leaves TCP_CORK on"
+                } else {
+                    "most likely leaves TCP_CORK on (its sockets were not read)"
+                }
+            ),
+            tradeoff: None,
+        }]
+    }
+}

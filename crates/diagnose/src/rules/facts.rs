@@ -1,0 +1,149 @@
+//! The facts most rules share: each layer's data when it ran, the idle path RTT, and the
+//! quantities derived from several layers (the server's own time, a paced transfer, the
+//! queue's rise).
+
+use crate::evidence::{
+    AppRun, FindingSummary, Layers, PacketEvidence, PathEvidence, SocketEvidence,
+};
+
+use super::{DOMINANT_SERVER_SHARE, PACED_BPS, SLOW_SERVER_US};
+
+/// The facts most rules share.
+pub(super) struct Facts<'a> {
+    pub(super) path: Option<&'a PathEvidence>,
+    pub(super) c1: Option<&'a AppRun>,
+    pub(super) cn: Option<&'a AppRun>,
+    pub(super) packets: Option<&'a PacketEvidence>,
+    pub(super) sockets: Option<&'a SocketEvidence>,
+    /// Idle path RTT (SYN ping median, else the handshake RTT seen in packets).
+    pub(super) rtt_us: u64,
+}
+
+impl<'a> Facts<'a> {
+    pub(super) fn new(layers: &'a Layers) -> Self {
+        let path = layers.path.get();
+        let app = layers.app.get();
+        let packets = layers.packets.get();
+        let rtt_us = path
+            .and_then(|p| p.idle.as_ref())
+            .filter(|s| s.received > 0)
+            .map(|s| s.p50_us)
+            .or_else(|| {
+                packets
+                    .and_then(|p| p.handshake_rtt.as_ref())
+                    .map(|h| h.p50_us)
+            })
+            .unwrap_or(0);
+        Facts {
+            path,
+            c1: app.and_then(|a| a.c1.as_ref()).filter(|r| r.requests > 0),
+            cn: app.and_then(|a| a.cn.as_ref()).filter(|r| r.requests > 0),
+            packets,
+            sockets: layers.sockets.get(),
+            rtt_us,
+        }
+    }
+
+    /// The run whose p50 the user sees under concurrency (c=N, else c=1).
+    pub(super) fn main_run(&self) -> Option<&'a AppRun> {
+        self.cn.or(self.c1)
+    }
+
+    pub(super) fn finding(&self, kind: &str) -> Option<&'a FindingSummary> {
+        self.packets.and_then(|p| p.finding(kind))
+    }
+
+    pub(super) fn transactions(&self) -> u64 {
+        self.packets.map(|p| p.transactions).unwrap_or(0)
+    }
+
+    /// The server's own time per request: c=1 latency minus the path RTT, and the packets'
+    /// server time; the smaller of the two (c=N server time includes queueing on the path
+    /// and in the server; c=1 latency includes transfer time).
+    pub(super) fn server_own_us(&self) -> Option<u64> {
+        let from_c1 = self
+            .c1
+            .map(|r| r.latency.p50_us.saturating_sub(self.rtt_us));
+        let from_pk = self
+            .packets
+            .and_then(|p| p.server_time.as_ref())
+            .filter(|s| s.count > 0)
+            .map(|s| s.p50_us);
+        match (from_c1, from_pk) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The response's transfer at c=1 dominates and runs slower than [`PACED_BPS`]:
+    /// (transfer time µs, response bytes, bits/s).
+    pub(super) fn paced_transfer(&self) -> Option<(u64, u64, f64)> {
+        let c1 = self.c1?;
+        // The byte count includes the response each connection was reading when the run
+        // ended: take the run with the most requests per connection, and count those as half.
+        let size = [Some(c1), self.cn]
+            .into_iter()
+            .flatten()
+            .filter(|r| r.requests > 0 && r.bytes > 0)
+            .max_by(|a, b| {
+                let per = |r: &AppRun| r.requests as f64 / f64::from(r.concurrency.max(1));
+                per(a).total_cmp(&per(b))
+            })
+            .map(|r| {
+                (r.bytes as f64 / (r.requests as f64 + f64::from(r.concurrency.max(1)) / 2.0))
+                    as u64
+            })?;
+        let transfer = c1
+            .latency
+            .p50_us
+            .saturating_sub(self.rtt_us)
+            .saturating_sub(self.server_own_us().unwrap_or(0));
+        let bps = size as f64 * 8.0 / (transfer.max(1) as f64 / 1e6);
+        (transfer >= SLOW_SERVER_US
+            && transfer as f64 >= DOMINANT_SERVER_SHARE * c1.latency.p50_us as f64
+            && bps < PACED_BPS)
+            .then_some((transfer, size, bps))
+    }
+
+    /// How long one response of `run` takes to cross the path at the c=N throughput
+    /// (bytes/s): 0 when the byte counts are unknown.
+    pub(super) fn bottleneck_transfer_us(&self, run: &AppRun) -> u64 {
+        let Some(cn) = self.cn else { return 0 };
+        if run.requests == 0 || run.bytes == 0 || cn.bytes == 0 || cn.duration_us == 0 {
+            return 0;
+        }
+        let size = run.bytes as f64 / run.requests as f64;
+        let rate = cn.bytes as f64 / (cn.duration_us as f64 / 1e6);
+        (size / rate * 1e6) as u64
+    }
+
+    pub(super) fn queue_rise_us(&self) -> Option<(u64, u64, u64)> {
+        let p = self.path?;
+        let idle = p.idle.as_ref().filter(|s| s.received > 0)?;
+        let load = p.under_load.as_ref().filter(|s| s.received > 0)?;
+        Some((
+            idle.p50_us,
+            load.p50_us,
+            load.p50_us.saturating_sub(idle.p50_us),
+        ))
+    }
+
+    /// Who the server is, for a fix: `nginx (pid 12)`, else "the server process".
+    pub(super) fn server_name(&self) -> String {
+        self.sockets
+            .and_then(|s| s.server.as_ref())
+            .map(|p| format!("{} (pid {})", p.comm, p.pid))
+            .unwrap_or_else(|| "the server process".into())
+    }
+
+    /// The server's own time, though short of [`SLOW_SERVER_US`], is most of what the user
+    /// waits at c=1 (measured at c=1, not under load, where a saturated server queues
+    /// requests).
+    pub(super) fn server_dominates(&self, own: u64) -> bool {
+        own >= super::DOMINANT_SERVER_US
+            && self.c1.is_some_and(|c1| {
+                c1.latency.p50_us > 0
+                    && own as f64 >= DOMINANT_SERVER_SHARE * c1.latency.p50_us as f64
+            })
+    }
+}

@@ -1,0 +1,78 @@
+//! `healthy`: no candidate cause. The verdict states the latency the user sees, with every
+//! alternative ruled out, as sure as the layers that could have shown a problem.
+
+use lagtrace_model::Cause;
+
+use super::facts::Facts;
+use super::judge::{missing_layers, rule_outs};
+use super::{Judgement, ms, note};
+use crate::evidence::{LayerName, LayerStatus, Layers};
+use crate::verdict::{Confidence, Verdict};
+
+/// One sentence for the healthy verdict.
+const SUMMARY: &str = "no latency problem beyond the path RTT and a normal server time";
+
+/// The latency the user sees, which is all a healthy target costs.
+fn cost(x: &Facts<'_>) -> String {
+    let mut cost = String::from("none");
+    if let Some(c1) = x.c1 {
+        cost.push_str(&format!(": p50 {} at c=1", ms(c1.latency.p50_us)));
+    }
+    if let Some(cn) = x.cn {
+        cost.push_str(&format!(
+            "{} {} at c={} ({:.0} req/s)",
+            if x.c1.is_some() { "," } else { ": p50" },
+            ms(cn.latency.p50_us),
+            cn.concurrency,
+            cn.requests_per_sec
+        ));
+    }
+    if x.rtt_us > 0 {
+        cost.push_str(&format!("; path RTT {}", ms(x.rtt_us)));
+    }
+    cost
+}
+
+/// The `healthy` judgement.
+pub(super) fn judge(layers: &Layers, x: &Facts<'_>) -> Judgement {
+    let mut evidence = rule_outs(x, &[]);
+    if let Some(run) = x.main_run() {
+        evidence.insert(
+            0,
+            note(
+                LayerName::App,
+                format!(
+                    "c={}: {} requests, p50 {}, p99 {}, {:.0} req/s, {} errors",
+                    run.concurrency,
+                    run.requests,
+                    ms(run.latency.p50_us),
+                    ms(run.latency.p99_us),
+                    run.requests_per_sec,
+                    run.errors.total()
+                ),
+            ),
+        );
+    }
+    // Healthy is as sure as the layers that could have shown a problem.
+    let ran = |l: LayerName| matches!(layers.status(l), LayerStatus::Ok | LayerStatus::Finding);
+    let confidence = if !ran(LayerName::App) {
+        Confidence::Low
+    } else if ran(LayerName::Packets) && ran(LayerName::Path) {
+        Confidence::High
+    } else {
+        Confidence::Medium
+    };
+    evidence.extend(missing_layers(layers));
+    Judgement {
+        verdict: Verdict {
+            cause: Cause::Healthy,
+            secondary: Vec::new(),
+            confidence,
+            summary: SUMMARY.into(),
+            cost: cost(x),
+            fix: Vec::new(),
+        },
+        evidence,
+        finding_layers: Vec::new(),
+    }
+}

@@ -1,0 +1,191 @@
+//! Collects each rule's candidate, settles how causes explain each other, ranks by expected
+//! cost and assembles the verdict.
+
+use lagtrace_model::Cause;
+
+use super::facts::Facts;
+use super::{
+    Candidate, Judgement, RULE_OUTS, RULES, SLOW_SERVER_US, healthy, note, rule, unreachable,
+};
+use crate::evidence::{LayerName, LayerStatus, Layers, Target};
+use crate::verdict::{Confidence, EvidenceLine, Verdict};
+
+/// Decides the verdict from the evidence of all layers.
+pub fn judge(target: &Target, layers: &Layers) -> Judgement {
+    let x = Facts::new(layers);
+    if let Some(j) = unreachable::judge(target, layers, &x) {
+        return j;
+    }
+    let cands = rank(&x);
+    let Some(primary) = cands.first() else {
+        return healthy::judge(layers, &x);
+    };
+    let mut evidence: Vec<EvidenceLine> = cands
+        .iter()
+        .flat_map(|c| c.evidence.iter().cloned())
+        .collect();
+    evidence.extend(rule_outs(&x, &cands));
+    evidence.extend(missing_layers(layers));
+    let mut finding_layers: Vec<LayerName> = cands
+        .iter()
+        .flat_map(|c| c.layers.iter().copied())
+        .collect();
+    finding_layers.sort();
+    finding_layers.dedup();
+    let (summary, cost, fix) = match rule(primary.cause) {
+        Some(r) => (
+            r.summary().to_owned(),
+            r.cost(primary, &x),
+            r.fixes(primary, &x, target),
+        ),
+        None => (String::new(), String::new(), Vec::new()),
+    };
+    Judgement {
+        verdict: Verdict {
+            cause: primary.cause,
+            secondary: cands.iter().skip(1).map(|c| c.cause).collect(),
+            confidence: confidence(primary),
+            summary,
+            cost,
+            fix,
+        },
+        evidence,
+        finding_layers,
+    }
+}
+
+/// How sure the verdict on `primary` is.
+fn confidence(primary: &Candidate) -> Confidence {
+    let corroborating = primary.layers.len();
+    // A short server time that dominates only on a fast path is a judgement call.
+    let short_server = primary.cause == Cause::SlowServer && primary.added_us < SLOW_SERVER_US;
+    if primary.direct && corroborating >= 2 && !short_server {
+        Confidence::High
+    } else if primary.direct {
+        Confidence::Medium
+    } else {
+        Confidence::Low
+    }
+}
+
+/// The candidates, the primary first.
+fn rank(x: &Facts<'_>) -> Vec<Candidate> {
+    let mut cands: Vec<Candidate> = RULES
+        .iter()
+        .filter(|r| r.cause() != Cause::SlowServer)
+        .filter_map(|r| r.candidate(x))
+        .collect();
+    merge_syn_into_loss(&mut cands);
+    let slow = rule(Cause::SlowServer).and_then(|r| {
+        let slow = r.candidate(x).filter(|s| !explained(x, s, &cands));
+        // Nothing else explains a response that takes long to arrive: the sender paces it.
+        if slow.is_none() && cands.is_empty() {
+            r.fallback(x)
+        } else {
+            slow
+        }
+    });
+    if let Some(s) = slow {
+        // When the server's own time dominates, network causes are never primary.
+        for c in cands
+            .iter_mut()
+            .filter(|c| rule(c.cause).is_some_and(|r| r.network()))
+        {
+            if c.impact_us <= s.impact_us * 2.0 {
+                c.impact_us = c.impact_us.min(s.impact_us * 0.99);
+            }
+        }
+        cands.push(s);
+    }
+    cands.sort_by(|a, b| b.impact_us.total_cmp(&a.impact_us));
+    cands
+}
+
+/// SYN retransmissions where data packets are lost too are the same loss, not a separate
+/// accept-queue problem.
+fn merge_syn_into_loss(cands: &mut Vec<Candidate>) {
+    if let Some(i) = cands.iter().position(|c| c.cause == Cause::SynDrop)
+        && cands.iter().any(|c| c.cause == Cause::PacketLoss)
+    {
+        let syn = cands.remove(i);
+        if let Some(l) = cands.iter_mut().find(|c| c.cause == Cause::PacketLoss) {
+            for mut e in syn.evidence {
+                e.cause = Some(Cause::PacketLoss);
+                e.text = format!("connection setup loses packets too: {}", e.text);
+                l.evidence.push(e);
+            }
+        }
+    }
+}
+
+/// Whether another candidate explains the server's own time `slow`.
+fn explained(x: &Facts<'_>, slow: &Candidate, cands: &[Candidate]) -> bool {
+    // Nagle or cork explain it when they account for most of it.
+    if cands.iter().any(|c| {
+        matches!(c.cause, Cause::NagleDelayedAck | Cause::TcpCork)
+            && c.added_us * 2 >= slow.added_us
+    }) {
+        return true;
+    }
+    // A queue on the path explains a server time seen under load (the capture sees the
+    // response after the queue), not a c=1 one. On a bandwidth-limited path the c=1 time
+    // also holds the response's transfer at the bottleneck rate (the c=N throughput, since
+    // the queue is full): take it out before calling the rest the server's.
+    cands
+        .iter()
+        .find(|c| c.cause == Cause::PathQueueing)
+        .is_some_and(|q| {
+            x.c1.is_none_or(|c1| {
+                c1.latency
+                    .p50_us
+                    .saturating_sub(x.rtt_us)
+                    .saturating_sub(x.bottleneck_transfer_us(c1))
+                    < SLOW_SERVER_US
+            }) && q.added_us * 2 >= slow.added_us
+        })
+}
+
+/// Lines that rule out what was not chosen, path first, sockets last.
+pub(super) fn rule_outs(x: &Facts<'_>, chosen: &[Candidate]) -> Vec<EvidenceLine> {
+    let mut v: Vec<EvidenceLine> = RULE_OUTS
+        .iter()
+        .flat_map(|r| r.rule_out(x, chosen))
+        .collect();
+    // Grouped by layer, in the rules' order within a layer.
+    v.sort_by_key(|l| l.layer);
+    v
+}
+
+/// A note for each layer that did not run, with why (and for a capture that lost packets).
+pub(super) fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
+    let mut v = Vec::new();
+    if let Some(p) = layers.packets.get()
+        && p.dropped > 0
+    {
+        v.push(note(
+            LayerName::Packets,
+            format!(
+                "the capture missed {} packets (kernel buffer full): the analysis covers {} \
+                 packets",
+                p.dropped, p.packets
+            ),
+        ));
+    }
+    v.extend(
+        LayerName::ALL
+            .into_iter()
+            .filter(|l| !matches!(layers.status(*l), LayerStatus::Ok | LayerStatus::Finding))
+            .map(|l| {
+                note(
+                    l,
+                    format!(
+                        "{} layer {}: {}",
+                        l.name(),
+                        layers.status(l).name(),
+                        layers.reason(l).unwrap_or("no reason given")
+                    ),
+                )
+            }),
+    );
+    v
+}

@@ -1,0 +1,140 @@
+//! `packet-loss`: segments lost (on the path or before the wire) and recovered by
+//! retransmission. Shown by the packets' retransmissions; the application's tail and lost
+//! SYN probes under load corroborate.
+
+use lagtrace_model::Cause;
+
+use super::facts::Facts;
+use super::{Candidate, CauseRule, MATERIAL_LOSS_SHARE, finding_text, has, ms, out, pct, sup};
+use crate::evidence::{FindingSummary, LayerName, Target};
+use crate::verdict::{EvidenceLine, Fix, FixSide};
+
+pub(super) struct Loss;
+
+const CAUSE: Cause = Cause::PacketLoss;
+
+/// What the application shows of the loss: a tail at the retransmission wait, or timeouts.
+fn app_line(x: &Facts<'_>, f: &FindingSummary) -> Option<EvidenceLine> {
+    let run = x.main_run()?;
+    if f.share >= 0.01
+        && run.latency.p99_us >= f.median_added_us / 2
+        && run.latency.p99_us >= run.latency.p50_us * 4
+    {
+        return Some(sup(
+            LayerName::App,
+            CAUSE,
+            format!(
+                "c={}: p99 {} against p50 {}: the tail is the retransmission wait",
+                run.concurrency,
+                ms(run.latency.p99_us),
+                ms(run.latency.p50_us)
+            ),
+        ));
+    }
+    (run.errors.timeout + run.errors.read > 0).then(|| {
+        sup(
+            LayerName::App,
+            CAUSE,
+            format!(
+                "c={}: {} timeouts, {} read errors; p99 {}",
+                run.concurrency,
+                run.errors.timeout,
+                run.errors.read,
+                ms(run.latency.p99_us)
+            ),
+        )
+    })
+}
+
+impl CauseRule for Loss {
+    fn cause(&self) -> Cause {
+        CAUSE
+    }
+
+    fn network(&self) -> bool {
+        true
+    }
+
+    fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
+        // A few fast retransmissions or tail-loss probes a few ms apart are normal on a busy
+        // link; what users feel is RTO-class waits or a cost of more than ~0.5 ms per
+        // request.
+        let f = x.finding("retransmission").filter(|f| {
+            f.count >= 3
+                && f.share >= MATERIAL_LOSS_SHARE
+                && (f.median_added_us >= 20_000 || f.share * f.median_added_us as f64 >= 500.0)
+        })?;
+        let mut c = Candidate::new(CAUSE, f.median_added_us, f.share, vec![LayerName::Packets]);
+        c.evidence.push(sup(
+            LayerName::Packets,
+            CAUSE,
+            finding_text(f, x.transactions()),
+        ));
+        if let Some(l) = app_line(x, f) {
+            c.evidence.push(l);
+            c.layers.push(LayerName::App);
+        }
+        if let Some(l) = x.path.and_then(|p| p.under_load.as_ref())
+            && l.sent > 0
+            && l.received < l.sent
+        {
+            c.evidence.push(sup(
+                LayerName::Path,
+                CAUSE,
+                format!(
+                    "SYN ping under load: {} of {} probes lost",
+                    l.sent - l.received,
+                    l.sent
+                ),
+            ));
+            c.layers.push(LayerName::Path);
+        }
+        Some(c)
+    }
+
+    fn rule_out(&self, x: &Facts<'_>, chosen: &[Candidate]) -> Vec<EvidenceLine> {
+        let Some(p) = x.packets.filter(|_| !has(chosen, CAUSE)) else {
+            return Vec::new();
+        };
+        let n = p.finding("retransmission").map(|f| f.count).unwrap_or(0);
+        vec![out(
+            LayerName::Packets,
+            CAUSE,
+            if n == 0 {
+                format!("no retransmissions in {} packets", p.packets)
+            } else {
+                format!(
+                    "{n} retransmissions in {} packets: too few to matter",
+                    p.packets
+                )
+            },
+        )]
+    }
+
+    fn summary(&self) -> &'static str {
+        "retransmissions after lost packets inflate latency"
+    }
+
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String {
+        let run = x.main_run();
+        format!(
+            "{} of requests wait ~{} for a retransmission; p99 {} at c={} (p50 {})",
+            pct(c.share),
+            ms(c.added_us),
+            ms(run.map(|r| r.latency.p99_us).unwrap_or(0)),
+            run.map(|r| r.concurrency).unwrap_or(1),
+            ms(run.map(|r| r.latency.p50_us).unwrap_or(0))
+        )
+    }
+
+    fn fixes(&self, _c: &Candidate, _x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
+        vec![Fix {
+            side: FixSide::Path,
+            location: None,
+            change: "find where packets drop: firewall rules (`nft list ruleset`), interface \
+                     and qdisc drops (`ip -s link`, `tc -s qdisc`), a lossy link on the route"
+                .into(),
+            tradeoff: None,
+        }]
+    }
+}

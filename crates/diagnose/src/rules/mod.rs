@@ -1,0 +1,243 @@
+//! The verdict rules: pure functions from evidence to a verdict. No I/O, no clock.
+//!
+//! How it decides:
+//! 1. No request succeeded and the connection could not be made → `unreachable`, with what
+//!    the path layer saw (RST: nothing listens; silence: nothing answers).
+//! 2. Each cause becomes a *candidate* when a layer shows it with a material effect: a packet
+//!    finding on enough transactions with enough added latency, the SYN RTT rising under
+//!    load, the server's own time (c=1 latency minus the path RTT, and the server time seen
+//!    in the packets) being large. Socket and configuration evidence corroborate (raising the
+//!    confidence) but never create a network cause on their own.
+//! 3. The server's own time is "explained" by Nagle or TCP_CORK when their added latency is
+//!    most of it; otherwise, when it dominates, no network cause is named as primary.
+//! 4. The largest remaining expected cost (share × added latency) is the primary cause; the
+//!    others are secondary. No candidate → `healthy`.
+//!
+//! ## Where things live
+//! One module per cause family, each a [`CauseRule`]: its candidate, the lines that rule it
+//! out when it is not chosen, its summary, its cost and its fixes. [`Facts`](facts::Facts)
+//! holds what several rules read; `judge` collects the candidates, ranks them and assembles
+//! the verdict. A new cause is a new module, an entry in `RULES` and `RULE_OUTS`, and a test.
+
+mod cork;
+mod facts;
+mod healthy;
+mod judge;
+mod loss;
+mod nagle;
+mod queueing;
+mod slow_server;
+mod syn;
+mod unreachable;
+mod window;
+
+use lagtrace_model::{Cause, Micros};
+
+use crate::evidence::{FindingSummary, LayerName, Target};
+use crate::verdict::{EvidenceLine, Fix, Stance, Verdict};
+use facts::Facts;
+
+pub use judge::judge;
+
+/// A finding adds latency worth naming when its median added latency is at least this.
+pub const MATERIAL_ADDED_US: u64 = 5_000;
+/// ... and it affects at least this share of transactions (Nagle, cork, window).
+pub const MATERIAL_SHARE: f64 = 0.05;
+/// Retransmissions matter on a smaller share: each costs an RTO or more.
+pub const MATERIAL_LOSS_SHARE: f64 = 0.005;
+/// The server's own time per request worth naming on its own, whatever the path adds.
+pub const SLOW_SERVER_US: u64 = 10_000;
+/// Below [`SLOW_SERVER_US`], the server's own time is still the cause when it is at least
+/// this long and makes up [`DOMINANT_SERVER_SHARE`] of what the user waits at c=1 (a 5 ms
+/// handler on a 50 µs path is where the latency comes from; a 5 ms handler behind a 40 ms
+/// path is not).
+pub const DOMINANT_SERVER_US: u64 = 2_000;
+/// The share of the c=1 p50 the server's own time must make up below [`SLOW_SERVER_US`].
+pub const DOMINANT_SERVER_SHARE: f64 = 0.75;
+/// A response that trickles out slower than this (bits/s, at c=1) on a path with no queue,
+/// loss or window limit is paced by the sender: a bottleneck link TCP fills would show a
+/// queue (SYN RTT rise) or losses, and a fast path carries far more.
+pub const PACED_BPS: f64 = 100e6;
+/// A SYN RTT rise under load worth naming (and it must be 3× the idle RTT, and the
+/// application must feel it): well above what a busy CPU adds to one probe.
+pub const QUEUE_RISE_US: u64 = 10_000;
+
+/// The verdict, its evidence, and which layers hold a finding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judgement {
+    /// The conclusion.
+    pub verdict: Verdict,
+    /// Evidence for it and against the alternatives.
+    pub evidence: Vec<EvidenceLine>,
+    /// Layers whose data supports a non-healthy cause (their status becomes `finding`).
+    pub finding_layers: Vec<LayerName>,
+}
+
+/// One cause the evidence shows, before ranking.
+struct Candidate {
+    cause: Cause,
+    /// Expected added latency per request (share × median), for ranking.
+    impact_us: f64,
+    /// Median added latency of an affected request.
+    added_us: u64,
+    /// Share of requests affected.
+    share: f64,
+    /// Corroborating layers.
+    layers: Vec<LayerName>,
+    /// Whether a layer shows the mechanism directly (packets, or a socket option).
+    direct: bool,
+    evidence: Vec<EvidenceLine>,
+}
+
+impl Candidate {
+    /// A candidate whose expected cost is `share × added_us`.
+    fn new(cause: Cause, added_us: u64, share: f64, layers: Vec<LayerName>) -> Candidate {
+        Candidate {
+            cause,
+            impact_us: share * added_us as f64,
+            added_us,
+            share,
+            layers,
+            direct: true,
+            evidence: Vec::new(),
+        }
+    }
+}
+
+/// One cause family: everything the rules know about it, in one place.
+trait CauseRule: Sync {
+    /// The cause this rule names.
+    fn cause(&self) -> Cause;
+    /// A network cause is never primary while the server's own time dominates.
+    fn network(&self) -> bool {
+        false
+    }
+    /// The cause as the evidence shows it, with its cost and supporting lines; `None` when
+    /// no layer shows it with a material effect.
+    fn candidate(&self, x: &Facts<'_>) -> Option<Candidate>;
+    /// A candidate only when nothing else explains the latency (inferred from absence).
+    fn fallback(&self, _x: &Facts<'_>) -> Option<Candidate> {
+        None
+    }
+    /// Lines that rule the cause out (or note what was seen) when no candidate in `chosen`
+    /// names it.
+    fn rule_out(&self, x: &Facts<'_>, chosen: &[Candidate]) -> Vec<EvidenceLine>;
+    /// One sentence naming the cause in plain words.
+    fn summary(&self) -> &'static str;
+    /// The cost of the chosen candidate in the user's terms.
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String;
+    /// How to fix it, best first.
+    fn fixes(&self, c: &Candidate, x: &Facts<'_>, target: &Target) -> Vec<Fix>;
+}
+
+/// Every candidate-based cause, in the order their candidates are collected and their
+/// rule-out lines are written (ranking is by cost; ties keep this order).
+static RULES: [&dyn CauseRule; 7] = [
+    &nagle::Nagle,
+    &cork::Cork,
+    &loss::Loss,
+    &syn::Syn,
+    &window::Window,
+    &queueing::Queueing,
+    &slow_server::SlowServer,
+];
+
+/// The same rules in the order their rule-out lines are written (then grouped by layer).
+static RULE_OUTS: [&dyn CauseRule; 7] = [
+    &queueing::Queueing,
+    &slow_server::SlowServer,
+    &loss::Loss,
+    &nagle::Nagle,
+    &cork::Cork,
+    &syn::Syn,
+    &window::Window,
+];
+
+/// The rule that names `cause` (none for `healthy` and `unreachable`).
+fn rule(cause: Cause) -> Option<&'static dyn CauseRule> {
+    RULES.iter().copied().find(|r| r.cause() == cause)
+}
+
+fn has(chosen: &[Candidate], cause: Cause) -> bool {
+    chosen.iter().any(|k| k.cause == cause)
+}
+
+fn ms(us: u64) -> String {
+    Micros(us).to_string()
+}
+
+fn pct(share: f64) -> String {
+    let p = share * 100.0;
+    if p >= 10.0 {
+        format!("{p:.0}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
+fn rate_text(bps: f64) -> String {
+    if bps >= 1e6 {
+        format!("{:.1} Mbit/s", bps / 1e6)
+    } else {
+        format!("{:.0} kbit/s", bps / 1e3)
+    }
+}
+
+fn line(layer: LayerName, stance: Stance, cause: Option<Cause>, text: String) -> EvidenceLine {
+    EvidenceLine {
+        layer,
+        stance,
+        cause,
+        text,
+    }
+}
+
+fn sup(layer: LayerName, cause: Cause, text: String) -> EvidenceLine {
+    line(layer, Stance::Supports, Some(cause), text)
+}
+
+fn out(layer: LayerName, cause: Cause, text: String) -> EvidenceLine {
+    line(layer, Stance::RulesOut, Some(cause), text)
+}
+
+fn note(layer: LayerName, text: String) -> EvidenceLine {
+    line(layer, Stance::Note, None, text)
+}
+
+fn example_text(f: &FindingSummary) -> String {
+    match f.examples.first() {
+        Some(e) => {
+            let frames: Vec<String> = e.frames.iter().map(|n| format!("#{n}")).collect();
+            format!(
+                "; e.g. stream {} frames {} at {:.6}s: {}{}",
+                e.stream,
+                frames.join(" "),
+                e.time_s,
+                ms(e.added_us),
+                if e.note.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", e.note)
+                }
+            )
+        }
+        None => String::new(),
+    }
+}
+
+fn finding_text(f: &FindingSummary, total: u64) -> String {
+    format!(
+        "{}: {} of {} transactions ({}), median +{}, p99 +{}{}",
+        f.kind,
+        f.transactions,
+        total,
+        pct(f.share),
+        ms(f.median_added_us),
+        ms(f.p99_added_us),
+        example_text(f)
+    )
+}
+
+fn material(f: &FindingSummary, min_share: f64) -> bool {
+    f.share >= min_share && f.median_added_us >= MATERIAL_ADDED_US
+}

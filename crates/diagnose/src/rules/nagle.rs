@@ -1,0 +1,330 @@
+//! `nagle-delayed-ack`: the server's Nagle algorithm holds the end of a response until the
+//! client's delayed ACK (~40 ms). Shown directly by the packets' Nagle/delayed-ACK finding,
+//! corroborated by TCP_NODELAY off on the server's sockets (or `tcp_nodelay off;`) and by
+//! the application's 40 ms shape (first request on a connection fast, later ones slow).
+
+use lagtrace_model::Cause;
+
+use super::facts::Facts;
+use super::{
+    Candidate, CauseRule, MATERIAL_ADDED_US, MATERIAL_SHARE, finding_text, has, material, ms, note,
+    out, pct, sup,
+};
+use crate::evidence::{LayerName, Target};
+use crate::verdict::{EvidenceLine, Fix, FixSide};
+
+pub(super) struct Nagle;
+
+const CAUSE: Cause = Cause::NagleDelayedAck;
+
+/// What the sockets and the server's configuration say: (lines, whether they show it).
+fn sockets_say(x: &Facts<'_>) -> (Vec<EvidenceLine>, bool) {
+    let mut ev = Vec::new();
+    let mut says = false;
+    let Some(s) = x.sockets else {
+        return (ev, says);
+    };
+    if s.nodelay.off > 0 && s.nodelay.off >= s.nodelay.on {
+        let who = s
+            .server
+            .as_ref()
+            .map(|p| format!("{} (pid {})", p.comm, p.pid))
+            .unwrap_or_else(|| "the server".into());
+        ev.push(sup(
+            LayerName::Sockets,
+            CAUSE,
+            format!(
+                "{who}: TCP_NODELAY off on {}/{} established sockets",
+                s.nodelay.off,
+                s.nodelay.on + s.nodelay.off + s.nodelay.unknown
+            ),
+        ));
+        says = true;
+    }
+    if let Some(d) = s.directive("tcp_nodelay").filter(|d| d.value == "off") {
+        ev.push(sup(
+            LayerName::Sockets,
+            CAUSE,
+            format!("{}:{}: tcp_nodelay {};", d.file, d.line, d.value),
+        ));
+        says = true;
+    }
+    if !s.client.quickack {
+        ev.push(note(
+            LayerName::Sockets,
+            "client (lagtrace): TCP_NODELAY on, delayed ACK on (no TCP_QUICKACK), \
+             like wrk and browsers"
+                .into(),
+        ));
+    }
+    (ev, says)
+}
+
+/// The application's 40 ms shape at c=1: (line, the later requests' extra latency over the
+/// first when the first request on a connection is fast).
+fn app_shape(x: &Facts<'_>) -> Option<(EvidenceLine, Option<u64>)> {
+    let c1 = x.c1?;
+    let p50 = c1.latency.p50_us;
+    if !(30_000..=60_000).contains(&p50) {
+        return None;
+    }
+    let mut t = format!(
+        "c=1 p50 {} over a path RTT of {}: the ~40 ms delayed-ACK timer",
+        ms(p50),
+        ms(x.rtt_us)
+    );
+    let mut shape_added = None;
+    if let (Some(f), Some(l)) = (&c1.first_request, &c1.later_requests)
+        && f.p50_us * 4 < l.p50_us
+    {
+        t.push_str(&format!(
+            "; the first request on a connection takes {}, later ones {} (quick-ACK \
+             mode ends after the first)",
+            ms(f.p50_us),
+            ms(l.p50_us)
+        ));
+        shape_added = Some(l.p50_us.saturating_sub(f.p50_us));
+    }
+    Some((sup(LayerName::App, CAUSE, t), shape_added))
+}
+
+impl CauseRule for Nagle {
+    fn cause(&self) -> Cause {
+        CAUSE
+    }
+
+    fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
+        let mut ev = Vec::new();
+        let mut layers = Vec::new();
+        let mut direct = false;
+        let mut added = 0;
+        let mut share = 0.0;
+        // Packets: the combined finding, else its halves.
+        let pk = ["nagle-delayed-ack", "nagle-stall", "delayed-ack"]
+            .iter()
+            .filter_map(|k| x.finding(k))
+            .find(|f| material(f, MATERIAL_SHARE));
+        if let Some(f) = pk {
+            ev.push(sup(
+                LayerName::Packets,
+                CAUSE,
+                finding_text(f, x.transactions()),
+            ));
+            layers.push(LayerName::Packets);
+            direct = true;
+            added = f.median_added_us;
+            share = f.share;
+        }
+        // Sockets and config: corroborate; alone they only make a low-confidence candidate
+        // when the application latency has the 40 ms shape.
+        let (sock_ev, sockets_say) = sockets_say(x);
+        ev.extend(sock_ev);
+        if sockets_say {
+            layers.push(LayerName::Sockets);
+        }
+        let app = app_shape(x);
+        let app_says = app.is_some();
+        let shape_added = app.as_ref().and_then(|a| a.1);
+        if let Some((l, _)) = app {
+            ev.push(l);
+            layers.push(LayerName::App);
+        }
+        if !direct {
+            if sockets_say && app_says {
+                added = x.c1.map(|r| r.latency.p50_us.saturating_sub(x.rtt_us))?;
+                share = 1.0;
+                direct = true; // the socket option is direct evidence of the mechanism
+            } else if let Some(a) = shape_added.filter(|_| app_says) {
+                // Only the application's shape: a slow server would make the first request
+                // on a connection slow too; ~40 ms on every later one is the delayed-ACK
+                // timer.
+                added = a;
+                share = 1.0;
+                ev.push(note(
+                    LayerName::App,
+                    "packets and socket options could not confirm it: run as root for the \
+                     capture and the server's TCP_NODELAY"
+                        .into(),
+                ));
+            } else {
+                return None;
+            }
+        }
+        let mut c = Candidate::new(CAUSE, added, share, layers);
+        c.direct = direct;
+        c.evidence = ev;
+        Some(c)
+    }
+
+    fn rule_out(&self, x: &Facts<'_>, chosen: &[Candidate]) -> Vec<EvidenceLine> {
+        let mut v = Vec::new();
+        if has(chosen, CAUSE) {
+            return v;
+        }
+        if let Some(p) = x.packets {
+            // Nagle holds seen in the packets that stay short (a large response's tail waits
+            // one ACK round trip, not the delayed-ACK timer) are named, not hidden.
+            let short = ["nagle-delayed-ack", "nagle-stall"]
+                .iter()
+                .filter_map(|k| p.finding(k))
+                .filter(|f| f.share >= MATERIAL_SHARE && f.median_added_us < MATERIAL_ADDED_US)
+                .max_by(|a, b| a.share.total_cmp(&b.share));
+            v.push(out(
+                LayerName::Packets,
+                CAUSE,
+                match short {
+                    Some(f) => format!(
+                        "{} on {} of {} transactions adds only ~{} (the end of a response \
+                         waits for an ACK that comes within a round trip, not the ~40 ms \
+                         delayed-ACK timer): below the {} worth naming",
+                        f.kind,
+                        pct(f.share),
+                        p.transactions,
+                        ms(f.median_added_us),
+                        ms(MATERIAL_ADDED_US)
+                    ),
+                    None => format!(
+                        "no Nagle/delayed-ACK stall on a material share of {} transactions",
+                        p.transactions
+                    ),
+                },
+            ));
+        }
+        if let Some(s) = x.sockets {
+            if s.nodelay.on > 0 && s.nodelay.off == 0 {
+                v.push(out(
+                    LayerName::Sockets,
+                    CAUSE,
+                    format!(
+                        "server sockets: TCP_NODELAY set on {}/{}",
+                        s.nodelay.on,
+                        s.nodelay.on + s.nodelay.unknown
+                    ),
+                ));
+            }
+            if s.nodelay.off > 0 && x.packets.is_some() {
+                v.push(note(
+                    LayerName::Sockets,
+                    format!(
+                        "server sockets: TCP_NODELAY off on {}/{}, but no material Nagle \
+                         stall in the packets (each response leaves in one write, or a hold \
+                         lasts only until an ACK within a round trip)",
+                        s.nodelay.off,
+                        s.nodelay.on + s.nodelay.off + s.nodelay.unknown
+                    ),
+                ));
+            }
+        }
+        v
+    }
+
+    fn summary(&self) -> &'static str {
+        "the server's Nagle algorithm holds the end of each response until the client's \
+         delayed ACK (~40 ms); neither side is slow"
+    }
+
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String {
+        let run = x.main_run();
+        let p50 = run.map(|r| r.latency.p50_us).unwrap_or(0);
+        let conc = run.map(|r| r.concurrency).unwrap_or(1);
+        let without =
+            x.c1.and_then(|r| r.first_request.as_ref())
+                .map(|f| f.p50_us)
+                .unwrap_or_else(|| p50.saturating_sub(c.added_us).max(x.rtt_us));
+        format!(
+            "adds ~{} to {} of requests (those after the first on each connection); p50 {} \
+             at c={} would be ~{} without it",
+            ms(c.added_us),
+            pct(c.share),
+            ms(p50),
+            conc,
+            ms(without)
+        )
+    }
+
+    fn fixes(&self, _c: &Candidate, x: &Facts<'_>, target: &Target) -> Vec<Fix> {
+        let mut v = server_fixes(x);
+        v.push(Fix {
+            side: FixSide::Client,
+            location: None,
+            change: "set TCP_QUICKACK on the client socket after each read".into(),
+            tradeoff: Some(
+                "not permanent (the kernel clears it), must be set again after every \
+                 read; more ACK packets"
+                    .into(),
+            ),
+        });
+        v.push(Fix {
+            side: FixSide::Client,
+            location: Some(format!("the client host's route to {}", target.addr)),
+            change: route_quickack(&target.addr),
+            tradeoff: Some(
+                "every connection on that route ACKs at once: more ACK packets, needs \
+                 root on every client"
+                    .into(),
+            ),
+        });
+        v
+    }
+}
+
+/// The server side: the config line when it is known, else the socket option.
+fn server_fixes(x: &Facts<'_>) -> Vec<Fix> {
+    let d = x
+        .sockets
+        .and_then(|s| s.directive("tcp_nodelay"))
+        .filter(|d| d.value == "off");
+    if let Some(d) = d {
+        return vec![
+            Fix {
+                side: FixSide::Server,
+                location: Some(format!("{}:{}", d.file, d.line)),
+                change: "tcp_nodelay off; → tcp_nodelay on; then reload nginx".into(),
+                tradeoff: None,
+            },
+            Fix {
+                side: FixSide::Server,
+                location: Some(d.file.clone()),
+                change: "or sendfile off; or tcp_nopush on; (the response then leaves in \
+                         full frames)"
+                    .into(),
+                tradeoff: Some("tcp_nopush delays the last partial frame slightly".into()),
+            },
+        ];
+    }
+    let server = x.server_name();
+    let seen = x.sockets.is_some_and(|s| s.nodelay.off > 0);
+    vec![Fix {
+        side: FixSide::Server,
+        location: None,
+        change: format!(
+            "{} TCP_NODELAY on its sockets: set it \
+             (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, 1)), or write each \
+             response in one call (one buffer or writev)",
+            if seen {
+                format!("{server} sets no")
+            } else {
+                format!("{server} most likely sets no (its sockets were not read)")
+            }
+        ),
+        tradeoff: None,
+    }]
+}
+
+/// The command that turns quick ACKs on for the client's route to `addr`.
+fn route_quickack(addr: &str) -> String {
+    match addr.parse::<std::net::IpAddr>() {
+        // Loopback traffic follows the local table's route, not a main-table one: give the
+        // exact command.
+        Ok(std::net::IpAddr::V4(a)) if a.is_loopback() => {
+            "ip route change local 127.0.0.0/8 dev lo table local proto kernel \
+             scope host src 127.0.0.1 quickack 1"
+                .into()
+        }
+        Ok(a @ std::net::IpAddr::V6(_)) => {
+            format!("ip -6 route change <the route `ip -6 route get {a}` shows> quickack 1")
+        }
+        Ok(a) => format!("ip route change <the route `ip route get {a}` shows> quickack 1"),
+        Err(_) => "ip route change <route to the server> quickack 1".into(),
+    }
+}

@@ -1,0 +1,224 @@
+//! `slow-server`: the server's own time between request and response dominates. Two
+//! shapes: the server thinks before answering (c=1 latency minus the path RTT, and the
+//! server time in the packets), or it answers at once but paces the response (a send rate
+//! limit), inferred when nothing else explains a slow transfer.
+
+use lagtrace_model::Cause;
+
+use super::facts::Facts;
+use super::{
+    Candidate, CauseRule, DOMINANT_SERVER_US, SLOW_SERVER_US, example_text, has, ms, note, out,
+    pct, rate_text, sup,
+};
+use crate::evidence::{LayerName, Target};
+use crate::verdict::{EvidenceLine, Fix, FixSide};
+
+pub(super) struct SlowServer;
+
+const CAUSE: Cause = Cause::SlowServer;
+
+impl CauseRule for SlowServer {
+    fn cause(&self) -> Cause {
+        CAUSE
+    }
+
+    fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
+        let own = x.server_own_us()?;
+        if own < SLOW_SERVER_US && !x.server_dominates(own) {
+            return None;
+        }
+        let mut c = Candidate::new(CAUSE, own, 1.0, Vec::new());
+        c.direct = x.packets.is_some();
+        if let Some(c1) = x.c1 {
+            c.evidence.push(sup(
+                LayerName::App,
+                CAUSE,
+                format!(
+                    "c=1 p50 {} with a path RTT of {}: the server takes ~{} per request itself",
+                    ms(c1.latency.p50_us),
+                    ms(x.rtt_us),
+                    ms(c1.latency.p50_us.saturating_sub(x.rtt_us))
+                ),
+            ));
+            c.layers.push(LayerName::App);
+        }
+        if let Some(st) = x.packets.and_then(|p| p.server_time.as_ref())
+            && st.count > 0
+        {
+            let mut t = format!(
+                "server time (request's last byte → response's first byte) p50 {}, p99 {} \
+                 over {} transactions",
+                ms(st.p50_us),
+                ms(st.p99_us),
+                st.count
+            );
+            if let Some(f) = x.finding("slow-server") {
+                t.push_str(&example_text(f));
+            }
+            c.evidence.push(sup(LayerName::Packets, CAUSE, t));
+            c.layers.push(LayerName::Packets);
+        }
+        Some(c)
+    }
+
+    /// The server answers at once but sends the response slowly (a rate limit such as nginx
+    /// `limit_rate`, or a producer that writes in dribbles), with no network cause to
+    /// explain it.
+    fn fallback(&self, x: &Facts<'_>) -> Option<Candidate> {
+        let (transfer, size, bps) = x.paced_transfer()?;
+        let c1 = x.c1?;
+        let mut c = Candidate::new(CAUSE, transfer, 1.0, vec![LayerName::App]);
+        // Inferred from what is absent: never high confidence.
+        c.direct = x.packets.is_some();
+        c.evidence.push(sup(
+            LayerName::App,
+            CAUSE,
+            format!(
+                "c=1 p50 {} with a path RTT of {} and a server time of ~{}: ~{} goes to \
+                 sending each ~{} B response, {} — the sender paces it",
+                ms(c1.latency.p50_us),
+                ms(x.rtt_us),
+                ms(x.server_own_us().unwrap_or(0)),
+                ms(transfer),
+                size,
+                rate_text(bps)
+            ),
+        ));
+        if x.packets.is_some() {
+            c.evidence.push(sup(
+                LayerName::Packets,
+                CAUSE,
+                "no retransmission, Nagle, cork or window finding explains the transfer time"
+                    .into(),
+            ));
+        }
+        Some(c)
+    }
+
+    fn rule_out(&self, x: &Facts<'_>, chosen: &[Candidate]) -> Vec<EvidenceLine> {
+        let mut v = Vec::new();
+        let Some(own) = x.server_own_us().filter(|_| !has(chosen, CAUSE)) else {
+            return v;
+        };
+        let st = x
+            .packets
+            .and_then(|p| p.server_time.as_ref())
+            .filter(|s| s.count > 0)
+            .map(|s| format!("; server time in packets p50 {}", ms(s.p50_us)))
+            .unwrap_or_default();
+        let hold = chosen
+            .iter()
+            .find(|c| matches!(c.cause, Cause::NagleDelayedAck | Cause::TcpCork));
+        v.push(out(
+            if x.c1.is_some() {
+                LayerName::App
+            } else {
+                LayerName::Packets
+            },
+            CAUSE,
+            match hold {
+                Some(m) if own >= SLOW_SERVER_US => format!(
+                    "the wait before each response (~{}{}) is the {} hold, not the server's \
+                     own work",
+                    ms(own),
+                    st,
+                    m.cause
+                ),
+                _ if own < 100 => format!(
+                    "the server's own time is negligible (c=1 p50 within the path RTT){st}: \
+                     not the application"
+                ),
+                _ => format!(
+                    "the server's own time is ~{}{}: not the application",
+                    ms(own),
+                    st
+                ),
+            },
+        ));
+        // At c=1 the server is quick, but under load it holds requests itself: say so
+        // rather than let "not the application" stand alone.
+        if let (Some(p), Some(cn)) = (x.packets.and_then(|p| p.server_time.as_ref()), x.cn)
+            && p.count > 0
+            && p.p50_us >= DOMINANT_SERVER_US
+            && p.p50_us >= own.saturating_mul(4)
+        {
+            v.push(note(
+                LayerName::Packets,
+                format!(
+                    "under load the server queues requests itself: server time p50 {} at \
+                     c={} against ~{} at c=1 ({:.0} req/s is about what it serves)",
+                    ms(p.p50_us),
+                    cn.concurrency,
+                    ms(own),
+                    cn.requests_per_sec
+                ),
+            ));
+        }
+        v
+    }
+
+    fn summary(&self) -> &'static str {
+        "the server's own time between request and response dominates"
+    }
+
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String {
+        let run = x.main_run();
+        let p50 = run.map(|r| r.latency.p50_us).unwrap_or(0);
+        let conc = run.map(|r| r.concurrency).unwrap_or(1);
+        if let Some((transfer, size, bps)) = x.paced_transfer().filter(|p| p.0 == c.added_us) {
+            return format!(
+                "each ~{size} B response takes ~{} to arrive ({}) on a path with RTT {}; p50 {} \
+                 at c={conc}",
+                ms(transfer),
+                rate_text(bps),
+                ms(x.rtt_us),
+                ms(p50)
+            );
+        }
+        let share =
+            x.c1.filter(|c1| c1.latency.p50_us > 0)
+                .map(|c1| {
+                    format!(
+                        " ({} of the c=1 p50 {})",
+                        pct((c.added_us as f64 / c1.latency.p50_us as f64).min(1.0)),
+                        ms(c1.latency.p50_us)
+                    )
+                })
+                .unwrap_or_default();
+        format!(
+            "the server takes ~{} per request itself{share}; the network adds {} (path \
+             RTT); p50 {} at c={}",
+            ms(c.added_us),
+            ms(x.rtt_us),
+            ms(p50),
+            conc
+        )
+    }
+
+    fn fixes(&self, _c: &Candidate, x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
+        let server = x.server_name();
+        let own = x.server_own_us().unwrap_or(0);
+        let change = if own < DOMINANT_SERVER_US {
+            let (transfer, size, bps) = x.paced_transfer().unwrap_or_default();
+            format!(
+                "{server} answers at once but sends each ~{size} B response over ~{} \
+                 ({}): look for a send rate limit (nginx limit_rate, a proxy's or \
+                 shaper's bandwidth cap) or a handler that writes its body in slow pieces",
+                ms(transfer),
+                rate_text(bps)
+            )
+        } else {
+            format!(
+                "{server} spends ~{} per request before answering: profile the handler \
+                 and its backends (the network is not the problem)",
+                ms(own)
+            )
+        };
+        vec![Fix {
+            side: FixSide::Server,
+            location: None,
+            change,
+            tradeoff: None,
+        }]
+    }
+}

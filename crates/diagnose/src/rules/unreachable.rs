@@ -1,0 +1,196 @@
+//! `unreachable`: no request succeeded and no connection could be made. Decided before any
+//! other cause, from what the path layer saw: RST (nothing listens), silence (nothing
+//! answers), or a TLS handshake that fails on a port that accepts TCP.
+
+use lagtrace_model::Cause;
+
+use super::facts::Facts;
+use super::{Judgement, ms, sup};
+use crate::evidence::{LayerName, LayerStatus, Layers, PathEvidence, Target};
+use crate::verdict::{Confidence, EvidenceLine, Fix, FixSide, Verdict};
+
+const CAUSE: Cause = Cause::Unreachable;
+
+/// Connection attempts that failed in the application's runs.
+fn connect_errors(layers: &Layers) -> u64 {
+    layers
+        .app
+        .get()
+        .map(|a| {
+            [a.c1.as_ref(), a.cn.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|r| r.errors.connect)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn fix(side: FixSide, location: String, change: String) -> Fix {
+    Fix {
+        side,
+        location: Some(location),
+        change,
+        tradeoff: None,
+    }
+}
+
+/// Where the connection stops: (path evidence, summary, fix).
+fn where_it_stops(
+    target: &Target,
+    layers: &Layers,
+    x: &Facts<'_>,
+) -> (Option<EvidenceLine>, String, Fix) {
+    let where_ = format!("{}:{}", target.addr, target.port);
+    match x.path {
+        Some(p) if p.reached && !p.port_open => {
+            let rst = p.idle.as_ref().map(|s| s.rst).unwrap_or(0);
+            let line = sup(
+                LayerName::Path,
+                CAUSE,
+                format!(
+                    "the host answers ({} RST to {} SYN probes, RTT {}): nothing listens on \
+                     port {}",
+                    rst,
+                    p.idle.as_ref().map(|s| s.sent).unwrap_or(0),
+                    ms(x.rtt_us),
+                    target.port
+                ),
+            );
+            let change = format!(
+                "start the server on port {}, or use the port it listens on",
+                target.port
+            );
+            (
+                Some(line),
+                format!("nothing listens on {where_}: the host answers with RST"),
+                fix(FixSide::Server, where_, change),
+            )
+        }
+        Some(p) if !p.reached => (
+            Some(silence_line(p, &where_)),
+            format!("{} does not answer: no SYN-ACK, no RST", target.addr),
+            fix(
+                FixSide::Path,
+                target.addr.clone(),
+                "check the address, the route to it and firewalls that drop SYNs silently".into(),
+            ),
+        ),
+        // TCP connects (the SYN probes are answered), the TLS handshake does not.
+        _ if layers
+            .app
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("TLS")) =>
+        {
+            (
+                None,
+                format!(
+                    "{where_} accepts TCP connections but the TLS handshake fails: no request \
+                     could be sent"
+                ),
+                fix(
+                    FixSide::Client,
+                    target.url.clone(),
+                    "if the server speaks plain HTTP on this port, use http://; if its \
+                     certificate is self-signed, add --insecure"
+                        .into(),
+                ),
+            )
+        }
+        _ => (
+            None,
+            format!("no connection to {where_} could be made"),
+            fix(
+                FixSide::Server,
+                where_,
+                "check that the server runs and listens on this address".into(),
+            ),
+        ),
+    }
+}
+
+/// No reply to the SYN probes, and where the route stops.
+fn silence_line(p: &PathEvidence, where_: &str) -> EvidenceLine {
+    let sent = p.idle.as_ref().map(|s| s.sent).unwrap_or(0);
+    let mut t = format!("no reply to {sent} SYN probes to {where_}");
+    if let Some(last) = p.hops.iter().rev().find(|h| h.addr.is_some()) {
+        t.push_str(&format!(
+            "; the route stops after hop {} ({})",
+            last.ttl,
+            last.addr.as_deref().unwrap_or("?")
+        ));
+    }
+    sup(LayerName::Path, CAUSE, t)
+}
+
+/// The hops that answered.
+fn route_line(p: &PathEvidence) -> EvidenceLine {
+    let answered: Vec<String> = p
+        .hops
+        .iter()
+        .filter_map(|h| h.addr.as_ref().map(|a| format!("hop {} {a}", h.ttl)))
+        .collect();
+    sup(
+        LayerName::Path,
+        CAUSE,
+        if answered.is_empty() {
+            format!(
+                "route: no hop answered up to TTL {} (the address is on a directly \
+                 connected link, or every router is silent)",
+                p.hops.len()
+            )
+        } else {
+            format!("route: {}; nothing beyond", answered.join(", "))
+        },
+    )
+}
+
+/// The `unreachable` judgement, when no request completed and no connection was made.
+pub(super) fn judge(target: &Target, layers: &Layers, x: &Facts<'_>) -> Option<Judgement> {
+    if x.c1.is_some() || x.cn.is_some() {
+        return None;
+    }
+    let connect_errors = connect_errors(layers);
+    let path_says_closed = x.path.is_some_and(|p| !p.port_open);
+    if connect_errors == 0 && !path_says_closed {
+        return None;
+    }
+    let (path_line, summary, fix) = where_it_stops(target, layers, x);
+    let mut ev: Vec<EvidenceLine> = path_line.into_iter().collect();
+    if connect_errors > 0 {
+        let why = layers
+            .app
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        ev.push(sup(
+            LayerName::App,
+            CAUSE,
+            format!("{connect_errors} connection attempt(s) failed, no request completed{why}"),
+        ));
+    }
+    if let Some(p) = x.path.filter(|p| !p.hops.is_empty()) {
+        ev.push(route_line(p));
+    }
+    Some(Judgement {
+        verdict: Verdict {
+            cause: CAUSE,
+            secondary: Vec::new(),
+            confidence: if x.path.is_some() && connect_errors > 0 {
+                Confidence::High
+            } else {
+                Confidence::Medium
+            },
+            summary: summary.clone(),
+            cost: format!("every request fails: {summary}"),
+            fix: vec![fix],
+        },
+        evidence: ev,
+        finding_layers: [LayerName::Path, LayerName::App]
+            .into_iter()
+            .filter(|l| layers.status(*l) != LayerStatus::Unavailable)
+            .collect(),
+    })
+}

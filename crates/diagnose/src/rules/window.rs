@@ -1,0 +1,64 @@
+//! `receive-window`: the receiver's window (zero or full) holds the sender back, shown by
+//! the packets' `zero-window` / `window-full` findings.
+
+use lagtrace_model::Cause;
+
+use super::facts::Facts;
+use super::{Candidate, CauseRule, MATERIAL_SHARE, finding_text, material, ms, pct, sup};
+use crate::evidence::{LayerName, Target};
+use crate::verdict::{EvidenceLine, Fix, FixSide};
+
+pub(super) struct Window;
+
+const CAUSE: Cause = Cause::ReceiveWindow;
+
+impl CauseRule for Window {
+    fn cause(&self) -> Cause {
+        CAUSE
+    }
+
+    fn network(&self) -> bool {
+        true
+    }
+
+    fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
+        let f = ["zero-window", "window-full"]
+            .iter()
+            .filter_map(|k| x.finding(k))
+            .find(|f| material(f, MATERIAL_SHARE))?;
+        let mut c = Candidate::new(CAUSE, f.median_added_us, f.share, vec![LayerName::Packets]);
+        c.evidence.push(sup(
+            LayerName::Packets,
+            CAUSE,
+            finding_text(f, x.transactions()),
+        ));
+        Some(c)
+    }
+
+    fn rule_out(&self, _x: &Facts<'_>, _chosen: &[Candidate]) -> Vec<EvidenceLine> {
+        Vec::new()
+    }
+
+    fn summary(&self) -> &'static str {
+        "the receiver's window holds the sender back"
+    }
+
+    fn cost(&self, c: &Candidate, _x: &Facts<'_>) -> String {
+        format!(
+            "{} of requests wait ~{} for the receiver's window to open",
+            pct(c.share),
+            ms(c.added_us)
+        )
+    }
+
+    fn fixes(&self, _c: &Candidate, _x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
+        vec![Fix {
+            side: FixSide::Client,
+            location: None,
+            change: "the receiver reads too slowly or its buffer is small: read faster, raise \
+                     SO_RCVBUF / net.ipv4.tcp_rmem"
+                .into(),
+            tradeoff: Some("larger buffers cost memory per connection".into()),
+        }]
+    }
+}
