@@ -13,7 +13,13 @@
 //! target      {url, host, addr, port}
 //! settings    {concurrency, duration_ms}
 //! elapsed_us
-//! verdict     {cause, secondary: [cause], confidence: high|medium|low, summary, cost,
+//! verdict     {cause, secondary: [cause], confidence: high|medium|low, summary,
+//!              cost: {added_us, share (0–1), affected?, of?, p50_us?, concurrency?,
+//!                     p50_without_us?, text},
+//!              mechanism?: every-nth|periodic-pause|cpu-throttled|dropped-before-wire|
+//!                          accept-queue-overflow,
+//!              tail?: {percentile, latency_us, excess_us,
+//!                      parts: [{cause, mechanism?, added_us, share}], text},
 //!              fix: [{side: server|client|path, location?, change, tradeoff?}]}
 //! layers      {path, app, packets, sockets}, each
 //!             {status: ok|finding|skipped|unavailable|error, reason?, data?}
@@ -58,7 +64,9 @@ pub use evidence::{
 };
 pub use rules::{Judgement, judge};
 pub use run::{DiagnoseOptions, ServerLocation, Step, run};
-pub use verdict::{Confidence, EvidenceLine, Fix, FixSide, Stance, Verdict};
+pub use verdict::{
+    Confidence, Cost, EvidenceLine, Fix, FixSide, Mechanism, Stance, Tail, TailPart, Verdict,
+};
 
 /// Builds a [`Diagnosis`] by judging its layers: `Diagnosis::assemble(...)` with this trait
 /// in scope. (The type lives in `lagtrace-model`; judging needs the rules, which live here.)

@@ -171,7 +171,11 @@ fn healthy_server_is_healthy_with_high_confidence_and_rule_outs() {
     assert!(j.verdict.secondary.is_empty());
     assert_eq!(j.verdict.confidence, Confidence::High);
     assert!(j.verdict.fix.is_empty());
-    assert!(j.verdict.cost.starts_with("none"), "{}", j.verdict.cost);
+    assert!(
+        j.verdict.cost.text.starts_with("none"),
+        "{}",
+        j.verdict.cost.text
+    );
     let t = texts(&j);
     assert!(t.contains("no queue on the path"), "{t}");
     assert!(t.contains("no retransmissions"), "{t}");
@@ -222,10 +226,10 @@ fn reference_case_is_nagle_delayed_ack_with_the_config_line() {
     assert_eq!(v.confidence, Confidence::High);
     assert!(v.secondary.is_empty(), "{:?}", v.secondary);
     // The cost in the user's terms.
-    assert!(v.cost.contains("97%"), "{}", v.cost);
-    assert!(v.cost.contains("40.80ms"), "{}", v.cost);
-    assert!(v.cost.contains("after the first"), "{}", v.cost);
-    assert!(v.cost.contains("350µs"), "{}", v.cost); // first request's latency
+    assert!(v.cost.text.contains("97%"), "{}", v.cost.text);
+    assert!(v.cost.text.contains("40.80ms"), "{}", v.cost.text);
+    assert!(v.cost.text.contains("after the first"), "{}", v.cost.text);
+    assert!(v.cost.text.contains("350µs"), "{}", v.cost.text); // first request's latency
     // The fix names the file and line.
     let f = &v.fix[0];
     assert_eq!(f.side, FixSide::Server);
@@ -322,7 +326,7 @@ fn think_time_is_slow_server_not_a_network_cause() {
     p.findings = vec![finding("slow-server", 6_000, 6_000, 25_000)];
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
-    assert!(j.verdict.cost.contains("25.30ms") || j.verdict.cost.contains("25.10ms"));
+    assert!(j.verdict.cost.text.contains("25.30ms") || j.verdict.cost.text.contains("25.10ms"));
     assert!(j.verdict.fix[0].change.contains("profile"));
     let t = texts(&j);
     assert!(t.contains("no queue on the path"), "{t}");
@@ -427,11 +431,15 @@ fn retransmissions_are_packet_loss() {
     // The packets show it; the application's tail corroborates it.
     assert_eq!(j.verdict.confidence, Confidence::High, "{}", texts(&j));
     assert!(texts(&j).contains("the tail is the retransmission wait"));
-    assert!(j.verdict.cost.contains("3.5%"), "{}", j.verdict.cost);
     assert!(
-        j.verdict.cost.contains("p99 215.00ms"),
+        j.verdict.cost.text.contains("3.5%"),
         "{}",
-        j.verdict.cost
+        j.verdict.cost.text
+    );
+    assert!(
+        j.verdict.cost.text.contains("p99 215.00ms"),
+        "{}",
+        j.verdict.cost.text
     );
     assert_eq!(j.verdict.fix[0].side, FixSide::Path);
 }
@@ -466,7 +474,11 @@ fn rtt_rising_under_load_is_path_queueing_even_if_packets_see_late_responses() {
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::PathQueueing, "{}", texts(&j));
     assert!(!j.verdict.secondary.contains(&Cause::SlowServer));
-    assert!(j.verdict.cost.contains("119."), "{}", j.verdict.cost);
+    assert!(
+        j.verdict.cost.text.contains("119."),
+        "{}",
+        j.verdict.cost.text
+    );
     assert!(texts(&j).contains("SYN RTT p50 60µs idle → 120.00ms under load"));
     assert!(j.finding_layers.contains(&LayerName::Path));
 }
@@ -562,7 +574,12 @@ fn diagnosis_json_has_the_stable_schema_and_finding_statuses() {
     assert_eq!(v["verdict"]["cause"], "nagle-delayed-ack");
     assert_eq!(v["verdict"]["confidence"], "high");
     assert!(v["verdict"]["secondary"].is_array());
-    assert!(v["verdict"]["cost"].as_str().unwrap().contains("97%"));
+    assert!(
+        v["verdict"]["cost"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("97%")
+    );
     assert!(v["verdict"]["fix"][0]["change"].is_string());
     assert_eq!(v["layers"]["packets"]["status"], "finding");
     assert_eq!(v["layers"]["path"]["status"], "ok");
@@ -629,11 +646,15 @@ fn short_think_time_that_dominates_is_slow_server_at_medium_confidence() {
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
     assert_eq!(j.verdict.confidence, Confidence::Medium);
-    assert!(j.verdict.cost.contains("5.05ms"), "{}", j.verdict.cost);
     assert!(
-        j.verdict.cost.contains("of the c=1 p50 5.11ms"),
+        j.verdict.cost.text.contains("5.05ms"),
         "{}",
-        j.verdict.cost
+        j.verdict.cost.text
+    );
+    assert!(
+        j.verdict.cost.text.contains("of the c=1 p50 5.11ms"),
+        "{}",
+        j.verdict.cost.text
     );
     assert!(!texts(&j).contains("not the application"), "{}", texts(&j));
 }
@@ -791,8 +812,16 @@ fn paced_response_on_a_clean_path_is_slow_server_not_healthy() {
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::SlowServer, "{}", texts(&j));
     assert_eq!(j.verdict.confidence, Confidence::Medium);
-    assert!(j.verdict.cost.contains("100136 B"), "{}", j.verdict.cost);
-    assert!(j.verdict.cost.contains("3.4 Mbit/s"), "{}", j.verdict.cost);
+    assert!(
+        j.verdict.cost.text.contains("100136 B"),
+        "{}",
+        j.verdict.cost.text
+    );
+    assert!(
+        j.verdict.cost.text.contains("3.4 Mbit/s"),
+        "{}",
+        j.verdict.cost.text
+    );
     assert!(
         j.verdict.fix[0].change.contains("limit_rate"),
         "{:?}",
@@ -822,7 +851,11 @@ fn connect_failures_only_under_load_are_syn_drop() {
     });
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::SynDrop, "{}", texts(&j));
-    assert!(j.verdict.cost.contains("fail"), "{}", j.verdict.cost);
+    assert!(
+        j.verdict.cost.text.contains("fail"),
+        "{}",
+        j.verdict.cost.text
+    );
     assert!(j.verdict.fix[0].change.contains("listen backlog"));
     assert!(
         texts(&j).contains("52 of 2943 connection attempts"),

@@ -214,7 +214,7 @@ fn builtin_short_think_time_that_dominates_is_slow_server() {
     assert_eq!(cause(&j), "slow-server", "{err}\n{}", show(&j));
     assert_eq!(code, 1);
     assert_eq!(j["verdict"]["confidence"], "medium", "{}", show(&j));
-    let cost = j["verdict"]["cost"].as_str().unwrap_or("");
+    let cost = j["verdict"]["cost"]["text"].as_str().unwrap_or("");
     assert!(cost.contains("of the c=1 p50"), "{}", show(&j));
 }
 
@@ -651,7 +651,7 @@ fn nginx_limit_rate_is_slow_server_with_the_rate() {
     let (code, j, err) = diagnose(&format!("http://{addr}/big.bin"), &["-d", "3s", "-c", "4"]);
     assert_eq!(cause(&j), "slow-server", "{err}\n{}", show(&j));
     assert_eq!(code, 1);
-    let cost = j["verdict"]["cost"].as_str().unwrap_or("");
+    let cost = j["verdict"]["cost"]["text"].as_str().unwrap_or("");
     assert!(
         cost.contains("Mbit/s") && cost.contains("to arrive"),
         "{}",

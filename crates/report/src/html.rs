@@ -81,8 +81,8 @@ pub fn html(d: &Diagnosis) -> String {
         v.confidence.name(),
         esc(&v.summary)
     );
-    if !v.cost.is_empty() {
-        let _ = write!(o, "<p><b>Cost:</b> {}</p>", esc(&v.cost));
+    if !v.cost.text.is_empty() {
+        let _ = write!(o, "<p><b>Cost:</b> {}</p>", esc(&v.cost.text));
     }
     if !v.secondary.is_empty() {
         let s: Vec<&str> = v.secondary.iter().map(|c| c.code()).collect();

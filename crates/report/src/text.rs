@@ -163,8 +163,8 @@ pub fn text(d: &Diagnosis) -> String {
         v.confidence.name()
     );
     let _ = writeln!(o, "  {}", v.summary);
-    if !v.cost.is_empty() {
-        let _ = writeln!(o, "  cost: {}", v.cost);
+    if !v.cost.text.is_empty() {
+        let _ = writeln!(o, "  cost: {}", v.cost.text);
     }
     if !v.secondary.is_empty() {
         let s: Vec<&str> = v.secondary.iter().map(|c| c.code()).collect();

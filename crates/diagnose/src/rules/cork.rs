@@ -10,7 +10,7 @@ use super::{
     sup,
 };
 use crate::evidence::{LayerName, Target};
-use crate::verdict::{EvidenceLine, Fix, FixSide};
+use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
 
 pub(super) struct Cork;
 
@@ -44,6 +44,7 @@ impl CauseRule for Cork {
         let mut ev = Vec::new();
         let mut layers = Vec::new();
         let mut found = None;
+        let mut counted = None;
         if let Some(f) = x
             .finding("tcp-cork")
             .filter(|f| material(f, MATERIAL_SHARE))
@@ -54,7 +55,7 @@ impl CauseRule for Cork {
                 finding_text(f, x.transactions()),
             ));
             layers.push(LayerName::Packets);
-            found = Some((f.median_added_us, f.share));
+            found = Some((f.median_added_us, f.share, f.transactions));
         }
         let sockets_say = if let Some(l) = sockets_line(x) {
             ev.push(l);
@@ -70,7 +71,10 @@ impl CauseRule for Cork {
             t.count > 0 && (195_000..=220_000).contains(&t.p50_us) && t.p90_us <= 260_000
         });
         let (added, share) = match (found, x.finding("tcp-cork"), at_ceiling) {
-            (Some(v), _, _) => v,
+            (Some((added, share, n)), _, _) => {
+                counted = Some((n, Some(x.transactions())));
+                (added, share)
+            }
             (None, Some(f), Some(t)) if !sockets_say => {
                 ev.push(sup(
                     LayerName::Packets,
@@ -106,6 +110,7 @@ impl CauseRule for Cork {
             }
         };
         let mut c = Candidate::new(CAUSE, added, share, layers);
+        c.counted = counted;
         c.evidence = ev;
         Some(c)
     }
@@ -144,15 +149,8 @@ impl CauseRule for Cork {
         "TCP_CORK holds responses until its 200 ms ceiling"
     }
 
-    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String {
-        let run = x.main_run();
-        format!(
-            "adds ~{} to {} of requests (held until the 200 ms cork ceiling); p50 {} at c={}",
-            ms(c.added_us),
-            pct(c.share),
-            ms(run.map(|r| r.latency.p50_us).unwrap_or(0)),
-            run.map(|r| r.concurrency).unwrap_or(1)
-        )
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
+        c.cost(x, cost_text(c, x))
     }
 
     fn fixes(&self, _c: &Candidate, x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
@@ -176,4 +174,16 @@ impl CauseRule for Cork {
             tradeoff: None,
         }]
     }
+}
+
+/// The cost in the user's terms, in one sentence.
+fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
+    let run = x.main_run();
+    format!(
+        "adds ~{} to {} of requests (held until the 200 ms cork ceiling); p50 {} at c={}",
+        ms(c.added_us),
+        pct(c.share),
+        ms(run.map(|r| r.latency.p50_us).unwrap_or(0)),
+        run.map(|r| r.concurrency).unwrap_or(1)
+    )
 }

@@ -7,13 +7,13 @@ use super::facts::Facts;
 use super::judge::{missing_layers, rule_outs};
 use super::{Judgement, ms, note};
 use crate::evidence::{LayerName, LayerStatus, Layers};
-use crate::verdict::{Confidence, Verdict};
+use crate::verdict::{Confidence, Cost, Verdict};
 
 /// One sentence for the healthy verdict.
 const SUMMARY: &str = "no latency problem beyond the path RTT and a normal server time";
 
 /// The latency the user sees, which is all a healthy target costs.
-fn cost(x: &Facts<'_>) -> String {
+fn cost(x: &Facts<'_>) -> Cost {
     let mut cost = String::from("none");
     if let Some(c1) = x.c1 {
         cost.push_str(&format!(": p50 {} at c=1", ms(c1.latency.p50_us)));
@@ -30,7 +30,13 @@ fn cost(x: &Facts<'_>) -> String {
     if x.rtt_us > 0 {
         cost.push_str(&format!("; path RTT {}", ms(x.rtt_us)));
     }
-    cost
+    let run = x.main_run();
+    Cost {
+        p50_us: run.map(|r| r.latency.p50_us),
+        concurrency: run.map(|r| r.concurrency),
+        text: cost,
+        ..Cost::default()
+    }
 }
 
 /// The `healthy` judgement.
@@ -70,6 +76,8 @@ pub(super) fn judge(layers: &Layers, x: &Facts<'_>) -> Judgement {
             confidence,
             summary: SUMMARY.into(),
             cost: cost(x),
+            mechanism: None,
+            tail: None,
             fix: Vec::new(),
         },
         evidence,

@@ -8,7 +8,7 @@ use super::{
     Candidate, Judgement, RULE_OUTS, RULES, SLOW_SERVER_US, healthy, note, rule, unreachable,
 };
 use crate::evidence::{LayerName, LayerStatus, Layers, Target};
-use crate::verdict::{Confidence, EvidenceLine, Verdict};
+use crate::verdict::{Confidence, Cost, EvidenceLine, Verdict};
 
 /// Decides the verdict from the evidence of all layers.
 pub fn judge(target: &Target, layers: &Layers) -> Judgement {
@@ -38,7 +38,7 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
             r.cost(primary, &x),
             r.fixes(primary, &x, target),
         ),
-        None => (String::new(), String::new(), Vec::new()),
+        None => (String::new(), Cost::default(), Vec::new()),
     };
     Judgement {
         verdict: Verdict {
@@ -47,6 +47,8 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
             confidence: confidence(primary),
             summary,
             cost,
+            mechanism: None,
+            tail: None,
             fix,
         },
         evidence,

@@ -7,7 +7,7 @@ use lagtrace_model::Cause;
 use super::facts::Facts;
 use super::{Candidate, CauseRule, MATERIAL_LOSS_SHARE, finding_text, has, ms, out, pct, sup};
 use crate::evidence::{FindingSummary, LayerName, Target};
-use crate::verdict::{EvidenceLine, Fix, FixSide};
+use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
 
 pub(super) struct Loss;
 
@@ -65,6 +65,7 @@ impl CauseRule for Loss {
                 && (f.median_added_us >= 20_000 || f.share * f.median_added_us as f64 >= 500.0)
         })?;
         let mut c = Candidate::new(CAUSE, f.median_added_us, f.share, vec![LayerName::Packets]);
+        c.counted = Some((f.transactions, Some(x.transactions())));
         c.evidence.push(sup(
             LayerName::Packets,
             CAUSE,
@@ -115,16 +116,8 @@ impl CauseRule for Loss {
         "retransmissions after lost packets inflate latency"
     }
 
-    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String {
-        let run = x.main_run();
-        format!(
-            "{} of requests wait ~{} for a retransmission; p99 {} at c={} (p50 {})",
-            pct(c.share),
-            ms(c.added_us),
-            ms(run.map(|r| r.latency.p99_us).unwrap_or(0)),
-            run.map(|r| r.concurrency).unwrap_or(1),
-            ms(run.map(|r| r.latency.p50_us).unwrap_or(0))
-        )
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
+        c.cost(x, cost_text(c, x))
     }
 
     fn fixes(&self, _c: &Candidate, _x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
@@ -137,4 +130,17 @@ impl CauseRule for Loss {
             tradeoff: None,
         }]
     }
+}
+
+/// The cost in the user's terms, in one sentence.
+fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
+    let run = x.main_run();
+    format!(
+        "{} of requests wait ~{} for a retransmission; p99 {} at c={} (p50 {})",
+        pct(c.share),
+        ms(c.added_us),
+        ms(run.map(|r| r.latency.p99_us).unwrap_or(0)),
+        run.map(|r| r.concurrency).unwrap_or(1),
+        ms(run.map(|r| r.latency.p50_us).unwrap_or(0))
+    )
 }

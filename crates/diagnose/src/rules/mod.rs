@@ -34,7 +34,7 @@ mod window;
 use lagtrace_model::{Cause, Micros};
 
 use crate::evidence::{FindingSummary, LayerName, Target};
-use crate::verdict::{EvidenceLine, Fix, Stance, Verdict};
+use crate::verdict::{Cost, EvidenceLine, Fix, Stance, Verdict};
 use facts::Facts;
 
 pub use judge::judge;
@@ -86,6 +86,8 @@ struct Candidate {
     layers: Vec<LayerName>,
     /// Whether a layer shows the mechanism directly (packets, or a socket option).
     direct: bool,
+    /// When `share` comes from a count: (affected, out of how many, when known).
+    counted: Option<(u64, Option<u64>)>,
     evidence: Vec<EvidenceLine>,
 }
 
@@ -99,7 +101,23 @@ impl Candidate {
             share,
             layers,
             direct: true,
+            counted: None,
             evidence: Vec::new(),
+        }
+    }
+
+    /// The cost in numbers, with `text` saying it in the user's terms.
+    fn cost(&self, x: &Facts<'_>, text: String) -> Cost {
+        let run = x.main_run();
+        Cost {
+            added_us: self.added_us,
+            share: self.share,
+            affected: self.counted.map(|c| c.0),
+            of: self.counted.and_then(|c| c.1),
+            p50_us: run.map(|r| r.latency.p50_us),
+            concurrency: run.map(|r| r.concurrency),
+            p50_without_us: None,
+            text,
         }
     }
 }
@@ -125,7 +143,7 @@ trait CauseRule: Sync {
     /// One sentence naming the cause in plain words.
     fn summary(&self) -> &'static str;
     /// The cost of the chosen candidate in the user's terms.
-    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String;
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost;
     /// How to fix it, best first.
     fn fixes(&self, c: &Candidate, x: &Facts<'_>, target: &Target) -> Vec<Fix>;
 }

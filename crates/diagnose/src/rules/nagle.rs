@@ -11,7 +11,7 @@ use super::{
     out, pct, sup,
 };
 use crate::evidence::{LayerName, Target};
-use crate::verdict::{EvidenceLine, Fix, FixSide};
+use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
 
 pub(super) struct Nagle;
 
@@ -99,6 +99,7 @@ impl CauseRule for Nagle {
         let mut direct = false;
         let mut added = 0;
         let mut share = 0.0;
+        let mut counted = None;
         // Packets: the combined finding, else its halves.
         let pk = ["nagle-delayed-ack", "nagle-stall", "delayed-ack"]
             .iter()
@@ -114,6 +115,7 @@ impl CauseRule for Nagle {
             direct = true;
             added = f.median_added_us;
             share = f.share;
+            counted = Some((f.transactions, Some(x.transactions())));
         }
         // Sockets and config: corroborate; alone they only make a low-confidence candidate
         // when the application latency has the 40 ms shape.
@@ -152,6 +154,7 @@ impl CauseRule for Nagle {
         }
         let mut c = Candidate::new(CAUSE, added, share, layers);
         c.direct = direct;
+        c.counted = counted;
         c.evidence = ev;
         Some(c)
     }
@@ -223,23 +226,11 @@ impl CauseRule for Nagle {
          delayed ACK (~40 ms); neither side is slow"
     }
 
-    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String {
-        let run = x.main_run();
-        let p50 = run.map(|r| r.latency.p50_us).unwrap_or(0);
-        let conc = run.map(|r| r.concurrency).unwrap_or(1);
-        let without =
-            x.c1.and_then(|r| r.first_request.as_ref())
-                .map(|f| f.p50_us)
-                .unwrap_or_else(|| p50.saturating_sub(c.added_us).max(x.rtt_us));
-        format!(
-            "adds ~{} to {} of requests (those after the first on each connection); p50 {} \
-             at c={} would be ~{} without it",
-            ms(c.added_us),
-            pct(c.share),
-            ms(p50),
-            conc,
-            ms(without)
-        )
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
+        Cost {
+            p50_without_us: Some(p50_without(c, x)),
+            ..c.cost(x, cost_text(c, x))
+        }
     }
 
     fn fixes(&self, _c: &Candidate, x: &Facts<'_>, target: &Target) -> Vec<Fix> {
@@ -327,4 +318,30 @@ fn route_quickack(addr: &str) -> String {
         Ok(a) => format!("ip route change <the route `ip route get {a}` shows> quickack 1"),
         Err(_) => "ip route change <route to the server> quickack 1".into(),
     }
+}
+
+/// The p50 without the hold: the first request on a connection (spared by quick-ACK mode),
+/// else the p50 less the hold, at least the path RTT.
+fn p50_without(c: &Candidate, x: &Facts<'_>) -> u64 {
+    let p50 = x.main_run().map(|r| r.latency.p50_us).unwrap_or(0);
+    x.c1.and_then(|r| r.first_request.as_ref())
+        .map(|f| f.p50_us)
+        .unwrap_or_else(|| p50.saturating_sub(c.added_us).max(x.rtt_us))
+}
+
+/// The cost in the user's terms, in one sentence.
+fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
+    let run = x.main_run();
+    let p50 = run.map(|r| r.latency.p50_us).unwrap_or(0);
+    let conc = run.map(|r| r.concurrency).unwrap_or(1);
+    let without = p50_without(c, x);
+    format!(
+        "adds ~{} to {} of requests (those after the first on each connection); p50 {} \
+         at c={} would be ~{} without it",
+        ms(c.added_us),
+        pct(c.share),
+        ms(p50),
+        conc,
+        ms(without)
+    )
 }

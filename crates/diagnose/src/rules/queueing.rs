@@ -6,7 +6,7 @@ use lagtrace_model::Cause;
 use super::facts::Facts;
 use super::{Candidate, CauseRule, QUEUE_RISE_US, has, ms, note, out, sup};
 use crate::evidence::{LayerName, Target};
-use crate::verdict::{EvidenceLine, Fix, FixSide};
+use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
 
 pub(super) struct Queueing;
 
@@ -95,16 +95,8 @@ impl CauseRule for Queueing {
         "a queue on the path fills under load and delays every packet"
     }
 
-    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String {
-        let run = x.main_run();
-        format!(
-            "the path's queue adds ~{} to every packet under load; p50 {} at c={}{}",
-            ms(c.added_us),
-            ms(run.map(|r| r.latency.p50_us).unwrap_or(0)),
-            run.map(|r| r.concurrency).unwrap_or(1),
-            x.c1.map(|r| format!(" vs {} at c=1", ms(r.latency.p50_us)))
-                .unwrap_or_default()
-        )
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
+        c.cost(x, cost_text(c, x))
     }
 
     fn fixes(&self, _c: &Candidate, _x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
@@ -117,4 +109,17 @@ impl CauseRule for Queueing {
             tradeoff: Some("a shorter queue drops earlier under bursts".into()),
         }]
     }
+}
+
+/// The cost in the user's terms, in one sentence.
+fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
+    let run = x.main_run();
+    format!(
+        "the path's queue adds ~{} to every packet under load; p50 {} at c={}{}",
+        ms(c.added_us),
+        ms(run.map(|r| r.latency.p50_us).unwrap_or(0)),
+        run.map(|r| r.concurrency).unwrap_or(1),
+        x.c1.map(|r| format!(" vs {} at c=1", ms(r.latency.p50_us)))
+            .unwrap_or_default()
+    )
 }

@@ -11,7 +11,7 @@ use super::{
     pct, rate_text, sup,
 };
 use crate::evidence::{LayerName, Target};
-use crate::verdict::{EvidenceLine, Fix, FixSide};
+use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
 
 pub(super) struct SlowServer;
 
@@ -161,38 +161,8 @@ impl CauseRule for SlowServer {
         "the server's own time between request and response dominates"
     }
 
-    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String {
-        let run = x.main_run();
-        let p50 = run.map(|r| r.latency.p50_us).unwrap_or(0);
-        let conc = run.map(|r| r.concurrency).unwrap_or(1);
-        if let Some((transfer, size, bps)) = x.paced_transfer().filter(|p| p.0 == c.added_us) {
-            return format!(
-                "each ~{size} B response takes ~{} to arrive ({}) on a path with RTT {}; p50 {} \
-                 at c={conc}",
-                ms(transfer),
-                rate_text(bps),
-                ms(x.rtt_us),
-                ms(p50)
-            );
-        }
-        let share =
-            x.c1.filter(|c1| c1.latency.p50_us > 0)
-                .map(|c1| {
-                    format!(
-                        " ({} of the c=1 p50 {})",
-                        pct((c.added_us as f64 / c1.latency.p50_us as f64).min(1.0)),
-                        ms(c1.latency.p50_us)
-                    )
-                })
-                .unwrap_or_default();
-        format!(
-            "the server takes ~{} per request itself{share}; the network adds {} (path \
-             RTT); p50 {} at c={}",
-            ms(c.added_us),
-            ms(x.rtt_us),
-            ms(p50),
-            conc
-        )
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
+        c.cost(x, cost_text(c, x))
     }
 
     fn fixes(&self, _c: &Candidate, x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
@@ -221,4 +191,39 @@ impl CauseRule for SlowServer {
             tradeoff: None,
         }]
     }
+}
+
+/// The cost in the user's terms, in one sentence.
+fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
+    let run = x.main_run();
+    let p50 = run.map(|r| r.latency.p50_us).unwrap_or(0);
+    let conc = run.map(|r| r.concurrency).unwrap_or(1);
+    if let Some((transfer, size, bps)) = x.paced_transfer().filter(|p| p.0 == c.added_us) {
+        return format!(
+            "each ~{size} B response takes ~{} to arrive ({}) on a path with RTT {}; p50 {} \
+             at c={conc}",
+            ms(transfer),
+            rate_text(bps),
+            ms(x.rtt_us),
+            ms(p50)
+        );
+    }
+    let share =
+        x.c1.filter(|c1| c1.latency.p50_us > 0)
+            .map(|c1| {
+                format!(
+                    " ({} of the c=1 p50 {})",
+                    pct((c.added_us as f64 / c1.latency.p50_us as f64).min(1.0)),
+                    ms(c1.latency.p50_us)
+                )
+            })
+            .unwrap_or_default();
+    format!(
+        "the server takes ~{} per request itself{share}; the network adds {} (path \
+         RTT); p50 {} at c={}",
+        ms(c.added_us),
+        ms(x.rtt_us),
+        ms(p50),
+        conc
+    )
 }

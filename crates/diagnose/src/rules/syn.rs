@@ -6,7 +6,7 @@ use lagtrace_model::Cause;
 use super::facts::Facts;
 use super::{Candidate, CauseRule, MATERIAL_LOSS_SHARE, example_text, ms, pct, sup};
 use crate::evidence::{LayerName, Target};
-use crate::verdict::{EvidenceLine, Fix, FixSide};
+use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
 
 pub(super) struct Syn;
 
@@ -34,6 +34,7 @@ fn refused_candidate(x: &Facts<'_>) -> Option<Candidate> {
     let cn = x.cn?;
     let mut c = Candidate::new(CAUSE, CONNECT_TIMEOUT_US, share, vec![LayerName::App]);
     c.direct = x.packets.is_some();
+    c.counted = Some((failed, Some(cn.requests + failed)));
     c.evidence.push(sup(
         LayerName::App,
         CAUSE,
@@ -70,6 +71,7 @@ impl CauseRule for Syn {
         // transactions.
         let share = f.share.max(0.01);
         let mut c = Candidate::new(CAUSE, f.median_added_us, share, vec![LayerName::Packets]);
+        c.counted = Some((f.count, None));
         c.evidence.push(sup(
             LayerName::Packets,
             CAUSE,
@@ -92,21 +94,8 @@ impl CauseRule for Syn {
         "connection setup waits for SYN retransmissions"
     }
 
-    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> String {
-        if c.layers.first() == Some(&LayerName::App) {
-            let conc = x.main_run().map(|r| r.concurrency).unwrap_or(1);
-            format!(
-                "{} of new connections at c={conc} fail: no SYN-ACK within the {} connect \
-                 timeout",
-                pct(c.share),
-                ms(c.added_us)
-            )
-        } else {
-            format!(
-                "new connections wait ~{} for a SYN retransmission",
-                ms(c.added_us)
-            )
-        }
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
+        c.cost(x, cost_text(c, x))
     }
 
     fn fixes(&self, _c: &Candidate, _x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
@@ -118,5 +107,23 @@ impl CauseRule for Syn {
                 .into(),
             tradeoff: None,
         }]
+    }
+}
+
+/// The cost in the user's terms, in one sentence.
+fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
+    if c.layers.first() == Some(&LayerName::App) {
+        let conc = x.main_run().map(|r| r.concurrency).unwrap_or(1);
+        format!(
+            "{} of new connections at c={conc} fail: no SYN-ACK within the {} connect \
+             timeout",
+            pct(c.share),
+            ms(c.added_us)
+        )
+    } else {
+        format!(
+            "new connections wait ~{} for a SYN retransmission",
+            ms(c.added_us)
+        )
     }
 }

@@ -7,7 +7,7 @@ use lagtrace_model::Cause;
 use super::facts::Facts;
 use super::{Judgement, ms, sup};
 use crate::evidence::{LayerName, LayerStatus, Layers, PathEvidence, Target};
-use crate::verdict::{Confidence, EvidenceLine, Fix, FixSide, Verdict};
+use crate::verdict::{Confidence, Cost, EvidenceLine, Fix, FixSide, Verdict};
 
 const CAUSE: Cause = Cause::Unreachable;
 
@@ -184,7 +184,15 @@ pub(super) fn judge(target: &Target, layers: &Layers, x: &Facts<'_>) -> Option<J
                 Confidence::Medium
             },
             summary: summary.clone(),
-            cost: format!("every request fails: {summary}"),
+            cost: Cost {
+                share: 1.0,
+                affected: (connect_errors > 0).then_some(connect_errors),
+                of: (connect_errors > 0).then_some(connect_errors),
+                text: format!("every request fails: {summary}"),
+                ..Cost::default()
+            },
+            mechanism: None,
+            tail: None,
             fix: vec![fix],
         },
         evidence: ev,

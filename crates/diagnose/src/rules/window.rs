@@ -6,7 +6,7 @@ use lagtrace_model::Cause;
 use super::facts::Facts;
 use super::{Candidate, CauseRule, MATERIAL_SHARE, finding_text, material, ms, pct, sup};
 use crate::evidence::{LayerName, Target};
-use crate::verdict::{EvidenceLine, Fix, FixSide};
+use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
 
 pub(super) struct Window;
 
@@ -27,6 +27,7 @@ impl CauseRule for Window {
             .filter_map(|k| x.finding(k))
             .find(|f| material(f, MATERIAL_SHARE))?;
         let mut c = Candidate::new(CAUSE, f.median_added_us, f.share, vec![LayerName::Packets]);
+        c.counted = Some((f.transactions, Some(x.transactions())));
         c.evidence.push(sup(
             LayerName::Packets,
             CAUSE,
@@ -43,12 +44,8 @@ impl CauseRule for Window {
         "the receiver's window holds the sender back"
     }
 
-    fn cost(&self, c: &Candidate, _x: &Facts<'_>) -> String {
-        format!(
-            "{} of requests wait ~{} for the receiver's window to open",
-            pct(c.share),
-            ms(c.added_us)
-        )
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
+        c.cost(x, cost_text(c))
     }
 
     fn fixes(&self, _c: &Candidate, _x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
@@ -61,4 +58,13 @@ impl CauseRule for Window {
             tradeoff: Some("larger buffers cost memory per connection".into()),
         }]
     }
+}
+
+/// The cost in the user's terms, in one sentence.
+fn cost_text(c: &Candidate) -> String {
+    format!(
+        "{} of requests wait ~{} for the receiver's window to open",
+        pct(c.share),
+        ms(c.added_us)
+    )
 }

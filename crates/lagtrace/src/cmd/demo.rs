@@ -207,7 +207,7 @@ fn narrate(d: &Diagnosis) -> std::io::Result<()> {
         v.cause,
         v.confidence.name()
     );
-    outln!("   cost: {}", v.cost);
+    outln!("   cost: {}", v.cost.text);
     for e in d
         .evidence
         .iter()

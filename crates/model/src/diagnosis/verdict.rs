@@ -93,8 +93,90 @@ pub struct Verdict {
     pub confidence: Confidence,
     /// One sentence naming the cause in plain words.
     pub summary: String,
-    /// The cost in the user's terms.
-    pub cost: String,
+    /// The cost in the user's terms, as numbers and in one sentence.
+    pub cost: Cost,
+    /// How the cause works, when the evidence shows it; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mechanism: Option<Mechanism>,
+    /// What the slowest requests wait for; absent until the tail decomposition fills it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<Tail>,
     /// How to fix it, best first (empty when healthy).
     pub fix: Vec<Fix>,
+}
+
+/// The cost of the verdict's cause in the user's terms: numbers first, the same in prose.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Cost {
+    /// Latency the cause adds to an affected request (its median), µs. 0 when `healthy`, and
+    /// when requests fail rather than wait (`unreachable`).
+    pub added_us: u64,
+    /// Share of requests that pay it, 0–1 (1: every request; 0 when `healthy`).
+    pub share: f64,
+    /// How many were counted as affected (transactions in the capture, or connection
+    /// attempts), when the share comes from a count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affected: Option<u64>,
+    /// ... out of this many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub of: Option<u64>,
+    /// The p50 latency the user sees (the c=N run, else c=1), µs; none when no request
+    /// completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_us: Option<u64>,
+    /// The connections of the run `p50_us` comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// The p50 the user would see without the cause, µs, when the evidence shows it (the
+    /// first request on a connection, which Nagle/delayed ACK spares).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_without_us: Option<u64>,
+    /// The same in one sentence, for people.
+    pub text: String,
+}
+
+/// How a cause works, where the evidence shows it (filled by later rules; none today).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mechanism {
+    /// Every n-th request (or segment) pays the cost: a pattern in the request order.
+    EveryNth,
+    /// The server pauses periodically (a GC, a flush, a timer) and requests queue behind it.
+    PeriodicPause,
+    /// The server's CPU is throttled (a cgroup quota runs out within its period).
+    CpuThrottled,
+    /// Packets are dropped on the sending host before they reach the wire (netfilter, a
+    /// qdisc), so the capture shows only the retransmitted copy.
+    DroppedBeforeWire,
+    /// The listen socket's accept queue overflows and SYNs (or the final ACKs) are dropped.
+    AcceptQueueOverflow,
+}
+
+/// What the slowest requests wait for (filled by the tail decomposition; none today).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tail {
+    /// The percentile described, in percent (`99.0`).
+    pub percentile: f64,
+    /// Its latency, µs.
+    pub latency_us: u64,
+    /// How far it lies above the p50, µs.
+    pub excess_us: u64,
+    /// What the excess is made of, largest first.
+    pub parts: Vec<TailPart>,
+    /// The same in one sentence.
+    pub text: String,
+}
+
+/// One component of the tail's excess latency.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TailPart {
+    /// The cause the slow requests wait for.
+    pub cause: Cause,
+    /// How, when the evidence shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mechanism: Option<Mechanism>,
+    /// What it adds to a request at the percentile, µs.
+    pub added_us: u64,
+    /// Its share of the excess, 0–1.
+    pub share: f64,
 }
