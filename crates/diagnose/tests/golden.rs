@@ -63,7 +63,7 @@ fn statuses(d: &Value) -> Vec<Value> {
 #[test]
 fn recorded_diagnoses_judge_the_same() {
     let files = golden_files();
-    assert!(files.len() >= 10, "golden files: {files:?}");
+    assert!(files.len() >= 15, "golden files: {files:?}");
     let bless = std::env::var_os("LAGTRACE_BLESS").is_some();
     let mut causes = std::collections::BTreeSet::new();
     for path in &files {
@@ -101,6 +101,7 @@ fn recorded_diagnoses_judge_the_same() {
         "tcp-cork",
         "packet-loss",
         "path-queueing",
+        "syn-drop",
         "unreachable",
     ] {
         assert!(causes.contains(c), "no golden says {c}: {causes:?}");

@@ -4,11 +4,13 @@
 //! and commit, not a pass/fail check. Run it when the evidence model changes:
 //!
 //! ```text
-//! cargo test --release -p lagtrace --test golden_record -- --ignored --test-threads 1
+//! LAGTRACE_RECORD_GOLDEN=all cargo test --release -p lagtrace --test golden_record -- --ignored
 //! ```
+//! `LAGTRACE_RECORD_GOLDEN=nginx-limit-rate,python-backlog` records only those. Without it
+//! nothing is recorded (a `--include-ignored` test run must not rewrite committed data).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use lagtrace_lab::serve::ServeOptions;
@@ -24,8 +26,50 @@ fn name(test: &str) -> String {
     format!("gr{test}{}", std::process::id())
 }
 
+/// Whether `LAGTRACE_RECORD_GOLDEN` (`all`, or a comma-separated list) names `golden`.
+fn wanted(golden: &str) -> bool {
+    std::env::var("LAGTRACE_RECORD_GOLDEN")
+        .is_ok_and(|v| v == "all" || v == "1" || v.split(',').any(|n| n == golden))
+}
+
+/// A server process in the lab's namespace, killed when dropped.
+struct Foreground(Child);
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `CMD ARGS` in the lab's namespace (in `dir`) and waits until `port` answers.
+fn in_lab(lab: &Lab, dir: &Path, cmd: &[&str], port: u16) -> Foreground {
+    let child = Command::new("ip")
+        .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
+        .args(cmd)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server");
+    let fg = Foreground(child);
+    let addr = std::net::SocketAddr::from((lab.server_addr(), port));
+    let t = std::time::Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{cmd:?} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    fg
+}
+
 /// Runs `lagtrace diagnose URL --json -q ARGS` and writes its stdout to golden/NAME.json.
 fn record(golden: &str, url: &str, args: &[&str]) {
+    if !wanted(golden) {
+        return;
+    }
     let home = tempfile::tempdir().expect("tempdir");
     let out = Command::new(BIN)
         .args(["diagnose", url, "--json", "-q"])
@@ -45,6 +89,9 @@ fn record(golden: &str, url: &str, args: &[&str]) {
 }
 
 fn builtin(golden: &str, opts: ServeOptions, setup: impl FnOnce(&Lab)) {
+    if !wanted(golden) {
+        return;
+    }
     // Lab names are short: the golden's initials.
     let tag: String = golden.split('-').filter_map(|w| w.chars().next()).collect();
     let lab = Lab::up(&LabOptions::new(&name(&tag)).server(ServerKind::Builtin)).expect("lab");
@@ -61,6 +108,11 @@ fn builtin(golden: &str, opts: ServeOptions, setup: impl FnOnce(&Lab)) {
 #[test]
 #[ignore = "needs root; records golden data for crates/diagnose/tests/golden.rs"]
 fn record_goldens() {
+    if std::env::var_os("LAGTRACE_RECORD_GOLDEN").is_none() {
+        eprintln!("golden_record: LAGTRACE_RECORD_GOLDEN is not set; nothing recorded");
+        return;
+    }
+    rate_limited_and_backlog();
     std::fs::create_dir_all(golden_dir()).expect("golden dir");
     {
         let lab = Lab::up(&LabOptions::new(&name("ngx"))).expect("lab up");
@@ -119,5 +171,38 @@ fn record_goldens() {
             &format!("https://{}:{}/", lab.server_addr(), lagtrace_lab::GOOD_PORT),
             &[],
         );
+    }
+}
+
+/// nginx with `limit_rate 400k` (a paced response) and `python3 -m http.server` (listen
+/// backlog 5: connections refused under load), as in tests/diagnose.rs.
+fn rate_limited_and_backlog() {
+    if !wanted("nginx-limit-rate") && !wanted("python-backlog") {
+        return;
+    }
+    let lab = Lab::up(&LabOptions::new(&name("rate")).server(ServerKind::Builtin)).expect("lab");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display().to_string();
+    std::fs::write(dir.path().join("big.bin"), vec![b'x'; 100 * 1024]).expect("big.bin");
+    std::fs::write(dir.path().join("index.html"), "hello\n").expect("index.html");
+    let conf = format!(
+        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+         events {{ worker_connections 64; }}\n\
+         http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
+         fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
+         server {{ listen 9002; root {d}; limit_rate 400k; }} }}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).expect("nginx.conf");
+    if wanted("nginx-limit-rate") {
+        let conf = format!("{d}/nginx.conf");
+        let _nginx = in_lab(&lab, dir.path(), &["nginx", "-p", &d, "-c", &conf], 9002);
+        let url = format!("http://{}:9002/big.bin", lab.server_addr());
+        record("nginx-limit-rate", &url, &["-d", "3s", "-c", "4"]);
+    }
+    if wanted("python-backlog") {
+        let cmd = ["python3", "-m", "http.server", "9003", "--bind", "0.0.0.0"];
+        let _py = in_lab(&lab, dir.path(), &cmd, 9003);
+        let url = format!("http://{}:9003/", lab.server_addr());
+        record("python-backlog", &url, &["-d", "3s"]);
     }
 }
