@@ -83,7 +83,11 @@ fn analyze_json_is_unchanged() {
             ));
         }
     }
-    assert!(changed.is_empty(), "golden outputs changed:\n{}", changed.join("\n"));
+    assert!(
+        changed.is_empty(),
+        "golden outputs changed:\n{}",
+        changed.join("\n")
+    );
 }
 
 /// The goldens are not empty shells: each recorded capture shows the kind it was made for.
