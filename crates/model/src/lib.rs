@@ -5,7 +5,11 @@
 //! must agree on.
 #![deny(missing_docs)]
 
+pub mod analyze;
 pub mod diagnosis;
+pub mod finding;
+
+pub use finding::FindingKind;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -1,0 +1,238 @@
+//! The report of a capture analysis (`lagtrace analyze --json`): TCP streams as Wireshark's
+//! `tcp.stream`, request/response transactions, latency findings and their summary.
+//!
+//! Times are integer microseconds (`*_us`) relative to the capture's first packet unless a
+//! field says otherwise; frame numbers are 1-based as in Wireshark.
+
+use std::net::SocketAddr;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::finding::FindingKind;
+
+/// SYN options one side announced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SynOptions {
+    /// MSS option.
+    pub mss: Option<u16>,
+    /// Window scale shift.
+    pub wscale: Option<u8>,
+    /// SACK permitted.
+    pub sack_permitted: bool,
+    /// Timestamps.
+    pub timestamps: bool,
+}
+
+/// One TCP stream (Wireshark's `tcp.stream`), like a row of `tshark -q -z conv,tcp`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct StreamSummary {
+    /// Stream index, in order of first packet (0-based, as `tcp.stream`).
+    pub stream: u32,
+    /// Endpoint A: the source of the stream's first packet.
+    pub a: SocketAddr,
+    /// Endpoint B.
+    pub b: SocketAddr,
+    /// Whether A is the client (sent the SYN, or the first request if no SYN was seen).
+    pub a_is_client: bool,
+    /// Frames A→B.
+    pub frames_ab: u64,
+    /// Bytes A→B (frame lengths, as conv,tcp counts them).
+    pub bytes_ab: u64,
+    /// Frames B→A.
+    pub frames_ba: u64,
+    /// Bytes B→A.
+    pub bytes_ba: u64,
+    /// TCP payload bytes A→B.
+    pub payload_ab: u64,
+    /// TCP payload bytes B→A.
+    pub payload_ba: u64,
+    /// First packet, µs since the capture's first packet.
+    pub start_us: i64,
+    /// Last packet minus first packet, µs.
+    pub duration_us: u64,
+    /// Frame number of the first packet (1-based).
+    pub first_frame: u64,
+    /// Frame number of the last packet.
+    pub last_frame: u64,
+    /// SYN options of A.
+    pub syn_a: Option<SynOptions>,
+    /// SYN options of B.
+    pub syn_b: Option<SynOptions>,
+    /// Handshake RTT: SYN to the ACK of the SYN-ACK (Wireshark's `tcp.analysis.initial_rtt`).
+    pub handshake_rtt_us: Option<u64>,
+    /// A sent FIN.
+    pub fin_a: bool,
+    /// B sent FIN.
+    pub fin_b: bool,
+    /// Frame of the first RST, if any.
+    pub rst_frame: Option<u64>,
+    /// Retransmitted frames (Wireshark's retransmission or fast_retransmission).
+    pub retransmissions: u64,
+    /// Transactions seen.
+    pub transactions: u64,
+}
+
+/// One request/response exchange on a stream.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Transaction {
+    /// Stream index.
+    pub stream: u32,
+    /// Index within the stream (0-based).
+    pub index: u32,
+    /// HTTP/1.x request line, when the request starts with one.
+    pub request_line: Option<String>,
+    /// HTTP status code, when the response starts with a status line.
+    pub status: Option<u16>,
+    /// Request payload bytes.
+    pub request_bytes: u64,
+    /// Response payload bytes.
+    pub response_bytes: u64,
+    /// First request frame.
+    pub request_first_frame: Option<u64>,
+    /// Last request frame.
+    pub request_last_frame: Option<u64>,
+    /// First response frame.
+    pub response_first_frame: Option<u64>,
+    /// Last response frame.
+    pub response_last_frame: Option<u64>,
+    /// Request's first byte, µs since capture start.
+    pub start_us: i64,
+    /// Request's first byte to the response's first byte.
+    pub time_to_first_byte_us: Option<u64>,
+    /// Request's first byte to the response's last byte.
+    pub time_to_last_byte_us: Option<u64>,
+    /// Request's last byte to the response's first byte (server time, as seen here).
+    pub server_time_us: Option<u64>,
+}
+
+/// A latency finding with its evidence.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Finding {
+    /// Kind.
+    pub kind: FindingKind,
+    /// Sub-kind: `rto`, `fast`, `spurious` for retransmissions.
+    pub detail: Option<String>,
+    /// Stream index.
+    pub stream: u32,
+    /// Transaction index within the stream, when one was open.
+    pub transaction: Option<u32>,
+    /// Frames involved (1-based), in time order.
+    pub frames: Vec<u64>,
+    /// Start of the stall, µs since capture start.
+    pub start_us: i64,
+    /// End of the stall, µs since capture start.
+    pub end_us: i64,
+    /// Latency added, µs.
+    pub cost_us: u64,
+    /// One-line explanation with the numbers.
+    pub explanation: String,
+}
+
+/// Per-kind summary.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct KindSummary {
+    /// Kind.
+    pub kind: FindingKind,
+    /// Findings of this kind.
+    pub findings: u64,
+    /// Distinct transactions with at least one finding of this kind.
+    pub transactions_affected: u64,
+    /// `transactions_affected` / all transactions.
+    pub share: f64,
+    /// Median added latency, µs.
+    pub median_us: u64,
+    /// 99th percentile added latency, µs.
+    pub p99_us: u64,
+    /// Total added latency, µs.
+    pub total_us: u64,
+}
+
+/// One packet of the kept stream (for the flow graph and follow).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PacketRecord {
+    /// Frame number.
+    pub frame: u64,
+    /// µs since capture start.
+    pub time_us: i64,
+    /// From A to B.
+    pub a_to_b: bool,
+    /// Flag bits.
+    pub flags: u8,
+    /// Relative sequence number.
+    pub seq: u32,
+    /// Relative acknowledgement number (0 without ACK).
+    pub ack: u32,
+    /// TCP payload length.
+    pub len: u32,
+    /// Window, scaled when the scale is known.
+    pub window: u64,
+    /// µs since the stream's previous packet.
+    pub gap_us: u64,
+    /// Captured payload bytes.
+    #[serde(skip)]
+    pub payload: Vec<u8>,
+    /// Finding kinds this packet is part of.
+    pub marks: Vec<FindingKind>,
+}
+
+/// Latency of the transactions kept in detail.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct TransactionStats {
+    /// Transactions with both a request and a response.
+    pub complete: u64,
+    /// Median request-first-byte to response-last-byte, µs.
+    pub median_us: u64,
+    /// 99th percentile of the same, µs.
+    pub p99_us: u64,
+    /// Largest, µs.
+    pub max_us: u64,
+    /// Median server time (request's last byte to response's first byte), µs.
+    pub median_server_us: u64,
+}
+
+/// Everything `analyze` found.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Analysis {
+    /// Frames read.
+    pub frames: u64,
+    /// Frames decoded as TCP.
+    pub tcp_frames: u64,
+    /// Timestamp of the first frame, ns since the epoch.
+    pub first_ts_ns: i64,
+    /// Last minus first timestamp, µs.
+    pub duration_us: u64,
+    /// Streams in index order.
+    pub streams: Vec<StreamSummary>,
+    /// Transactions seen (all counted).
+    pub transactions_total: u64,
+    /// Transactions kept in detail (up to `max_transactions`).
+    pub transactions: Vec<Transaction>,
+    /// Latency over the transactions kept in detail.
+    pub transaction_stats: TransactionStats,
+    /// Findings kept in detail (up to `max_findings`), in time order of detection.
+    pub findings: Vec<Finding>,
+    /// Findings summary per kind (only kinds that occurred).
+    pub summary: Vec<KindSummary>,
+    /// Frames Wireshark would flag as retransmission or fast retransmission (kept up to
+    /// `max_findings`).
+    pub retransmitted_frames: Vec<u64>,
+    /// `(frame, ack_rtt_us)` of ACKs with an RTT (Wireshark's `tcp.analysis.ack_rtt`), for the
+    /// kept stream only.
+    pub ack_rtts: Vec<(u64, f64)>,
+    /// Packets of the kept stream.
+    pub stream_packets: Vec<PacketRecord>,
+    /// Warnings: what was skipped and why.
+    pub warnings: Vec<String>,
+}
+
+impl Analysis {
+    /// The summary row for a kind, if it occurred: `an.kind(FindingKind::TcpCork)` or
+    /// `an.kind("tcp-cork")`.
+    pub fn kind<K>(&self, k: K) -> Option<&KindSummary>
+    where
+        FindingKind: PartialEq<K>,
+    {
+        self.summary.iter().find(|s| s.kind == k)
+    }
+}
