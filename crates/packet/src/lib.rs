@@ -18,8 +18,8 @@ pub mod wire;
 use std::path::Path;
 
 pub use analysis::{
-    Analysis, AnalyzeOptions, Analyzer, Finding, KindSummary, PacketRecord, StreamSummary,
-    SynOptions, Transaction, TransactionStats, kind,
+    Analysis, AnalyzeOptions, Analyzer, Finding, FindingKind, KindSummary, PacketRecord,
+    StreamSummary, SynOptions, Transaction, TransactionStats,
 };
 pub use error::{Error, Result};
 pub use reader::{CaptureReader, Frame, ReadEvent};

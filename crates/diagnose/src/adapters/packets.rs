@@ -1,6 +1,6 @@
 //! Layer 3: a `lagtrace_packet` analysis → [`PacketEvidence`], and the flow of one stream.
 
-use lagtrace_packet::{Analysis, kind};
+use lagtrace_packet::{Analysis, FindingKind};
 
 use super::percentiles_of;
 use crate::evidence::{
@@ -8,16 +8,16 @@ use crate::evidence::{
 };
 
 /// Finding kinds, most telling first (the example flow shows the first one present).
-const PRIORITY: [&str; 9] = [
-    kind::NAGLE_DELAYED_ACK,
-    kind::TCP_CORK,
-    kind::RETRANSMISSION,
-    kind::SYN_RETRANSMIT,
-    kind::NAGLE_STALL,
-    kind::DELAYED_ACK,
-    kind::ZERO_WINDOW,
-    kind::WINDOW_FULL,
-    kind::SLOW_SERVER,
+const PRIORITY: [FindingKind; 9] = [
+    FindingKind::NagleDelayedAck,
+    FindingKind::TcpCork,
+    FindingKind::Retransmission,
+    FindingKind::SynRetransmit,
+    FindingKind::NagleStall,
+    FindingKind::DelayedAck,
+    FindingKind::ZeroWindow,
+    FindingKind::WindowFull,
+    FindingKind::SlowServer,
 ];
 
 /// Summaries, handshake RTTs and server times of the analysis (no flow yet).
@@ -37,7 +37,7 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
         .iter()
         .filter(|k| k.findings > 0)
         .map(|k| FindingSummary {
-            kind: k.kind.clone(),
+            kind: k.kind.as_str().to_string(),
             count: k.findings,
             transactions: k.transactions_affected,
             share: k.share,
@@ -105,7 +105,7 @@ pub fn flow(a: &Analysis, stream: u32, max: usize) -> Option<Flow> {
     let mut finds: Vec<_> = a
         .findings
         .iter()
-        .filter(|f| f.stream == stream && PRIORITY[..8].contains(&f.kind.as_str()))
+        .filter(|f| f.stream == stream && PRIORITY[..8].contains(&f.kind))
         .collect();
     finds.sort_by_key(|f| PRIORITY.iter().position(|k| *k == f.kind));
     // Window: a few packets before the first frame of the best finding, through its end.
@@ -144,7 +144,8 @@ pub fn flow(a: &Analysis, stream: u32, max: usize) -> Option<Flow> {
                 if !note.is_empty() {
                     note.push_str(" · ");
                 }
-                note.push_str(&p.marks.join(", "));
+                let marks: Vec<&str> = p.marks.iter().map(|k| k.as_str()).collect();
+                note.push_str(&marks.join(", "));
             }
             FlowPacket {
                 frame: p.frame,
@@ -169,7 +170,7 @@ pub fn flow(a: &Analysis, stream: u32, max: usize) -> Option<Flow> {
                 from_frame: a0,
                 to_frame: b0,
                 gap_us: f.cost_us,
-                label: stall_label(&f.kind),
+                label: stall_label(f.kind),
             })
         })
         .take(3)
@@ -183,16 +184,16 @@ pub fn flow(a: &Analysis, stream: u32, max: usize) -> Option<Flow> {
     })
 }
 
-fn stall_label(k: &str) -> String {
+fn stall_label(k: FindingKind) -> String {
     match k {
-        kind::NAGLE_DELAYED_ACK => "Nagle holds the segment until the client's delayed ACK",
-        kind::NAGLE_STALL => "Nagle holds the segment until the ACK",
-        kind::DELAYED_ACK => "waiting for a delayed ACK",
-        kind::TCP_CORK => "TCP_CORK holds the partial frame until its 200 ms ceiling",
-        kind::RETRANSMISSION => "lost: waiting for the retransmission",
-        kind::SYN_RETRANSMIT => "SYN lost: waiting for its retransmission",
-        kind::ZERO_WINDOW | kind::WINDOW_FULL => "waiting for the receiver's window",
-        _ => "stall",
+        FindingKind::NagleDelayedAck => "Nagle holds the segment until the client's delayed ACK",
+        FindingKind::NagleStall => "Nagle holds the segment until the ACK",
+        FindingKind::DelayedAck => "waiting for a delayed ACK",
+        FindingKind::TcpCork => "TCP_CORK holds the partial frame until its 200 ms ceiling",
+        FindingKind::Retransmission => "lost: waiting for the retransmission",
+        FindingKind::SynRetransmit => "SYN lost: waiting for its retransmission",
+        FindingKind::ZeroWindow | FindingKind::WindowFull => "waiting for the receiver's window",
+        FindingKind::SlowServer => "stall",
     }
     .into()
 }

@@ -195,7 +195,7 @@ fn render_summary(out: &mut String, an: &Analysis, verbose: bool) {
                 if seen.contains(&f.kind) {
                     false
                 } else {
-                    seen.push(f.kind.clone());
+                    seen.push(f.kind);
                     true
                 }
             })
@@ -255,7 +255,11 @@ fn render_flow(out: &mut String, an: &Analysis, n: u32) {
             p.ack,
             p.len,
             if stall { "<< gap " } else { "" },
-            p.marks.join(" ")
+            p.marks
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
         );
     }
 }

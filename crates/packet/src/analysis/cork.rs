@@ -1,0 +1,134 @@
+//! `tcp-cork`: a partial segment released at the ~200 ms TCP_CORK ceiling with nothing else
+//! (no ACK, no new data) to explain the wait — either a response's tail after its head, or
+//! a whole one-segment response after the request.
+
+use lagtrace_model::FindingKind;
+use lagtrace_model::analyze::Finding;
+
+use super::event::{DataSeg, Seg};
+use super::http::Txn;
+use super::us;
+
+/// TCP_CORK ceiling (Linux: 200 ms).
+pub const CORK_CEILING_US: u64 = 200_000;
+
+/// Released at the 200 ms ceiling: allow timer slack and the path RTT after it.
+pub(super) fn is_cork_gap(gap_us: u64, rtt_us: u64) -> bool {
+    gap_us >= CORK_CEILING_US - 5_000 && gap_us <= CORK_CEILING_US + 30_000 + 2 * rtt_us
+}
+
+/// A small segment after `p` in the same run (and not a Nagle or delayed-ACK stall): its
+/// tail held until the ceiling counted from the stream's last packet. The peer's pure ACKs
+/// may come in the gap (a corked tail's ceiling timer, the probe timer, starts when the head
+/// is ACKed), its data may not.
+pub(super) fn tail(ev: &Seg<'_>, p: DataSeg, txn: Option<u32>, first_ts: i64) -> Option<Finding> {
+    let peer_data_in_gap = ev
+        .data
+        .and_then(|d| d.peer_last)
+        .is_some_and(|x| x.ts > p.ts);
+    let since_other = us(ev.ts - ev.prev_stream_ts);
+    (!peer_data_in_gap && is_cork_gap(since_other, ev.rtt_est_us))
+        .then(|| finding(ev, txn, p.frame, p.ts, first_ts, false))
+}
+
+/// A small segment that starts the response of the open transaction `t`, released at the
+/// ceiling after the stream's previous packet. Marks the transaction as corked (a
+/// slow-server candidate it would otherwise be is this wait).
+pub(super) fn first_response(ev: &Seg<'_>, t: &mut Txn, first_ts: i64) -> Option<Finding> {
+    if t.resp_first_ts.is_some() || !is_cork_gap(us(ev.gap_ns), ev.rtt_est_us) {
+        return None;
+    }
+    let prev_frame = t.t.request_last_frame.unwrap_or(ev.frame);
+    t.mark(FindingKind::TcpCork);
+    Some(finding(
+        ev,
+        Some(t.t.index),
+        prev_frame,
+        ev.prev_stream_ts,
+        first_ts,
+        true,
+    ))
+}
+
+fn finding(
+    ev: &Seg<'_>,
+    txn: Option<u32>,
+    prev_frame: u64,
+    prev_ts: i64,
+    first_ts: i64,
+    whole_response: bool,
+) -> Finding {
+    let (len, ts) = (ev.len, ev.ts);
+    let explanation = if whole_response {
+        format!(
+            "the whole response ({len} B, one partial segment) left {:.1} ms after the request, at the 200 ms TCP_CORK ceiling, with no ACK or new data to explain it; a server that thinks ~200 ms before writing looks the same on the wire (check the server's TCP_CORK with `lagtrace sockets`)",
+            (ts - prev_ts) as f64 / 1e6
+        )
+    } else {
+        format!(
+            "partial {len} B tail sent {:.1} ms after the head of the response, at the 200 ms TCP_CORK ceiling after the stream's last packet, with no new data to explain it",
+            (ts - prev_ts) as f64 / 1e6
+        )
+    };
+    Finding {
+        kind: FindingKind::TcpCork,
+        detail: None,
+        stream: ev.stream,
+        transaction: txn,
+        frames: vec![prev_frame, ev.frame],
+        start_us: (prev_ts - first_ts) / 1000,
+        end_us: (ts - first_ts) / 1000,
+        cost_us: us(ts - prev_ts),
+        explanation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{Script, kinds};
+    use super::*;
+
+    #[test]
+    fn ceiling_window() {
+        assert!(!is_cork_gap(194_999, 100));
+        assert!(is_cork_gap(195_000, 100));
+        assert!(is_cork_gap(230_200, 100));
+        assert!(!is_cork_gap(230_201, 100));
+    }
+
+    #[test]
+    fn a_whole_response_at_the_ceiling_is_tcp_cork_not_slow_server() {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_ack(1_100);
+        s.server_data(201_100, 700);
+        s.client_ack(201_200);
+        let an = s.finish();
+        assert_eq!(kinds(&an), [FindingKind::TcpCork]);
+        let f = &an.findings[0];
+        assert_eq!(f.frames, [4, 6]);
+        assert_eq!(f.cost_us, 200_000);
+        assert!(f.explanation.contains("whole response"), "{f:?}");
+    }
+
+    #[test]
+    fn a_tail_at_the_ceiling_is_tcp_cork() {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_100, 1448);
+        s.client_ack(1_200);
+        s.server_data(201_300, 300);
+        let an = s.finish();
+        assert_eq!(kinds(&an), [FindingKind::TcpCork]);
+        assert_eq!(an.findings[0].frames, [5, 7]);
+        assert!(an.findings[0].explanation.contains("tail"));
+    }
+
+    #[test]
+    fn a_response_after_100_ms_is_not_cork() {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(101_000, 700);
+        assert!(!kinds(&s.finish()).contains(&FindingKind::TcpCork));
+    }
+}

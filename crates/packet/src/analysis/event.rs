@@ -1,0 +1,125 @@
+//! What the tracker tells the detectors about one segment.
+
+/// A data segment as the detectors remember it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct DataSeg {
+    /// Frame number.
+    pub frame: u64,
+    /// Capture time, ns since the epoch.
+    pub ts: i64,
+    /// Payload length.
+    pub len: u32,
+    /// Sequence number after the payload (absolute).
+    pub end: u32,
+}
+
+/// An ACK that newly acknowledged data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct AckAdvance {
+    /// Frame of the ACK.
+    pub frame: u64,
+    /// When it was seen, ns since the epoch.
+    pub ts: i64,
+    /// Time since the oldest data segment this ACK newly covered was seen, less the path RTT
+    /// when the ACK comes from the side far from the capture point.
+    pub delay_us: u64,
+    /// No payload, no SYN, no RST (a FIN may carry it).
+    pub no_data: bool,
+}
+
+/// How Wireshark would classify a retransmission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RetransKind {
+    /// After three duplicate ACKs (`tcp.analysis.fast_retransmission`).
+    Fast,
+    /// Of data the peer had already acknowledged.
+    Spurious,
+    /// After a timeout (`tcp.analysis.retransmission`).
+    Rto,
+}
+
+impl RetransKind {
+    /// The finding's `detail` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetransKind::Fast => "fast",
+            RetransKind::Spurious => "spurious",
+            RetransKind::Rto => "rto",
+        }
+    }
+}
+
+/// A retransmitted segment and the original it repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Retrans {
+    /// Wireshark's kind.
+    pub kind: RetransKind,
+    /// Frame of the original, when it is still among the unacknowledged segments.
+    pub orig_frame: Option<u64>,
+    /// When the original was sent (for a SYN: the first SYN; without an original: when the
+    /// sender's highest sequence number last advanced).
+    pub orig_ts: i64,
+}
+
+/// A segment with payload, seen from its direction's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct DataInfo {
+    /// The sender's MSS as far as it is known (before this segment counts).
+    pub mss: u32,
+    /// The sender's previous fresh data segment, when the stream's previous payload went
+    /// the same way (a run of data in one direction).
+    pub prev_same_run: Option<DataSeg>,
+    /// The peer's latest fresh data segment.
+    pub peer_last: Option<DataSeg>,
+}
+
+/// One TCP segment after the tracker has updated its connection: the input of every detector.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Seg<'a> {
+    /// Stream index.
+    pub stream: u32,
+    /// Direction: 0 from A (the stream's first source) to B, 1 back.
+    pub dir: usize,
+    /// The client's direction (0 when not known yet).
+    pub client: usize,
+    /// Frame number.
+    pub frame: u64,
+    /// Capture time, ns since the epoch.
+    pub ts: i64,
+    /// TCP flags.
+    pub flags: u8,
+    /// Absolute sequence number.
+    pub seq: u32,
+    /// Absolute acknowledgement number (meaningful with ACK).
+    pub ack: u32,
+    /// Payload length.
+    pub len: u32,
+    /// Captured payload.
+    pub payload: &'a [u8],
+    /// Window, scaled when the scale is known.
+    pub win: u32,
+    /// Relative sequence number.
+    pub rel_seq: u32,
+    /// Relative acknowledgement number (0 without ACK).
+    pub rel_ack: u32,
+    /// Time since the stream's previous packet, ns (0 for the first).
+    pub gap_ns: i64,
+    /// When the stream's previous packet was seen.
+    pub prev_stream_ts: i64,
+    /// Path RTT estimate for thresholds, µs.
+    pub rtt_est_us: u64,
+    /// The part of the server time that is the path, for a capture near the client, µs.
+    pub server_far_rtt_us: u64,
+    /// Retransmission, if this segment repeats data.
+    pub retrans: Option<Retrans>,
+    /// Wireshark's `tcp.analysis.ack_rtt` of this ACK, ns.
+    pub ack_rtt_ns: Option<i64>,
+    /// This ACK newly acknowledged data.
+    pub acked: Option<AckAdvance>,
+    /// Payload history (segments with payload only).
+    pub data: Option<DataInfo>,
+    /// The peer's last advertised window (scaled).
+    pub peer_window: Option<u32>,
+    /// The peer's last acknowledgement number.
+    pub peer_last_ack: Option<u32>,
+}

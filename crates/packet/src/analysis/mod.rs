@@ -1,0 +1,442 @@
+//! TCP stream tracking, transactions and latency findings.
+//!
+//! [`Analyzer`] takes frames one at a time (from a file or a live capture) and keeps state
+//! only for the streams it has seen: a few counters, the unacknowledged segments of each
+//! direction and the current transaction. [`Analyzer::finish`] returns the [`Analysis`].
+//!
+//! Each TCP segment goes through stages:
+//! 1. the tracker (`tracker`: the stream table, as Wireshark's `tcp.stream`; `tcp`: each
+//!    connection's sequence and ACK state, retransmission kinds and ACK RTTs) turns it into
+//!    an event (`event::Seg`): what the segment means for its connection — data and the
+//!    run it continues, an ACK that advanced, a retransmission and its original, windows;
+//! 2. the detectors read the event, in a fixed order, each with its own per-stream state:
+//!    `window` (zero-window, window-full), `nagle` (Nagle and delayed-ACK stalls), `cork`,
+//!    `http` (transactions), `loss` (retransmissions); `server` judges the finished
+//!    transactions (slow-server);
+//! 3. the recorder (`record`) counts and keeps the findings; `finish` decides the deferred
+//!    ones and builds the report.
+//!
+//! The report types live in `lagtrace_model::analyze` and are re-exported here.
+
+mod cork;
+mod display;
+mod event;
+mod http;
+mod loss;
+mod nagle;
+mod record;
+mod server;
+mod stats;
+mod tcp;
+#[cfg(test)]
+mod testing;
+mod tracker;
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use cork::CORK_CEILING_US;
+pub use display::flags_str;
+pub use lagtrace_model::FindingKind;
+pub use lagtrace_model::analyze::{
+    Analysis, Finding, KindSummary, PacketRecord, StreamSummary, SynOptions, Transaction,
+    TransactionStats,
+};
+pub use nagle::{DELAYED_ACK_MIN_US, RELEASE_SLACK_US};
+pub use server::{SLOW_SERVER_ALONE_US, SLOW_SERVER_MIN_US};
+pub use tracker::CLOSED_LINGER_NS;
+
+use event::Seg;
+use http::Txn;
+use record::Recorder;
+use server::ServerTimes;
+use tracker::Table;
+
+use crate::wire::{self, Skip, TcpSegment};
+
+/// What to keep besides the summaries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AnalyzeOptions {
+    /// Keep every packet (and its captured payload) of this stream, for `--flow`/`--follow`.
+    pub keep_stream: Option<u32>,
+    /// Keep at most this many transactions in detail (all are counted).
+    pub max_transactions: usize,
+    /// Keep at most this many findings in detail (all are counted in the summary).
+    pub max_findings: usize,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        AnalyzeOptions {
+            keep_stream: None,
+            max_transactions: 100_000,
+            max_findings: 100_000,
+        }
+    }
+}
+
+/// µs of a non-negative ns duration (0 when negative).
+fn us(ns: i64) -> u64 {
+    u64::try_from(ns / 1000).unwrap_or(0)
+}
+
+/// The detectors' per-stream state.
+#[derive(Default)]
+struct Detectors {
+    window: window::Window,
+    nagle: nagle::Nagle,
+    http: http::Transactions,
+}
+
+mod window;
+
+/// Frames that were not analyzed, by reason.
+#[derive(Default)]
+struct Skipped {
+    not_ip: u64,
+    not_tcp: u64,
+    malformed: HashMap<&'static str, u64>,
+    unknown_linktypes: HashMap<u32, u64>,
+    /// Frames with a timestamp before their predecessor's.
+    backwards: u64,
+}
+
+impl Skipped {
+    fn warnings(&self, out: &mut Vec<String>) {
+        if self.not_ip > 0 {
+            out.push(format!("{} frames are not IP; skipped", self.not_ip));
+        }
+        if self.not_tcp > 0 {
+            out.push(format!(
+                "{} IP frames are not TCP (or are non-first fragments); skipped",
+                self.not_tcp
+            ));
+        }
+        let mut lts: Vec<_> = self.unknown_linktypes.iter().collect();
+        lts.sort();
+        for (lt, n) in lts {
+            out.push(format!("{n} frames of unknown link type {lt}; skipped"));
+        }
+        let mut mal: Vec<_> = self.malformed.iter().collect();
+        mal.sort();
+        for (why, n) in mal {
+            out.push(format!(
+                "{n} frames with malformed headers ({why}); skipped"
+            ));
+        }
+        if self.backwards > 0 {
+            out.push(format!(
+                "{} frames have timestamps earlier than the frame before; gaps around them are clamped to 0",
+                self.backwards
+            ));
+        }
+    }
+}
+
+/// Streaming TCP analyzer.
+pub struct Analyzer {
+    opts: AnalyzeOptions,
+    frames: u64,
+    tcp_frames: u64,
+    first_ts: Option<i64>,
+    last_ts: i64,
+    max_ts: i64,
+    table: Table<Detectors>,
+    transactions: Vec<Transaction>,
+    transactions_total: u64,
+    rec: Recorder,
+    servers: ServerTimes,
+    retrans_frames: Vec<u64>,
+    ack_rtts: Vec<(u64, f64)>,
+    stream_packets: Vec<PacketRecord>,
+    skipped: Skipped,
+    warnings: Vec<String>,
+}
+
+impl Default for Analyzer {
+    fn default() -> Self {
+        Self::new(AnalyzeOptions::default())
+    }
+}
+
+impl Analyzer {
+    /// A fresh analyzer.
+    pub fn new(opts: AnalyzeOptions) -> Self {
+        Analyzer {
+            rec: Recorder::new(opts.max_findings),
+            opts,
+            frames: 0,
+            tcp_frames: 0,
+            first_ts: None,
+            last_ts: 0,
+            max_ts: 0,
+            table: Table::new(),
+            transactions: Vec::new(),
+            transactions_total: 0,
+            servers: ServerTimes::default(),
+            retrans_frames: Vec::new(),
+            ack_rtts: Vec::new(),
+            stream_packets: Vec::new(),
+            skipped: Skipped::default(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Streams whose tracking state is held now (open, or closed less than
+    /// [`CLOSED_LINGER_NS`] ago).
+    pub fn live_streams(&self) -> usize {
+        self.table.live_streams()
+    }
+
+    /// Feeds one frame from a [`crate::CaptureReader`].
+    pub fn push_frame(&mut self, f: &crate::Frame<'_>) {
+        self.push(f.ts_ns, f.len, f.linktype, f.data);
+    }
+
+    /// Records a reader warning.
+    pub fn warn(&mut self, w: String) {
+        if self.warnings.len() < 1000 {
+            self.warnings.push(w);
+        }
+    }
+
+    /// Feeds one captured frame: timestamp (ns since epoch), original length, link type and
+    /// captured bytes. Frames are numbered 1, 2, ... in the order fed.
+    pub fn push(&mut self, ts_ns: i64, len: u32, linktype: u32, data: &[u8]) {
+        let ts_ns = ts_ns.clamp(0, crate::reader::MAX_TS_NS);
+        self.frames += 1;
+        self.first_ts.get_or_insert(ts_ns);
+        if self.frames > 1 && ts_ns < self.last_ts {
+            self.skipped.backwards += 1;
+        }
+        self.last_ts = ts_ns;
+        self.max_ts = self.max_ts.max(ts_ns);
+        // Free the streams closed long enough ago: memory follows the connections alive in
+        // the capture, not its length.
+        while let Some(i) = self.table.pop_expired(self.max_ts) {
+            self.close_txn(i);
+            self.table.lives[i] = None;
+        }
+        match wire::decode(linktype, data) {
+            Ok(seg) => {
+                self.tcp_frames += 1;
+                self.segment(ts_ns, len, &seg);
+            }
+            Err(Skip::NotIp) => self.skipped.not_ip += 1,
+            Err(Skip::NotTcp) => self.skipped.not_tcp += 1,
+            Err(Skip::UnknownLinkType(l)) => {
+                *self.skipped.unknown_linktypes.entry(l).or_default() += 1;
+            }
+            Err(Skip::Malformed(why)) => *self.skipped.malformed.entry(why).or_default() += 1,
+        }
+    }
+
+    /// One TCP segment through the stages: tracker, detectors, recorder.
+    fn segment(&mut self, ts: i64, frame_len: u32, seg: &TcpSegment<'_>) {
+        let frame = self.frames;
+        let first_ts = self.first_ts.unwrap_or(ts);
+        let i = self.table.lookup(seg, ts, frame, (ts - first_ts) / 1000);
+        let Some(ev) = self.table.segment(i, ts, frame, frame_len, first_ts, seg) else {
+            return;
+        };
+        if let Some(rtt) = ev.ack_rtt_ns
+            && self.opts.keep_stream == Some(ev.stream)
+        {
+            self.ack_rtts.push((frame, rtt as f64 / 1e9));
+        }
+        let Some(det) = self.table.det_mut(i) else {
+            return;
+        };
+        let txn = det.http.open_index();
+        let mut found: Vec<Finding> = Vec::new();
+        let late = detect(det, &ev, txn, first_ts, &mut found);
+        let closed = if ev.len > 0 {
+            det.http.on_data(&ev, first_ts)
+        } else {
+            None
+        };
+        if let Some(t) = closed {
+            self.end_txn(i, ev.client, t, ev.server_far_rtt_us, &mut found);
+        }
+        if let Some(r) = ev.retrans {
+            if self.retrans_frames.len() < self.opts.max_findings {
+                self.retrans_frames.push(frame);
+            }
+            found.push(loss::finding(&ev, r, txn, first_ts));
+        }
+        if self.opts.keep_stream == Some(ev.stream) {
+            self.keep_packet(&ev, first_ts);
+        }
+        let sender = self.table.sender(i, ev.dir);
+        for f in found {
+            let open = self.table.det_mut(i).and_then(|d| d.http.open.as_mut());
+            self.rec.found(i, sender, f, late, open);
+        }
+    }
+
+    fn keep_packet(&mut self, ev: &Seg<'_>, first_ts: i64) {
+        let gap_us = if self.stream_packets.is_empty() {
+            0
+        } else {
+            us(ev.gap_ns)
+        };
+        self.stream_packets.push(PacketRecord {
+            frame: ev.frame,
+            time_us: (ev.ts - first_ts) / 1000,
+            a_to_b: ev.dir == 0,
+            flags: ev.flags,
+            seq: ev.rel_seq,
+            ack: ev.rel_ack,
+            len: ev.len,
+            window: u64::from(ev.win),
+            gap_us,
+            payload: ev.payload.to_vec(),
+            marks: Vec::new(),
+        });
+    }
+
+    /// Books a finished transaction of stream `i`; its slow-server candidate goes to `out`.
+    fn end_txn(
+        &mut self,
+        i: usize,
+        client: usize,
+        t: Txn,
+        server_far_rtt_us: u64,
+        out: &mut Vec<Finding>,
+    ) {
+        let (tx, timing) = t.close(server_far_rtt_us);
+        if let Some(tm) = &timing {
+            out.extend(server::candidate(&tx, tm));
+        }
+        self.servers
+            .note(self.table.sender(i, 1 - client), timing.map(|t| t.think_us));
+        self.transactions_total += 1;
+        self.table.streams[i].transactions += 1;
+        if self.transactions.len() < self.opts.max_transactions {
+            self.transactions.push(tx);
+        }
+    }
+
+    /// Finishes the open transaction of stream `i`, if any.
+    fn close_txn(&mut self, i: usize) {
+        let Some(live) = self.table.lives[i].as_deref_mut() else {
+            return;
+        };
+        let Some(t) = live.det.http.open.take() else {
+            return;
+        };
+        let (client, far) = (live.conn.client.unwrap_or(0), live.conn.server_far_rtt_us());
+        let mut found = Vec::new();
+        self.end_txn(i, client, t, far, &mut found);
+        for f in found {
+            self.record(i, f);
+        }
+    }
+
+    fn record(&mut self, i: usize, f: Finding) {
+        let open = self.table.det_mut(i).and_then(|d| d.http.open.as_mut());
+        self.rec.record(i, f, open);
+    }
+
+    /// Ends the analysis and returns the result.
+    pub fn finish(mut self) -> Analysis {
+        for i in 0..self.table.lives.len() {
+            self.close_txn(i);
+        }
+        // Stalls released late: kept when their sender is seen to stall for the same cause.
+        for (i, prompt, mut f) in self.rec.take_late() {
+            if prompt > 0 {
+                f.explanation.push_str(&format!(
+                    "; released later than one RTT after the ACK, kept because this sender has {prompt} such stalls released at once"
+                ));
+                self.record(i, f);
+            }
+        }
+        // slow-server: now that each server's usual time is known.
+        for (i, f) in self.rec.take_slow() {
+            let st = &self.table.streams[i];
+            let server = if st.a_is_client { st.b } else { st.a };
+            if let Some(f) = self.servers.decide(server, f) {
+                self.record(i, f);
+            }
+        }
+        self.warnings.extend(self.rec.dropped_warning());
+        self.transactions.sort_by_key(|t| (t.stream, t.index));
+        self.mark_kept_packets();
+        let summary = self.rec.summary(self.transactions_total);
+        let mut warnings = std::mem::take(&mut self.warnings);
+        self.skipped.warnings(&mut warnings);
+        let first = self.first_ts.unwrap_or(0);
+        Analysis {
+            frames: self.frames,
+            tcp_frames: self.tcp_frames,
+            first_ts_ns: first,
+            duration_us: us(self.max_ts - first),
+            streams: self.table.streams,
+            transactions_total: self.transactions_total,
+            transaction_stats: stats::transaction_stats(&self.transactions),
+            transactions: self.transactions,
+            findings: self.rec.findings,
+            summary,
+            retransmitted_frames: self.retrans_frames,
+            ack_rtts: self.ack_rtts,
+            stream_packets: self.stream_packets,
+            warnings,
+        }
+    }
+
+    /// Marks each kept packet with the kinds of the findings it is part of.
+    fn mark_kept_packets(&mut self) {
+        let Some(ks) = self.opts.keep_stream else {
+            return;
+        };
+        let mut marks: HashMap<u64, Vec<FindingKind>> = HashMap::new();
+        for f in self.rec.findings.iter().filter(|f| f.stream == ks) {
+            for fr in &f.frames {
+                let m = marks.entry(*fr).or_default();
+                if !m.contains(&f.kind) {
+                    m.push(f.kind);
+                }
+            }
+        }
+        for p in &mut self.stream_packets {
+            if let Some(m) = marks.remove(&p.frame) {
+                p.marks = m;
+            }
+        }
+    }
+}
+
+/// The detectors that read a segment's timing, in order: the order decides which one names
+/// a stall. Returns whether an ACK stall found was released late.
+fn detect(
+    det: &mut Detectors,
+    ev: &Seg<'_>,
+    txn: Option<u32>,
+    first_ts: i64,
+    found: &mut Vec<Finding>,
+) -> bool {
+    det.nagle.on_ack(ev);
+    found.extend(det.window.zero_window(ev, txn, first_ts));
+    let Some(data) = ev.data.filter(|_| ev.retrans.is_none()) else {
+        return false;
+    };
+    let small = ev.len < data.mss;
+    let (window_limited, full) = det.window.window_full(ev, txn, first_ts);
+    found.extend(full);
+    let mut late = false;
+    if let Some(p) = data.prev_same_run {
+        if let Some(s) = det.nagle.stall(ev, p, small, window_limited, txn, first_ts) {
+            late = s.late;
+            found.push(s.finding);
+        } else if small {
+            found.extend(cork::tail(ev, p, txn, first_ts));
+        }
+    } else if small && let Some(t) = det.http.open.as_mut() {
+        found.extend(cork::first_response(ev, t, first_ts));
+    }
+    det.nagle.after_data(ev, small);
+    det.window.after_data(ev);
+    late
+}

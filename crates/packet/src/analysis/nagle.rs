@@ -1,0 +1,273 @@
+//! Nagle and delayed-ACK stalls: a sender's next data waited for the peer's ACK.
+//!
+//! - `nagle-delayed-ack` / `nagle-stall`: a small segment was held (Nagle: an earlier small
+//!   segment was still unacknowledged) until the ACK of that earlier segment, which was
+//!   itself delayed (the reference 40 ms case) or not.
+//! - `delayed-ack`: the sender's next data waited for a late, data-less ACK.
+//!
+//! A stall released later than about one RTT after its ACK is handed back as "late"; the
+//! recorder keeps it only when the same sender also has stalls released at once.
+
+use lagtrace_model::FindingKind;
+use lagtrace_model::analyze::Finding;
+
+use super::event::{AckAdvance, DataSeg, Seg};
+use super::tcp::seq_le;
+use super::us;
+
+/// Delayed-ACK threshold: Linux's minimum is 40 ms (`TCP_DELACK_MIN`); 30 ms leaves room
+/// for timer granularity and capture jitter while staying far above a quick ACK.
+pub const DELAYED_ACK_MIN_US: u64 = 30_000;
+/// How long after the releasing ACK (beyond twice the path RTT) held data may still leave
+/// to count as released by it: softirq and timestamping jitter on a busy machine.
+pub const RELEASE_SLACK_US: u64 = 2_000;
+
+/// What one direction's sender has outstanding, for Nagle.
+#[derive(Default)]
+struct Dir {
+    /// Last sub-MSS data segment, and whether it is still unacknowledged.
+    last_small: Option<DataSeg>,
+    small_unacked: bool,
+    /// The ACK (from the peer) that first covered `last_small`.
+    small_release: Option<AckAdvance>,
+    /// Latest ACK this side sent that newly acknowledged data.
+    last_new_ack: Option<AckAdvance>,
+}
+
+/// Per-stream state of the detector.
+#[derive(Default)]
+pub(super) struct Nagle {
+    dirs: [Dir; 2],
+}
+
+/// A stall found, and whether it was released late.
+pub(super) struct Stall {
+    pub finding: Finding,
+    pub late: bool,
+}
+
+impl Nagle {
+    /// Notes an ACK that newly acknowledged data (every segment, before the data checks).
+    pub fn on_ack(&mut self, ev: &Seg<'_>) {
+        let Some(a) = ev.acked else {
+            return;
+        };
+        self.dirs[ev.dir].last_new_ack = Some(a);
+        let peer = &mut self.dirs[1 - ev.dir];
+        if peer.small_unacked
+            && let Some(sm) = peer.last_small
+            && seq_le(sm.end, ev.ack)
+        {
+            peer.small_unacked = false;
+            peer.small_release = Some(a);
+        }
+    }
+
+    /// A fresh data segment that follows `p`, the sender's previous one in the same run:
+    /// did it wait for an ACK? `window_limited`: the sender had filled the peer's window
+    /// (then it was not Nagle holding it, and a late ACK is a window update).
+    pub fn stall(
+        &self,
+        ev: &Seg<'_>,
+        p: DataSeg,
+        small: bool,
+        window_limited: bool,
+        txn: Option<u32>,
+        first_ts: i64,
+    ) -> Option<Stall> {
+        let rtt = ev.rtt_est_us;
+        let gap = us(ev.ts - p.ts);
+        let stall_min = (2 * rtt).max(1_000);
+        let release_tol = (2 * rtt).max(10_000);
+        // Data waiting for an ACK leaves while the kernel processes that ACK (no
+        // scheduling of the application in between): at the capture point it follows
+        // within about one path RTT. A later release may be a server's own pause that
+        // ended near a delayed ACK by chance (seen: a loaded nginx with tcp_nodelay on
+        // paused 44 ms between two writes and resumed 4 ms after the client's delayed ACK,
+        // RTT 50 µs) — or a real Nagle hold whose sender was slow to run (the reference
+        // capture has one released 4.1 ms late among 65 released at once). Such a stall is
+        // kept only when the same sender has stalls released at once (decided in `finish`).
+        let tight_tol = 2 * rtt + RELEASE_SLACK_US;
+        let released_by = |a: &AckAdvance| {
+            a.ts >= p.ts && us(ev.ts - a.ts) <= release_tol && us(ev.ts - a.ts) * 2 <= gap
+        };
+        if gap < stall_min || window_limited {
+            return None;
+        }
+        let me = &self.dirs[ev.dir];
+        if small
+            && let Some(a) = me.small_release
+            && released_by(&a)
+        {
+            let sm = me.last_small.unwrap_or(p);
+            return Some(Stall {
+                finding: nagle_finding(ev, p, sm, a, txn, first_ts),
+                late: us(ev.ts - a.ts) > tight_tol,
+            });
+        }
+        if let Some(a) = self.dirs[1 - ev.dir].last_new_ack
+            && a.no_data
+            && a.delay_us >= DELAYED_ACK_MIN_US
+            && released_by(&a)
+        {
+            return Some(Stall {
+                finding: Finding {
+                    kind: FindingKind::DelayedAck,
+                    detail: None,
+                    stream: ev.stream,
+                    transaction: txn,
+                    frames: vec![p.frame, a.frame, ev.frame],
+                    start_us: (p.ts - first_ts) / 1000,
+                    end_us: (ev.ts - first_ts) / 1000,
+                    cost_us: gap,
+                    explanation: format!(
+                        "the peer's ACK came {:.1} ms late (frame {}) and the sender's next data waited for it",
+                        a.delay_us as f64 / 1000.0,
+                        a.frame
+                    ),
+                },
+                late: us(ev.ts - a.ts) > tight_tol,
+            });
+        }
+        None
+    }
+
+    /// Remembers a fresh data segment (after the checks).
+    pub fn after_data(&mut self, ev: &Seg<'_>, small: bool) {
+        if small {
+            let dir = &mut self.dirs[ev.dir];
+            dir.last_small = Some(DataSeg {
+                frame: ev.frame,
+                ts: ev.ts,
+                len: ev.len,
+                end: ev.seq.wrapping_add(ev.len),
+            });
+            dir.small_unacked = true;
+            dir.small_release = None;
+        }
+    }
+}
+
+/// Segment `ev` was held behind the small `sm` until ACK `a`; `p` is the data before it.
+fn nagle_finding(
+    ev: &Seg<'_>,
+    p: DataSeg,
+    sm: DataSeg,
+    a: AckAdvance,
+    txn: Option<u32>,
+    first_ts: i64,
+) -> Finding {
+    let delayed = a.no_data && a.delay_us >= DELAYED_ACK_MIN_US;
+    let (kind, explanation) = if delayed {
+        (
+            FindingKind::NagleDelayedAck,
+            format!(
+                "{} B held by Nagle behind the unacknowledged {} B segment (frame {}) until the peer's ACK {:.1} ms later (frame {}, delayed ACK); sent {:.1} ms after it",
+                ev.len,
+                sm.len,
+                sm.frame,
+                a.delay_us as f64 / 1000.0,
+                a.frame,
+                us(ev.ts - a.ts) as f64 / 1000.0
+            ),
+        )
+    } else {
+        (
+            FindingKind::NagleStall,
+            format!(
+                "{} B held by Nagle behind the unacknowledged {} B segment (frame {}) until the peer's ACK (frame {}, {:.1} ms)",
+                ev.len,
+                sm.len,
+                sm.frame,
+                a.frame,
+                a.delay_us as f64 / 1000.0
+            ),
+        )
+    };
+    let mut frames = vec![sm.frame, a.frame, ev.frame];
+    if p.frame != sm.frame {
+        frames.insert(1, p.frame);
+    }
+    frames.sort_unstable();
+    frames.dedup();
+    Finding {
+        kind,
+        detail: None,
+        stream: ev.stream,
+        transaction: txn,
+        frames,
+        start_us: (p.ts - first_ts) / 1000,
+        end_us: (ev.ts - first_ts) / 1000,
+        cost_us: us(ev.ts - p.ts),
+        explanation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{Script, kinds};
+    use lagtrace_model::FindingKind;
+
+    /// The reference pattern: a 238 B head, then a 615 B body held until the client's
+    /// delayed ACK 40 ms later.
+    fn nagle_script(ack_after_ms: u64) -> Script {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_500, 238);
+        s.client_ack(1_000 + ack_after_ms * 1000);
+        s.server_data(1_100 + ack_after_ms * 1000, 615);
+        s.client_ack(1_200 + ack_after_ms * 1000);
+        s
+    }
+
+    #[test]
+    fn held_until_a_delayed_ack_is_nagle_delayed_ack() {
+        let an = nagle_script(40).finish();
+        assert_eq!(kinds(&an), [FindingKind::NagleDelayedAck]);
+        let f = &an.findings[0];
+        assert_eq!(f.frames, [5, 6, 7], "{f:?}");
+        assert!((39_000..41_000).contains(&f.cost_us), "{f:?}");
+        assert_eq!(f.transaction, Some(0));
+    }
+
+    #[test]
+    fn held_until_a_prompt_ack_is_nagle_stall() {
+        // The ACK is prompt (5 ms after the head) but the stall is long enough to count.
+        let an = nagle_script(5).finish();
+        assert_eq!(kinds(&an), [FindingKind::NagleStall]);
+    }
+
+    #[test]
+    fn full_sized_data_waiting_for_a_late_ack_is_delayed_ack() {
+        // Not Nagle (nothing small), but the next data still waited for the late ACK.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_500, 1448);
+        s.client_ack(41_000);
+        s.server_data(41_100, 1448);
+        let an = s.finish();
+        assert_eq!(kinds(&an), [FindingKind::DelayedAck]);
+        assert_eq!(an.findings[0].frames, [5, 6, 7]);
+    }
+
+    #[test]
+    fn no_ack_in_the_gap_is_no_stall() {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_500, 238);
+        s.server_data(41_100, 615);
+        assert!(s.finish().findings.is_empty());
+    }
+
+    #[test]
+    fn a_release_long_after_the_ack_is_dropped_without_prompt_ones() {
+        // Sent 8 ms after the delayed ACK (RTT 100 µs): not the ACK's doing, and the
+        // sender has no stall released at once.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_500, 238);
+        s.client_ack(41_000);
+        s.server_data(49_000, 615);
+        assert!(s.finish().findings.is_empty());
+    }
+}

@@ -1,0 +1,489 @@
+//! One connection's sequence and ACK state, as Wireshark's `tcp.analysis` keeps it: relative
+//! numbers, the handshake, unacknowledged segments, duplicate ACKs, retransmission kinds and
+//! ACK RTTs. [`Conn::update`] turns a segment into the [`Seg`] the detectors read.
+
+use std::collections::VecDeque;
+
+use lagtrace_model::analyze::{StreamSummary, SynOptions};
+
+use super::event::{AckAdvance, DataInfo, DataSeg, Retrans, RetransKind, Seg};
+use super::us;
+use crate::wire::{TcpSegment, flags};
+
+/// Wireshark keeps at most this many unacknowledged segments per direction.
+const MAX_UNACKED: usize = 10_000;
+
+pub(super) fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+pub(super) fn seq_le(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) <= 0
+}
+
+#[derive(Clone, Copy)]
+struct Unacked {
+    seq: u32,
+    nextseq: u32,
+    frame: u64,
+    ts: i64,
+}
+
+/// One direction of a connection.
+#[derive(Default)]
+struct Dir {
+    isn: Option<u32>,
+    base: Option<u32>,
+    syn_opts: Option<SynOptions>,
+    syn_ts: Option<i64>,
+    next_seq: Option<u32>,
+    next_seq_time: i64,
+    last_ack: Option<u32>,
+    last_ack_time: i64,
+    dupacks: u32,
+    window: Option<u32>,
+    unacked: VecDeque<Unacked>,
+    /// Largest payload seen, as a lower bound of the MSS.
+    max_len: u32,
+    /// Last data segment that was not a retransmission.
+    last_data: Option<DataSeg>,
+}
+
+impl Dir {
+    fn mss(&self, peer: &Dir) -> u32 {
+        // The sender uses the smaller of the peer's MSS option and its own (a TCP_MAXSEG
+        // clamp shows in its own SYN's option, not in the peer's).
+        let announced = match (
+            peer.syn_opts.and_then(|o| o.mss),
+            self.syn_opts.and_then(|o| o.mss),
+        ) {
+            (Some(a), Some(b)) => Some(u32::from(a.min(b))),
+            (a, b) => a.or(b).map(u32::from),
+        };
+        match announced {
+            // The path may carry less than announced (e.g. IP options, timestamps take 12).
+            Some(m) => m.min(self.max_len.max(1).max(m.saturating_sub(40))),
+            None => self.max_len.max(536),
+        }
+    }
+}
+
+/// The tracking state of one connection.
+pub(super) struct Conn {
+    dirs: [Dir; 2],
+    /// Direction of the client, once known.
+    pub client: Option<usize>,
+    syn_time: Option<i64>,
+    synack_time: Option<i64>,
+    rtt_us: Option<u64>,
+    min_ack_rtt_us: [Option<u64>; 2],
+    last_ts: i64,
+    /// Data direction of the last payload packet.
+    last_data_dir: Option<usize>,
+    /// When RST or the second FIN was seen.
+    pub closed_at: Option<i64>,
+}
+
+impl Conn {
+    /// A connection whose first packet is seen at `ts`.
+    pub fn new(ts: i64) -> Conn {
+        Conn {
+            dirs: [Dir::default(), Dir::default()],
+            client: None,
+            syn_time: None,
+            synack_time: None,
+            rtt_us: None,
+            min_ack_rtt_us: [None, None],
+            last_ts: ts,
+            last_data_dir: None,
+            closed_at: None,
+        }
+    }
+
+    /// Whether a pure SYN with this sequence number from direction `d` belongs to this
+    /// connection (Wireshark: a SYN with another ISN starts a new conversation).
+    pub fn same_syn(&self, d: usize, seq: u32) -> bool {
+        let dir = &self.dirs[d];
+        dir.base
+            .is_none_or(|b| dir.isn.map_or(b.wrapping_add(1), |x| x) == seq)
+    }
+
+    /// Takes in one segment of direction `d`, updating the stream's summary.
+    pub fn update<'a>(
+        &mut self,
+        st: &mut StreamSummary,
+        d: usize,
+        ts: i64,
+        frame: u64,
+        seg: &TcpSegment<'a>,
+    ) -> Seg<'a> {
+        let r = 1 - d;
+        let f = seg.flags;
+        let gap_ns = (ts - self.last_ts).max(0);
+        let prev_stream_ts = self.last_ts;
+        self.last_ts = ts;
+        self.handshake(st, d, ts, seg);
+        let win = self.scaled_window(d, seg);
+        let rel_seq = seg.seq.wrapping_sub(self.dirs[d].base.unwrap_or(seg.seq));
+        let rel_ack = if f & flags::ACK != 0 {
+            seg.ack.wrapping_sub(self.dirs[r].base.unwrap_or(seg.ack))
+        } else {
+            0
+        };
+        let retrans = self.sequence(d, ts, frame, seg, win);
+        let (ack_rtt_ns, newly_acked_oldest) = self.acks(d, ts, seg);
+        if let Some(rtt) = ack_rtt_ns {
+            let v = us(rtt);
+            let m = &mut self.min_ack_rtt_us[d];
+            *m = Some(m.map_or(v, |x| x.min(v)));
+        }
+        let acked = newly_acked_oldest.map(|oldest| AckAdvance {
+            frame,
+            ts,
+            delay_us: us(ts - oldest).saturating_sub(self.far_rtt_us(d)),
+            no_data: seg.payload_len == 0 && f & (flags::SYN | flags::RST) == 0,
+        });
+        let retrans = retrans.map(|kind| self.origin(d, kind, ts, frame, seg));
+        let data = (seg.payload_len > 0).then(|| self.data(d, ts, frame, seg, retrans.is_none()));
+        Seg {
+            stream: st.stream,
+            dir: d,
+            client: self.client.unwrap_or(0),
+            frame,
+            ts,
+            flags: f,
+            seq: seg.seq,
+            ack: seg.ack,
+            len: seg.payload_len,
+            payload: seg.payload,
+            win,
+            rel_seq,
+            rel_ack,
+            gap_ns,
+            prev_stream_ts,
+            rtt_est_us: self.rtt_est_us(),
+            server_far_rtt_us: self.server_far_rtt_us(),
+            retrans,
+            ack_rtt_ns,
+            acked,
+            data,
+            peer_window: self.dirs[r].window,
+            peer_last_ack: self.dirs[r].last_ack,
+        }
+    }
+
+    /// SYN options, sequence bases, the handshake RTT and which side is the client.
+    fn handshake(&mut self, st: &mut StreamSummary, d: usize, ts: i64, seg: &TcpSegment<'_>) {
+        let r = 1 - d;
+        let f = seg.flags;
+        if f & flags::SYN != 0 {
+            let opts = SynOptions::from(seg.options);
+            let dir = &mut self.dirs[d];
+            if dir.isn.is_none() {
+                dir.isn = Some(seg.seq);
+                dir.base = Some(seg.seq);
+                dir.syn_opts = Some(opts);
+                dir.syn_ts = Some(ts);
+            }
+            if d == 0 {
+                st.syn_a = Some(opts);
+            } else {
+                st.syn_b = Some(opts);
+            }
+            if f & flags::ACK == 0 {
+                self.client.get_or_insert(d);
+                // Wireshark's iRTT counts from the most recent SYN (ts_mru_syn).
+                self.syn_time = Some(ts);
+            } else {
+                self.client.get_or_insert(r);
+                self.synack_time.get_or_insert(ts);
+            }
+        }
+        if self.dirs[d].base.is_none() {
+            self.dirs[d].base = Some(seg.seq.wrapping_sub(1));
+        }
+        if f & flags::ACK != 0 && self.dirs[r].base.is_none() {
+            self.dirs[r].base = Some(seg.ack.wrapping_sub(1));
+        }
+        if self.rtt_us.is_none()
+            && f & flags::ACK != 0
+            && f & flags::SYN == 0
+            && self.client == Some(d)
+            && let (Some(s), Some(_)) = (self.syn_time, self.synack_time)
+        {
+            let rtt = us(ts - s);
+            self.rtt_us = Some(rtt);
+            st.handshake_rtt_us = Some(rtt);
+        }
+        if self.client.is_none() && seg.payload_len > 0 {
+            // No SYN seen: the side that speaks first with the higher port is the client;
+            // otherwise the one with the higher port.
+            let (sp, dp) = (seg.sport, seg.dport);
+            self.client = Some(if sp >= dp { d } else { r });
+        }
+        st.a_is_client = self.client != Some(1);
+    }
+
+    fn scaled_window(&self, d: usize, seg: &TcpSegment<'_>) -> u32 {
+        let wscale = |dir: &Dir, peer: &Dir| match (dir.syn_opts, peer.syn_opts) {
+            (Some(a), Some(b)) if a.wscale.is_some() && b.wscale.is_some() => a.wscale.unwrap_or(0),
+            _ => 0,
+        };
+        if seg.flags & flags::SYN != 0 {
+            u32::from(seg.window)
+        } else {
+            u32::from(seg.window) << wscale(&self.dirs[d], &self.dirs[1 - d])
+        }
+    }
+
+    /// Wireshark-style sequence analysis of the sender's side: keep-alives, retransmission
+    /// kinds, the segment remembered as unacknowledged, duplicate ACKs.
+    fn sequence(
+        &mut self,
+        d: usize,
+        ts: i64,
+        frame: u64,
+        seg: &TcpSegment<'_>,
+        win: u32,
+    ) -> Option<RetransKind> {
+        let (f, len, seq) = (seg.flags, seg.payload_len, seg.seq);
+        let syn_fin = f & (flags::SYN | flags::FIN) != 0;
+        let rtt_us = self.rtt_us;
+        let [a, b] = &mut self.dirs;
+        let (fw, rv) = if d == 0 { (a, b) } else { (b, a) };
+        let keep_alive = len <= 1
+            && f & (flags::SYN | flags::FIN | flags::RST) == 0
+            && fw.next_seq.is_some_and(|n| n.wrapping_sub(1) == seq);
+        let zwp = len == 1 && fw.next_seq == Some(seq) && rv.window == Some(0);
+        let mut retrans = None;
+        if !keep_alive
+            && !zwp
+            && (len > 0 || syn_fin)
+            && fw.next_seq.is_some_and(|n| seq_lt(seq, n))
+        {
+            let n = fw.next_seq.unwrap_or(seq);
+            let since_dupack = ts - rv.last_ack_time;
+            let ooo_thres: i64 = rtt_us.map_or(3_000_000, |r| (r as i64) * 1000);
+            let ooo_thres = if ooo_thres == 0 { 3_000_000 } else { ooo_thres };
+            if rv.dupacks >= 2 && rv.last_ack == Some(seq) && since_dupack < 20_000_000 {
+                retrans = Some(RetransKind::Fast);
+            } else if ts - fw.next_seq_time < ooo_thres && n != seq.wrapping_add(len) {
+                // out of order, not a retransmission
+            } else if len > 0
+                && rv
+                    .last_ack
+                    .is_some_and(|a| seq_le(seq.wrapping_add(len), a))
+            {
+                retrans = Some(RetransKind::Spurious);
+            } else {
+                retrans = Some(RetransKind::Rto);
+            }
+        }
+        // Remember the segment as unacknowledged.
+        let mut nextseq = seq.wrapping_add(len);
+        if syn_fin {
+            nextseq = nextseq.wrapping_add(1);
+        }
+        if (len > 0 || syn_fin) && fw.unacked.len() < MAX_UNACKED {
+            fw.unacked.push_back(Unacked {
+                seq,
+                nextseq,
+                frame,
+                ts,
+            });
+        }
+        // Duplicate ACK bookkeeping (Wireshark: same window, seq, ack; no payload).
+        let same_ack = len == 0
+            && f & flags::ACK != 0
+            && win != 0
+            && fw.next_seq == Some(seq)
+            && fw.last_ack == Some(seg.ack)
+            && f & (flags::SYN | flags::FIN | flags::RST) == 0;
+        let is_dupack = same_ack && fw.window == Some(win);
+        // Wireshark keeps counting across a pure window update (same seq and ack).
+        let window_update = same_ack && fw.window != Some(win);
+        if is_dupack {
+            fw.dupacks += 1;
+        } else if !window_update {
+            fw.dupacks = 0;
+        }
+        if !zwp && fw.next_seq.is_none_or(|n| seq_lt(n, nextseq)) {
+            fw.next_seq = Some(nextseq);
+            fw.next_seq_time = ts;
+        }
+        if f & flags::ACK != 0 {
+            fw.last_ack = Some(seg.ack);
+            fw.last_ack_time = ts;
+        }
+        fw.window = Some(win);
+        retrans
+    }
+
+    /// The ACK's effect on the peer's unacknowledged segments: Wireshark's ack_rtt (exact
+    /// match only) and the time of the oldest segment it newly covered.
+    fn acks(&mut self, d: usize, ts: i64, seg: &TcpSegment<'_>) -> (Option<i64>, Option<i64>) {
+        if seg.flags & flags::ACK == 0 {
+            return (None, None);
+        }
+        let ack = seg.ack;
+        let mut oldest_exact: Option<i64> = None;
+        let mut newly: Option<i64> = None;
+        self.dirs[1 - d].unacked.retain_mut(|u| {
+            if u.nextseq == ack {
+                if oldest_exact.is_none_or(|t| u.ts < t) {
+                    oldest_exact = Some(u.ts);
+                }
+                newly = Some(newly.map_or(u.ts, |t: i64| t.min(u.ts)));
+                false
+            } else if seq_lt(u.seq, ack) && seq_le(ack, u.nextseq) {
+                u.seq = ack;
+                newly = Some(newly.map_or(u.ts, |t: i64| t.min(u.ts)));
+                true
+            } else if seq_lt(ack, u.nextseq) {
+                true
+            } else {
+                newly = Some(newly.map_or(u.ts, |t: i64| t.min(u.ts)));
+                false
+            }
+        });
+        (oldest_exact.map(|t0| ts - t0), newly)
+    }
+
+    /// Where a retransmission's original was, and when.
+    fn origin(
+        &self,
+        d: usize,
+        kind: RetransKind,
+        ts: i64,
+        frame: u64,
+        seg: &TcpSegment<'_>,
+    ) -> Retrans {
+        let dir = &self.dirs[d];
+        let (orig_frame, orig_ts) = if seg.flags & flags::SYN != 0 {
+            (None, dir.syn_ts.unwrap_or(ts))
+        } else {
+            match dir
+                .unacked
+                .iter()
+                .find(|u| u.seq == seg.seq && u.frame != frame)
+            {
+                Some(u) => (Some(u.frame), u.ts),
+                None => (None, dir.next_seq_time.min(ts)),
+            }
+        };
+        Retrans {
+            kind,
+            orig_frame,
+            orig_ts,
+        }
+    }
+
+    /// The payload history the detectors compare against, then this segment added to it.
+    fn data(
+        &mut self,
+        d: usize,
+        ts: i64,
+        frame: u64,
+        seg: &TcpSegment<'_>,
+        fresh: bool,
+    ) -> DataInfo {
+        let info = DataInfo {
+            mss: self.dirs[d].mss(&self.dirs[1 - d]),
+            prev_same_run: self.dirs[d]
+                .last_data
+                .filter(|_| self.last_data_dir == Some(d)),
+            peer_last: self.dirs[1 - d].last_data,
+        };
+        let len = seg.payload_len;
+        let dir = &mut self.dirs[d];
+        if fresh {
+            dir.last_data = Some(DataSeg {
+                frame,
+                ts,
+                len,
+                end: seg.seq.wrapping_add(len),
+            });
+        }
+        dir.max_len = dir.max_len.max(len);
+        self.last_data_dir = Some(d);
+        info
+    }
+
+    /// Path RTT estimate for thresholds, µs: the handshake's, else the sum of both sides'
+    /// smallest ACK RTTs; 1 ms when nothing is known, at least 50 µs.
+    fn rtt_est_us(&self) -> u64 {
+        self.rtt_us
+            .or(match self.min_ack_rtt_us {
+                [Some(a), Some(b)] => Some(a + b),
+                [Some(a), None] | [None, Some(a)] => Some(a),
+                _ => None,
+            })
+            .unwrap_or(1_000)
+            .max(50)
+    }
+
+    /// For an ACK from `side`: the path RTT when that side is far from the capture point
+    /// (what we see then includes the path, not only its delay), else 0.
+    fn far_rtt_us(&self, side: usize) -> u64 {
+        match (self.syn_time, self.synack_time, self.rtt_us, self.client) {
+            (Some(s), Some(sa), Some(total), Some(c)) => {
+                let leg1 = us(sa - s); // client->server->client (seen near the client)
+                let leg2 = total.saturating_sub(leg1);
+                let near_client = leg1 >= leg2;
+                if (side == c) != near_client { total } else { 0 }
+            }
+            _ => 0,
+        }
+    }
+
+    /// [`Self::far_rtt_us`] of the server's side.
+    pub fn server_far_rtt_us(&self) -> u64 {
+        match self.client {
+            Some(c) => self.far_rtt_us(1 - c),
+            None => 0,
+        }
+    }
+}
+
+impl From<crate::wire::TcpOptions> for SynOptions {
+    fn from(o: crate::wire::TcpOptions) -> Self {
+        SynOptions {
+            mss: o.mss,
+            wscale: o.wscale,
+            sack_permitted: o.sack_permitted,
+            timestamps: o.timestamps,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seq_compare_wraps() {
+        assert!(seq_lt(u32::MAX - 5, 3));
+        assert!(!seq_lt(3, u32::MAX - 5));
+        assert!(seq_le(7, 7));
+        assert!(!seq_lt(7, 7));
+    }
+
+    #[test]
+    fn mss_is_the_smaller_announced_or_the_largest_seen() {
+        let mut a = Dir::default();
+        let mut b = Dir::default();
+        assert_eq!(a.mss(&b), 536, "nothing known");
+        a.max_len = 1448;
+        assert_eq!(a.mss(&b), 1448);
+        let opts = |mss| SynOptions {
+            mss: Some(mss),
+            ..SynOptions::default()
+        };
+        a.syn_opts = Some(opts(65_483));
+        b.syn_opts = Some(opts(1460));
+        // Timestamps take 12 bytes: 1448 seen is within 40 of the 1460 announced.
+        assert_eq!(a.mss(&b), 1448);
+        a.max_len = 100;
+        assert_eq!(a.mss(&b), 1420, "at most 40 below the announced MSS");
+    }
+}

@@ -1,0 +1,130 @@
+//! Test support: a scripted conversation between a client (10.0.0.1:40000) and a server
+//! (10.0.0.2:80), fed to an [`Analyzer`] as raw IPv4 frames. Times are µs from the SYN.
+
+use lagtrace_model::FindingKind;
+use lagtrace_model::analyze::Analysis;
+
+use super::{AnalyzeOptions, Analyzer};
+use crate::wire::{flags, linktype};
+
+const T0_NS: i64 = 1_700_000_000_000_000_000;
+
+/// A conversation being written.
+pub struct Script {
+    an: Analyzer,
+    /// Next sequence number of the client and the server.
+    next: [u32; 2],
+    /// Window each side advertises (unscaled).
+    pub window: [u16; 2],
+}
+
+impl Script {
+    /// SYN at 0, SYN-ACK at `rtt_us`, ACK 10 µs later (captured next to the client).
+    pub fn handshake(rtt_us: u64) -> Script {
+        let mut s = Script {
+            an: Analyzer::new(AnalyzeOptions::default()),
+            next: [1_000, 5_000],
+            window: [65_535, 65_535],
+        };
+        s.raw(0, true, flags::SYN, 999, 0, &[]);
+        s.raw(rtt_us, false, flags::SYN | flags::ACK, 4_999, 1_000, &[]);
+        s.raw(rtt_us + 10, true, flags::ACK, 1_000, 5_000, &[]);
+        s
+    }
+
+    /// One segment; `client`: sent by the client.
+    pub fn raw(&mut self, t_us: u64, client: bool, fl: u8, seq: u32, ack: u32, payload: &[u8]) {
+        let (src, dst, sport, dport) = if client {
+            ([10, 0, 0, 1], [10, 0, 0, 2], 40_000u16, 80u16)
+        } else {
+            ([10, 0, 0, 2], [10, 0, 0, 1], 80, 40_000)
+        };
+        // MSS 1460 on SYNs.
+        let opts: &[u8] = if fl & flags::SYN != 0 {
+            &[2, 4, 0x05, 0xb4]
+        } else {
+            &[]
+        };
+        let tcp_len = 20 + opts.len();
+        let total = 20 + tcp_len + payload.len();
+        let mut f = Vec::with_capacity(total);
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&(total as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0x40, 0, 64, 6, 0, 0]);
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&sport.to_be_bytes());
+        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.extend_from_slice(&ack.to_be_bytes());
+        f.push(((tcp_len / 4) as u8) << 4);
+        f.push(fl);
+        f.extend_from_slice(&self.window[usize::from(!client)].to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0, 0]);
+        f.extend_from_slice(opts);
+        f.extend_from_slice(payload);
+        let ts = T0_NS + i64::try_from(t_us).unwrap() * 1000;
+        self.an.push(ts, total as u32, linktype::RAW, &f);
+    }
+
+    fn send(&mut self, t_us: u64, client: bool, payload: &[u8]) {
+        let (me, peer) = (usize::from(!client), usize::from(client));
+        let (seq, ack) = (self.next[me], self.next[peer]);
+        self.raw(t_us, client, flags::PSH | flags::ACK, seq, ack, payload);
+        self.next[me] = seq.wrapping_add(payload.len() as u32);
+    }
+
+    /// The client sends `len` bytes (a GET line when `len` ≥ 16).
+    pub fn client_data(&mut self, t_us: u64, len: usize) {
+        let mut p = vec![b'x'; len];
+        if len >= 16 {
+            p[..16].copy_from_slice(b"GET / HTTP/1.1\r\n");
+        }
+        self.send(t_us, true, &p);
+    }
+
+    /// The server sends `len` bytes (a status line when `len` ≥ 17).
+    pub fn server_data(&mut self, t_us: u64, len: usize) {
+        let mut p = vec![b'y'; len];
+        if len >= 17 {
+            p[..17].copy_from_slice(b"HTTP/1.1 200 OK\r\n");
+        }
+        self.send(t_us, false, &p);
+    }
+
+    /// The server sends `len` bytes again from sequence offset `back` before its next.
+    pub fn server_resend(&mut self, t_us: u64, back: u32, len: usize) {
+        let seq = self.next[1].wrapping_sub(back);
+        let ack = self.next[0];
+        self.raw(
+            t_us,
+            false,
+            flags::PSH | flags::ACK,
+            seq,
+            ack,
+            &vec![b'y'; len],
+        );
+    }
+
+    /// A pure ACK from the client of everything the server sent.
+    pub fn client_ack(&mut self, t_us: u64) {
+        let (seq, ack) = (self.next[0], self.next[1]);
+        self.raw(t_us, true, flags::ACK, seq, ack, &[]);
+    }
+
+    /// A pure ACK from the server of everything the client sent.
+    pub fn server_ack(&mut self, t_us: u64) {
+        let (seq, ack) = (self.next[1], self.next[0]);
+        self.raw(t_us, false, flags::ACK, seq, ack, &[]);
+    }
+
+    /// The analysis.
+    pub fn finish(self) -> Analysis {
+        self.an.finish()
+    }
+}
+
+/// The kinds of an analysis' findings, in order.
+pub fn kinds(an: &Analysis) -> Vec<FindingKind> {
+    an.findings.iter().map(|f| f.kind).collect()
+}

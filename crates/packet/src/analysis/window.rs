@@ -1,0 +1,159 @@
+//! The receiver's window holding the sender back.
+//!
+//! - `zero-window`: a receiver advertised a zero window, for more than a couple of RTTs.
+//! - `window-full`: the sender's data reached the edge of the peer's window and the next
+//!   data left only after a wait of more than a couple of RTTs.
+
+use lagtrace_model::FindingKind;
+use lagtrace_model::analyze::Finding;
+
+use super::event::Seg;
+use super::us;
+use crate::wire::flags;
+
+#[derive(Default)]
+struct Dir {
+    /// Data this side sent that filled the peer's window: (frame, ts).
+    window_full: Option<(u64, i64)>,
+    /// Zero window advertised by this side: (frame, ts).
+    zero_window: Option<(u64, i64)>,
+}
+
+/// Per-stream state of the detector.
+#[derive(Default)]
+pub(super) struct Window {
+    dirs: [Dir; 2],
+}
+
+impl Window {
+    /// Every segment: a zero window opening or closing.
+    pub fn zero_window(
+        &mut self,
+        ev: &Seg<'_>,
+        txn: Option<u32>,
+        first_ts: i64,
+    ) -> Option<Finding> {
+        if ev.flags & (flags::SYN | flags::RST) != 0 {
+            return None;
+        }
+        let me = &mut self.dirs[ev.dir];
+        if ev.win == 0 && ev.flags & flags::ACK != 0 {
+            me.zero_window.get_or_insert((ev.frame, ev.ts));
+            return None;
+        }
+        let (zf, zts) = me.zero_window.take()?;
+        // A window closed for less than a couple of RTTs costs nothing measurable.
+        if us(ev.ts - zts) < (2 * ev.rtt_est_us).max(1_000) {
+            return None;
+        }
+        Some(Finding {
+            kind: FindingKind::ZeroWindow,
+            detail: None,
+            stream: ev.stream,
+            transaction: txn,
+            frames: vec![zf, ev.frame],
+            start_us: (zts - first_ts) / 1000,
+            end_us: (ev.ts - first_ts) / 1000,
+            cost_us: us(ev.ts - zts),
+            explanation: format!(
+                "receiver advertised a zero window for {:.1} ms (frames {zf}..{})",
+                (ev.ts - zts) as f64 / 1e6,
+                ev.frame
+            ),
+        })
+    }
+
+    /// A fresh data segment: did the sender wait at a full window before it? Returns
+    /// whether the sender was window-limited, and the finding when the wait was long.
+    pub fn window_full(
+        &mut self,
+        ev: &Seg<'_>,
+        txn: Option<u32>,
+        first_ts: i64,
+    ) -> (bool, Option<Finding>) {
+        let Some((wf, wts)) = self.dirs[ev.dir].window_full.take() else {
+            return (false, None);
+        };
+        let gap = us(ev.ts - wts);
+        if gap < (2 * ev.rtt_est_us).max(1_000) {
+            return (true, None);
+        }
+        let f = Finding {
+            kind: FindingKind::WindowFull,
+            detail: None,
+            stream: ev.stream,
+            transaction: txn,
+            frames: vec![wf, ev.frame],
+            start_us: (wts - first_ts) / 1000,
+            end_us: (ev.ts - first_ts) / 1000,
+            cost_us: gap,
+            explanation: format!(
+                "sender filled the receiver's window at frame {wf} and waited {:.1} ms",
+                gap as f64 / 1000.0
+            ),
+        };
+        (true, Some(f))
+    }
+
+    /// A fresh data segment, after the checks: did it fill the peer's window?
+    pub fn after_data(&mut self, ev: &Seg<'_>) {
+        let end = ev.seq.wrapping_add(ev.len);
+        if let (Some(w), Some(a)) = (ev.peer_window, ev.peer_last_ack)
+            && w > 0
+            && ev.flags & flags::SYN == 0
+            && end.wrapping_sub(a) >= w
+            && end.wrapping_sub(a) < 1 << 30
+        {
+            self.dirs[ev.dir].window_full = Some((ev.frame, ev.ts));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{Script, kinds};
+    use lagtrace_model::FindingKind;
+
+    #[test]
+    fn a_zero_window_held_for_long_is_found() {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_200, 1000);
+        s.window[0] = 0;
+        s.client_ack(1_300);
+        s.window[0] = 65_535;
+        s.client_ack(301_300);
+        let an = s.finish();
+        assert_eq!(kinds(&an), [FindingKind::ZeroWindow]);
+        assert_eq!(an.findings[0].frames, [6, 7]);
+        assert_eq!(an.findings[0].cost_us, 300_000);
+    }
+
+    #[test]
+    fn a_zero_window_reopened_at_once_costs_nothing() {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_200, 1000);
+        s.window[0] = 0;
+        s.client_ack(1_300);
+        s.window[0] = 65_535;
+        s.client_ack(1_400);
+        assert!(s.finish().findings.is_empty());
+    }
+
+    #[test]
+    fn data_waiting_at_the_edge_of_the_window_is_window_full() {
+        let mut s = Script::handshake(100);
+        s.window[0] = 2_000;
+        s.client_data(1_000, 41);
+        s.server_data(1_200, 1000);
+        s.server_data(1_210, 1000); // fills the client's 2000 B window
+        s.client_ack(50_000);
+        s.server_data(50_100, 1000);
+        let an = s.finish();
+        assert_eq!(kinds(&an), [FindingKind::WindowFull]);
+        let f = &an.findings[0];
+        assert_eq!(f.frames, [6, 8]);
+        assert_eq!(f.cost_us, 48_890);
+    }
+}
