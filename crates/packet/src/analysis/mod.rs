@@ -31,6 +31,7 @@ mod tcp;
 #[cfg(test)]
 mod testing;
 mod tracker;
+mod window;
 
 use std::collections::HashMap;
 
@@ -88,8 +89,6 @@ struct Detectors {
     nagle: nagle::Nagle,
     http: http::Transactions,
 }
-
-mod window;
 
 /// Frames that were not analyzed, by reason.
 #[derive(Default)]
