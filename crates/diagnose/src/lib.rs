@@ -8,10 +8,13 @@
 //! - [`run()`](run::run): the orchestration; one adapter per layer in [`adapters`].
 //!
 //! ## JSON schema (version [`SCHEMA_VERSION`]; durations in whole µs, `*_us`)
+//! The types live in `lagtrace_model::diagnosis`; the generated JSON Schema is
+//! `schemas/diagnose.schema.json`.
 //! ```text
-//! schema      1
+//! schema_version  2
+//! command         "diagnose"
 //! target      {url, host, addr, port}
-//! settings    {concurrency, duration_ms}
+//! settings    {concurrency, duration_us}
 //! elapsed_us
 //! verdict     {cause, secondary: [cause], confidence: high|medium|low, summary,
 //!              cost: {added_us, share (0–1), affected?, of?, p50_us?, concurrency?,
@@ -23,8 +26,8 @@
 //!              fix: [{side: server|client|path, location?, change, tradeoff?}]}
 //! layers      {path, app, packets, sockets}, each
 //!             {status: ok|finding|skipped|unavailable|error, reason?, data?}
-//!   path.data    {method, idle: rtt?, under_load: rtt?, hops: [{ttl, addr?, rtt_us?}],
-//!                 reached, port_open, notes}
+//!   path.data    {method: tcp-syn|tcp-connect|udp|icmp, idle: rtt?, under_load: rtt?,
+//!                 hops: [{ttl, addr?, rtt_us?}], reached, port_open, notes}
 //!                rtt = {sent, received, rst, min_us, p50_us, avg_us, p90_us, max_us}
 //!   app.data     {c1: run?, cn: run?}; run = {concurrency, requests, duration_us,
 //!                 requests_per_sec, latency: pct, distribution: [{percentile, latency_us}],
@@ -34,7 +37,7 @@
 //!   packets.data {capture_point, packets, dropped, streams, transactions,
 //!                 handshake_rtt: pct?, server_time: pct?,
 //!                 findings: [{kind, count, transactions, share, median_added_us,
-//!                             p99_added_us, examples: [{stream, frames, time_s, added_us, note}]}],
+//!                             p99_added_us, examples: [{stream, frames, time_us, added_us, note}]}],
 //!                 example_flow: {stream, client, server,
 //!                                packets: [{frame, t_us, dir: to-server|to-client, flags, len, note}],
 //!                                stalls: [{from_frame, to_frame, gap_us, label}]}?}
@@ -103,7 +106,8 @@ pub fn assemble(
         }
     }
     Diagnosis {
-        schema: SCHEMA_VERSION,
+        schema_version: SCHEMA_VERSION,
+        command: "diagnose".into(),
         target,
         settings,
         elapsed_us,

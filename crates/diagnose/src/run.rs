@@ -452,7 +452,7 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     };
     let settings = Settings {
         concurrency: opts.concurrency,
-        duration_ms: opts.duration.as_millis() as u64,
+        duration_us: opts.duration.as_micros() as u64,
     };
     let mut d = Diagnosis::assemble(target, settings, layers, t0.elapsed().as_micros() as u64);
     if opts.stop.load(Ordering::Relaxed) {

@@ -58,7 +58,7 @@ fn finding(kind: &str, tx: u64, total: u64, median: u64) -> FindingSummary {
         examples: vec![FindingExample {
             stream: 2,
             frames: vec![41, 44, 45],
-            time_s: 0.047146,
+            time_us: 47_146,
             added_us: median,
             note: "held until the ACK".into(),
         }],
@@ -565,7 +565,7 @@ fn diagnosis_json_has_the_stable_schema_and_finding_statuses() {
         target(),
         Settings {
             concurrency: 32,
-            duration_ms: 10_000,
+            duration_us: 10_000_000,
         },
         nagle_layers(),
         9_800_000,

@@ -511,7 +511,7 @@ fn without_privileges_the_layers_say_which_capability_and_the_app_still_points_a
     let why = j["layers"]["sockets"]["reason"].as_str().unwrap();
     assert!(why.contains("CAP_SYS_ADMIN"), "{why}");
     // Without SYN probes the path layer times connect() instead, and says so.
-    assert_eq!(j["layers"]["path"]["data"]["method"], "connect");
+    assert_eq!(j["layers"]["path"]["data"]["method"], "tcp-connect");
     // The application's shape (first request fast, later ones ~40 ms) still points at it.
     assert_eq!(cause(&j), "nagle-delayed-ack", "{}", show(&j));
     assert_eq!(j["verdict"]["confidence"], "low");

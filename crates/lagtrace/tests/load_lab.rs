@@ -93,17 +93,17 @@ fn latency_server_stalls_and_good_server_does_not_like_wrk_sees() {
     let lab = lab("lat");
     let slow = load_json(&["-d", "2s", "-c", "10", "-t", "1", &lab.latency_url()]);
     let good = load_json(&["-d", "1s", "-c", "10", "-t", "1", &lab.good_url()]);
-    let slow_p50 = slow["latency_us"]["p50"].as_f64().unwrap();
-    let good_p50 = good["latency_us"]["p50"].as_f64().unwrap();
+    let slow_p50 = slow["latency"]["p50_us"].as_f64().unwrap();
+    let good_p50 = good["latency"]["p50_us"].as_f64().unwrap();
     assert!(slow_p50 >= 30_000.0, "latency server p50 {slow_p50} µs");
     assert!(good_p50 < 30_000.0, "good server p50 {good_p50} µs");
     // The first request on a connection is answered while the client is still in quick-ACK
     // mode: no stall. One connection, so no batch of first requests queues at the
     // single-worker nginx.
     let one = load_json(&["-n", "10", "-c", "1", "-t", "1", &lab.latency_url()]);
-    let first = one["first_request_latency_us"]["max"].as_f64().unwrap();
-    let later = one["later_request_latency_us"]["p50"].as_f64().unwrap();
-    assert_eq!(one["first_request_latency_us"]["count"], 1);
+    let first = one["first_request_latency"]["max_us"].as_f64().unwrap();
+    let later = one["later_request_latency"]["p50_us"].as_f64().unwrap();
+    assert_eq!(one["first_request_latency"]["count"], 1);
     assert!(
         first < 25_000.0 && later >= 30_000.0,
         "first {first} µs, later p50 {later} µs"
@@ -139,7 +139,7 @@ fn quickack_removes_the_stall_and_rate_holds_within_two_percent() {
         "--quickack",
         &lab.latency_url(),
     ]);
-    let p50 = v["latency_us"]["p50"].as_f64().unwrap();
+    let p50 = v["latency"]["p50_us"].as_f64().unwrap();
     assert!(
         p50 < 30_000.0,
         "with TCP_QUICKACK the client ACKs at once: p50 {p50} µs"
@@ -161,5 +161,5 @@ fn quickack_removes_the_stall_and_rate_holds_within_two_percent() {
         (n / 3.0 - 1000.0).abs() <= 20.0,
         "{n} requests in 3 s at --rate 1000"
     );
-    assert!(v["uncorrected_latency_us"]["p50"].is_number());
+    assert!(v["uncorrected_latency"]["p50_us"].is_number());
 }

@@ -130,7 +130,7 @@ fn json_report_states_samples_stats_and_timestamp_source() {
     );
     assert_eq!(o.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["mode"], "syn");
+    assert_eq!(v["mode"], "tcp-syn");
     assert_eq!(v["stats"]["sent"], 4);
     assert_eq!(v["stats"]["received"], 4);
     assert_eq!(v["samples"].as_array().unwrap().len(), 4);

@@ -396,7 +396,10 @@ pub fn run(
         }
         l.finish()?;
     }
-    Ok(merge(opts, results, start, stop.load(Ordering::Relaxed)))
+    let mut report = merge(opts, results, start, stop.load(Ordering::Relaxed));
+    report.host = p.target.host.clone();
+    report.addr = Some(p.addr);
+    Ok(report)
 }
 
 /// The `--hdr-log` file, written as intervals arrive (memory does not grow with the run).
@@ -498,6 +501,8 @@ fn merge(
         connections_opened: connects,
         interrupted,
         options: opts.used(),
+        host: String::new(),
+        addr: None,
         histogram: hist,
     }
 }

@@ -230,6 +230,10 @@ pub struct LoadReport {
     pub interrupted: bool,
     /// Options used.
     pub options: OptionsUsed,
+    /// Host as written in the URL.
+    pub host: String,
+    /// The address the run connected to.
+    pub addr: Option<std::net::SocketAddr>,
     /// The merged latency histogram (µs), the same values as `latency_us`.
     #[serde(skip)]
     pub histogram: Histogram<u64>,
@@ -433,5 +437,99 @@ mod tests {
         assert_eq!(p[0], 0.0);
         assert!((p[4] - 90.0).abs() < 1e-9 && (p[8] - 99.0).abs() < 1e-9);
         assert_eq!(*p.last().unwrap(), 100.0);
+    }
+}
+
+// ---- the JSON report (lagtrace-model) ---------------------------------------------------
+
+fn share(pct: f64) -> f64 {
+    lagtrace_model::contract::share_of_percent(pct)
+}
+
+fn secs_us(s: f64) -> u64 {
+    (s * 1e6).round() as u64
+}
+
+impl From<&LatencySummary> for lagtrace_model::load::LoadLatency {
+    fn from(l: &LatencySummary) -> Self {
+        lagtrace_model::load::LoadLatency {
+            summary: lagtrace_model::LatencySummary {
+                count: l.count,
+                min_us: l.min,
+                mean_us: l.mean.round() as u64,
+                p50_us: l.p50,
+                p90_us: l.p90,
+                p99_us: l.p99,
+                p999_us: l.p999,
+                max_us: l.max,
+            },
+            stdev_us: l.stdev.round() as u64,
+            p75_us: l.p75,
+            p9999_us: l.p9999,
+            within_stdev_share: share(l.within_stdev_pct),
+        }
+    }
+}
+
+impl From<&LoadReport> for lagtrace_model::load::LoadReport {
+    fn from(r: &LoadReport) -> Self {
+        use lagtrace_model::load as m;
+        let o = &r.options;
+        m::LoadReport {
+            target: lagtrace_model::Target {
+                url: Some(o.url.clone()),
+                host: r.host.clone(),
+                addr: r.addr.map(|a| a.ip().to_string()).unwrap_or_default(),
+                port: r.addr.map_or(0, |a| a.port()),
+            },
+            requests: r.requests,
+            duration_us: secs_us(r.duration_s),
+            requests_per_sec: r.requests_per_sec,
+            bytes: r.bytes,
+            bytes_per_sec: r.bytes_per_sec,
+            latency: (&r.latency_us).into(),
+            uncorrected_latency: r.uncorrected_latency_us.as_ref().map(Into::into),
+            first_request_latency: (&r.first_request_latency_us).into(),
+            later_request_latency: (&r.later_request_latency_us).into(),
+            percentiles: r
+                .percentiles
+                .iter()
+                .map(|p| m::PercentilePoint {
+                    percentile: p.percentile,
+                    latency_us: p.latency_us,
+                })
+                .collect(),
+            thread_requests_per_sec: m::RateSummary {
+                mean: r.thread_requests_per_sec.mean,
+                stdev: r.thread_requests_per_sec.stdev,
+                max: r.thread_requests_per_sec.max,
+                within_stdev_share: share(r.thread_requests_per_sec.within_stdev_pct),
+            },
+            errors: m::ErrorCounts {
+                connect: r.errors.connect,
+                read: r.errors.read,
+                write: r.errors.write,
+                timeout: r.errors.timeout,
+                status: r.errors.status,
+            },
+            status_codes: r.status_codes.clone(),
+            connections_opened: r.connections_opened,
+            interrupted: r.interrupted,
+            options: m::LoadOptions {
+                url: o.url.clone(),
+                connections: o.connections,
+                threads: o.threads,
+                duration_us: secs_us(o.duration_s),
+                requests: o.requests,
+                rate: o.rate,
+                timeout_us: secs_us(o.timeout_s),
+                connect_timeout_us: secs_us(o.connect_timeout_s),
+                method: o.method.clone(),
+                headers: o.headers.clone(),
+                body_bytes: o.body_bytes,
+                quickack: o.quickack,
+                insecure: o.insecure,
+            },
+        }
     }
 }

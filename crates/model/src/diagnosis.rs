@@ -9,26 +9,26 @@
 pub mod evidence;
 pub mod verdict;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::Cause;
 use evidence::{AppEvidence, Layers, Target};
 use verdict::{EvidenceLine, Verdict};
 
-/// Version of the JSON schema of [`Diagnosis`]; bumped on incompatible changes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub use crate::contract::SCHEMA_VERSION;
 
 /// The settings a diagnosis ran with.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct Settings {
     /// Connections of the concurrent run.
     pub concurrency: u32,
-    /// Total load budget (c=1 and c=N runs together), milliseconds.
-    pub duration_ms: u64,
+    /// Total load budget (c=1 and c=N runs together), µs.
+    pub duration_us: u64,
 }
 
 /// One row of a before/after comparison.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CompareRow {
     /// `c=1` or `c=32`.
     pub run: String,
@@ -43,7 +43,7 @@ pub struct CompareRow {
 }
 
 /// `--verify`: this run against a saved baseline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Verify {
     /// Where the baseline came from.
     pub baseline: String,
@@ -58,10 +58,12 @@ pub struct Verify {
 }
 
 /// A whole diagnosis: what `--json` prints.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Diagnosis {
     /// [`SCHEMA_VERSION`].
-    pub schema: u32,
+    pub schema_version: u32,
+    /// Always `diagnose`.
+    pub command: String,
     /// What was diagnosed.
     pub target: Target,
     /// How it ran.

@@ -1,14 +1,19 @@
-//! Plain data shared by every lagtrace crate: cause codes and small value types.
+//! Plain data at the centre of lagtrace: cause codes, small value types, and every type a
+//! command outputs (its `--json` report), under one JSON contract ([`contract`]).
 //!
-//! Everything here is `serde`-serializable and free of I/O. Engines (packet, probe, load,
-//! sockets) own their detailed report types; this crate holds only what several of them
-//! must agree on.
+//! Everything here is `serde`-serializable, documented, and free of I/O. Engines compute
+//! their own state and turn it into these report types; renderers (`lagtrace-report`, the
+//! CLI) read only these.
 #![deny(missing_docs)]
 
 pub mod analyze;
+pub mod contract;
 pub mod diagnosis;
 pub mod finding;
+pub mod load;
+pub mod probe;
 
+pub use contract::{Envelope, LatencySummary, ProbeMode, SCHEMA_VERSION, Target};
 pub use finding::FindingKind;
 
 use serde::{Deserialize, Serialize};
@@ -18,7 +23,19 @@ mod privilege;
 pub use privilege::{Capability, Privilege};
 
 /// The stable cause codes of `../shared/DESIGN.md`. JSON uses the kebab-case strings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Cause {
     /// No latency problem beyond the path RTT and a normal server time.

@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod json;
 pub mod net;
 pub mod ping;
 pub mod route;

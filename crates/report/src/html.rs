@@ -228,7 +228,7 @@ pub fn html(d: &Diagnosis) -> String {
         o,
         "<footer>lagtrace {} · JSON schema {} · + supports the verdict, − rules out an alternative, · note</footer></main></body></html>",
         env!("CARGO_PKG_VERSION"),
-        d.schema
+        d.schema_version
     );
     o
 }

@@ -50,7 +50,13 @@ pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
                     }
                 }
                 if p.method != "tcp-syn" && !p.method.is_empty() {
-                    let _ = write!(s, " [{}]", p.method);
+                    // The text keeps its short word for a timed connect().
+                    let m = if p.method == "tcp-connect" {
+                        "connect"
+                    } else {
+                        &p.method
+                    };
+                    let _ = write!(s, " [{m}]");
                 }
                 s
             }

@@ -124,7 +124,7 @@ fn nagle_case() -> Diagnosis {
                 examples: vec![FindingExample {
                     stream: 1,
                     frames: vec![16, 17, 18],
-                    time_s: 0.047146,
+                    time_us: 47_146,
                     added_us: 41_535,
                     note: "body held until the delayed ACK".into(),
                 }],
@@ -169,7 +169,7 @@ fn nagle_case() -> Diagnosis {
         target,
         Settings {
             concurrency: 32,
-            duration_ms: 10_000,
+            duration_us: 10_000_000,
         },
         layers,
         11_200_000,

@@ -31,8 +31,8 @@ pub struct SocketOptions {
     pub keepalive: Option<bool>,
     /// TCP_MAXSEG.
     pub maxseg: Option<u32>,
-    /// TCP_USER_TIMEOUT in ms (0 = system default).
-    pub user_timeout_ms: Option<u32>,
+    /// TCP_USER_TIMEOUT in µs (the kernel's ms × 1000; 0 = system default).
+    pub user_timeout_us: Option<u64>,
 }
 
 fn getsockopt_int(fd: i32, level: i32, name: i32) -> Option<i32> {
@@ -56,7 +56,8 @@ pub fn read_options(fd: i32) -> SocketOptions {
         notsent_lowat: u(libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT),
         keepalive: b(libc::SOL_SOCKET, libc::SO_KEEPALIVE),
         maxseg: u(libc::IPPROTO_TCP, libc::TCP_MAXSEG),
-        user_timeout_ms: u(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT),
+        user_timeout_us: u(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT)
+            .map(|ms| u64::from(ms) * 1000),
     }
 }
 

@@ -165,7 +165,8 @@ pub struct OptionCount {
 /// The result of [`record`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Recording {
-    /// The command.
+    /// The command line that was recorded (`argv` in JSON: `command` is the envelope's).
+    #[serde(rename = "argv")]
     pub command: Vec<String>,
     /// Every recorded call, in completion order.
     pub events: Vec<SyscallEvent>,

@@ -51,7 +51,7 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
                 .map(|f| FindingExample {
                     stream: f.stream,
                     frames: f.frames.clone(),
-                    time_s: f.start_us as f64 / 1e6,
+                    time_us: u64::try_from(f.start_us).unwrap_or(0),
                     added_us: f.cost_us,
                     note: f.explanation.clone(),
                 })

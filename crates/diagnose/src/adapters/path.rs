@@ -33,11 +33,11 @@ pub fn reached(r: &PingReport) -> bool {
     r.samples.iter().any(|s| s.kind.is_reply())
 }
 
-/// `tcp-syn` or `connect`.
+/// The probe mode, in the contract's vocabulary (`tcp-syn`, `tcp-connect`, ...).
 pub fn method(r: &PingReport) -> String {
     match r.mode {
         PingMode::Syn => "tcp-syn",
-        PingMode::Connect => "connect",
+        PingMode::Connect => "tcp-connect",
         PingMode::Udp => "udp",
         PingMode::Icmp => "icmp",
     }

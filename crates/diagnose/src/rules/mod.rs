@@ -230,7 +230,7 @@ fn example_text(f: &FindingSummary) -> String {
                 "; e.g. stream {} frames {} at {:.6}s: {}{}",
                 e.stream,
                 frames.join(" "),
-                e.time_s,
+                e.time_us as f64 / 1e6,
                 ms(e.added_us),
                 if e.note.is_empty() {
                     String::new()

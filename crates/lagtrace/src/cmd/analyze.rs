@@ -66,7 +66,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut out = String::new();
     if args.json {
-        let v = serde_json::to_string_pretty(&an).context("serialize")?;
+        let v = serde_json::to_string_pretty(&lagtrace_model::Envelope::new("analyze", &an))
+            .context("serialize")?;
         out.push_str(&v);
         out.push('\n');
     } else if args.flow {

@@ -141,7 +141,10 @@ fn up(name: &str, server: Server, json: bool) -> anyhow::Result<ExitCode> {
     }
     let st = lab.keep();
     if json {
-        outln!("{}", serde_json::to_string_pretty(&st)?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&lagtrace_model::Envelope::new("lab up", &st))?
+        );
     } else {
         for n in &st.notes {
             eprintln!("lagtrace lab: {n}");
@@ -245,7 +248,10 @@ fn status(name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
                 .collect(),
             orphan_namespaces: orphans,
         };
-        outln!("{}", serde_json::to_string_pretty(&out)?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&lagtrace_model::Envelope::new("lab status", &out))?
+        );
         return Ok(code);
     }
     match name {

@@ -150,7 +150,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     print_header();
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
+        let doc =
+            lagtrace_model::Envelope::new("load", lagtrace_model::load::LoadReport::from(&report));
+        serde_json::to_writer_pretty(&mut out, &doc)?;
         writeln!(out)?;
     } else {
         write!(

@@ -274,7 +274,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         writeln!(
             std::io::stdout(),
             "{}",
-            serde_json::to_string_pretty(&report)?
+            serde_json::to_string_pretty(&lagtrace_model::Envelope::new(
+                "ping",
+                lagtrace_probe::json::ping_report(&report, &args.target)
+            ))?
         )?;
     } else {
         if let Some(n) = report.note.as_ref().filter(|_| !fallback_said) {

@@ -255,7 +255,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         writeln!(
             std::io::stdout(),
             "{}",
-            serde_json::to_string_pretty(&report)?
+            serde_json::to_string_pretty(&lagtrace_model::Envelope::new(
+                "route",
+                lagtrace_probe::json::route_report(&report, &args.target)
+            ))?
         )?;
     } else if args.report.is_some() {
         write!(std::io::stdout(), "{}", render_report(&report))?;

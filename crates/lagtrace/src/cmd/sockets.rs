@@ -112,7 +112,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let ins = lagtrace_sockets::inspect(&opts)?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &ins).map_err(std::io::Error::from)?;
+        serde_json::to_writer_pretty(&mut out, &lagtrace_model::Envelope::new("sockets", &ins))
+            .map_err(std::io::Error::from)?;
         writeln!(out)?;
     } else {
         out.write_all(render_inspection(&ins, args.all_netns).as_bytes())?;
@@ -296,7 +297,11 @@ fn run_record(args: Args) -> anyhow::Result<ExitCode> {
     )?;
     if args.json {
         let mut out = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut out, &rec).map_err(std::io::Error::from)?;
+        serde_json::to_writer_pretty(
+            &mut out,
+            &lagtrace_model::Envelope::new("sockets record", &rec),
+        )
+        .map_err(std::io::Error::from)?;
         writeln!(out)?;
     } else {
         eprint!("{}", render_recording(&rec));

@@ -4,10 +4,13 @@
 //! adapter per layer (see `adapters`) converts it into these plain structs, which is all the
 //! verdict rules and the renderers ever see. Durations are whole microseconds (`*_us`).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The four layers of the method, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum LayerName {
     /// Layer 1: SYN RTT idle and under load, hops.
@@ -40,7 +43,7 @@ impl LayerName {
 }
 
 /// How a layer's run went. `ok` and `finding` carry data; the others say why in `reason`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum LayerStatus {
     /// Ran, nothing abnormal.
@@ -69,7 +72,7 @@ impl LayerStatus {
 }
 
 /// One layer's outcome: its status, why (when not `ok`), and its data when it ran.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Layer<T> {
     /// `ok`, `finding`, `skipped`, `unavailable` or `error`.
     pub status: LayerStatus,
@@ -121,7 +124,7 @@ impl<T> Layer<T> {
 }
 
 /// What was diagnosed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct Target {
     /// The URL as given.
     pub url: String,
@@ -134,7 +137,7 @@ pub struct Target {
 }
 
 /// RTT statistics of a series of probes (SYN ping).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct RttStats {
     /// Probes sent.
     pub sent: u32,
@@ -194,7 +197,7 @@ impl RttStats {
 }
 
 /// One hop of a route.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Hop {
     /// TTL of the probe.
     pub ttl: u8,
@@ -205,7 +208,7 @@ pub struct Hop {
 }
 
 /// Layer 1: the path.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct PathEvidence {
     /// Probe kind: `tcp-syn` (raw socket) or `connect` (no privilege).
     pub method: String,
@@ -225,29 +228,11 @@ pub struct PathEvidence {
     pub notes: Vec<String>,
 }
 
-/// A latency distribution in µs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct Percentiles {
-    /// Number of samples.
-    pub count: u64,
-    /// Smallest.
-    pub min_us: u64,
-    /// Mean.
-    pub mean_us: u64,
-    /// Median.
-    pub p50_us: u64,
-    /// 90th percentile.
-    pub p90_us: u64,
-    /// 99th percentile.
-    pub p99_us: u64,
-    /// 99.9th percentile.
-    pub p999_us: u64,
-    /// Largest.
-    pub max_us: u64,
-}
+/// A latency distribution in µs: the contract's one [`LatencySummary`](crate::LatencySummary).
+pub type Percentiles = crate::LatencySummary;
 
 /// One point of a percentile distribution (for the HdrHistogram-style chart).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PercentilePoint {
     /// Percentile, 0..=100.
     pub percentile: f64,
@@ -256,7 +241,7 @@ pub struct PercentilePoint {
 }
 
 /// Failed requests by kind (wrk's socket errors plus HTTP status).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct Errors {
     /// Could not connect (refused, unreachable, connect timeout).
     pub connect: u64,
@@ -278,7 +263,7 @@ impl Errors {
 }
 
 /// One load run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct AppRun {
     /// Connections.
     pub concurrency: u32,
@@ -307,7 +292,7 @@ pub struct AppRun {
 }
 
 /// Layer 2: the application.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct AppEvidence {
     /// Sequential keep-alive requests on one connection.
     pub c1: Option<AppRun>,
@@ -316,14 +301,14 @@ pub struct AppEvidence {
 }
 
 /// One example of a packet finding, enough to open the pcap at the right packet.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct FindingExample {
     /// TCP stream index (as Wireshark's `tcp.stream`).
     pub stream: u32,
     /// Frame numbers involved (1-based, as Wireshark).
     pub frames: Vec<u64>,
-    /// Time of the first involved frame, seconds since the capture start.
-    pub time_s: f64,
+    /// Time of the first involved frame, µs since the capture start.
+    pub time_us: u64,
     /// Latency this instance added.
     pub added_us: u64,
     /// What happened, in a short phrase.
@@ -332,7 +317,7 @@ pub struct FindingExample {
 }
 
 /// All findings of one kind over the capture.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct FindingSummary {
     /// Finding kind (`nagle-delayed-ack`, `delayed-ack`, `nagle-stall`, `retransmission`,
     /// `syn-retransmit`, `zero-window`, `window-full`, `tcp-cork`, `slow-server`).
@@ -353,7 +338,7 @@ pub struct FindingSummary {
 }
 
 /// Direction of a packet in a flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Direction {
     /// Client to server.
@@ -363,7 +348,7 @@ pub enum Direction {
 }
 
 /// One packet of a flow graph.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FlowPacket {
     /// Frame number in the capture.
     pub frame: u64,
@@ -381,7 +366,7 @@ pub struct FlowPacket {
 }
 
 /// A stall in a flow: the gap between two packets.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Stall {
     /// Frame where the wait starts.
     pub from_frame: u64,
@@ -394,7 +379,7 @@ pub struct Stall {
 }
 
 /// The flow graph of one representative connection.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Flow {
     /// Stream index.
     pub stream: u32,
@@ -410,7 +395,7 @@ pub struct Flow {
 }
 
 /// Layer 3: packets captured during the c=N run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct PacketEvidence {
     /// Where the capture ran (`veth-x in namespace lab-y`).
     pub capture_point: String,
@@ -445,7 +430,7 @@ impl PacketEvidence {
 }
 
 /// The server process owning the listening socket.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct ServerProcess {
     /// Process id.
     pub pid: u32,
@@ -456,7 +441,7 @@ pub struct ServerProcess {
 }
 
 /// Counts of one boolean socket option over the server's established sockets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct OptionCount {
     /// Sockets with the option on.
     pub on: u32,
@@ -467,7 +452,7 @@ pub struct OptionCount {
 }
 
 /// One configuration directive, with where it is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ConfigDirective {
     /// Directive name (`tcp_nodelay`).
     pub name: String,
@@ -483,7 +468,7 @@ pub struct ConfigDirective {
 }
 
 /// The client side: lagtrace's own load sockets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ClientSide {
     /// TCP_NODELAY on the client's sockets.
     pub nodelay: bool,
@@ -506,7 +491,7 @@ impl Default for ClientSide {
 }
 
 /// Layer 4: sockets and configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct SocketEvidence {
     /// The client side (always known: it is lagtrace).
     pub client: ClientSide,
@@ -535,7 +520,7 @@ impl SocketEvidence {
 }
 
 /// All evidence, one layer each.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Layers {
     /// Layer 1.
     pub path: Layer<PathEvidence>,

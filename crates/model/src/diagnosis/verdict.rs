@@ -2,12 +2,15 @@
 //! terms, the evidence for and against, and the fix.
 
 use crate::Cause;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::evidence::LayerName;
 
 /// How sure the verdict is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Confidence {
     /// One layer's indirect evidence only.
@@ -30,7 +33,7 @@ impl Confidence {
 }
 
 /// Whether an evidence line supports the verdict, rules out an alternative, or is a note.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stance {
     /// Supports the primary (or a secondary) cause.
@@ -42,7 +45,7 @@ pub enum Stance {
 }
 
 /// One line of evidence.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EvidenceLine {
     /// The layer it comes from.
     pub layer: LayerName,
@@ -56,7 +59,7 @@ pub struct EvidenceLine {
 }
 
 /// Where a fix is applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum FixSide {
     /// The server (process or config).
@@ -68,7 +71,7 @@ pub enum FixSide {
 }
 
 /// One way to fix the cause.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Fix {
     /// Server, client or path.
     pub side: FixSide,
@@ -83,7 +86,7 @@ pub struct Fix {
 }
 
 /// The conclusion.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Verdict {
     /// The primary cause.
     pub cause: Cause,
@@ -106,7 +109,7 @@ pub struct Verdict {
 }
 
 /// The cost of the verdict's cause in the user's terms: numbers first, the same in prose.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Cost {
     /// Latency the cause adds to an affected request (its median), µs. 0 when `healthy`, and
     /// when requests fail rather than wait (`unreachable`).
@@ -136,7 +139,7 @@ pub struct Cost {
 }
 
 /// How a cause works, where the evidence shows it (filled by later rules; none today).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mechanism {
     /// Every n-th request (or segment) pays the cost: a pattern in the request order.
@@ -153,7 +156,7 @@ pub enum Mechanism {
 }
 
 /// What the slowest requests wait for (filled by the tail decomposition; none today).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Tail {
     /// The percentile described, in percent (`99.0`).
     pub percentile: f64,
@@ -168,7 +171,7 @@ pub struct Tail {
 }
 
 /// One component of the tail's excess latency.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TailPart {
     /// The cause the slow requests wait for.
     pub cause: Cause,
