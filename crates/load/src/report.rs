@@ -410,36 +410,6 @@ pub fn render_text(r: &LoadReport, distribution: bool, uncorrected: bool) -> Str
     s
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wrk_units() {
-        assert_eq!(format_time_us(635.91), "635.91us");
-        assert_eq!(format_time_us(890.0), "0.89ms");
-        assert_eq!(format_time_us(12920.0), "12.92ms");
-        assert_eq!(format_time_us(10_000_000.0), "10.00s");
-        assert_eq!(format_time_us(120_000_000.0), "2.00m");
-        assert_eq!(format_metric(56200.0), "56.20k");
-        assert_eq!(format_metric(12.0), "12.00");
-        assert_eq!(format_binary(17.76 * 1024.0 * 1024.0 * 1024.0), "17.76G");
-        let mut s = String::new();
-        units(&mut s, "635.91us", 8);
-        units(&mut s, "0.89ms", 10);
-        units(&mut s, "12.92ms", 9);
-        assert_eq!(s, "635.91us    0.89ms  12.92ms");
-    }
-
-    #[test]
-    fn percentiles_are_log_spaced() {
-        let p = chart_percentiles();
-        assert_eq!(p[0], 0.0);
-        assert!((p[4] - 90.0).abs() < 1e-9 && (p[8] - 99.0).abs() < 1e-9);
-        assert_eq!(*p.last().unwrap(), 100.0);
-    }
-}
-
 // ---- the JSON report (lagtrace-model) ---------------------------------------------------
 
 fn share(pct: f64) -> f64 {
@@ -531,5 +501,35 @@ impl From<&LoadReport> for lagtrace_model::load::LoadReport {
                 insecure: o.insecure,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrk_units() {
+        assert_eq!(format_time_us(635.91), "635.91us");
+        assert_eq!(format_time_us(890.0), "0.89ms");
+        assert_eq!(format_time_us(12920.0), "12.92ms");
+        assert_eq!(format_time_us(10_000_000.0), "10.00s");
+        assert_eq!(format_time_us(120_000_000.0), "2.00m");
+        assert_eq!(format_metric(56200.0), "56.20k");
+        assert_eq!(format_metric(12.0), "12.00");
+        assert_eq!(format_binary(17.76 * 1024.0 * 1024.0 * 1024.0), "17.76G");
+        let mut s = String::new();
+        units(&mut s, "635.91us", 8);
+        units(&mut s, "0.89ms", 10);
+        units(&mut s, "12.92ms", 9);
+        assert_eq!(s, "635.91us    0.89ms  12.92ms");
+    }
+
+    #[test]
+    fn percentiles_are_log_spaced() {
+        let p = chart_percentiles();
+        assert_eq!(p[0], 0.0);
+        assert!((p[4] - 90.0).abs() < 1e-9 && (p[8] - 99.0).abs() < 1e-9);
+        assert_eq!(*p.last().unwrap(), 100.0);
     }
 }
