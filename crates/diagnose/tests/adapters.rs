@@ -1,25 +1,13 @@
-//! The packets adapter on the reference captures (../shared/case): the real analyzer's
+//! The packets adapter on the reference captures (testdata/case): the real analyzer's
 //! output becomes evidence, the rules name the cause from it, and the example flow is the
 //! ladder of the case's README (headers, delayed ACK, held body).
-
-use std::path::{Path, PathBuf};
 
 use lagtrace_diagnose::adapters::packets;
 use lagtrace_diagnose::evidence::*;
 use lagtrace_diagnose::judge;
 use lagtrace_model::Cause;
 use lagtrace_packet::{AnalyzeOptions, analyze_file};
-
-fn case_file(name: &str) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/case")
-        .join(name);
-    if p.exists() {
-        p
-    } else {
-        Path::new("/work/shared/case").join(name)
-    }
-}
+use lagtrace_testkit::case_pcap as case_file;
 
 fn packets_only(p: PacketEvidence) -> Layers {
     Layers {

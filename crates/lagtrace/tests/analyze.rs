@@ -1,19 +1,10 @@
 //! `lagtrace analyze` on the reference captures, checked against tshark, and on bad input.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn case_file(name: &str) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/case")
-        .join(name);
-    if p.exists() {
-        p
-    } else {
-        PathBuf::from("/work/shared/case").join(name)
-    }
-}
+use lagtrace_testkit::case_pcap as case_file;
 
 fn lagtrace(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lagtrace"))

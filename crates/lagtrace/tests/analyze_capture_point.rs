@@ -3,7 +3,7 @@
 //! namespace on the server's interface, and here on the host end. `lagtrace analyze` must
 //! name the same finding on each capture (on the server's side the delayed ACK arrives one
 //! RTT later and the held segment leaves at once; on the client's side the reverse).
-//! IPv4 and IPv6. Everything is removed by a guard. Needs root; without it the tests say so.
+//! IPv4 and IPv6. Everything is removed by a guard. Needs root: marked `#[ignore = "needs root"]`.
 
 mod common;
 
@@ -12,12 +12,13 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{NsGuard, analyze_json, enter_netns, kinds, read_request, root, tcpdump_on, veth_ns};
+use common::{analyze_json, kinds, read_request};
+use lagtrace_testkit::net::{VethNs, enter_netns};
+use lagtrace_testkit::tcpdump::{stop_tcpdump, tcpdump_on};
 
 /// Namespace + veth; returns the guard (peer = the device inside) and the namespace's address.
-fn lab(which: u32, v6: bool) -> (NsGuard, String) {
+fn lab(which: u32, v6: bool) -> (VethNs, String) {
     let pid = std::process::id();
-    let tag = pid % 100_000;
     let (host, ns, plen) = if v6 {
         let n = format!("fd00:1a7:{:x}:{which}", pid % 0xffff);
         (format!("{n}::1"), format!("{n}::2"), "64")
@@ -25,10 +26,8 @@ fn lab(which: u32, v6: bool) -> (NsGuard, String) {
         let n = format!("10.{}.{}", 240 - which, (pid % 250) + 1);
         (format!("{n}.1"), format!("{n}.2"), "30")
     };
-    let g = veth_ns(
-        format!("lt-analyze-cp-{which}-{pid}"),
-        format!("lcp{tag}{which}h"),
-        format!("lcp{tag}{which}n"),
+    let g = VethNs::up(
+        &format!("analyze-cp-{which}"),
         &format!("{host}/{plen}"),
         &format!("{ns}/{plen}"),
         v6,
@@ -36,9 +35,9 @@ fn lab(which: u32, v6: bool) -> (NsGuard, String) {
     (g, ns)
 }
 
-fn tcpdump(g: &mut NsGuard, netns: Option<&str>, dev: &str, file: &Path, port: u16) {
+fn tcpdump(g: &mut VethNs, netns: Option<&str>, dev: &str, file: &Path, port: u16) {
     let td = tcpdump_on(netns, dev, file, port);
-    g.dumps.push(td);
+    g.guard.own_child(td);
 }
 
 /// Who makes the two small writes with Nagle on.
@@ -54,9 +53,6 @@ const BODY: usize = 600;
 
 /// Runs `n` keep-alive requests and returns (server-side analysis, client-side analysis).
 fn run(which: u32, v6: bool, split: Split, n: usize) -> Option<[serde_json::Value; 2]> {
-    if !root("needs root (CAP_NET_ADMIN, CAP_NET_RAW) for a namespace and tcpdump") {
-        return None;
-    }
     let (mut g, ns_ip) = lab(which, v6);
     let peer = g.peer.clone();
     let port: u16 = 21_000 + (std::process::id() % 1000) as u16 + 1000 * which as u16;
@@ -125,8 +121,8 @@ fn run(which: u32, v6: bool, split: Split, n: usize) -> Option<[serde_json::Valu
     drop(c);
     server.join().unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    for td in g.dumps.drain(..) {
-        common::stop_tcpdump(td);
+    for td in g.guard.take_children() {
+        stop_tcpdump(td);
     }
     Some([analyze_json(&files[0]), analyze_json(&files[1])])
 }
@@ -159,11 +155,13 @@ fn check_both(res: Option<[serde_json::Value; 2]>, n: usize) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nagle_delayed_ack_named_from_server_and_client_side_ipv4() {
     check_both(run(1, false, Split::Response, 8), 8);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nagle_delayed_ack_named_from_server_and_client_side_ipv6() {
     check_both(run(2, true, Split::Response, 8), 8);
 }
@@ -171,6 +169,7 @@ fn nagle_delayed_ack_named_from_server_and_client_side_ipv6() {
 /// The client writes its request in two pieces with Nagle on; the server's delayed ACK of
 /// the first piece releases the second: the same finding, in the other direction.
 #[test]
+#[ignore = "needs root"]
 fn request_split_by_client_nagle_meets_server_delayed_ack() {
     check_both(run(3, false, Split::Request, 8), 8);
 }

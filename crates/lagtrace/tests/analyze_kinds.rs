@@ -1,7 +1,7 @@
 //! Each finding kind on real kernel traffic: a tiny server in this test misbehaves in one
 //! way at a time on 127.0.0.1 (Nagle with two small writes, think time, TCP_CORK, a receiver
 //! that does not read), tcpdump captures it, and `lagtrace analyze` must name that kind and
-//! not the others. Needs root for tcpdump; without it the tests say so and do nothing.
+//! not the others. Needs root for tcpdump: marked `#[ignore = "needs root"]`.
 
 mod common;
 
@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use common::{analyze_json, kinds, read_request, tcpdump_on};
+use common::{analyze_json, kinds, read_request};
+use lagtrace_testkit::tcpdump::{stop_tcpdump, tcpdump_on};
 
 struct Capture {
     child: Option<Child>,
@@ -35,7 +36,7 @@ impl Capture {
     fn stop(&mut self) -> &Path {
         std::thread::sleep(Duration::from_millis(300));
         if let Some(c) = self.child.take() {
-            common::stop_tcpdump(c);
+            stop_tcpdump(c);
         }
         &self.file
     }
@@ -48,10 +49,6 @@ impl Drop for Capture {
             let _ = c.wait();
         }
     }
-}
-
-fn root() -> bool {
-    common::root("tcpdump needs root (CAP_NET_RAW)")
 }
 
 fn setopt(fd: i32, level: i32, name: i32, v: i32) {
@@ -170,10 +167,8 @@ fn response(head_extra: usize, body: usize) -> (Vec<u8>, Vec<u8>) {
 
 /// nginx `tcp_nodelay off` in miniature: headers and body in two small writes, Nagle on.
 #[test]
+#[ignore = "needs root"]
 fn two_small_writes_with_nagle_meet_the_delayed_ack() {
-    if !root() {
-        return;
-    }
     let an = run(
         8,
         |s| {
@@ -200,10 +195,8 @@ fn two_small_writes_with_nagle_meet_the_delayed_ack() {
 
 /// The same server with TCP_NODELAY: no stall at all.
 #[test]
+#[ignore = "needs root"]
 fn nodelay_server_has_no_stall() {
-    if !root() {
-        return;
-    }
     let an = run(
         8,
         |s| {
@@ -221,10 +214,8 @@ fn nodelay_server_has_no_stall() {
 
 /// Think time before the response: slow-server, not Nagle.
 #[test]
+#[ignore = "needs root"]
 fn think_time_is_slow_server() {
-    if !root() {
-        return;
-    }
     let an = run(
         5,
         |s| {
@@ -253,10 +244,8 @@ fn think_time_is_slow_server() {
 
 /// TCP_CORK left on: each partial response waits for the 200 ms ceiling.
 #[test]
+#[ignore = "needs root"]
 fn cork_left_on_is_tcp_cork() {
-    if !root() {
-        return;
-    }
     let an = run(
         3,
         |s| {
@@ -280,10 +269,8 @@ fn cork_left_on_is_tcp_cork() {
 
 /// A receiver that stops reading: its window closes (zero-window).
 #[test]
+#[ignore = "needs root"]
 fn receiver_that_does_not_read_shows_zero_window() {
-    if !root() {
-        return;
-    }
     // A server with a small receive buffer that sleeps before reading a 2 MB upload
     // advertises a zero window until it reads.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -350,10 +337,8 @@ fn count(k: &[(String, u64, u64)], name: &str) -> usize {
 
 /// The reference case over IPv6 (::1): the same finding.
 #[test]
+#[ignore = "needs root"]
 fn nagle_delayed_ack_over_ipv6() {
-    if !root() {
-        return;
-    }
     let an = run_with("::1", Client::default(), 8, nagle_response, no_setup);
     let k = kinds(&an);
     assert!(count(&k, "nagle-delayed-ack") >= 6, "{k:?}");
@@ -363,10 +348,8 @@ fn nagle_delayed_ack_over_ipv6() {
 /// A client that sets TCP_QUICKACK acknowledges the headers at once: Nagle releases the body
 /// immediately and nothing is reported (the fix on the client's side).
 #[test]
+#[ignore = "needs root"]
 fn quickack_client_has_no_stall() {
-    if !root() {
-        return;
-    }
     let client = Client {
         quickack: true,
         ..Client::default()
@@ -380,10 +363,8 @@ fn quickack_client_has_no_stall() {
 /// `Connection: close`: every request on a new connection, which starts in quick-ACK mode:
 /// no stall, nothing reported.
 #[test]
+#[ignore = "needs root"]
 fn connection_close_per_request_has_no_stall() {
-    if !root() {
-        return;
-    }
     let client = Client {
         close_each: true,
         ..Client::default()
@@ -400,10 +381,8 @@ static HICCUP_N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize
 /// A fast server descheduled once for 15 ms (what a loaded machine does to nginx): not a
 /// slow server.
 #[test]
+#[ignore = "needs root"]
 fn one_short_hiccup_is_not_slow_server() {
-    if !root() {
-        return;
-    }
     let an = run(
         10,
         |s| {
@@ -427,10 +406,8 @@ fn one_short_hiccup_is_not_slow_server() {
 
 /// A consistent 25 ms think time is a slow server on every transaction.
 #[test]
+#[ignore = "needs root"]
 fn consistent_25ms_think_time_is_slow_server() {
-    if !root() {
-        return;
-    }
     let an = run(
         8,
         |s| {
@@ -457,10 +434,8 @@ fn consistent_25ms_think_time_is_slow_server() {
 /// the listener): the full segments leave at once, the client ACKs them, and the partial tail
 /// waits for the 200 ms ceiling — tcp-cork, though the peer's ACK came in the gap.
 #[test]
+#[ignore = "needs root"]
 fn cork_holding_only_the_tail_is_tcp_cork() {
-    if !root() {
-        return;
-    }
     let an = run(
         3,
         |s| {
@@ -491,10 +466,8 @@ fn cork_holding_only_the_tail_is_tcp_cork() {
 /// ms after it. That coincidence must not be called Nagle or delayed ACK: a Nagle hold is
 /// released while the ACK is processed, within about one RTT.
 #[test]
+#[ignore = "needs root"]
 fn pause_between_writes_ending_after_a_delayed_ack_is_not_nagle() {
-    if !root() {
-        return;
-    }
     let an = run(
         8,
         |s| {
@@ -522,10 +495,8 @@ fn pause_between_writes_ending_after_a_delayed_ack_is_not_nagle() {
 /// the RTT: no stall on the wire and nothing to report. (If a stall did happen unnamed, the
 /// latency check below fails.)
 #[test]
+#[ignore = "needs root"]
 fn larger_response_tail_is_released_by_an_immediate_ack() {
-    if !root() {
-        return;
-    }
     let an = run(
         8,
         |s| {
@@ -550,10 +521,8 @@ fn larger_response_tail_is_released_by_an_immediate_ack() {
 /// write). Each transaction gets one finding — never both tcp-cork and slow-server — and a
 /// tcp-cork finding must say that a think time looks the same.
 #[test]
+#[ignore = "needs root"]
 fn think_time_at_the_cork_ceiling_is_named_once_with_the_ambiguity() {
-    if !root() {
-        return;
-    }
     let an = run(
         3,
         |s| {
@@ -586,10 +555,8 @@ fn think_time_at_the_cork_ceiling_is_named_once_with_the_ambiguity() {
 /// Pipelined requests (two per write, keep-alive) to the Nagle server: the analysis must not
 /// invent anything besides nagle-delayed-ack, and the stalls it names must be real (≥ 30 ms).
 #[test]
+#[ignore = "needs root"]
 fn pipelined_requests_to_a_nagle_server() {
-    if !root() {
-        return;
-    }
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let mut cap = Capture::start(port);
@@ -660,10 +627,8 @@ fn pipelined_requests_to_a_nagle_server() {
 /// (The kernel also resends the half of a 4 KB segment the tiny buffer did not take: tshark
 /// flags the same frames as retransmissions, so they are not asserted either way.)
 #[test]
+#[ignore = "needs root"]
 fn slow_reader_with_small_buffer_is_window_limited() {
-    if !root() {
-        return;
-    }
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let mut cap = Capture::start(port);

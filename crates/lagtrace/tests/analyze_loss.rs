@@ -4,10 +4,8 @@
 //! the TCP packets each way with nftables netdev ingress hooks on the two ends of that veth
 //! (only those devices are hooked), runs a small HTTP server in the namespace (a thread that
 //! entered it) and a client here, and captures with tcpdump on the host side of the veth.
-//! Everything is torn down by a guard. Needs root (CI runs as root); without it the tests
-//! say so and do nothing.
-
-mod common;
+//! Everything is torn down by a guard. Needs root (CI runs as root): the tests are
+//! marked `#[ignore = "needs root"]`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -15,8 +13,10 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{NsGuard, enter_netns, in_ns, nft_load, root, sh, tcpdump_on, tshark_fields, veth_ns};
 use lagtrace_packet::{AnalyzeOptions, analyze_file};
+use lagtrace_testkit::net::{VethNs, enter_netns, nft_load};
+use lagtrace_testkit::tcpdump::tcpdump_on;
+use lagtrace_testkit::{in_ns, sh, tshark_fields};
 
 const BODY: usize = 60_000;
 
@@ -50,16 +50,13 @@ fn serve(listener: TcpListener, conns: usize) {
 
 /// A namespace joined to this one by a veth pair, with `rules` (nft) loaded inside it.
 /// Returns the guard, the namespace's address and the port to use.
-fn lab(which: u32, rules: &dyn Fn(u16, &str) -> String) -> (NsGuard, String, u16) {
+fn lab(which: u32, rules: &dyn Fn(u16, &str) -> String) -> (VethNs, String, u16) {
     let pid = std::process::id();
-    let tag = pid % 100_000;
     let net = format!("10.{}.{}", 250 - which, (pid % 250) + 1);
     let (host_ip, ns_ip) = (format!("{net}.1"), format!("{net}.2"));
     let port: u16 = 18_000 + (pid % 1000) as u16 + 1000 * which as u16;
-    let g = veth_ns(
-        format!("lt-analyze-loss-{which}-{pid}"),
-        format!("lal{tag}{which}h"),
-        format!("lal{tag}{which}n"),
+    let g = VethNs::up(
+        &format!("analyze-loss-{which}"),
         &format!("{host_ip}/30"),
         &format!("{ns_ip}/30"),
         false,
@@ -82,20 +79,20 @@ fn lab(which: u32, rules: &dyn Fn(u16, &str) -> String) -> (NsGuard, String, u16
 }
 
 /// Starts tcpdump on the host side of the veth and waits until it listens.
-fn tcpdump(g: &mut NsGuard, file: &Path, port: u16) {
+fn tcpdump(g: &mut VethNs, file: &Path, port: u16) {
     let td = tcpdump_on(None, &g.veth, file, port);
-    g.dumps.push(td);
+    g.guard.own_child(td);
 }
 
-fn stop_tcpdump(g: &mut NsGuard) {
+fn stop_tcpdump(g: &mut VethNs) {
     std::thread::sleep(Duration::from_millis(500));
-    for td in g.dumps.drain(..) {
-        common::stop_tcpdump(td);
+    for td in g.guard.take_children() {
+        lagtrace_testkit::tcpdump::stop_tcpdump(td);
     }
 }
 
 /// Server: a thread that enters the namespace, then listens there for `conns` connections.
-fn start_server(g: &NsGuard, ns_ip: &str, port: u16, conns: usize) {
+fn start_server(g: &VethNs, ns_ip: &str, port: u16, conns: usize) {
     let (tx, rx) = std::sync::mpsc::channel();
     let netns = g.netns.clone();
     let bind: SocketAddr = format!("{ns_ip}:{port}").parse().unwrap();
@@ -109,10 +106,8 @@ fn start_server(g: &NsGuard, ns_ip: &str, port: u16, conns: usize) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
-    if !root("needs root (CAP_NET_ADMIN) to create a network namespace") {
-        return;
-    }
     // Drops where the capture (host side of the veth) still sees the packet: the server's
     // packets at the host side's ingress (the tap runs before the netdev hook), the client's
     // at the namespace side's ingress. A netfilter OUTPUT drop would not do: TCP would only
@@ -125,7 +120,6 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
         )
     });
     let table = format!("lt_analyze_loss_{}", std::process::id());
-    g.host_table = Some(table.clone());
     let rules = format!(
         "table netdev {table} {{
             chain ing {{ type filter hook ingress device \"{}\" priority 0; tcp sport {port} numgen random mod 100 < 5 drop; }}
@@ -133,6 +127,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
         g.veth
     );
     nft_load(None, &rules);
+    g.guard.own_nft_table("netdev", &table);
 
     let conns = 4;
     let requests = 8;
@@ -169,7 +164,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
     let ours: BTreeSet<u64> = an.retransmitted_frames.iter().copied().collect();
     let theirs: BTreeSet<u64> = tshark_fields(
         &file,
-        "tcp.analysis.retransmission || tcp.analysis.fast_retransmission",
+        Some("tcp.analysis.retransmission || tcp.analysis.fast_retransmission"),
         &["frame.number"],
     )
     .into_iter()
@@ -224,7 +219,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
     }
     let mut theirs: BTreeMap<u64, f64> = tshark_fields(
         &file,
-        "tcp.analysis.ack_rtt",
+        Some("tcp.analysis.ack_rtt"),
         &["frame.number", "tcp.analysis.ack_rtt"],
     )
     .into_iter()
@@ -236,32 +231,35 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
     // sides — only those: every other ACK RTT must be equal, and most must remain.
     let handshake_resent: std::collections::BTreeSet<String> = tshark_fields(
         &file,
-        "tcp.flags.syn == 1 && tcp.analysis.retransmission",
+        Some("tcp.flags.syn == 1 && tcp.analysis.retransmission"),
         &["tcp.stream"],
     )
     .into_iter()
     .map(|r| r[0].clone())
     .collect();
-    let ambiguous: std::collections::BTreeSet<u64> =
-        tshark_fields(&file, "tcp.flags.syn == 1", &["frame.number", "tcp.stream"])
+    let ambiguous: std::collections::BTreeSet<u64> = tshark_fields(
+        &file,
+        Some("tcp.flags.syn == 1"),
+        &["frame.number", "tcp.stream"],
+    )
+    .into_iter()
+    .filter(|r| handshake_resent.contains(&r[1]))
+    .flat_map(|r| {
+        // the handshake frames of those streams, and every frame acknowledging them
+        let f: u64 = r[0].parse().unwrap();
+        let mut v = vec![f];
+        v.extend(
+            tshark_fields(
+                &file,
+                Some(&format!("tcp.analysis.acks_frame == {f}")),
+                &["frame.number"],
+            )
             .into_iter()
-            .filter(|r| handshake_resent.contains(&r[1]))
-            .flat_map(|r| {
-                // the handshake frames of those streams, and every frame acknowledging them
-                let f: u64 = r[0].parse().unwrap();
-                let mut v = vec![f];
-                v.extend(
-                    tshark_fields(
-                        &file,
-                        &format!("tcp.analysis.acks_frame == {f}"),
-                        &["frame.number"],
-                    )
-                    .into_iter()
-                    .map(|a| a[0].parse::<u64>().unwrap()),
-                );
-                v
-            })
-            .collect();
+            .map(|a| a[0].parse::<u64>().unwrap()),
+        );
+        v
+    })
+    .collect();
     let before = theirs.len();
     theirs.retain(|f, _| !ambiguous.contains(f));
     rtts.retain(|f, _| !ambiguous.contains(f));
@@ -282,10 +280,8 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
 /// Every other SYN to the server is dropped: the first SYN is lost and the connection waits
 /// for the SYN timer (1 s on Linux) — a syn-retransmit finding with that cost.
 #[test]
+#[ignore = "needs root"]
 fn dropped_syn_is_syn_retransmit() {
-    if !root("needs root (CAP_NET_ADMIN) to create a network namespace") {
-        return;
-    }
     let (mut g, ns_ip, port) = lab(2, &|port, _dev| {
         format!(
             "table inet ltsyn {{
@@ -322,7 +318,7 @@ fn dropped_syn_is_syn_retransmit() {
     );
     let theirs: BTreeSet<u64> = tshark_fields(
         &file,
-        "tcp.analysis.retransmission || tcp.analysis.fast_retransmission",
+        Some("tcp.analysis.retransmission || tcp.analysis.fast_retransmission"),
         &["frame.number"],
     )
     .into_iter()

@@ -1,14 +1,12 @@
 //! `lagtrace capture` end to end: real libpcap on a veth into a namespace this test makes,
 //! files checked with tshark. Needs root.
 
-#[path = "../../packet/tests/capture_lab/mod.rs"]
-mod capture_lab;
-
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use capture_lab::{NsLab, tshark_fields};
+use lagtrace_testkit::ns_lab::NsLab;
+use lagtrace_testkit::tshark_fields_first as tshark_fields;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
 

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use lagtrace_lab::serve::ServeOptions;
 use lagtrace_lab::{Lab, LabOptions, ServerKind};
+use lagtrace_testkit::net::NetGuard;
+use lagtrace_testkit::sh;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
@@ -327,32 +329,9 @@ fn silent_address_is_unreachable_quickly_with_path_evidence() {
 }
 
 /// A server in an unnamed network namespace (held by `unshare -n sleep`), joined to ours
-/// by a veth: on this machine, but invisible under /run/netns, like a remote host.
-struct HiddenServer {
-    holder: Child,
-    server: Option<Child>,
-    veth: String,
-}
-
-impl Drop for HiddenServer {
-    fn drop(&mut self) {
-        if let Some(s) = &mut self.server {
-            let _ = s.kill();
-            let _ = s.wait();
-        }
-        let _ = self.holder.kill();
-        let _ = self.holder.wait();
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.veth])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-fn sh(args: &[&str]) {
-    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
-    assert!(st.success(), "{args:?}");
-}
+/// by a veth: on this machine, but invisible under /run/netns, like a remote host. The
+/// guard kills the holder and the server and deletes the veth.
+type HiddenServer = NetGuard;
 
 /// Starts `lagtrace serve SERVE_ARGS` in a fresh unnamed namespace; `slot` keeps the
 /// addresses and link names of tests running at once apart. Returns the guard and the URL.
@@ -365,12 +344,10 @@ fn hidden_server(slot: u32, serve_args: &[&str]) -> (HiddenServer, String) {
     let tag = (id % 100_000) * 10 + slot;
     let veth = format!("dgh{tag}");
     let peer = format!("dgp{tag}");
-    let mut hidden = HiddenServer {
-        holder,
-        server: None,
-        veth: veth.clone(),
-    };
-    let ns = format!("/proc/{}/ns/net", hidden.holder.id());
+    let holder_pid = holder.id();
+    let mut hidden = HiddenServer::new();
+    hidden.own_child(holder);
+    let ns = format!("/proc/{holder_pid}/ns/net");
     std::thread::sleep(Duration::from_millis(200));
     // 198.18.0.0/15 is reserved for benchmarking networks; these addresses exist only here.
     let (third, fourth) = ((id % 250) as u8, (slot * 4) as u8);
@@ -378,10 +355,7 @@ fn hidden_server(slot: u32, serve_args: &[&str]) -> (HiddenServer, String) {
         format!("198.18.{third}.{}", fourth + 1),
         format!("198.18.{third}.{}", fourth + 2),
     );
-    let pid = hidden.holder.id().to_string();
-    sh(&[
-        "ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer, "netns", &pid,
-    ]);
+    hidden.add_veth(&veth, &peer, &holder_pid.to_string());
     sh(&["ip", "addr", "add", &format!("{ours}/30"), "dev", &veth]);
     sh(&["ip", "link", "set", &veth, "up"]);
     let net = format!("--net={ns}");
@@ -394,7 +368,7 @@ fn hidden_server(slot: u32, serve_args: &[&str]) -> (HiddenServer, String) {
     nsenter(&["ip", "link", "set", &peer, "up"]);
     nsenter(&["ip", "link", "set", "lo", "up"]);
     let listen = format!("{theirs}:8080");
-    hidden.server = Some(
+    hidden.own_child(
         Command::new("nsenter")
             .args([net.as_str(), BIN, "serve", "--listen", &listen])
             .args(serve_args)
@@ -530,7 +504,7 @@ impl Drop for NsServer {
 #[test]
 fn a_target_two_routers_away_gets_its_route_and_its_server_is_found_in_its_namespace() {
     // client -> r1 -> r2 -> server, each a namespace (the probe crate's test chain).
-    let chain = lagtrace_probe::testnet::Chain::up("dgroute").expect("chain");
+    let chain = lagtrace_testkit::chain::Chain::up("dgroute");
     let listen = format!("{}:8080", chain.server());
     let _server = NsServer(
         Command::new("ip")

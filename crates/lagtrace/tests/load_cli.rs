@@ -1,13 +1,10 @@
 //! `lagtrace load` through the binary, against in-test servers on 127.0.0.1: wrk's layout,
 //! the JSON fields, errors counted by kind, bad input as one-line errors with exit 2.
 
-#[path = "../../load/tests/common/mod.rs"]
-mod common;
-
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{Mode, TestServer};
+use lagtrace_testkit::server::{Mode, TestServer};
 
 fn load(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lagtrace"))

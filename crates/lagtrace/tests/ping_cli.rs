@@ -3,16 +3,14 @@
 
 use std::process::{Command, Output};
 
-use lagtrace_probe::testnet::{Chain, in_ns, sh};
+use lagtrace_testkit::chain::Chain;
+use lagtrace_testkit::in_ns;
+use lagtrace_testkit::net::NetGuard;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
 
 fn run_in(ns: &str, args: &[&str]) -> Output {
-    Command::new("ip")
-        .args(["netns", "exec", ns, BIN])
-        .args(args)
-        .output()
-        .unwrap()
+    lagtrace_testkit::output_in_ns(ns, BIN, args)
 }
 
 fn run_as_nobody_in(ns: &str, args: &[&str]) -> Output {
@@ -53,7 +51,7 @@ fn listen(c: &Chain) -> Listener {
 
 #[test]
 fn syn_ping_prints_hping_style_lines_and_statistics() {
-    let c = Chain::up("clisyn").unwrap();
+    let c = Chain::up("clisyn");
     let l = listen(&c);
     let port = l.0.local_addr().unwrap().port();
     let target = format!("{}:{port}", c.server());
@@ -111,7 +109,7 @@ fn syn_ping_prints_hping_style_lines_and_statistics() {
 
 #[test]
 fn json_report_states_samples_stats_and_timestamp_source() {
-    let c = Chain::up("clijson").unwrap();
+    let c = Chain::up("clijson");
     let l = listen(&c);
     let port = l.0.local_addr().unwrap().port().to_string();
     let o = run_in(
@@ -149,15 +147,14 @@ fn json_report_states_samples_stats_and_timestamp_source() {
 
 #[test]
 fn silent_port_is_a_clear_all_timeout_report_with_exit_1() {
-    let c = Chain::up("clisilent").unwrap();
+    let c = Chain::up("clisilent");
     in_ns(
         c.server_ns(),
         &[
             "nft",
             "add table inet d; add chain inet d in { type filter hook input priority 0; }; add rule inet d in tcp dport 7 drop",
         ],
-    )
-    .unwrap();
+    );
     let t0 = std::time::Instant::now();
     let o = run_in(
         c.client_ns(),
@@ -190,7 +187,7 @@ fn silent_port_is_a_clear_all_timeout_report_with_exit_1() {
 
 #[test]
 fn connect_mode_works_unprivileged_and_syn_mode_falls_back_saying_so() {
-    let c = Chain::up("clinobody").unwrap();
+    let c = Chain::up("clinobody");
     let l = listen(&c);
     let target = format!("{}:{}", c.server(), l.0.local_addr().unwrap().port());
     let o = run_as_nobody_in(
@@ -235,19 +232,11 @@ fn connect_mode_works_unprivileged_and_syn_mode_falls_back_saying_so() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
-/// An empty namespace (loopback only): no route anywhere, no DNS server reachable.
-struct EmptyNs(String);
-impl Drop for EmptyNs {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.0]);
-    }
-}
-
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
-    let ns = EmptyNs(format!("ltcliempty{}", std::process::id()));
-    sh(&["ip", "netns", "add", &ns.0]).unwrap();
-    in_ns(&ns.0, &["ip", "link", "set", "lo", "up"]).unwrap();
+    // An empty namespace (loopback only): no route anywhere, no DNS server reachable.
+    let mut guard = NetGuard::new();
+    let ns = guard.add_ns("cliempty");
     let cases: &[(&[&str], &str)] = &[
         (&["ping", "127.0.0.1:0"], "invalid port 0"),
         (&["ping", "127.0.0.1:70000"], "invalid port 70000"),
@@ -269,7 +258,7 @@ fn bad_input_is_one_line_and_exit_2() {
         ),
     ];
     for (args, want) in cases {
-        let o = run_in(&ns.0, args);
+        let o = run_in(&ns, args);
         let (out, err) = text(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {out}{err}");
         assert!(err.contains(want), "{args:?}: {err}");
@@ -295,7 +284,7 @@ fn reply_fields(line: &str) -> Vec<String> {
 
 #[test]
 fn reply_lines_agree_with_hping3_on_the_same_target() {
-    let c = Chain::up("clihping").unwrap();
+    let c = Chain::up("clihping");
     let l = listen(&c);
     let port = l.0.local_addr().unwrap().port().to_string();
     let server = c.server().to_string();
@@ -308,8 +297,7 @@ fn reply_lines_agree_with_hping3_on_the_same_target() {
         let peer = in_ns(
             c.client_ns(),
             &["hping3", "-S", "-p", p, "-c", "2", "-i", "u10000", &server],
-        )
-        .unwrap();
+        );
         let a: Vec<_> = ours
             .lines()
             .filter(|l| l.starts_with("len="))

@@ -4,16 +4,13 @@
 use std::net::IpAddr;
 use std::process::{Command, Output};
 
-use lagtrace_probe::testnet::{Chain, in_ns};
+use lagtrace_testkit::chain::Chain;
+use lagtrace_testkit::in_ns;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
 
 fn run_in(ns: &str, args: &[&str]) -> Output {
-    Command::new("ip")
-        .args(["netns", "exec", ns, BIN])
-        .args(args)
-        .output()
-        .unwrap()
+    lagtrace_testkit::output_in_ns(ns, BIN, args)
 }
 
 /// The first address on each numbered hop line.
@@ -35,7 +32,7 @@ fn hop_addrs(out: &str) -> Vec<String> {
 
 #[test]
 fn route_matches_traceroute_for_tcp_udp_and_icmp() {
-    let c = Chain::up("cliroute").unwrap();
+    let c = Chain::up("cliroute");
     let want = vec![
         c.r1().to_string(),
         c.r2().to_string(),
@@ -75,14 +72,14 @@ fn route_matches_traceroute_for_tcp_udp_and_icmp() {
         // limit: burst 50, 1000/s); traceroute sends its first 16 probes within a few ms, so
         // give the budget time to refill before the peer runs.
         std::thread::sleep(std::time::Duration::from_millis(300));
-        let peer = in_ns(c.client_ns(), &theirs).unwrap();
+        let peer = in_ns(c.client_ns(), &theirs);
         assert_eq!(hop_addrs(&peer), want, "peer {theirs:?}: {peer}");
     }
 }
 
 #[test]
 fn dropped_time_exceeded_shows_stars_and_report_mode_counts_loss() {
-    let c = Chain::up("clistar").unwrap();
+    let c = Chain::up("clistar");
     in_ns(
         &c.ns[2],
         &[
@@ -90,8 +87,7 @@ fn dropped_time_exceeded_shows_stars_and_report_mode_counts_loss() {
             "add table inet d; add chain inet d out { type filter hook output priority 0; }; \
              add rule inet d out icmp type time-exceeded drop",
         ],
-    )
-    .unwrap();
+    );
     let server = c.server().to_string();
     let o = run_in(c.client_ns(), &["route", &server]);
     let out = String::from_utf8_lossy(&o.stdout);
@@ -169,13 +165,15 @@ fn dropped_time_exceeded_shows_stars_and_report_mode_counts_loss() {
 
 #[test]
 fn unreachable_target_and_bad_input() {
-    let c = Chain::up("clirtbad").unwrap();
+    let c = Chain::up("clirtbad");
     // Nothing beyond the server answers: drop everything the server would send back.
     in_ns(
         c.server_ns(),
-        &["nft", "add table inet d; add chain inet d out { type filter hook output priority 0; policy drop; }"],
-    )
-    .unwrap();
+        &[
+            "nft",
+            "add table inet d; add chain inet d out { type filter hook output priority 0; policy drop; }",
+        ],
+    );
     let t0 = std::time::Instant::now();
     let o = run_in(
         c.client_ns(),
@@ -252,7 +250,7 @@ fn unreachable_target_and_bad_input() {
 
 #[test]
 fn net_unreachable_is_marked_like_traceroute() {
-    let c = Chain::up("clirtnet").unwrap();
+    let c = Chain::up("clirtnet");
     // 10.A.(B+3).0/24 belongs to this chain's block but no router has a route to it: r1
     // answers "network unreachable", which traceroute shows as `!N`.
     let o = c.server().octets();
@@ -280,7 +278,6 @@ fn net_unreachable_is_marked_like_traceroute() {
             "5",
             &dst,
         ],
-    )
-    .unwrap();
+    );
     assert!(tr.contains("!N"), "traceroute agrees: {tr}");
 }

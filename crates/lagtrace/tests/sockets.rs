@@ -1,16 +1,13 @@
 //! `lagtrace sockets` end to end: inspect real nginx, record real wrk and curl, missing
 //! privilege, bad input. Run as root (CI does).
 
-#[path = "../../sockets/tests/common/mod.rs"]
-mod common;
-
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::*;
+use lagtrace_testkit::nginx::*;
 use serde_json::Value;
 
 /// A child process this test started: killed and reaped on drop, even on panic.

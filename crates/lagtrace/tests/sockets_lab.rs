@@ -10,35 +10,7 @@ use std::time::Duration;
 use lagtrace_lab::{Lab, LabOptions, serve};
 use lagtrace_netns::NetNs;
 use lagtrace_sockets::{InspectOptions, Inspection, SocketInfo, inspect};
-
-/// `n` keep-alive GETs on one connection, each response read in full; the connection stays
-/// open (nginx sets TCP_NODELAY lazily, when a connection enters keep-alive).
-fn keepalive(addr: SocketAddr, n: usize) -> TcpStream {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    for _ in 0..n {
-        s.write_all(b"GET / HTTP/1.1\r\nHost: lab\r\n\r\n").unwrap();
-        let mut buf = Vec::new();
-        let mut tmp = [0u8; 4096];
-        loop {
-            let k = s.read(&mut tmp).unwrap();
-            assert!(k > 0, "closed mid-response");
-            buf.extend_from_slice(&tmp[..k]);
-            if let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&buf[..h]).to_ascii_lowercase();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .map(|v| v.trim().parse().unwrap())
-                    .unwrap_or(0);
-                if buf.len() >= h + 4 + len {
-                    break;
-                }
-            }
-        }
-    }
-    s
-}
+use lagtrace_testkit::nginx::keepalive_to as keepalive;
 
 fn server_side(ins: &Inspection, port: u16) -> Vec<&SocketInfo> {
     ins.sockets

@@ -1,13 +1,11 @@
 //! The engine against in-test servers on 127.0.0.1: counts match what the server saw,
 //! errors are counted by kind, -n is exact, --rate holds, TLS, the HdrHistogram log.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Mode, TestServer};
 use lagtrace_load::{LoadOptions, run};
+use lagtrace_testkit::server::{Mode, TestServer, Wrapper};
 
 fn opts(url: &str, c: usize, t: usize) -> LoadOptions {
     let mut o = LoadOptions::new(url);
@@ -330,7 +328,7 @@ fn sequential_returns_one_latency_per_request() {
 }
 
 /// Serves over TLS with a fresh self-signed certificate for "localhost".
-fn tls_wrapper() -> common::Wrapper {
+fn tls_wrapper() -> Wrapper {
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let cert = ck.cert.der().clone();
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());

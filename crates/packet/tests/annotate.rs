@@ -1,28 +1,13 @@
 //! annotate::write_annotated cross-checked with tshark: comments land on the right frames
 //! as `frame.comment`, and nothing else changes (times, lengths, interfaces, bytes).
 
-mod capture_lab;
-
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use capture_lab::tshark_fields;
 use lagtrace_packet::annotate::{PcapngWriter, write_annotated};
-
-const CASE: &str = "/work/shared/case";
-
-fn case_file(name: &str) -> PathBuf {
-    // The repository's copy is at ../shared/case relative to the workspace root.
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/case")
-        .join(name);
-    if p.exists() {
-        p
-    } else {
-        Path::new(CASE).join(name)
-    }
-}
+use lagtrace_testkit::case_pcap as case_file;
+use lagtrace_testkit::tshark_fields_first as tshark_fields;
 
 const SAME: &[&str] = &[
     "frame.number",

@@ -1,13 +1,12 @@
 //! Live capture on a veth into a namespace this test creates, cross-checked with tshark
 //! reading the file the same capture wrote. Needs root (CAP_NET_RAW, CAP_SYS_ADMIN).
 
-mod capture_lab;
-
 use std::time::{Duration, Instant};
 
-use capture_lab::{NsLab, tshark_fields};
 use etherparse::{LaxSlicedPacket, TransportSlice};
 use lagtrace_packet::capture::{Capture, CaptureOptions, CapturedPacket, FileFormat, StopReason};
+use lagtrace_testkit::ns_lab::NsLab;
+use lagtrace_testkit::tshark_fields_first as tshark_fields;
 
 const REPLY: usize = 3000;
 

@@ -2,18 +2,10 @@
 //! bytes flipped in it, huge timestamps, empty files, pcapng with unknown block types.
 //! (The `cargo fuzz` targets under fuzz/ need nightly; this runs on stable in CI.)
 
-use std::path::PathBuf;
-
 use lagtrace_packet::{AnalyzeOptions, analyze_reader};
 
 fn case(name: &str) -> Vec<u8> {
-    // The main checkout (/work/main) sits next to /work/shared; worktrees one level deeper.
-    let mut p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/case")
-        .join(name);
-    if !p.exists() {
-        p = PathBuf::from("/work/shared/case").join(name);
-    }
+    let p = lagtrace_testkit::case_pcap(name);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 

@@ -1,49 +1,11 @@
 //! Cross-checks of the library against tshark on the reference captures.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use lagtrace_packet::{AnalyzeOptions, analyze_file};
-
-fn case(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/case")
-        .join(name)
-}
-
-fn case_file(name: &str) -> PathBuf {
-    // The worktree layout (/work/wt/<x>) and the main checkout (/work/main) both sit next to
-    // /work/shared.
-    let p = case(name);
-    if p.exists() {
-        return p;
-    }
-    PathBuf::from("/work/shared/case").join(name)
-}
-
-fn tshark_fields(file: &Path, filter: Option<&str>, fields: &[&str]) -> Vec<Vec<String>> {
-    let mut cmd = Command::new("tshark");
-    cmd.arg("-r")
-        .arg(file)
-        .args(["-T", "fields", "-E", "separator=\t"]);
-    if let Some(f) = filter {
-        cmd.args(["-Y", f]);
-    }
-    for f in fields {
-        cmd.args(["-e", f]);
-    }
-    let out = cmd.output().expect("run tshark");
-    assert!(
-        out.status.success(),
-        "tshark failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| l.split('\t').map(str::to_string).collect())
-        .collect()
-}
+use lagtrace_testkit::{case_pcap as case_file, tshark_fields};
 
 /// Per-stream frames and bytes each way, from tshark's per-packet view.
 fn tshark_streams(file: &Path) -> BTreeMap<u32, (String, u64, u64, u64, u64)> {

@@ -38,7 +38,6 @@ pub mod net;
 pub mod ping;
 pub mod route;
 pub mod stats;
-pub mod testnet;
 pub mod wire;
 
 #[cfg(test)]

@@ -6,13 +6,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lagtrace_netns::NetNs;
-use lagtrace_probe::testnet::{Chain, in_ns};
 use lagtrace_probe::{
     HopReply, PingMode, PingOptions, PingReport, Proto, RouteOptions, RouteReport, SampleKind,
 };
+use lagtrace_testkit::chain::Chain;
+use lagtrace_testkit::in_ns;
+use lagtrace_testkit::net::NetGuard;
 
 fn chain(tag: &str) -> Chain {
-    Chain::up(tag).expect("building the namespace chain (needs root)")
+    Chain::up(tag)
 }
 
 fn in_client<T: Send>(c: &Chain, f: impl FnOnce() -> T + Send) -> T {
@@ -95,8 +97,7 @@ fn route_shows_a_star_where_r2_drops_its_time_exceeded_and_still_reaches_the_ser
             "add table inet ltdrop; add chain inet ltdrop out { type filter hook output priority 0; }; \
              add rule inet ltdrop out icmp type time-exceeded drop",
         ],
-    )
-    .unwrap();
+    );
     for proto in [Proto::Tcp, Proto::Udp, Proto::Icmp] {
         let t0 = Instant::now();
         let r = route(&c, proto, if proto == Proto::Udp { 33434 } else { 80 });
@@ -122,7 +123,6 @@ fn route_shows_a_star_where_r2_drops_its_time_exceeded_and_still_reaches_the_ser
 
 fn syn_recv_count(c: &Chain) -> usize {
     in_ns(c.server_ns(), &["ss", "-Htan", "state", "syn-recv"])
-        .unwrap()
         .lines()
         .count()
 }
@@ -155,7 +155,6 @@ fn syn_ping_open_and_closed_ports_give_samples_and_leave_no_half_open_connection
     assert_eq!(syn_recv_count(&c), 0, "no SYN-RECV on the server");
     assert!(
         in_ns(c.server_ns(), &["ss", "-Htan", "state", "established"])
-            .unwrap()
             .trim()
             .is_empty(),
         "nothing established either"
@@ -181,8 +180,7 @@ fn syn_ping_to_a_dropped_port_is_all_loss_after_the_timeout() {
             "add table inet ltdrop; add chain inet ltdrop in { type filter hook input priority 0; }; \
              add rule inet ltdrop in tcp dport 9 drop",
         ],
-    )
-    .unwrap();
+    );
     let t0 = Instant::now();
     let r = ping(&c, 9, PingMode::Syn, 3, 400);
     let took = t0.elapsed();
@@ -259,8 +257,7 @@ fn tbf_queue_under_load_makes_the_syn_rtt_rise() {
             "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", "4mbit", "burst", "5kb",
             "limit", "100kb",
         ],
-    )
-    .unwrap();
+    );
     // Bounded competing load: one TCP bulk sender, at most 4 MB or 4 s.
     let sink = listen_in_server(&c);
     let sink_addr = SocketAddr::new(IpAddr::V4(c.server()), sink.local_addr().unwrap().port());
@@ -314,20 +311,12 @@ fn tbf_queue_under_load_makes_the_syn_rtt_rise() {
     assert!(b > i + 20_000.0, "SYN RTT under load {b} µs vs idle {i} µs");
 }
 
-/// A namespace with only loopback (so no other process's services answer), deleted on drop.
-struct LoopNs(String);
-impl Drop for LoopNs {
-    fn drop(&mut self) {
-        let _ = lagtrace_probe::testnet::sh(&["ip", "netns", "del", &self.0]);
-    }
-}
-
 #[test]
 fn ipv6_syn_udp_icmp_ping_and_route_on_loopback() {
-    let ns = LoopNs(format!("ltv6lo{}", std::process::id()));
-    lagtrace_probe::testnet::sh(&["ip", "netns", "add", &ns.0]).unwrap();
-    in_ns(&ns.0, &["ip", "link", "set", "lo", "up"]).unwrap();
-    let net = NetNs::Named(ns.0.clone());
+    // A namespace with only loopback (so no other process's services answer).
+    let mut guard = NetGuard::new();
+    let ns = guard.add_ns("v6lo");
+    let net = NetNs::Named(ns.clone());
     let l = net.run(|| TcpListener::bind("[::1]:0")).unwrap().unwrap();
     let open = l.local_addr().unwrap().port();
     for (mode, port, kind) in [

@@ -2,17 +2,16 @@
 //! (latency config vs stock), a namespace, processes that vanish, missing privilege.
 //! Run as root (CI does).
 
-mod common;
-
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
 use lagtrace_netns::NetNs;
 use lagtrace_sockets::{InspectOptions, Inspection, SocketInfo, inspect};
+use lagtrace_testkit::net::NetGuard;
+use lagtrace_testkit::nginx::*;
 
 fn established_on(ins: &Inspection, local_port: u16) -> Vec<&SocketInfo> {
     ins.sockets
@@ -192,10 +191,11 @@ fn nginx_latency_vs_good_and_config_lens() {
 /// `all_netns` (once, even though several processes share the namespace).
 #[test]
 fn namespaces_named_and_all() {
-    let ns = TestNs::new("ns");
+    let mut guard = NetGuard::new();
+    let ns_name = guard.add_ns("sk-ns");
     let port = free_port();
-    let _nginx = Nginx::start(LATENCY_HTTP, port, Some(&ns.name));
-    let netns = NetNs::Named(ns.name.clone());
+    let _nginx = Nginx::start(LATENCY_HTTP, port, Some(&ns_name));
+    let netns = NetNs::Named(ns_name.clone());
     let _c = netns.run(|| keepalive_client(port, 2)).unwrap();
 
     let here = inspect(&InspectOptions {
@@ -216,7 +216,7 @@ fn namespaces_named_and_all() {
         .filter(|s| s.state == "ESTABLISHED")
         .collect();
     assert_eq!(est.len(), 2, "{inside:#?}"); // both ends, on loopback inside
-    assert!(inside.sockets.iter().all(|s| s.netns == ns.name));
+    assert!(inside.sockets.iter().all(|s| s.netns == ns_name));
     let server = est.iter().find(|s| s.local.port() == port).unwrap();
     assert_eq!(server.options.as_ref().unwrap().nodelay, Some(false));
     assert!(server.ack.is_some(), "/proc/net/tcp of the namespace read");
@@ -233,7 +233,7 @@ fn namespaces_named_and_all() {
         .filter(|s| s.local.port() == port && s.state == "ESTABLISHED")
         .collect();
     assert_eq!(in_ns.len(), 1, "namespace scanned once: {all:#?}");
-    assert_eq!(in_ns[0].netns, ns.name, "named before pid-labelled");
+    assert_eq!(in_ns[0].netns, ns_name, "named before pid-labelled");
 }
 
 /// A process whose socket was listed exits before its options are read: a note, no panic.

@@ -1,50 +1,50 @@
-//! Test fixture shared by the capture tests: a network namespace joined to this one by a
-//! veth pair, with a tiny TCP server inside it. Unique names per test and process; the
-//! guard removes everything on drop, even after a panic. (Works without the lab crate,
-//! which is built concurrently.)
-#![allow(dead_code)]
+//! The capture tests' fixture: a network namespace joined to this one by a veth pair, with
+//! a tiny TCP server inside it. Unique names per test and process; the [`NetGuard`] removes
+//! everything on drop, even after a panic. (Needs no lab crate.)
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use lagtrace_netns::NetNs;
 
-static SEQ: AtomicU32 = AtomicU32::new(0);
+use crate::net::NetGuard;
 
 fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("running ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut v = vec!["ip"];
+    v.extend_from_slice(args);
+    crate::sh(&v);
 }
 
 /// A namespace `ns` with `ns_iface` (address `server`) paired with `host_iface` here
 /// (address `client`), and a TCP server on `server:port` answering each line with
 /// `reply_len` bytes, then closing.
 pub struct NsLab {
+    /// The namespace's name.
     pub ns: String,
+    /// Host end of the veth pair.
     pub host_iface: String,
+    /// Namespace end of the veth pair.
     pub ns_iface: String,
+    /// This side's address.
     pub client: Ipv4Addr,
+    /// The server's address (inside the namespace).
     pub server: Ipv4Addr,
+    /// The server's port.
     pub port: u16,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    guard: NetGuard,
 }
 
 impl NsLab {
     /// Builds the namespace and starts the server. `tag` is a short test name.
     pub fn up(tag: &str, reply_len: usize) -> NsLab {
         let pid = std::process::id();
-        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let n = crate::unique();
         let ns = format!("lagtrace-cap-{tag}-{pid}-{n}");
         // Interface names are at most 15 bytes.
         let short = format!("{:x}{:x}", pid, n);
@@ -64,21 +64,11 @@ impl NsLab {
             port: 0,
             stop: Arc::new(AtomicBool::new(false)),
             thread: None,
+            guard: NetGuard::new(),
         };
         // From here on the guard cleans up whatever got made.
-        ip(&["netns", "add", &ns]);
-        ip(&[
-            "link",
-            "add",
-            &host_iface,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &ns_iface,
-            "netns",
-            &ns,
-        ]);
+        lab.guard.add_ns_named(&ns);
+        lab.guard.add_veth(&host_iface, &ns_iface, &ns);
         ip(&["addr", "add", &format!("{client}/30"), "dev", &host_iface]);
         ip(&["link", "set", &host_iface, "up"]);
         ip(&[
@@ -91,7 +81,6 @@ impl NsLab {
             &ns_iface,
         ]);
         ip(&["-n", &ns, "link", "set", &ns_iface, "up"]);
-        ip(&["-n", &ns, "link", "set", "lo", "up"]);
 
         let netns = NetNs::Named(ns.clone());
         let listener = netns
@@ -135,6 +124,7 @@ impl NsLab {
         lab
     }
 
+    /// The server's address and port.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from((self.server, self.port))
     }
@@ -162,45 +152,6 @@ impl Drop for NsLab {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.host_iface])
-            .output();
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+        // The guard (a field) then removes the veth and the namespace.
     }
-}
-
-/// Runs tshark on `file` with `-T fields` for `fields` (and an optional display filter);
-/// returns one Vec per frame.
-pub fn tshark_fields(
-    file: &std::path::Path,
-    filter: Option<&str>,
-    fields: &[&str],
-) -> Vec<Vec<String>> {
-    let mut cmd = Command::new("tshark");
-    cmd.arg("-r").arg(file).args([
-        "-n",
-        "-T",
-        "fields",
-        "-E",
-        "separator=\t",
-        "-E",
-        "occurrence=f",
-    ]);
-    if let Some(f) = filter {
-        cmd.args(["-Y", f]);
-    }
-    for f in fields {
-        cmd.args(["-e", f]);
-    }
-    let out = cmd.output().expect("running tshark");
-    assert!(
-        out.status.success(),
-        "tshark on {}: {}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| l.split('\t').map(str::to_string).collect())
-        .collect()
 }

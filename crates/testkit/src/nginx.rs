@@ -1,9 +1,8 @@
-//! Test fixtures: real nginx instances (Debian's binary) on loopback or inside a network
-//! namespace the test creates, each torn down by a guard even on panic.
-#![allow(dead_code)]
+//! Real nginx instances (Debian's binary) on loopback or inside a network namespace the test
+//! creates, each stopped by its guard even on panic, and a keep-alive client for them.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -15,37 +14,6 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// A network namespace made for one test; deleted on drop.
-pub struct TestNs {
-    pub name: String,
-}
-
-impl TestNs {
-    pub fn new(tag: &str) -> TestNs {
-        let name = format!("lt-sk-{tag}-{}", std::process::id());
-        let st = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip netns add {name}");
-        let ns = TestNs { name };
-        let st = Command::new("ip")
-            .args(["-n", &ns.name, "link", "set", "lo", "up"])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        ns
-    }
-}
-
-impl Drop for TestNs {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
 }
 
 /// A real nginx master (+1 worker) with its own prefix directory; stopped on drop.
@@ -155,7 +123,12 @@ impl Drop for Nginx {
 /// Sends `n` keep-alive GETs on one connection, reading each full response; returns the
 /// still-open connection (nginx has set its keep-alive socket options by then).
 pub fn keepalive_client(port: u16, n: usize) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    keepalive_to(SocketAddr::from(([127, 0, 0, 1], port)), n)
+}
+
+/// [`keepalive_client`] to any address (5 s connect timeout).
+pub fn keepalive_to(addr: SocketAddr, n: usize) -> TcpStream {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     for _ in 0..n {
         s.write_all(b"GET / HTTP/1.1\r\nHost: lt\r\n\r\n").unwrap();

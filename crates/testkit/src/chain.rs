@@ -1,35 +1,11 @@
-//! Test support: a chain of network namespaces `client → r1 → r2 → server` joined by veth
-//! pairs, with forwarding on the routers and routes both ways. Needs root. Every namespace
-//! made is deleted by [`Chain`]'s `Drop`, even when the test panics. Public so that the
-//! binary's integration tests can use it too; not for production use.
+//! A chain of network namespaces `client → r1 → r2 → server` joined by veth pairs, with
+//! forwarding on the routers and routes both ways (IPv4 and IPv6). Needs root. Every
+//! namespace made is deleted by the chain's [`NetGuard`], even when the test panics.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::process::Command;
 
-use anyhow::{Context, bail};
-
-/// Runs `ip`/`tc`/`nft` style commands, failing with the command line and its stderr.
-pub fn sh(args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .with_context(|| format!("running {}", args.join(" ")))?;
-    if !out.status.success() {
-        bail!(
-            "{} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// `ip netns exec NS args...`
-pub fn in_ns(ns: &str, args: &[&str]) -> anyhow::Result<String> {
-    let mut v = vec!["ip", "netns", "exec", ns];
-    v.extend_from_slice(args);
-    sh(&v)
-}
+use crate::net::NetGuard;
+use crate::{in_ns, try_in_ns};
 
 /// The four-namespace chain. Addresses: link k (0 = client–r1, 1 = r1–r2, 2 = r2–server) is
 /// 10.A.B+k.0/24 with .1 on the left end and .2 on the right end.
@@ -38,44 +14,50 @@ pub struct Chain {
     pub ns: [String; 4],
     a: u8,
     b: u8,
+    /// Deletes the namespaces (and with them their veths, qdiscs and nft tables).
+    guard: NetGuard,
 }
 
 impl Chain {
-    /// Builds the chain; `tag` (e.g. the test name) plus the pid make the names unique.
-    pub fn up(tag: &str) -> anyhow::Result<Chain> {
+    /// Builds the chain; `tag` (e.g. the test name), the pid and a counter make the names
+    /// unique. Panics (after removing what it made) when a step fails.
+    pub fn up(tag: &str) -> Chain {
         let pid = std::process::id();
-        let h = tag.bytes().fold(pid.wrapping_mul(2654435761), |h, c| {
-            h.rotate_left(5) ^ u32::from(c)
-        });
+        let h = tag.bytes().fold(
+            pid.wrapping_mul(2654435761) ^ crate::unique().wrapping_mul(40503),
+            |h, c| h.rotate_left(5) ^ u32::from(c),
+        );
         let short: String = tag
             .chars()
             .filter(|c| c.is_ascii_alphanumeric())
             .take(6)
             .collect();
-        let base = format!("lt{short}{:x}", h & 0xfffff);
+        let base = crate::unique_name(&format!("lt{short}"), 40);
         let ns = ["c", "r1", "r2", "s"].map(|r| format!("{base}{r}"));
         // 10.(100..=227).(0..=252 step 4).x: distinct /24s per chain, unlikely to collide.
         let a = 100 + (h >> 8) as u8 % 128;
         let b = ((h >> 16) as u8 % 63) * 4;
-        let chain = Chain { ns, a, b };
+        let mut chain = Chain {
+            ns,
+            a,
+            b,
+            guard: NetGuard::new(),
+        };
+        chain.build();
         chain
-            .build()
-            .with_context(|| format!("building namespace chain {base}"))?;
-        Ok(chain)
     }
 
-    fn build(&self) -> anyhow::Result<()> {
+    fn build(&mut self) {
         for n in &self.ns {
-            sh(&["ip", "netns", "add", n])?;
-            in_ns(n, &["ip", "link", "set", "lo", "up"])?;
+            self.guard.add_ns_named(n);
         }
         for k in 0..3 {
             let (l, r) = (&self.ns[k], &self.ns[k + 1]);
             let (li, ri) = (format!("v{k}l"), format!("v{k}r"));
-            sh(&[
+            crate::sh(&[
                 "ip", "link", "add", &li, "netns", l, "type", "veth", "peer", "name", &ri, "netns",
                 r,
-            ])?;
+            ]);
             in_ns(
                 l,
                 &[
@@ -86,7 +68,7 @@ impl Chain {
                     "dev",
                     &li,
                 ],
-            )?;
+            );
             in_ns(
                 r,
                 &[
@@ -97,7 +79,7 @@ impl Chain {
                     "dev",
                     &ri,
                 ],
-            )?;
+            );
             in_ns(
                 l,
                 &[
@@ -110,7 +92,7 @@ impl Chain {
                     &li,
                     "nodad",
                 ],
-            )?;
+            );
             in_ns(
                 r,
                 &[
@@ -123,19 +105,19 @@ impl Chain {
                     &ri,
                     "nodad",
                 ],
-            )?;
-            in_ns(l, &["ip", "link", "set", &li, "up"])?;
-            in_ns(r, &["ip", "link", "set", &ri, "up"])?;
+            );
+            in_ns(l, &["ip", "link", "set", &li, "up"]);
+            in_ns(r, &["ip", "link", "set", &ri, "up"]);
         }
         for r in [&self.ns[1], &self.ns[2]] {
-            in_ns(r, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
-            in_ns(r, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+            in_ns(r, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+            in_ns(r, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
         }
         // Linux rate-limits ICMP errors per destination (burst 6, then 1/s); a test runs
         // several traces back to back, so the routers and the server do not limit.
         for n in &self.ns[1..] {
-            in_ns(n, &["sysctl", "-qw", "net.ipv4.icmp_ratelimit=0"])?;
-            in_ns(n, &["sysctl", "-qw", "net.ipv6.icmp.ratelimit=0"])?;
+            in_ns(n, &["sysctl", "-qw", "net.ipv4.icmp_ratelimit=0"]);
+            in_ns(n, &["sysctl", "-qw", "net.ipv6.icmp.ratelimit=0"]);
         }
         in_ns(
             &self.ns[0],
@@ -147,7 +129,7 @@ impl Chain {
                 "via",
                 &self.addr(0, 2).to_string(),
             ],
-        )?;
+        );
         in_ns(
             &self.ns[3],
             &[
@@ -158,7 +140,7 @@ impl Chain {
                 "via",
                 &self.addr(2, 1).to_string(),
             ],
-        )?;
+        );
         in_ns(
             &self.ns[1],
             &[
@@ -169,7 +151,7 @@ impl Chain {
                 "via",
                 &self.addr(1, 2).to_string(),
             ],
-        )?;
+        );
         in_ns(
             &self.ns[2],
             &[
@@ -180,16 +162,16 @@ impl Chain {
                 "via",
                 &self.addr(1, 1).to_string(),
             ],
-        )?;
+        );
         let via6 = |k: usize, end: u8| self.addr6(k, end).to_string();
         in_ns(
             &self.ns[0],
             &["ip", "-6", "route", "add", "default", "via", &via6(0, 2)],
-        )?;
+        );
         in_ns(
             &self.ns[3],
             &["ip", "-6", "route", "add", "default", "via", &via6(2, 1)],
-        )?;
+        );
         in_ns(
             &self.ns[1],
             &[
@@ -201,7 +183,7 @@ impl Chain {
                 "via",
                 &via6(1, 2),
             ],
-        )?;
+        );
         in_ns(
             &self.ns[2],
             &[
@@ -213,18 +195,19 @@ impl Chain {
                 "via",
                 &via6(1, 1),
             ],
-        )?;
+        );
         // IPv6 is usable once no address is tentative (link-local DAD runs even with nodad).
         let t0 = std::time::Instant::now();
         while self.ns.iter().any(|n| {
-            in_ns(n, &["ip", "-6", "addr", "show", "tentative"]).is_ok_and(|o| !o.trim().is_empty())
+            try_in_ns(n, &["ip", "-6", "addr", "show", "tentative"])
+                .is_ok_and(|o| !o.trim().is_empty())
         }) {
-            if t0.elapsed() > std::time::Duration::from_secs(5) {
-                bail!("IPv6 addresses still tentative after 5 s");
-            }
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(5),
+                "IPv6 addresses still tentative after 5 s"
+            );
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        Ok(())
     }
 
     /// Address of the left (`end = 1`) or right (`end = 2`) end of link `k`.
@@ -281,14 +264,5 @@ impl Chain {
     /// The r1 end of the r1–r2 link (shape here for the r1→r2 direction).
     pub fn r1_to_r2_dev(&self) -> (&str, &str) {
         (&self.ns[1], "v1l")
-    }
-}
-
-impl Drop for Chain {
-    fn drop(&mut self) {
-        for n in &self.ns {
-            // Deleting a namespace deletes its veths, qdiscs and nft tables with it.
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-        }
     }
 }

@@ -1,6 +1,6 @@
 //! In-test HTTP servers on 127.0.0.1: counting keep-alive server, silent server, garbage,
-//! close mid-response, and a TLS variant. Each stops (threads end) when dropped.
-#![allow(dead_code)]
+//! close mid-response, and a TLS variant (through [`TestServer::spawn_with`]). Each stops
+//! (threads end) when dropped.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

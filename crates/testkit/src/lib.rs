@@ -1,0 +1,134 @@
+//! The lagtrace test kit: used only as a dev-dependency, never shipped.
+//!
+//! - [`net`]: the one guard for what a test builds in the network stack (namespaces, veth
+//!   pairs, host nft tables, helper processes), removed on drop even after a panic, plus a
+//!   namespace joined to this one by a veth ([`net::VethNs`]);
+//! - [`chain`]: `client → r1 → r2 → server` through two routers, for path tests;
+//! - [`ns_lab`]: a namespace with a tiny TCP server inside, for capture tests;
+//! - [`nginx`] and [`server`]: a real nginx, and in-test HTTP servers on 127.0.0.1;
+//! - [`tcpdump`]: start/stop a tcpdump that has flushed its file;
+//! - [`layers`]: constructed diagnose evidence for the verdict and renderer tests;
+//! - here: [`sh`], [`in_ns`], [`tshark_fields`], [`case_pcap`], unique names.
+//!
+//! Helpers panic with the failing command and its stderr: that is a test failure, with the
+//! reason in the message. Tests that need root are marked `#[ignore = "needs root"]` and run
+//! with `cargo test -- --include-ignored` (README's test command does).
+
+pub mod chain;
+pub mod layers;
+pub mod net;
+pub mod nginx;
+pub mod ns_lab;
+pub mod server;
+pub mod tcpdump;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Runs `args[0]` with the rest as arguments; its stdout, or the command line and its
+/// stderr as the error.
+pub fn try_sh(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("running {}: {e}", args.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// [`try_sh`] that panics with the command line and its stderr when it fails.
+pub fn sh(args: &[&str]) -> String {
+    try_sh(args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `ip netns exec NS args...`, as [`try_sh`].
+pub fn try_in_ns(ns: &str, args: &[&str]) -> Result<String, String> {
+    let mut v = vec!["ip", "netns", "exec", ns];
+    v.extend_from_slice(args);
+    try_sh(&v)
+}
+
+/// `ip netns exec NS args...`, as [`sh`].
+pub fn in_ns(ns: &str, args: &[&str]) -> String {
+    try_in_ns(ns, args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs `program args...` inside namespace `ns` (`ip netns exec`) and returns its output,
+/// whatever its exit status.
+pub fn output_in_ns(ns: &str, program: &str, args: &[&str]) -> std::process::Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns, program])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("ip netns exec {ns} {program}: {e}"))
+}
+
+/// `tshark -r file -T fields [-Y filter] -e ...`: one row per frame, one string per field
+/// (a field that occurs several times in a frame: its values joined by commas).
+pub fn tshark_fields(file: &Path, filter: Option<&str>, fields: &[&str]) -> Vec<Vec<String>> {
+    tshark(file, filter, fields, &[])
+}
+
+/// [`tshark_fields`] with `-n -E occurrence=f`: no name resolution, the first occurrence of
+/// a repeated field only.
+pub fn tshark_fields_first(file: &Path, filter: Option<&str>, fields: &[&str]) -> Vec<Vec<String>> {
+    tshark(file, filter, fields, &["-n", "-E", "occurrence=f"])
+}
+
+fn tshark(file: &Path, filter: Option<&str>, fields: &[&str], extra: &[&str]) -> Vec<Vec<String>> {
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-r")
+        .arg(file)
+        .args(extra)
+        .args(["-T", "fields", "-E", "separator=\t"]);
+    if let Some(f) = filter {
+        cmd.args(["-Y", f]);
+    }
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("running tshark");
+    assert!(
+        out.status.success(),
+        "tshark on {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+/// The repository's copy of a reference capture: `testdata/case/{name}`
+/// (`nagle-delayed-ack.pcap`, `healthy.pcap`). Panics when it is not there.
+pub fn case_pcap(name: &str) -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/case")
+        .join(name);
+    assert!(p.is_file(), "reference capture {} missing", p.display());
+    p
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A number no other call in this process returned, for unique names.
+pub fn unique() -> u32 {
+    SEQ.fetch_add(1, Ordering::SeqCst)
+}
+
+/// A name unique on this machine while this process lives: `{prefix}{pid:x}{n:x}`, at most
+/// `max` bytes (the pid and counter are kept; the prefix is cut to fit). Interface names
+/// take at most 15 bytes.
+pub fn unique_name(prefix: &str, max: usize) -> String {
+    let tail = format!("{:x}x{:x}", std::process::id(), unique());
+    let keep = max.saturating_sub(tail.len()).min(prefix.len());
+    format!("{}{tail}", &prefix[..keep])
+}

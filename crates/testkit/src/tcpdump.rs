@@ -1,0 +1,51 @@
+//! tcpdump as a test's reference capture: started once it says it is listening, stopped with
+//! SIGINT so the file is complete.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// Starts `tcpdump {opts} -w file "tcp port {port}"` (inside `netns` if given) and waits
+/// until it says it is listening.
+pub fn spawn_tcpdump(netns: Option<&str>, opts: &[&str], file: &Path, port: u16) -> Child {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "tcpdump"]);
+            c
+        }
+        None => Command::new("tcpdump"),
+    };
+    let mut td = cmd
+        .args(opts)
+        .arg("-w")
+        .arg(file)
+        .arg(format!("tcp port {port}"))
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run tcpdump");
+    let mut line = String::new();
+    BufReader::new(td.stderr.take().expect("tcpdump's stderr"))
+        .read_line(&mut line)
+        .expect("reading tcpdump's stderr");
+    assert!(line.contains("listening"), "tcpdump: {line}");
+    td
+}
+
+/// [`spawn_tcpdump`] on `dev`, unbuffered, 256-byte snaplen.
+pub fn tcpdump_on(netns: Option<&str>, dev: &str, file: &Path, port: u16) -> Child {
+    spawn_tcpdump(
+        netns,
+        &["-i", dev, "-nn", "-U", "--immediate-mode", "-s", "256"],
+        file,
+        port,
+    )
+}
+
+/// Stops a tcpdump with SIGINT (so it flushes the file) and waits for it.
+pub fn stop_tcpdump(mut td: Child) {
+    // SAFETY: signalling a child this test started and has not reaped yet.
+    unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
+    let _ = td.wait();
+}
