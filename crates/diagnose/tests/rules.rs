@@ -5,115 +5,19 @@ use lagtrace_diagnose::Assemble;
 use lagtrace_diagnose::evidence::*;
 use lagtrace_diagnose::{Confidence, Diagnosis, FixSide, Settings, Stance, judge};
 use lagtrace_model::Cause;
-
-fn target() -> Target {
-    Target {
-        url: "http://10.77.0.2:8080/".into(),
-        host: "10.77.0.2".into(),
-        addr: "10.77.0.2".into(),
-        port: 8080,
-    }
-}
+use lagtrace_testkit::layers::{Synth, finding, rtt, target};
 
 fn pct(count: u64, p50: u64, p99: u64) -> Percentiles {
-    Percentiles {
-        count,
-        min_us: p50 / 2,
-        mean_us: p50,
-        p50_us: p50,
-        p90_us: (p50 + p99) / 2,
-        p99_us: p99,
-        p999_us: p99 + p99 / 10,
-        max_us: p99 * 2,
-    }
+    Synth::RULES.pct(count, p50, p99)
 }
 
 fn run(c: u32, p50: u64, p99: u64, rps: f64) -> AppRun {
-    AppRun {
-        concurrency: c,
-        requests: (rps * 5.0) as u64,
-        duration_us: 5_000_000,
-        requests_per_sec: rps,
-        latency: pct((rps * 5.0) as u64, p50, p99),
-        distribution: vec![],
-        errors: Errors::default(),
-        first_request: None,
-        bytes: 0,
-        later_requests: None,
-    }
-}
-
-fn rtt(p50: u64) -> RttStats {
-    RttStats::from_samples(5, 0, &[p50, p50, p50 + 10, p50 - 5, p50])
-}
-
-fn finding(kind: &str, tx: u64, total: u64, median: u64) -> FindingSummary {
-    FindingSummary {
-        kind: kind.into(),
-        count: tx,
-        transactions: tx,
-        share: tx as f64 / total as f64,
-        median_added_us: median,
-        p99_added_us: median + median / 20,
-        examples: vec![FindingExample {
-            stream: 2,
-            frames: vec![41, 44, 45],
-            time_us: 47_146,
-            added_us: median,
-            note: "held until the ACK".into(),
-        }],
-    }
+    Synth::RULES.run(c, p50, p99, rps)
 }
 
 /// A healthy lab: veth RTT, fast server, nothing in the packets, NODELAY on.
 fn healthy_layers() -> Layers {
-    Layers {
-        path: Layer::ran(PathEvidence {
-            method: "tcp-syn".into(),
-            idle: Some(rtt(60)),
-            under_load: Some(rtt(140)),
-            hops: vec![],
-            reached: true,
-            port_open: true,
-            notes: vec![],
-        }),
-        app: Layer::ran(AppEvidence {
-            c1: Some(run(1, 110, 300, 8000.0)),
-            cn: Some(run(32, 1_400, 6_000, 22_000.0)),
-        }),
-        packets: Layer::ran(PacketEvidence {
-            capture_point: "veth0".into(),
-            packets: 400_000,
-            dropped: 0,
-            streams: 32,
-            transactions: 100_000,
-            handshake_rtt: Some(pct(32, 70, 200)),
-            server_time: Some(pct(100_000, 90, 900)),
-            findings: vec![],
-            example_flow: None,
-        }),
-        sockets: Layer::ran(SocketEvidence {
-            client: ClientSide::default(),
-            server: Some(ServerProcess {
-                pid: 4242,
-                comm: "nginx".into(),
-                netns: "lab".into(),
-            }),
-            established: 32,
-            nodelay: OptionCount {
-                on: 32,
-                off: 0,
-                unknown: 0,
-            },
-            cork: OptionCount {
-                on: 0,
-                off: 32,
-                unknown: 0,
-            },
-            config: vec![],
-            notes: vec![],
-        }),
-    }
+    Synth::RULES.healthy_layers()
 }
 
 fn nagle_layers() -> Layers {

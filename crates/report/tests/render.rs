@@ -10,52 +10,10 @@ use std::process::Command;
 use lagtrace_diagnose::Assemble;
 use lagtrace_diagnose::evidence::*;
 use lagtrace_diagnose::{Diagnosis, Settings};
-
-fn pct(count: u64, p50: u64, p99: u64) -> Percentiles {
-    Percentiles {
-        count,
-        min_us: p50 / 3,
-        mean_us: p50,
-        p50_us: p50,
-        p90_us: (p50 + p99) / 2,
-        p99_us: p99,
-        p999_us: p99 + p99 / 10,
-        max_us: p99 * 2,
-    }
-}
-
-fn dist(p50: u64, p99: u64) -> Vec<PercentilePoint> {
-    [
-        (0.0, p50 / 3),
-        (25.0, p50 * 9 / 10),
-        (50.0, p50),
-        (75.0, p50 * 11 / 10),
-        (90.0, (p50 + p99) / 2),
-        (99.0, p99),
-        (99.9, p99 * 11 / 10),
-        (100.0, p99 * 2),
-    ]
-    .into_iter()
-    .map(|(p, v)| PercentilePoint {
-        percentile: p,
-        latency_us: v,
-    })
-    .collect()
-}
+use lagtrace_testkit::layers::{Synth, directive, options, target};
 
 fn run(c: u32, p50: u64, p99: u64, rps: f64) -> AppRun {
-    AppRun {
-        concurrency: c,
-        requests: (rps * 4.0) as u64,
-        duration_us: 4_000_000,
-        requests_per_sec: rps,
-        latency: pct((rps * 4.0) as u64, p50, p99),
-        distribution: dist(p50, p99),
-        errors: Errors::default(),
-        first_request: None,
-        bytes: 0,
-        later_requests: None,
-    }
+    Synth::REPORT.run(c, p50, p99, rps)
 }
 
 fn pkt(frame: u64, t_us: u64, dir: Direction, flags: &str, len: u32, note: &str) -> FlowPacket {
@@ -92,81 +50,47 @@ fn nagle_case() -> Diagnosis {
             label: "Nagle holds the body until the client's delayed ACK".into(),
         }],
     };
-    let layers = Layers {
-        path: Layer::ran(PathEvidence {
-            method: "tcp-syn".into(),
-            idle: Some(RttStats::from_samples(5, 0, &[62, 58, 71, 60, 66])),
-            under_load: Some(RttStats::from_samples(5, 0, &[90, 120, 85, 101, 97])),
-            hops: vec![],
-            reached: true,
-            port_open: true,
-            notes: vec![],
-        }),
-        app: Layer::ran(AppEvidence {
-            c1: Some(run(1, 41_200, 42_000, 24.0)),
-            cn: Some(run(32, 43_900, 48_000, 730.0)),
-        }),
-        packets: Layer::ran(PacketEvidence {
-            capture_point: "lt-c-x in the current namespace".into(),
-            packets: 11_000,
-            dropped: 0,
-            streams: 32,
-            transactions: 2_920,
-            handshake_rtt: Some(pct(32, 70, 150)),
-            server_time: Some(pct(2_920, 160, 2_400)),
-            findings: vec![FindingSummary {
-                kind: "nagle-delayed-ack".into(),
-                count: 2_830,
-                transactions: 2_830,
-                share: 2_830.0 / 2_920.0,
-                median_added_us: 40_900,
-                p99_added_us: 43_100,
-                examples: vec![FindingExample {
-                    stream: 1,
-                    frames: vec![16, 17, 18],
-                    time_us: 47_146,
-                    added_us: 41_535,
-                    note: "body held until the delayed ACK".into(),
-                }],
-            }],
-            example_flow: Some(flow),
-        }),
-        sockets: Layer::ran(SocketEvidence {
-            client: ClientSide::default(),
-            server: Some(ServerProcess {
-                pid: 4242,
-                comm: "nginx".into(),
-                netns: "lt-lab".into(),
-            }),
-            established: 32,
-            nodelay: OptionCount {
-                on: 0,
-                off: 32,
-                unknown: 0,
-            },
-            cork: OptionCount {
-                on: 0,
-                off: 32,
-                unknown: 0,
-            },
-            config: vec![ConfigDirective {
-                name: "tcp_nodelay".into(),
-                value: "off".into(),
-                file: "/run/lagtrace/lab/latency.conf".into(),
-                line: 12,
-                default: false,
-            }],
-            notes: vec![],
-        }),
-    };
-    let target = Target {
-        url: "http://10.77.0.2:8080/".into(),
-        host: "10.77.0.2".into(),
-        addr: "10.77.0.2".into(),
-        port: 8080,
-    };
+    let mut layers = Synth::REPORT.healthy_layers();
+    let path = layers.path.data.as_mut().unwrap();
+    path.idle = Some(RttStats::from_samples(5, 0, &[62, 58, 71, 60, 66]));
+    path.under_load = Some(RttStats::from_samples(5, 0, &[90, 120, 85, 101, 97]));
+    layers.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 41_200, 42_000, 24.0)),
+        cn: Some(run(32, 43_900, 48_000, 730.0)),
+    });
+    let p = layers.packets.data.as_mut().unwrap();
+    p.capture_point = "lt-c-x in the current namespace".into();
+    p.packets = 11_000;
+    p.transactions = 2_920;
+    p.handshake_rtt = Some(Synth::REPORT.pct(32, 70, 150));
+    p.server_time = Some(Synth::REPORT.pct(2_920, 160, 2_400));
+    p.findings = vec![FindingSummary {
+        kind: "nagle-delayed-ack".into(),
+        count: 2_830,
+        transactions: 2_830,
+        share: 2_830.0 / 2_920.0,
+        median_added_us: 40_900,
+        p99_added_us: 43_100,
+        examples: vec![FindingExample {
+            stream: 1,
+            frames: vec![16, 17, 18],
+            time_us: 47_146,
+            added_us: 41_535,
+            note: "body held until the delayed ACK".into(),
+        }],
+    }];
+    p.example_flow = Some(flow);
+    let s = layers.sockets.data.as_mut().unwrap();
+    s.server.as_mut().unwrap().netns = "lt-lab".into();
+    s.nodelay = options(0, 32);
+    s.config = vec![directive(
+        "tcp_nodelay",
+        "off",
+        "/run/lagtrace/lab/latency.conf",
+        12,
+    )];
     Diagnosis::assemble(
-        target,
+        target(),
         Settings {
             concurrency: 32,
             duration_us: 10_000_000,
@@ -190,11 +114,7 @@ fn verified_case() -> Diagnosis {
     layers.sockets.status = LayerStatus::Ok;
     layers.app.status = LayerStatus::Ok;
     let s = layers.sockets.data.as_mut().unwrap();
-    s.nodelay = OptionCount {
-        on: 32,
-        off: 0,
-        unknown: 0,
-    };
+    s.nodelay = options(32, 0);
     s.config[0].value = "on".into();
     let mut after = Diagnosis::assemble(before.target.clone(), before.settings.clone(), layers, 1);
     after.verify = Some(after.compare_with(&before, "before.json"));

@@ -177,7 +177,7 @@ pub fn finding(kind: &str, tx: u64, total: u64, median: u64) -> FindingSummary {
         examples: vec![FindingExample {
             stream: 2,
             frames: vec![41, 44, 45],
-            time_s: 0.047146,
+            time_us: 47_146,
             added_us: median,
             note: "held until the ACK".into(),
         }],
