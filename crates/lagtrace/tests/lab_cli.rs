@@ -164,6 +164,7 @@ fn serve_bad_flags_are_one_line_errors() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn lab_cli_up_fix_unfix_down() {
     let n = name("cli-nginx");
     let _guard = Down(n.clone());
@@ -225,6 +226,7 @@ fn lab_cli_up_fix_unfix_down() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn lab_cli_builtin_servers() {
     let n = name("cli-builtin");
     let _guard = Down(n.clone());
@@ -274,6 +276,7 @@ fn lab_cli_bad_input() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn demo_runs_and_leaves_nothing() {
     let n = name("demo");
     let (code, out, err) = lagtrace(&["demo", "--name", &n, "--requests", "8"]);
@@ -312,6 +315,7 @@ fn lab_without_capabilities_names_them() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn lab_down_and_fix_unprivileged_name_the_capability_and_touch_nothing() {
     // They failed half-way with an `ip netns del` / log file error, or (down of a lab that
     // is not up) claimed "lab X is down".
@@ -358,6 +362,7 @@ fn lab_down_and_fix_unprivileged_name_the_capability_and_touch_nothing() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn demo_interrupted_leaves_nothing() {
     let n = name("demo-int");
     let child = Command::new(BIN)
@@ -441,6 +446,7 @@ fn lagtrace_into_closed_pipe(args: &[&str]) -> (i32, String) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn closed_stdout_is_a_silent_exit_0_and_demo_still_cleans_up() {
     // `println!` panicked on the broken pipe (exit 101 with a backtrace).
     let n = name("pipe");
@@ -462,6 +468,7 @@ fn closed_stdout_is_a_silent_exit_0_and_demo_still_cleans_up() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn lab_up_interrupted_half_way_leaves_nothing() {
     // SIGINT's default action killed `lab up` between two steps: namespace, veth and state
     // stayed, and the next `lab up` said "already up".

@@ -54,6 +54,7 @@ fn retrans_segs(lab: &Lab) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn start_builtin_runs_an_extra_server_killed_by_teardown() {
     let lab = Lab::up(&LabOptions::new(&name("extra")).server(ServerKind::Builtin)).expect("lab");
     let opts = ServeOptions {
@@ -77,6 +78,7 @@ fn start_builtin_runs_an_extra_server_killed_by_teardown() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn shape_limits_server_to_client_rate() {
     let lab = Lab::up(&LabOptions::new(&name("shape")).server(ServerKind::Builtin)).expect("lab");
     let opts = ServeOptions {
@@ -111,6 +113,7 @@ fn shape_limits_server_to_client_rate() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn drop_percent_drops_and_tcp_retransmits() {
     let lab = Lab::up(&LabOptions::new(&name("drop")).server(ServerKind::Builtin)).expect("lab");
     let before = retrans_segs(&lab);
@@ -182,6 +185,7 @@ fn wrk(url: &str) -> f64 {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn wrk_sees_the_same_stall_as_the_probe_client() {
     let lab = Lab::up(&LabOptions::new(&name("wrk"))).expect("lab");
     let wrk_slow = wrk(&lab.latency_url());
@@ -202,6 +206,7 @@ fn wrk_sees_the_same_stall_as_the_probe_client() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn serve_netns_flag_listens_inside_the_lab() {
     let lab =
         Lab::up(&LabOptions::new(&name("serve-ns")).server(ServerKind::Builtin)).expect("lab");

@@ -51,6 +51,7 @@ fn wrk(args: &[&str]) -> String {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn request_counts_match_nginx_access_log_and_n_is_exact() {
     let lab = lab("cnt");
     let before = access_log_lines(&lab, "good");
@@ -89,6 +90,7 @@ fn request_counts_match_nginx_access_log_and_n_is_exact() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn latency_server_stalls_and_good_server_does_not_like_wrk_sees() {
     let lab = lab("lat");
     let slow = load_json(&["-d", "2s", "-c", "10", "-t", "1", &lab.latency_url()]);
@@ -127,6 +129,7 @@ fn latency_server_stalls_and_good_server_does_not_like_wrk_sees() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn quickack_removes_the_stall_and_rate_holds_within_two_percent() {
     let lab = lab("qr");
     let v = load_json(&[

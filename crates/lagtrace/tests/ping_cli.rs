@@ -50,6 +50,7 @@ fn listen(c: &Chain) -> Listener {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn syn_ping_prints_hping_style_lines_and_statistics() {
     let c = Chain::up("clisyn");
     let l = listen(&c);
@@ -108,6 +109,7 @@ fn syn_ping_prints_hping_style_lines_and_statistics() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn json_report_states_samples_stats_and_timestamp_source() {
     let c = Chain::up("clijson");
     let l = listen(&c);
@@ -146,6 +148,7 @@ fn json_report_states_samples_stats_and_timestamp_source() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn silent_port_is_a_clear_all_timeout_report_with_exit_1() {
     let c = Chain::up("clisilent");
     in_ns(
@@ -186,6 +189,7 @@ fn silent_port_is_a_clear_all_timeout_report_with_exit_1() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn connect_mode_works_unprivileged_and_syn_mode_falls_back_saying_so() {
     let c = Chain::up("clinobody");
     let l = listen(&c);
@@ -233,6 +237,7 @@ fn connect_mode_works_unprivileged_and_syn_mode_falls_back_saying_so() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bad_input_is_one_line_and_exit_2() {
     // An empty namespace (loopback only): no route anywhere, no DNS server reachable.
     let mut guard = NetGuard::new();
@@ -283,6 +288,7 @@ fn reply_fields(line: &str) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn reply_lines_agree_with_hping3_on_the_same_target() {
     let c = Chain::up("clihping");
     let l = listen(&c);

@@ -51,6 +51,7 @@ fn chromium(args: &[String]) -> (String, String) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
     let lab = Lab::up(&LabOptions::new(&format!("dgrep{}", std::process::id()))).expect("lab");
     let dir = tempfile::tempdir().unwrap();

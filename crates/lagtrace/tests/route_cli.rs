@@ -31,6 +31,7 @@ fn hop_addrs(out: &str) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn route_matches_traceroute_for_tcp_udp_and_icmp() {
     let c = Chain::up("cliroute");
     let want = vec![
@@ -78,6 +79,7 @@ fn route_matches_traceroute_for_tcp_udp_and_icmp() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn dropped_time_exceeded_shows_stars_and_report_mode_counts_loss() {
     let c = Chain::up("clistar");
     in_ns(
@@ -164,6 +166,7 @@ fn dropped_time_exceeded_shows_stars_and_report_mode_counts_loss() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn unreachable_target_and_bad_input() {
     let c = Chain::up("clirtbad");
     // Nothing beyond the server answers: drop everything the server would send back.
@@ -249,6 +252,7 @@ fn unreachable_target_and_bad_input() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn net_unreachable_is_marked_like_traceroute() {
     let c = Chain::up("clirtnet");
     // 10.A.(B+3).0/24 belongs to this chain's block but no router has a route to it: r1

@@ -89,6 +89,7 @@ fn summary_count(rec: &Value, option: &str, value: &str) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn record_wrk_sets_nodelay_and_never_quickack() {
     let port = free_port();
     let _n = Nginx::start("", port, None);
@@ -139,6 +140,7 @@ fn record_wrk_sets_nodelay_and_never_quickack() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn record_curl_follows_forks_and_passes_exit_status() {
     let port = free_port();
     let _n = Nginx::start("", port, None);
@@ -198,6 +200,7 @@ fn record_curl_follows_forks_and_passes_exit_status() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn inspect_text_names_the_setting_and_the_line() {
     let port = free_port();
     let n = Nginx::start(LATENCY_HTTP, port, None);
@@ -226,6 +229,7 @@ fn inspect_text_names_the_setting_and_the_line() {
 /// A config edited after nginx loaded it is what is on disk, not what runs: the lens says so
 /// (and says nothing while the file is as loaded).
 #[test]
+#[ignore = "needs root"]
 fn config_changed_since_nginx_loaded_it_is_flagged() {
     let port = free_port();
     let n = Nginx::start(LATENCY_HTTP, port, None);
@@ -254,6 +258,7 @@ fn config_changed_since_nginx_loaded_it_is_flagged() {
 /// Without CAP_SYS_PTRACE, a process of another uid cannot be looked into: the sockets are
 /// still listed with TCP_INFO, and a note says what is missing and why.
 #[test]
+#[ignore = "needs root"]
 fn without_cap_sys_ptrace_results_are_partial_with_a_note() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
@@ -350,6 +355,7 @@ fn bad_input_is_one_line_and_exit_2() {
 /// its worker, accepts; the latency config's accepted sockets never set TCP_NODELAY while
 /// the default config's set it when the connection enters keep-alive.
 #[test]
+#[ignore = "needs root"]
 fn record_nginx_follows_its_worker_and_its_accepts() {
     for (http, expect_nodelay) in [(LATENCY_HTTP, false), ("", true)] {
         let port = free_port();
@@ -458,6 +464,7 @@ fn record_counts_options_inherited_from_the_listener() {
 
 /// Cross-check with the peer tool: strace sees the same setsockopt calls as --record.
 #[test]
+#[ignore = "needs root"]
 fn record_agrees_with_strace_on_setsockopt() {
     let port = free_port();
     let _n = Nginx::start("", port, None);

@@ -20,6 +20,7 @@ fn server_side(ins: &Inspection, port: u16) -> Vec<&SocketInfo> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn lab_latency_nginx_has_nodelay_off_and_the_lens_cites_the_line() {
     let lab = Lab::up(&LabOptions::new(&format!("skl{}", std::process::id()))).unwrap();
     let _lat: Vec<_> = (0..3).map(|_| keepalive(lab.latency_addr(), 2)).collect();
@@ -144,6 +145,7 @@ fn lab_latency_nginx_has_nodelay_off_and_the_lens_cites_the_line() {
 /// A `lagtrace serve` process in the lab's namespace with Nagle on and TCP_CORK left on:
 /// its accepted socket reads back exactly those flags, owned by that process.
 #[test]
+#[ignore = "needs root"]
 fn lab_builtin_process_sockets_match_its_flags() {
     let lab = Lab::up(&LabOptions::new(&format!("skb{}", std::process::id()))).unwrap();
     let port = 9090;

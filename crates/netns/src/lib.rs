@@ -149,6 +149,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root"]
     fn own_pid_namespace_is_the_current_one() {
         let me = NetNs::Pid(std::process::id());
         assert_eq!(me.inode().unwrap(), NetNs::Current.inode().unwrap());

@@ -35,11 +35,13 @@ fn opts(lab: &NsLab, out: Option<std::path::PathBuf>, format: FileFormat) -> Cap
 }
 
 #[test]
+#[ignore = "needs root"]
 fn capture_matches_tshark_on_the_written_file() {
     matches_tshark(false);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn capture_in_immediate_mode_matches_tshark_too() {
     matches_tshark(true);
 }
@@ -82,6 +84,7 @@ fn matches_tshark(immediate: bool) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn netns_capture_sees_the_traffic_inside_the_namespace() {
     let lab = NsLab::up("netns", 500);
     let o = CaptureOptions {
@@ -122,6 +125,7 @@ fn netns_capture_sees_the_traffic_inside_the_namespace() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn count_stops_at_exactly_count() {
     let lab = NsLab::up("count", REPLY);
     let dir = tempfile::tempdir().unwrap();
@@ -141,6 +145,7 @@ fn count_stops_at_exactly_count() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn duration_stops_by_itself_on_a_quiet_interface() {
     let lab = NsLab::up("dur", 10);
     let mut o = opts(&lab, None, FileFormat::Pcap);
@@ -156,6 +161,7 @@ fn duration_stops_by_itself_on_a_quiet_interface() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn stop_is_prompt_on_a_quiet_interface() {
     let lab = NsLab::up("stop", 10);
     let h = Capture::start(&opts(&lab, None, FileFormat::Pcap), None).unwrap();
@@ -167,6 +173,7 @@ fn stop_is_prompt_on_a_quiet_interface() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn pcapng_output_reads_in_tshark_with_the_same_packets_and_times() {
     let lab = NsLab::up("ng", REPLY);
     let dir = tempfile::tempdir().unwrap();
@@ -209,6 +216,7 @@ fn pcapng_output_reads_in_tshark_with_the_same_packets_and_times() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bad_filter_and_missing_interface_are_one_line_errors() {
     let lab = NsLab::up("bad", 10);
     let mut o = opts(&lab, None, FileFormat::Pcap);
@@ -234,6 +242,7 @@ fn bad_filter_and_missing_interface_are_one_line_errors() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn snaplen_cuts_the_bytes_but_keeps_the_wire_length() {
     let lab = NsLab::up("snap", REPLY);
     let dir = tempfile::tempdir().unwrap();

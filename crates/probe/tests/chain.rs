@@ -54,6 +54,7 @@ fn hop_addrs(r: &RouteReport) -> Vec<Vec<IpAddr>> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn route_lists_r1_r2_and_the_server_for_tcp_udp_and_icmp() {
     let c = chain("route3");
     let l = listen_in_server(&c);
@@ -87,6 +88,7 @@ fn route_lists_r1_r2_and_the_server_for_tcp_udp_and_icmp() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn route_shows_a_star_where_r2_drops_its_time_exceeded_and_still_reaches_the_server() {
     let c = chain("routestar");
     let r2 = &c.ns[2];
@@ -128,6 +130,7 @@ fn syn_recv_count(c: &Chain) -> usize {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn syn_ping_open_and_closed_ports_give_samples_and_leave_no_half_open_connection() {
     let c = chain("synping");
     let l = listen_in_server(&c);
@@ -171,6 +174,7 @@ fn syn_ping_open_and_closed_ports_give_samples_and_leave_no_half_open_connection
 }
 
 #[test]
+#[ignore = "needs root"]
 fn syn_ping_to_a_dropped_port_is_all_loss_after_the_timeout() {
     let c = chain("syndrop");
     in_ns(
@@ -200,6 +204,7 @@ fn syn_ping_to_a_dropped_port_is_all_loss_after_the_timeout() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn udp_icmp_and_connect_modes_measure_the_same_path() {
     let c = chain("modes");
     let l = listen_in_server(&c);
@@ -243,6 +248,7 @@ fn udp_icmp_and_connect_modes_measure_the_same_path() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn tbf_queue_under_load_makes_the_syn_rtt_rise() {
     let c = chain("tbf");
     let l = listen_in_server(&c);
@@ -312,6 +318,7 @@ fn tbf_queue_under_load_makes_the_syn_rtt_rise() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn ipv6_syn_udp_icmp_ping_and_route_on_loopback() {
     // A namespace with only loopback (so no other process's services answer).
     let mut guard = NetGuard::new();
@@ -353,6 +360,7 @@ fn ipv6_syn_udp_icmp_ping_and_route_on_loopback() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn ipv6_route_and_syn_ping_through_the_routers() {
     let c = chain("v6route");
     let server: IpAddr = c.addr6(2, 2).into();

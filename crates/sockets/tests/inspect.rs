@@ -128,6 +128,7 @@ fn own_listener_options_are_read_back_exactly() {
 /// The reference case: the latency nginx's keep-alive sockets have TCP_NODELAY off, the
 /// stock nginx's on, and the lens cites the `tcp_nodelay off;` line.
 #[test]
+#[ignore = "needs root"]
 fn nginx_latency_vs_good_and_config_lens() {
     let (pl, pg) = (free_port(), free_port());
     let latency = Nginx::start(LATENCY_HTTP, pl, None);
@@ -190,6 +191,7 @@ fn nginx_latency_vs_good_and_config_lens() {
 /// Sockets in a namespace the test made: invisible from here, found with `netns` and with
 /// `all_netns` (once, even though several processes share the namespace).
 #[test]
+#[ignore = "needs root"]
 fn namespaces_named_and_all() {
     let mut guard = NetGuard::new();
     let ns_name = guard.add_ns("sk-ns");
