@@ -2,7 +2,7 @@
 //! latency distributions, findings, and a healthy lab's four layers that a test then bends
 //! into the case it needs.
 
-use lagtrace_diagnose::evidence::*;
+use lagtrace_model::diagnosis::evidence::*;
 
 /// The lab's latency server as a target.
 pub fn target() -> Target {

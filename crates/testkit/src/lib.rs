@@ -7,7 +7,8 @@
 //! - [`ns_lab`]: a namespace with a tiny TCP server inside, for capture tests;
 //! - [`nginx`] and [`server`]: a real nginx, and in-test HTTP servers on 127.0.0.1;
 //! - [`tcpdump`]: start/stop a tcpdump that has flushed its file;
-//! - [`layers`]: constructed diagnose evidence for the verdict and renderer tests;
+//! - [`layers`]: constructed diagnosis evidence (`lagtrace-model` types) for the verdict and
+//!   renderer tests;
 //! - here: [`sh`], [`in_ns`], [`tshark_fields`], [`case_pcap`], unique names.
 //!
 //! Helpers panic with the failing command and its stderr: that is a test failure, with the
