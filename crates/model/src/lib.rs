@@ -21,6 +21,8 @@ use std::fmt;
 
 mod privilege;
 pub use privilege::{Capability, Privilege};
+pub mod request;
+pub use request::{RequestError, RequestRecord, RequestRecords};
 
 /// The stable cause codes of `../shared/DESIGN.md`. JSON uses the kebab-case strings.
 #[derive(

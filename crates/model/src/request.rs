@@ -1,0 +1,167 @@
+//! Per-request records of a load run: what one request (or one connect attempt that never
+//! became a request) waited for, with the timestamps a packet capture can be joined on.
+//!
+//! # Clock
+//! Every `*_us` time is whole microseconds since the run's start on the monotonic clock
+//! (`CLOCK_MONOTONIC`). [`RequestRecords::start_unix_us`] is the same instant on
+//! `CLOCK_REALTIME` (µs since the Unix epoch), read right after the monotonic start: add it
+//! to a `*_us` time to get the wall-clock time a pcap stamps its packets with (both clocks
+//! tick at the same rate over a run of seconds; NTP slewing is below 0.05 %).
+//!
+//! # Which requests are kept (bounded memory)
+//! Each load thread keeps
+//! - the `slow_cap` slowest of its records by [`RequestRecord::wait_us`], exactly (a min-heap:
+//!   a record leaves it only for a slower one). These are "slow": [`RequestRecord::slow`] is
+//!   true and [`RequestRecord::weight`] is 1. Every record of a thread slower than its
+//!   `1 − slow_cap / n` quantile is kept (n = records of that thread): with the default cap
+//!   of 4096, every request above the thread's p99 in runs of up to 409 600 requests per
+//!   thread, and above p99.9 up to 4 096 000.
+//! - a uniform reservoir sample (Vitter's algorithm R) of `sample_cap` of all its other
+//!   records, each offered once: either never slow enough for the heap, or pushed out of it.
+//!   Each sampled record stands for `weight = others / kept` records of its thread
+//!   (`others` = that thread's records not in its slow set), so a weighted count or
+//!   percentile over all records estimates the whole run: `Σ weight` equals
+//!   [`RequestRecords::seen`].
+//!
+//! Memory is therefore at most `threads × (slow_cap + sample_cap)` records (about 200 bytes
+//! each, none allocated per request), whatever the run's length; below that bound nothing is dropped and every weight is 1.
+//!
+//! # Which events make a record
+//! A completed response, a request that failed (read/write error, `--timeout`), a connect
+//! that failed or timed out (it is a request that waited that long, not a missing one), and
+//! at the run's end every request or connect still pending ([`RequestRecord::pending`]: the
+//! wait is "at least" its age). A connection opened while no request was due (a `--rate`
+//! connection waiting for its first send time, or a run whose `-n` budget is spent) makes no
+//! record of its own while pending.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// The per-request records of one load run and how they were sampled.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RequestRecords {
+    /// The run's start (time 0 of every `*_us` time) on `CLOCK_REALTIME`, µs since the Unix
+    /// epoch.
+    pub start_unix_us: u64,
+    /// Load threads; each kept its own slow set and sample.
+    pub threads: u32,
+    /// Per thread: the most slow records kept.
+    pub slow_cap: u32,
+    /// Per thread: the size of the uniform sample of the other records.
+    pub sample_cap: u32,
+    /// Records made in the run (kept or not): the sum of the kept records' weights.
+    pub seen: u64,
+    /// The kept records, ordered by `start_us` (then connection, then index).
+    pub records: Vec<RequestRecord>,
+}
+
+/// One request, or one connect attempt that never carried a request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RequestRecord {
+    /// Connection id, unique within the run (counts connect attempts from 0 in the order the
+    /// threads made them: thread `t`'s ids are `t + k × threads`).
+    pub conn: u64,
+    /// Local address and port of the connection (JSON `"ip:port"`), as the server and a
+    /// capture see it; `None` when the socket never got one (it could not be opened).
+    pub local: Option<SocketAddr>,
+    /// Remote address and port (JSON `"ip:port"`).
+    pub remote: SocketAddr,
+    /// Index of the request on its connection: 0 is the first.
+    pub index: u32,
+    /// When the request's wait began: the intended send time under `--rate`, else the
+    /// connect start for a connection's first request (and for a failed connect), else the
+    /// first write.
+    pub start_us: u64,
+    /// Total wait: from `start_us` to the last response byte, the failure, or the run's end
+    /// (then `pending` is set and the true wait is at least this).
+    pub wait_us: u64,
+    /// Connect start (the non-blocking `connect(2)`) of the connection.
+    pub connect_start_us: u64,
+    /// Connect end: the handshake completed (socket writable), or the connect failed or timed
+    /// out (`error` says which). `None` while still pending at the run's end.
+    pub connect_end_us: Option<u64>,
+    /// SYN retransmissions the connect needed (`tcpi_total_retrans` of `TCP_INFO` read as the
+    /// connect ends: it counts SYN retransmits until the handshake completes). `None` when
+    /// `TCP_INFO` could not be read.
+    pub syn_retransmits: Option<u32>,
+    /// Intended send time under `--rate` (what the latency is measured from there).
+    pub intended_us: Option<u64>,
+    /// The first write of the request. `None` when it never started (a connect record).
+    pub sent_first_us: Option<u64>,
+    /// The write that finished the request. `None` when it never finished.
+    pub sent_last_us: Option<u64>,
+    /// The first response byte read.
+    pub first_byte_us: Option<u64>,
+    /// The last response byte read (the response complete).
+    pub last_byte_us: Option<u64>,
+    /// Response bytes read (head and body, after TLS).
+    pub bytes: u64,
+    /// HTTP status of a complete response.
+    pub status: Option<u16>,
+    /// Why the request did not complete; `None` for a response (whatever its status) and for
+    /// a pending one.
+    pub error: Option<RequestError>,
+    /// Still pending when the run ended: `wait_us` is a lower bound ("≥ its age").
+    pub pending: bool,
+    /// Kept as one of its thread's slowest (weight 1), not as part of the sample.
+    pub slow: bool,
+    /// How many records of the run this one stands for (1 unless sampled; see the module
+    /// docs).
+    pub weight: f64,
+}
+
+/// Why a request did not complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RequestError {
+    /// The connect was refused (RST to the SYN).
+    ConnectRefused,
+    /// No handshake before the connect timeout.
+    ConnectTimeout,
+    /// Any other connect failure (unreachable, reset, no socket or file descriptor left).
+    Connect,
+    /// Reading the response failed: reset, invalid response, closed mid-response.
+    Read,
+    /// Writing the request failed.
+    Write,
+    /// No complete response before the request timeout.
+    Timeout,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_serialize_as_kebab_case_and_records_round_trip() {
+        assert_eq!(
+            serde_json::to_string(&RequestError::ConnectTimeout).unwrap(),
+            "\"connect-timeout\""
+        );
+        let r = RequestRecord {
+            conn: 3,
+            local: Some("10.0.0.1:40000".parse().unwrap()),
+            remote: "10.0.0.2:80".parse().unwrap(),
+            index: 0,
+            start_us: 10,
+            wait_us: 1_000_100,
+            connect_start_us: 10,
+            connect_end_us: Some(1_000_050),
+            syn_retransmits: Some(1),
+            intended_us: None,
+            sent_first_us: Some(1_000_060),
+            sent_last_us: Some(1_000_060),
+            first_byte_us: Some(1_000_100),
+            last_byte_us: Some(1_000_110),
+            bytes: 80,
+            status: Some(200),
+            error: None,
+            pending: false,
+            slow: true,
+            weight: 1.0,
+        };
+        let j = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<RequestRecord>(&j).unwrap(), r);
+    }
+}
