@@ -17,7 +17,10 @@ use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
+use lagtrace_model::{RequestError, RequestRecord};
+
 use crate::http::ResponseParser;
+use crate::records::{RecordOptions, Recorder, syn_retransmits};
 
 /// Highest latency a histogram holds (1 hour, in µs); larger values are clamped.
 pub(crate) const HIST_HIGH_US: u64 = 3_600_000_000;
@@ -49,6 +52,8 @@ pub(crate) struct Shared<'a> {
     pub pacing: Option<(Duration, Duration)>,
     pub progress: Vec<ThreadCounters>,
     pub interval: Option<Duration>,
+    /// Per-request records, when asked for.
+    pub records: Option<RecordOptions>,
 }
 
 /// Live counters of one thread, read by the progress loop.
@@ -87,6 +92,9 @@ pub(crate) struct ThreadResult {
     pub rate_samples: Vec<f64>,
     pub connects: u64,
     pub ended: Instant,
+    /// Kept per-request records, how many were made, how many of them pending (with
+    /// `Shared::records`).
+    pub records: Option<(Vec<RequestRecord>, u64, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,10 +234,25 @@ struct Conn {
     deadline: Instant,
     next: Instant,
     on_conn: u64,
+    /// Timestamps for the per-request record; written only when records are on.
+    track: Track,
+}
+
+/// What a per-request record needs beyond the engine's own state: plain values, no
+/// allocation. Times are `None` until they happen.
+struct Track {
+    conn: u64,
+    local: Option<SocketAddr>,
+    connect_start: Instant,
+    connect_end: Option<Instant>,
+    syn_retransmits: Option<u32>,
+    sent_first: Option<Instant>,
+    sent_last: Option<Instant>,
+    first_byte: Option<Instant>,
+    bytes: u64,
 }
 
 enum Kind {
-    Connect,
     Read,
     Write,
     Timeout,
@@ -247,6 +270,9 @@ struct Worker<'s, 'a> {
     interval_tx: Option<Sender<Interval>>,
     interval_hist: Histogram<u64>,
     r: ThreadResult,
+    rec: Option<Recorder>,
+    /// Id of the next connect attempt of this thread (ids step by the thread count).
+    next_conn: u64,
 }
 
 /// Runs one worker thread over `count` connections whose global indices start at `first`.
@@ -280,7 +306,10 @@ pub(crate) fn run_thread(
             rate_samples: Vec::new(),
             connects: 0,
             ended: now,
+            records: None,
         },
+        rec: sh.records.map(|o| Recorder::new(o, id as u64 + 1)),
+        next_conn: id as u64,
     };
     for k in 0..count {
         let next = match sh.pacing {
@@ -298,6 +327,17 @@ pub(crate) fn run_thread(
             deadline: now,
             next,
             on_conn: 0,
+            track: Track {
+                conn: 0,
+                local: None,
+                connect_start: now,
+                connect_end: None,
+                syn_retransmits: None,
+                sent_first: None,
+                sent_last: None,
+                first_byte: None,
+                bytes: 0,
+            },
         });
     }
     if sh.pacing.is_some() {
@@ -315,6 +355,11 @@ pub(crate) fn run_thread(
     }
     let last_interval = w.run()?;
     w.r.ended = Instant::now();
+    w.record_pending(w.r.ended);
+    if let Some(rec) = w.rec.take() {
+        let (seen, pending) = (rec.seen, rec.pending);
+        w.r.records = Some((rec.finish(), seen, pending));
+    }
     if let Some(tx) = &w.interval_tx {
         let _ = tx.send(Interval {
             start: last_interval - sh.start,
@@ -462,15 +507,20 @@ impl Worker<'_, '_> {
         c.generation = c.generation.wrapping_add(1);
         c.on_conn = 0;
         c.parser.reset();
-        let sock = match open_socket(self.sh.addr) {
-            Ok(s) => s,
-            Err(_) => {
-                self.r.errors.connect += 1;
-                c.st = St::Closed;
-                self.retry.push(i);
-                return;
-            }
+        if self.rec.is_some() {
+            c.track.conn = self.next_conn;
+            self.next_conn += self.sh.progress.len() as u64;
+            c.track.local = None;
+            c.track.connect_start = now;
+            c.track.connect_end = None;
+            c.track.syn_retransmits = None;
+        }
+        let Ok(sock) = open_socket(self.sh.addr) else {
+            return self.connect_failed(i, now, RequestError::Connect);
         };
+        if self.rec.is_some() {
+            c.track.local = sock.local_addr().ok().and_then(|a| a.as_socket());
+        }
         let mut sock = TcpStream::from_std(std::net::TcpStream::from(sock));
         let token = Token(i | (((c.generation & 0xff) as usize) << GEN_SHIFT));
         if self
@@ -479,26 +529,33 @@ impl Worker<'_, '_> {
             .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
             .is_err()
         {
-            self.r.errors.connect += 1;
-            c.st = St::Closed;
-            self.retry.push(i);
-            return;
+            return self.connect_failed(i, now, RequestError::Connect);
         }
         let tls = match &self.sh.tls {
             Some((cfg, name)) => match rustls::ClientConnection::new(cfg.clone(), name.clone()) {
                 Ok(t) => Some(Box::new(t)),
-                Err(_) => {
-                    self.r.errors.connect += 1;
-                    c.st = St::Closed;
-                    self.retry.push(i);
-                    return;
-                }
+                Err(_) => return self.connect_failed(i, now, RequestError::Connect),
             },
             None => None,
         };
         c.io = Some(Io { sock, tls });
         c.st = St::Connecting;
         c.deadline = now + self.sh.connect_timeout;
+    }
+
+    /// A connect failed (or timed out): count it, record it, and connect again.
+    fn connect_failed(&mut self, i: usize, now: Instant, kind: RequestError) {
+        self.r.errors.connect += 1;
+        if self.rec.is_some() {
+            let c = &mut self.conns[i];
+            c.track.connect_end = Some(now);
+            if let Some(io) = &c.io {
+                c.track.syn_retransmits = syn_retransmits(&io.sock);
+            }
+            self.record(i, now, None, Some(kind), false, false);
+        }
+        self.drop_conn(i);
+        self.retry.push(i);
     }
 
     fn on_event(&mut self, i: usize, readable: bool, closed: bool, writable: bool) {
@@ -513,13 +570,22 @@ impl Worker<'_, '_> {
                     self.r.connects += 1;
                     self.conns[i].st = St::Idle;
                     let now = Instant::now();
+                    if self.rec.is_some() {
+                        let c = &mut self.conns[i];
+                        c.track.connect_end = Some(now);
+                        c.track.syn_retransmits =
+                            c.io.as_ref().and_then(|io| syn_retransmits(&io.sock));
+                    }
                     self.start_request(i, now);
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
-                Err(_) => {
-                    self.r.errors.connect += 1;
-                    self.drop_conn(i);
-                    self.retry.push(i);
+                Err(e) => {
+                    let kind = if e.kind() == io::ErrorKind::ConnectionRefused {
+                        RequestError::ConnectRefused
+                    } else {
+                        RequestError::Connect
+                    };
+                    self.connect_failed(i, Instant::now(), kind);
                     return;
                 }
             }
@@ -541,7 +607,12 @@ impl Worker<'_, '_> {
             io.flush_tls()
         };
         match res {
-            Ok(true) if c.st == St::Sending => c.st = St::Receiving,
+            Ok(true) if c.st == St::Sending => {
+                c.st = St::Receiving;
+                if self.rec.is_some() {
+                    c.track.sent_last = Some(Instant::now());
+                }
+            }
             Ok(_) => {}
             Err(_) => self.fail(i, Kind::Write),
         }
@@ -573,6 +644,12 @@ impl Worker<'_, '_> {
                 return;
             }
             self.r.bytes += n as u64;
+            if self.rec.is_some() && matches!(c.st, St::Sending | St::Receiving) {
+                c.track.bytes += n as u64;
+                if c.track.first_byte.is_none() {
+                    c.track.first_byte = Some(Instant::now());
+                }
+            }
             if self.sh.quickack {
                 let _ = SockRef::from(&io.sock).set_tcp_quickack(true);
             }
@@ -636,6 +713,10 @@ impl Worker<'_, '_> {
         if self.interval_tx.is_some() {
             self.interval_hist.saturating_record(lat.max(1));
         }
+        if self.rec.is_some() {
+            self.record(i, now, Some(status), None, false, true);
+        }
+        let c = &mut self.conns[i];
         c.on_conn += 1;
         self.r.requests += 1;
         self.r.status[usize::from(status).min(999)] += 1;
@@ -681,9 +762,20 @@ impl Worker<'_, '_> {
         c.written = 0;
         c.parser.reset();
         c.st = St::Sending;
+        if self.rec.is_some() {
+            c.track.sent_first = Some(now);
+            c.track.sent_last = None;
+            c.track.first_byte = None;
+            c.track.bytes = 0;
+        }
         let io = c.io.as_mut().expect("idle connection has a socket");
         match io.write_req(self.sh.request, &mut c.written) {
-            Ok(true) => c.st = St::Receiving,
+            Ok(true) => {
+                c.st = St::Receiving;
+                if self.rec.is_some() {
+                    c.track.sent_last = Some(now);
+                }
+            }
             Ok(false) => {}
             Err(_) => self.fail(i, Kind::Write),
         }
@@ -698,14 +790,25 @@ impl Worker<'_, '_> {
         c.generation = c.generation.wrapping_add(1);
     }
 
-    /// A request failed: count it, and replace the connection.
+    /// A request failed: count it, record it, and replace the connection.
     fn fail(&mut self, i: usize, kind: Kind) {
         let e = &mut self.r.errors;
-        match kind {
-            Kind::Connect => e.connect += 1,
-            Kind::Read => e.read += 1,
-            Kind::Write => e.write += 1,
-            Kind::Timeout => e.timeout += 1,
+        let err = match kind {
+            Kind::Read => {
+                e.read += 1;
+                RequestError::Read
+            }
+            Kind::Write => {
+                e.write += 1;
+                RequestError::Write
+            }
+            Kind::Timeout => {
+                e.timeout += 1;
+                RequestError::Timeout
+            }
+        };
+        if self.rec.is_some() {
+            self.record(i, Instant::now(), None, Some(err), false, true);
         }
         self.drop_conn(i);
         self.retry.push(i);
@@ -718,11 +821,83 @@ impl Worker<'_, '_> {
                 continue;
             }
             match c.st {
-                St::Connecting => self.fail(i, Kind::Connect),
+                St::Connecting => self.connect_failed(i, now, RequestError::ConnectTimeout),
                 St::Sending | St::Receiving => self.fail(i, Kind::Timeout),
                 _ => {}
             }
         }
+    }
+
+    /// At the run's end: a request in flight, or a connect a request is waiting on, is a
+    /// record flagged `pending` (it waited at least until now).
+    fn record_pending(&mut self, now: Instant) {
+        if self.rec.is_none() {
+            return;
+        }
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            match c.st {
+                St::Sending | St::Receiving => self.record(i, now, None, None, true, true),
+                // Without --rate a connection is opened to send a request at once; with it,
+                // only once its next send time has come. A spent -n budget wants none.
+                St::Connecting
+                    if !self.budget_spent() && (self.sh.pacing.is_none() || c.next <= now) =>
+                {
+                    self.record(i, now, None, None, true, false)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Makes the record of connection `i`'s current request (`request`) or connect attempt,
+    /// ending at `end`, and offers it to the recorder.
+    fn record(
+        &mut self,
+        i: usize,
+        end: Instant,
+        status: Option<u16>,
+        error: Option<RequestError>,
+        pending: bool,
+        request: bool,
+    ) {
+        let Some(rec) = self.rec.as_mut() else { return };
+        let c = &self.conns[i];
+        let t = &c.track;
+        let base = self.sh.start;
+        let us = |x: Instant| x.saturating_duration_since(base).as_micros() as u64;
+        let start = if !request {
+            t.connect_start
+        } else if self.sh.pacing.is_some() {
+            c.intended
+        } else if c.on_conn == 0 {
+            t.connect_start
+        } else {
+            t.sent_first.unwrap_or(c.sent)
+        };
+        rec.offer(RequestRecord {
+            conn: t.conn,
+            local: t.local,
+            remote: self.sh.addr,
+            index: u32::try_from(c.on_conn).unwrap_or(u32::MAX),
+            start_us: us(start),
+            // From the rounded times, so that `start_us + wait_us` is exactly the end's time.
+            wait_us: us(end).saturating_sub(us(start)),
+            connect_start_us: us(t.connect_start),
+            connect_end_us: t.connect_end.map(us),
+            syn_retransmits: t.syn_retransmits,
+            intended_us: (request && self.sh.pacing.is_some()).then(|| us(c.intended)),
+            sent_first_us: if request { t.sent_first.map(us) } else { None },
+            sent_last_us: if request { t.sent_last.map(us) } else { None },
+            first_byte_us: if request { t.first_byte.map(us) } else { None },
+            last_byte_us: (request && status.is_some()).then(|| us(end)),
+            bytes: if request { t.bytes } else { 0 },
+            status,
+            error,
+            pending,
+            slow: false,
+            weight: 1.0,
+        });
     }
 }
 

@@ -19,6 +19,7 @@
 mod engine;
 mod error;
 mod http;
+mod records;
 mod report;
 mod target;
 mod tls;
@@ -34,8 +35,10 @@ use std::time::{Duration, Instant, SystemTime};
 use error::{Context, bail};
 
 pub use error::{Error, Result};
+use lagtrace_model::RequestRecords;
 
 pub use http::{Done, ParseError, ResponseParser};
+pub use records::RecordOptions;
 pub use report::{
     ErrorCounts, LatencySummary, LoadReport, OptionsUsed, PercentilePoint, RateSummary,
     chart_percentiles, format_binary, format_metric, format_time_us, render_header, render_text,
@@ -86,6 +89,13 @@ pub struct LoadOptions {
     pub hdr_log: Option<PathBuf>,
     /// Interval of the HdrHistogram log.
     pub hdr_log_interval: Duration,
+    /// Keep per-request records ([`LoadReport::records`]); `None` (the default, and plain
+    /// `lagtrace load`) costs nothing per request. With records on, every connect is a
+    /// measurement: there is no preflight connect (an unreachable target gives records of
+    /// failed connects instead of `Err`), and a failed or timed-out connect is a record that
+    /// waited that long. To see a connect wait for the first and second SYN retransmissions
+    /// (1 s, 3 s) give `connect_timeout` more than 3 s (e.g. 3.5 s).
+    pub records: Option<RecordOptions>,
 }
 
 impl LoadOptions {
@@ -107,6 +117,7 @@ impl LoadOptions {
             insecure: false,
             hdr_log: None,
             hdr_log_interval: Duration::from_secs(1),
+            records: None,
         }
     }
 
@@ -304,10 +315,13 @@ pub fn run(
     stop: &AtomicBool,
 ) -> Result<LoadReport> {
     let p = prepare(opts)?;
-    preflight(&p, opts)?;
+    if opts.records.is_none() {
+        preflight(&p, opts)?;
+    }
     raise_fd_limit(opts.connections as u64 + 64);
     let duration = opts.effective_duration();
     let start = Instant::now();
+    let start_wall = SystemTime::now();
     let shared = engine::Shared {
         addr: p.addr,
         request: &p.request,
@@ -328,6 +342,7 @@ pub fn run(
             .map(|_| engine::ThreadCounters::default())
             .collect(),
         interval: opts.hdr_log.as_ref().map(|_| opts.hdr_log_interval),
+        records: opts.records,
     };
     let mut log = match &opts.hdr_log {
         Some(path) => Some(HdrLog::create(path, start)?),
@@ -399,6 +414,11 @@ pub fn run(
     let mut report = merge(opts, results, start, stop.load(Ordering::Relaxed));
     report.host = p.target.host.clone();
     report.addr = Some(p.addr);
+    if let Some(r) = report.records.as_mut() {
+        r.start_unix_us = start_wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+    }
     Ok(report)
 }
 
@@ -448,7 +468,7 @@ impl HdrLog {
 
 fn merge(
     opts: &LoadOptions,
-    results: Vec<engine::ThreadResult>,
+    mut results: Vec<engine::ThreadResult>,
     start: Instant,
     interrupted: bool,
 ) -> LoadReport {
@@ -481,6 +501,23 @@ fn merge(
         samples.extend_from_slice(&r.rate_samples);
         ended = ended.max(r.ended);
     }
+    let records = opts.records.map(|ro| {
+        let mut out = RequestRecords {
+            threads: results.len() as u32,
+            slow_cap: ro.slow_cap as u32,
+            sample_cap: ro.sample_cap as u32,
+            ..RequestRecords::default()
+        };
+        for r in &mut results {
+            if let Some((recs, seen, pending)) = r.records.take() {
+                out.seen += seen;
+                out.pending += pending;
+                out.records.extend(recs);
+            }
+        }
+        out.records.sort_by_key(|r| (r.start_us, r.conn, r.index));
+        out
+    });
     let mut later = hist.clone();
     let _ = later.subtract(&first);
     let duration_s = (ended - start).as_secs_f64().max(1e-9);
@@ -504,6 +541,7 @@ fn merge(
         host: String::new(),
         addr: None,
         histogram: hist,
+        records,
     }
 }
 

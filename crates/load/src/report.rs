@@ -237,6 +237,10 @@ pub struct LoadReport {
     /// The merged latency histogram (µs), the same values as `latency_us`.
     #[serde(skip)]
     pub histogram: Histogram<u64>,
+    /// Per-request records, when [`crate::LoadOptions::records`] asked for them (absent from
+    /// the JSON otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records: Option<lagtrace_model::RequestRecords>,
 }
 
 // ---- wrk's text layout ----------------------------------------------------------------------

@@ -52,6 +52,9 @@ pub struct RequestRecords {
     pub sample_cap: u32,
     /// Records made in the run (kept or not): the sum of the kept records' weights.
     pub seen: u64,
+    /// Of `seen`, the records of requests and connects still pending at the run's end (kept
+    /// or not): `seen − pending` is the run's completed requests plus its failed ones.
+    pub pending: u64,
     /// The kept records, ordered by `start_us` (then connection, then index).
     pub records: Vec<RequestRecord>,
 }

@@ -1,0 +1,260 @@
+//! Per-request records (opt-in, [`crate::LoadOptions::records`]): each thread keeps its
+//! slowest records exactly and a uniform sample of the rest, in memory fixed at the start.
+//! The sampling and its weights are documented on [`lagtrace_model::request`].
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+use std::os::fd::AsRawFd;
+
+use lagtrace_model::RequestRecord;
+
+/// How many records each load thread keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordOptions {
+    /// The slowest records kept exactly, per thread.
+    pub slow_cap: usize,
+    /// The uniform sample of the other records, per thread.
+    pub sample_cap: usize,
+}
+
+impl Default for RecordOptions {
+    /// 4096 slow + 4096 sampled per thread (about 1.6 MB per thread at most): every request
+    /// above p99 of runs up to 409 600 requests per thread is kept.
+    fn default() -> Self {
+        RecordOptions {
+            slow_cap: 4096,
+            sample_cap: 4096,
+        }
+    }
+}
+
+/// A record ordered by its wait only (for the heap of the slowest).
+struct ByWait(RequestRecord);
+
+impl PartialEq for ByWait {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.wait_us == other.0.wait_us
+    }
+}
+impl Eq for ByWait {}
+impl PartialOrd for ByWait {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for ByWait {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.wait_us.cmp(&other.0.wait_us)
+    }
+}
+
+/// One thread's kept records. Both stores are allocated once, at their capacity: offering a
+/// record never allocates.
+pub(crate) struct Recorder {
+    opts: RecordOptions,
+    /// Min-heap of the slowest records.
+    slow: BinaryHeap<Reverse<ByWait>>,
+    /// Reservoir sample of the others.
+    sample: Vec<RequestRecord>,
+    /// Records offered to the reservoir (not kept as slow, or pushed out of the slow set).
+    others: u64,
+    /// Every record made.
+    pub seen: u64,
+    /// Records made for requests or connects pending at the end.
+    pub pending: u64,
+    rng: u64,
+}
+
+impl Recorder {
+    pub fn new(opts: RecordOptions, seed: u64) -> Self {
+        Recorder {
+            opts,
+            slow: BinaryHeap::with_capacity(opts.slow_cap),
+            sample: Vec::with_capacity(opts.sample_cap),
+            others: 0,
+            seen: 0,
+            pending: 0,
+            // splitmix64 must not start at a fixed point of the sequence; any seed works.
+            rng: seed ^ 0x9E37_79B9_7F4A_7C15,
+        }
+    }
+
+    /// splitmix64: uniform enough for a reservoir, no dependency.
+    fn next_u64(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn offer(&mut self, r: RequestRecord) {
+        self.seen += 1;
+        self.pending += u64::from(r.pending);
+        if self.slow.len() < self.opts.slow_cap {
+            self.slow.push(Reverse(ByWait(r)));
+            return;
+        }
+        match self.slow.peek() {
+            Some(Reverse(fastest)) if r.wait_us > fastest.0.wait_us => {
+                let out = self.slow.pop().map(|Reverse(b)| b.0);
+                self.slow.push(Reverse(ByWait(r)));
+                if let Some(out) = out {
+                    self.sample(out);
+                }
+            }
+            _ => self.sample(r),
+        }
+    }
+
+    /// Algorithm R: the k-th record offered replaces a random kept one with probability
+    /// cap / k, so every offered record is kept with the same probability.
+    fn sample(&mut self, r: RequestRecord) {
+        self.others += 1;
+        if self.sample.len() < self.opts.sample_cap {
+            self.sample.push(r);
+        } else if self.opts.sample_cap > 0 {
+            let j = self.next_u64() % self.others;
+            if let Some(slot) = self.sample.get_mut(j as usize) {
+                *slot = r;
+            }
+        }
+    }
+
+    /// The kept records, flagged and weighted.
+    pub fn finish(self) -> Vec<RequestRecord> {
+        let weight = if self.sample.is_empty() {
+            1.0
+        } else {
+            self.others as f64 / self.sample.len() as f64
+        };
+        let mut out = Vec::with_capacity(self.slow.len() + self.sample.len());
+        out.extend(self.slow.into_iter().map(|Reverse(b)| {
+            let mut r = b.0;
+            r.slow = true;
+            r.weight = 1.0;
+            r
+        }));
+        out.extend(self.sample.into_iter().map(|mut r| {
+            r.slow = false;
+            r.weight = weight;
+            r
+        }));
+        out
+    }
+}
+
+/// SYN retransmissions of a connect so far: `tcpi_total_retrans` of `TCP_INFO`. The kernel
+/// counts every retransmitted segment there, the SYN included, and nothing else can have
+/// been retransmitted before the handshake completes. `None` if the call fails.
+pub(crate) fn syn_retransmits(sock: &impl AsRawFd) -> Option<u32> {
+    let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the fd is a live socket borrowed for the call; `info` is a writable buffer of
+    // `len` bytes (zeroed, so any prefix the kernel leaves unwritten is still initialised),
+    // and `len` is a valid in/out length pointer.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    // tcpi_total_retrans ends at byte 104 of the struct (Linux ≥ 2.6.x always gives more).
+    if rc != 0 || (len as usize) < 104 {
+        return None;
+    }
+    // SAFETY: zero-initialised memory is a valid `tcp_info` (plain integers), and the kernel
+    // wrote at least the fields read here.
+    let info = unsafe { info.assume_init() };
+    Some(info.tcpi_total_retrans)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(wait_us: u64) -> RequestRecord {
+        RequestRecord {
+            conn: 0,
+            local: None,
+            remote: "127.0.0.1:80".parse().unwrap(),
+            index: 0,
+            start_us: 0,
+            wait_us,
+            connect_start_us: 0,
+            connect_end_us: None,
+            syn_retransmits: None,
+            intended_us: None,
+            sent_first_us: None,
+            sent_last_us: None,
+            first_byte_us: None,
+            last_byte_us: None,
+            bytes: 0,
+            status: None,
+            error: None,
+            pending: false,
+            slow: false,
+            weight: 0.0,
+        }
+    }
+
+    #[test]
+    fn keeps_exactly_the_slowest_and_a_weighted_sample_of_the_rest() {
+        let mut r = Recorder::new(
+            RecordOptions {
+                slow_cap: 10,
+                sample_cap: 50,
+            },
+            7,
+        );
+        // 10 000 waits, a permutation of 1..=10000 (so the slowest ten are 9991..=10000).
+        for k in 0..10_000u64 {
+            r.offer(rec((k * 7919) % 10_000 + 1));
+        }
+        assert_eq!(r.seen, 10_000);
+        let out = r.finish();
+        assert_eq!(out.len(), 60);
+        let mut slow: Vec<u64> = out.iter().filter(|x| x.slow).map(|x| x.wait_us).collect();
+        slow.sort_unstable();
+        assert_eq!(slow, (9991..=10_000).collect::<Vec<_>>());
+        let sampled: Vec<&RequestRecord> = out.iter().filter(|x| !x.slow).collect();
+        assert_eq!(sampled.len(), 50);
+        assert!(sampled.iter().all(|x| x.wait_us <= 9990));
+        let total: f64 = out.iter().map(|x| x.weight).sum();
+        assert!((total - 10_000.0).abs() < 1e-6, "{total}");
+        // A uniform sample of 1..=9990: its mean is near 4995 (σ of the mean ≈ 410).
+        let mean = sampled.iter().map(|x| x.wait_us as f64).sum::<f64>() / 50.0;
+        assert!((3000.0..7000.0).contains(&mean), "{mean}");
+    }
+
+    #[test]
+    fn below_the_caps_everything_is_kept_with_weight_one() {
+        let mut r = Recorder::new(RecordOptions::default(), 1);
+        for k in 0..100 {
+            r.offer(rec(k));
+        }
+        let out = r.finish();
+        assert_eq!(out.len(), 100);
+        assert!(out.iter().all(|x| x.weight == 1.0));
+    }
+
+    #[test]
+    fn a_zero_sample_cap_keeps_only_the_slowest() {
+        let mut r = Recorder::new(
+            RecordOptions {
+                slow_cap: 3,
+                sample_cap: 0,
+            },
+            1,
+        );
+        for k in 0..100 {
+            r.offer(rec(k));
+        }
+        let mut w: Vec<u64> = r.finish().iter().map(|x| x.wait_us).collect();
+        w.sort_unstable();
+        assert_eq!(w, vec![97, 98, 99]);
+    }
+}
