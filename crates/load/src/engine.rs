@@ -843,6 +843,11 @@ impl Worker<'_, '_> {
                 St::Connecting
                     if !self.budget_spent() && (self.sh.pacing.is_none() || c.next <= now) =>
                 {
+                    // The SYN retransmissions so far.
+                    let c = &mut self.conns[i];
+                    if let Some(io) = &c.io {
+                        c.track.syn_retransmits = syn_retransmits(&io.sock);
+                    }
                     self.record(i, now, None, None, true, false)
                 }
                 _ => {}

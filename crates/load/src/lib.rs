@@ -8,6 +8,11 @@
 //! garbage and error statuses are counted by kind in the [`LoadReport`]; `Err` means the
 //! run could not start (bad URL, unresolvable host, nothing listening, TLS failure).
 //!
+//! With [`LoadOptions::records`] the run also returns per-request records
+//! ([`lagtrace_model::RequestRecords`]: connection, local port, index on the connection,
+//! connect/write/read times, SYN retransmissions), every slow one kept and the rest sampled
+//! with weights, in memory fixed per thread; failed and pending connects are records too.
+//!
 //! ```no_run
 //! use std::sync::atomic::AtomicBool;
 //! let opts = lagtrace_load::LoadOptions::new("http://127.0.0.1:8080/");

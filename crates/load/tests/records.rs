@@ -388,6 +388,8 @@ fn dropped_syns_give_records_with_their_connect_wait_and_retransmissions() {
     let pending: Vec<_> = b.records.iter().filter(|x| x.pending).collect();
     assert_eq!(pending.len(), 1, "{b:?}");
     assert_eq!((pending[0].connect_end_us, pending[0].error), (None, None));
+    // It started at ~3 s, so at 3.7 s its SYN has not been retransmitted yet.
+    assert_eq!(pending[0].syn_retransmits, Some(0), "{:?}", pending[0]);
     assert!(pending[0].wait_us > 0);
 
     // A 1.5 s connect timeout between the two retransmissions: each attempt is a

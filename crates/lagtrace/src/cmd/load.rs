@@ -114,6 +114,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         insecure: args.insecure,
         hdr_log: args.hdr_log.clone(),
         hdr_log_interval: Duration::from_secs(1),
+        // wrk semantics: no per-request records (diagnose turns them on).
+        records: None,
     };
     // Ctrl-C stops the run; the report covers what ran. A second Ctrl-C is left to the
     // handler too: the run ends within a few milliseconds of the first.
