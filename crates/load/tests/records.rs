@@ -408,3 +408,37 @@ fn dropped_syns_give_records_with_their_connect_wait_and_retransmissions() {
     }
     assert_eq!(c.records.iter().filter(|x| x.pending).count(), 1, "{c:?}");
 }
+
+/// With the namespace's own SYN schedule (Linux ≥ 6.5 retransmits the first SYNs linearly,
+/// 1 s apart, by default: `tcp_syn_linear_timeouts` = 4), a connect whose first two SYNs
+/// are dropped is a record of the second retransmission's time: 2 s there, 3 s on older
+/// kernels. A 3.5 s connect timeout sees it either way.
+#[test]
+#[ignore = "needs root"]
+fn two_dropped_syns_wait_for_the_kernels_second_retransmission() {
+    let ns = Ns::new("lin");
+    let linear: u32 = ns
+        .exec("cat /proc/sys/net/ipv4/tcp_syn_linear_timeouts 2>/dev/null || echo 0")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let expect_s = if linear >= 2 { 2.0 } else { 3.0 };
+    let (r, recs) = lagtrace_netns::NetNs::Named(ns.0.clone())
+        .run(|| {
+            let (addr, _) = serve(1, 0, Duration::ZERO);
+            drop_first_syns(&ns, addr.port(), 2);
+            let mut o = opts(addr, 1, 1, 3700, RecordOptions::default());
+            o.connect_timeout = Duration::from_millis(3500);
+            go(&o)
+        })
+        .expect("enter the namespace");
+    assert_accounted(&r, &recs);
+    let done: Vec<_> = recs.records.iter().filter(|x| !x.pending).collect();
+    assert!(!done.is_empty(), "{recs:?}");
+    for x in done {
+        let s = connect_us(x).unwrap() as f64 / 1e6;
+        assert!((s - expect_s).abs() < 0.25, "linear {linear}: {x:?}");
+        assert_eq!((x.syn_retransmits, x.status), (Some(2), Some(200)), "{x:?}");
+    }
+}
