@@ -189,6 +189,30 @@ fn one_record_per_request_with_indices_ordered_times_and_the_servers_ports() {
 }
 
 #[test]
+fn under_rate_a_records_wait_is_from_its_intended_send_time() {
+    let (addr, _) = serve(0, 0, Duration::ZERO);
+    let mut o = opts(addr, 2, 1, 800, RecordOptions::default());
+    o.rate = Some(200.0);
+    let (r, recs) = go(&o);
+    assert_accounted(&r, &recs);
+    let done: Vec<_> = recs.records.iter().filter(|x| !x.pending).collect();
+    assert_eq!(done.len() as u64, r.requests);
+    assert!((120..=170).contains(&done.len()), "{}", done.len());
+    for x in &recs.records {
+        assert_ordered(x);
+        assert_eq!(Some(x.start_us), x.intended_us, "{x:?}");
+        assert!(x.sent_first_us.unwrap() >= x.start_us, "{x:?}");
+    }
+    // The intended times of a connection are 10 ms apart (2 connections at 200/s).
+    let first: Vec<u64> = done
+        .iter()
+        .filter(|x| x.conn == done[0].conn)
+        .map(|x| x.start_us)
+        .collect();
+    assert!(first.windows(2).all(|w| w[1] - w[0] == 10_000), "{first:?}");
+}
+
+#[test]
 fn records_off_by_default_and_absent_from_the_json() {
     let (addr, _) = serve(0, 0, Duration::ZERO);
     let mut o = opts(addr, 1, 1, 200, RecordOptions::default());
