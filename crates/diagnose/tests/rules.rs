@@ -801,3 +801,166 @@ fn bandwidth_limited_path_is_path_queueing_not_slow_server() {
         j.verdict
     );
 }
+
+// --- The tail: never healthy over a p99 far beyond the p50 ---
+
+/// The acceptance floor holds for every path: a p99 ≥ 10× the p50 and ≥ 10 ms above it is a
+/// finding, whatever the RTT (the p50 is at least one RTT).
+#[test]
+fn a_tail_at_the_acceptance_floor_is_always_a_finding() {
+    use lagtrace_diagnose::rules::tail::is_finding;
+    for rtt in [0, 40, 500, 1_000, 1_100, 1_333, 2_000, 20_000, 100_000] {
+        for p50 in [
+            1, 30, 100, 1_000, 1_111, 1_500, 5_000, 20_000, 100_000, 400_000,
+        ] {
+            let p50: u64 = p50.max(rtt);
+            let p99 = (10 * p50).max(p50 + 10_000);
+            assert!(is_finding(p50, p99, rtt), "rtt {rtt} p50 {p50} p99 {p99}");
+            let mut l = healthy_layers();
+            l.path.data.as_mut().unwrap().idle = Some(rtt_exact(rtt));
+            l.app = Layer::ran(AppEvidence {
+                c1: Some(run(1, p50, p99, 100.0)),
+                cn: Some(run(32, 1_400, 6_000, 22_000.0)),
+            });
+            let v = judge(&target(), &l).verdict;
+            assert!(
+                !(v.cause == Cause::Healthy && v.confidence == Confidence::High),
+                "rtt {rtt} p50 {p50} p99 {p99}: {v:?}"
+            );
+            assert!(v.tail.is_some(), "rtt {rtt} p50 {p50} p99 {p99}");
+        }
+    }
+}
+
+fn rtt_exact(p50: u64) -> RttStats {
+    RttStats::from_samples(5, 0, &[p50; 5])
+}
+
+/// The recorded healthy lab runs' spreads (nginx on 2 shared cores: c=1 p99 64× the p50 but
+/// 4 ms above it; c=32 p99 6.8× the p50) are contention and scheduling, not a finding.
+#[test]
+fn a_busy_healthy_servers_spread_stays_healthy() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 66, 4_247, 6_000.0)),
+        cn: Some(run(32, 4_779, 32_303, 4_800.0)),
+    });
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+    assert_eq!(j.verdict.confidence, Confidence::High);
+    assert!(j.verdict.tail.is_none());
+}
+
+/// Every 20th request takes a 150 ms slow path: the p50 is untouched, the packets' server
+/// time reaches the tail → slow-server, from the tail, at medium confidence.
+#[test]
+fn a_tail_of_server_time_is_slow_server() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 110, 150_300, 120.0)),
+        cn: Some(run(32, 1_400, 152_000, 2_000.0)),
+    });
+    l.packets.data.as_mut().unwrap().server_time = Some(pct(10_000, 90, 150_100));
+    let j = judge(&target(), &l);
+    let v = &j.verdict;
+    assert_eq!(v.cause, Cause::SlowServer, "{}", texts(&j));
+    assert_eq!(v.confidence, Confidence::Medium);
+    assert!(
+        v.mechanism.is_none(),
+        "no mechanism without per-request records"
+    );
+    let t = v.tail.as_ref().expect("tail");
+    assert_eq!((t.percentile, t.latency_us), (99.0, 152_000));
+    assert_eq!(t.excess_us, 152_000 - 1_400);
+    assert_eq!(t.parts[0].cause, Cause::SlowServer);
+    assert!(t.parts[0].share > 0.95, "{t:?}");
+    assert!(t.text.contains("server time"), "{}", t.text);
+    assert!(
+        t.text.starts_with("the slowest 1.0% wait +150.60ms"),
+        "{}",
+        t.text
+    );
+    assert_eq!(v.cost.share, 0.01);
+    assert!(!v.fix.is_empty());
+}
+
+/// Nagle on 2 % of transactions: below the Nagle rule's 5 %, but its p99 added latency
+/// reaches the tail → nagle-delayed-ack.
+#[test]
+fn a_rare_nagle_hold_that_makes_the_tail_is_named() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 110, 300, 8000.0)),
+        cn: Some(run(32, 1_400, 43_000, 20_000.0)),
+    });
+    l.packets.data.as_mut().unwrap().findings =
+        vec![finding("nagle-delayed-ack", 2_000, 100_000, 40_000)];
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck, "{}", texts(&j));
+    let t = j.verdict.tail.as_ref().expect("tail");
+    assert_eq!(t.parts[0].cause, Cause::NagleDelayedAck);
+    // ... and at 0.2 % it cannot set the p99: nothing explains the tail.
+    l.packets.data.as_mut().unwrap().findings =
+        vec![finding("nagle-delayed-ack", 200, 100_000, 40_000)];
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::UnexplainedTail);
+}
+
+/// Slow handshakes (a SYN retransmission at 1 s) reach the c=N tail → syn-drop.
+#[test]
+fn a_tail_of_slow_handshakes_is_syn_drop() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 110, 300, 8000.0)),
+        cn: Some(run(32, 1_400, 1_002_000, 2_000.0)),
+    });
+    l.packets.data.as_mut().unwrap().handshake_rtt = Some(pct(64, 70, 1_000_100));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SynDrop, "{}", texts(&j));
+    assert_eq!(
+        j.verdict.tail.as_ref().unwrap().parts[0].cause,
+        Cause::SynDrop
+    );
+}
+
+/// A tail no layer explains is said so: unexplained-tail, medium with packets (the network
+/// causes were looked for), low without; never healthy.
+#[test]
+fn a_tail_nothing_explains_is_unexplained_never_healthy() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 110, 80_000, 200.0)),
+        cn: Some(run(32, 1_400, 6_000, 22_000.0)),
+    });
+    let j = judge(&target(), &l);
+    let v = &j.verdict;
+    assert_eq!(v.cause, Cause::UnexplainedTail, "{}", texts(&j));
+    assert_eq!(v.cause.code(), "unexplained-tail");
+    assert_eq!(v.confidence, Confidence::Medium);
+    let t = v.tail.as_ref().expect("tail");
+    assert!(t.text.contains("no layer shows"), "{}", t.text);
+    assert!(texts(&j).contains("p99 80.00ms"), "{}", texts(&j));
+    assert_eq!(j.finding_layers, vec![LayerName::App]);
+    l.packets = Layer::unavailable("no capture privilege");
+    let v = judge(&target(), &l).verdict;
+    assert_eq!(
+        (v.cause, v.confidence),
+        (Cause::UnexplainedTail, Confidence::Low)
+    );
+}
+
+/// A cause the other rules name keeps its verdict; the tail is added to it.
+#[test]
+fn a_named_cause_keeps_its_verdict_and_gains_the_tail() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(run(1, 40, 210_000, 120.0)),
+        cn: Some(run(32, 80, 208_000, 20_000.0)),
+    });
+    l.packets.data.as_mut().unwrap().findings =
+        vec![finding("retransmission", 3_000, 100_000, 200_000)];
+    let v = judge(&target(), &l).verdict;
+    assert_eq!(v.cause, Cause::PacketLoss);
+    let t = v.tail.expect("tail");
+    assert_eq!(t.parts[0].cause, Cause::PacketLoss);
+    assert!(t.text.contains("loss recovery"), "{}", t.text);
+}

@@ -58,11 +58,14 @@ pub enum Cause {
     ReceiveWindow,
     /// No connection can be made; the path evidence says where it stops.
     Unreachable,
+    /// The slowest requests wait far longer than the path and scheduling explain, and no
+    /// layer shows what for.
+    UnexplainedTail,
 }
 
 impl Cause {
     /// Every cause, in the order of DESIGN.md.
-    pub const ALL: [Cause; 9] = [
+    pub const ALL: [Cause; 10] = [
         Cause::Healthy,
         Cause::NagleDelayedAck,
         Cause::SlowServer,
@@ -72,6 +75,7 @@ impl Cause {
         Cause::SynDrop,
         Cause::ReceiveWindow,
         Cause::Unreachable,
+        Cause::UnexplainedTail,
     ];
 
     /// The stable string code (`nagle-delayed-ack`, ...).
@@ -86,6 +90,7 @@ impl Cause {
             Cause::SynDrop => "syn-drop",
             Cause::ReceiveWindow => "receive-window",
             Cause::Unreachable => "unreachable",
+            Cause::UnexplainedTail => "unexplained-tail",
         }
     }
 

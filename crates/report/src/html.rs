@@ -84,6 +84,9 @@ pub fn html(d: &Diagnosis) -> String {
     if !v.cost.text.is_empty() {
         let _ = write!(o, "<p><b>Cost:</b> {}</p>", esc(&v.cost.text));
     }
+    if let Some(t) = &v.tail {
+        let _ = write!(o, "<p><b>Tail:</b> {}</p>", esc(&t.text));
+    }
     if !v.secondary.is_empty() {
         let s: Vec<&str> = v.secondary.iter().map(|c| c.code()).collect();
         let _ = write!(o, "<p><b>Also:</b> {}</p>", esc(&s.join(", ")));

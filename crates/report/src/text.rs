@@ -172,6 +172,9 @@ pub fn text(d: &Diagnosis) -> String {
     if !v.cost.text.is_empty() {
         let _ = writeln!(o, "  cost: {}", v.cost.text);
     }
+    if let Some(t) = &v.tail {
+        let _ = writeln!(o, "  tail: {}", t.text);
+    }
     if !v.secondary.is_empty() {
         let s: Vec<&str> = v.secondary.iter().map(|c| c.code()).collect();
         let _ = writeln!(o, "  also: {}", s.join(", "));

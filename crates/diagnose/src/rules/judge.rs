@@ -5,7 +5,7 @@ use lagtrace_model::Cause;
 
 use super::facts::Facts;
 use super::{
-    Candidate, Judgement, RULE_OUTS, RULES, SLOW_SERVER_US, healthy, note, rule, unreachable,
+    Candidate, Judgement, RULE_OUTS, RULES, SLOW_SERVER_US, healthy, note, rule, tail, unreachable,
 };
 use crate::evidence::{LayerName, LayerStatus, Layers, Target};
 use crate::verdict::{Confidence, Cost, EvidenceLine, Verdict};
@@ -16,9 +16,13 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
     if let Some(j) = unreachable::judge(target, layers, &x) {
         return j;
     }
+    let tail = tail::assess(&x);
     let cands = rank(&x);
     let Some(primary) = cands.first() else {
-        return healthy::judge(layers, &x);
+        return match &tail {
+            Some(t) => tail::judge(layers, &x, target, t),
+            None => healthy::judge(layers, &x),
+        };
     };
     let mut evidence: Vec<EvidenceLine> = cands
         .iter()
@@ -48,7 +52,7 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
             summary,
             cost,
             mechanism: None,
-            tail: None,
+            tail: tail.map(|t| t.tail()),
             fix,
         },
         evidence,

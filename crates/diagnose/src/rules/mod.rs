@@ -11,7 +11,11 @@
 //! 3. The server's own time is "explained" by Nagle or TCP_CORK when their added latency is
 //!    most of it; otherwise, when it dominates, no network cause is named as primary.
 //! 4. The largest remaining expected cost (share × added latency) is the primary cause; the
-//!    others are secondary. No candidate → `healthy`.
+//!    others are secondary.
+//! 5. The tail (see `tail`): when the p99 lies beyond what contention, the path and the
+//!    scheduler explain, `verdict.tail` says what the slowest requests wait for. With no
+//!    candidate, the layer part that explains the tail names the cause, else
+//!    `unexplained-tail`. No candidate and no such tail → `healthy`.
 //!
 //! ## Where things live
 //! One module per cause family, each a [`CauseRule`]: its candidate, the lines that rule it
@@ -28,6 +32,7 @@ mod nagle;
 mod queueing;
 mod slow_server;
 mod syn;
+pub mod tail;
 mod unreachable;
 mod window;
 

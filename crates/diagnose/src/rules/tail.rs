@@ -1,0 +1,372 @@
+//! The tail: when the slowest requests wait far longer than the typical one, the tail is a
+//! finding of its own — never `healthy` over it.
+//!
+//! ## When is a tail a finding? (the derivation)
+//! A run's p99 lies above its p50 for reasons no one needs to fix, and those reasons bound
+//! the spread from above; a tail beyond *both* bounds below is a finding.
+//!
+//! 1. **Absolute noise: the path and the scheduler.** The slowest request of a healthy run
+//!    may cross the path a few more times than the median one (a delayed ACK on a ramp, a
+//!    request that waits one round for the window): [`PATH_ROUNDS`] RTTs. Each of the two
+//!    processes involved (the load client and the server) may be woken onto a CPU that runs
+//!    something else and wait there for one scheduler slice before it runs: EEVDF's base
+//!    slice is 0.75 ms scaled by `1 + log2(ncpu)` up to 8 CPUs (3 ms), and CFS's wake-up
+//!    preemption waits at most half its 6 ms latency period while another task is runnable —
+//!    [`SCHED_SLICE_US`] each, twice. Timer slack (50 µs) is below that resolution. So
+//!    `noise = PATH_ROUNDS × RTT + 2 × SCHED_SLICE` (≈ 6.1 ms on a lab path).
+//! 2. **Relative noise: contention.** A run that only queues (for the CPU, a lock, the
+//!    accept loop, the NIC) spreads like a memoryless wait: an exponential distribution,
+//!    whose quantile is `median × log2(1 / (1 − q))`. Its p99 is 6.6 × its p50 and its
+//!    p99.9 10.0 ×. We call the p99 a finding only when it lies beyond where contention would
+//!    put even the p99.9: `p99 ≥ log2(1000) × p50` ([`spread`]) — a decade of probability
+//!    as the margin, which the healthy lab runs need (nginx at c=32 on 2 shared cores shows
+//!    p99 6.8 × p50).
+//!
+//! Both must hold. The acceptance floor (a p99 ≥ 10 × p50 and ≥ 10 ms above it is never
+//! `healthy, high`) follows for every path RTT: `log2(1000) < 10`, and since the p50 is at
+//! least one RTT, `p99 − p50 ≥ max(10 ms, 9 × RTT) ≥ 3 × RTT + 6 ms` (a unit test checks
+//! it over a grid). The p99 is judged, not the p99.9: a c=1 run holds a few hundred
+//! requests, where the p99.9 is the single slowest one.
+//!
+//! ## What explains it
+//! Without the per-request join (each request matched to its packets) the layers show the
+//! tail only as distributions and finding summaries over the same run. Each gives the extra
+//! latency its cause adds at *its* p99, which can reach the tail on its own:
+//! - the SYN probes' RTT under load (their largest, the probes being few) over the idle
+//!   median → `path-queueing`;
+//! - the packets' server time (request's last byte → response's first byte): p99 − p50 →
+//!   `slow-server`;
+//! - the handshake RTT seen in the packets (p99 − p50) and `syn-retransmit` → `syn-drop`;
+//! - retransmissions → `packet-loss`; Nagle holds → `nagle-delayed-ack`; cork → `tcp-cork`;
+//!   window stalls → `receive-window`; each when it touches at least
+//!   [`MATERIAL_LOSS_SHARE`] of the transactions (the p99 is set by the slowest 1 %; the
+//!   other rules' 5 % would miss it), with its p99 added latency.
+//!
+//! A part's `share` is how much of the excess it can account for on its own; the parts
+//! overlap (they are measured over the same requests, not per request) so their shares are
+//! not added. The part covering at least half the excess names the cause. No `mechanism`
+//! is set here: every-nth and periodic pauses need the request index and time of each slow
+//! request (per-request records, the next step), and a mechanism is never assumed.
+//!
+//! ## When nothing explains it: `unexplained-tail`
+//! No stable code fits a tail no layer explains: `slow-server` claims the server's time,
+//! which the packets do not show (or did not see); `healthy` denies what the app layer
+//! measured. The verdict is then `unexplained-tail`, medium confidence when the packets
+//! were captured (the network causes were looked for and are not there) and low otherwise,
+//! with the distribution and the excess in its evidence.
+
+use lagtrace_model::Cause;
+
+use super::facts::Facts;
+use super::judge::{missing_layers, rule_outs};
+use super::{Candidate, Judgement, MATERIAL_LOSS_SHARE, ms, note, pct, rule, sup};
+use crate::evidence::{AppRun, LayerName, Layers, Target};
+use crate::verdict::{Confidence, Cost, Fix, FixSide, Tail, TailPart, Verdict};
+
+/// Round trips the slowest healthy request may spend on the path beyond the median one.
+pub const PATH_ROUNDS: u64 = 3;
+/// One scheduler slice: how long a woken process may wait for a busy CPU (µs).
+pub const SCHED_SLICE_US: u64 = 3_000;
+/// The percentile judged.
+const PERCENTILE: f64 = 99.0;
+/// A part explains the tail when it covers at least this share of the excess.
+const EXPLAINS: f64 = 0.5;
+/// Parts covering less than this share of the excess are left out of the list.
+const MIN_PART_SHARE: f64 = 0.1;
+
+/// The p99/p50 ratio beyond which a spread is not contention: an exponential wait's
+/// p99.9/p50, `log2(1000)` ≈ 9.97.
+pub fn spread() -> f64 {
+    1000f64.log2()
+}
+
+/// What the path and the scheduler can add to the slowest requests (µs).
+pub fn noise_us(rtt_us: u64) -> u64 {
+    PATH_ROUNDS * rtt_us + 2 * SCHED_SLICE_US
+}
+
+/// Whether a run with this p50 and p99 has a tail that is a finding, on a path of `rtt_us`.
+pub fn is_finding(p50_us: u64, p99_us: u64, rtt_us: u64) -> bool {
+    p99_us.saturating_sub(p50_us) >= noise_us(rtt_us) && p99_us as f64 >= spread() * p50_us as f64
+}
+
+/// A tail that is a finding, and what the layers say it is made of.
+pub(super) struct TailFinding<'a> {
+    run: &'a AppRun,
+    excess_us: u64,
+    parts: Vec<TailPart>,
+    /// The part that explains at least half the excess.
+    explained: Option<TailPart>,
+}
+
+/// The run with the largest tail that is a finding, with its parts; `None` when no run's
+/// tail is a finding.
+pub(super) fn assess<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
+    let run = [x.c1, x.cn]
+        .into_iter()
+        .flatten()
+        .filter(|r| is_finding(r.latency.p50_us, r.latency.p99_us, x.rtt_us))
+        .max_by_key(|r| r.latency.p99_us - r.latency.p50_us)?;
+    let excess_us = run.latency.p99_us - run.latency.p50_us;
+    let parts = parts(x, excess_us);
+    let explained = parts.first().filter(|p| p.share >= EXPLAINS).cloned();
+    Some(TailFinding {
+        run,
+        excess_us,
+        parts,
+        explained,
+    })
+}
+
+/// The extra latency each layer shows at its own p99, capped at the excess, largest first.
+fn parts(x: &Facts<'_>, excess_us: u64) -> Vec<TailPart> {
+    let mut raw: Vec<(Cause, u64)> = Vec::new();
+    // The slowest SYN probe under load over the idle median: a queue on the path. The
+    // probes are few (tens), so their largest stands for their p99.
+    if let Some(p) = x.path
+        && let (Some(idle), Some(load)) = (&p.idle, &p.under_load)
+        && idle.received > 0
+        && load.received > 0
+    {
+        raw.push((Cause::PathQueueing, load.max_us.saturating_sub(idle.p50_us)));
+    }
+    if let Some(p) = x.packets {
+        for (dist, cause) in [
+            (p.server_time.as_ref(), Cause::SlowServer),
+            (p.handshake_rtt.as_ref(), Cause::SynDrop),
+        ] {
+            if let Some(d) = dist.filter(|d| d.count > 0) {
+                raw.push((cause, d.p99_us.saturating_sub(d.p50_us)));
+            }
+        }
+        for f in p
+            .findings
+            .iter()
+            .filter(|f| f.count > 0 && f.share >= MATERIAL_LOSS_SHARE)
+        {
+            let cause = match f.kind.as_str() {
+                "retransmission" => Cause::PacketLoss,
+                "syn-retransmit" => Cause::SynDrop,
+                "nagle-delayed-ack" | "nagle-stall" => Cause::NagleDelayedAck,
+                "tcp-cork" => Cause::TcpCork,
+                "zero-window" | "window-full" => Cause::ReceiveWindow,
+                _ => continue,
+            };
+            raw.push((cause, f.p99_added_us));
+        }
+    }
+    let mut parts: Vec<TailPart> = Vec::new();
+    for (cause, added) in raw {
+        let added_us = added.min(excess_us);
+        let share = added_us as f64 / excess_us.max(1) as f64;
+        if share < MIN_PART_SHARE {
+            continue;
+        }
+        match parts.iter_mut().find(|p| p.cause == cause) {
+            Some(p) if p.added_us >= added_us => {}
+            Some(p) => {
+                p.added_us = added_us;
+                p.share = share;
+            }
+            None => parts.push(TailPart {
+                cause,
+                mechanism: None,
+                added_us,
+                share,
+            }),
+        }
+    }
+    parts.sort_by(|a, b| b.added_us.cmp(&a.added_us));
+    parts
+}
+
+/// The share of requests the percentile leaves above it (0.01 for the p99).
+fn above() -> f64 {
+    (100.0 - PERCENTILE) / 100.0
+}
+
+impl TailFinding<'_> {
+    /// The verdict's `tail`.
+    pub(super) fn tail(&self) -> Tail {
+        let mut text = format!(
+            "the slowest {} wait +{} over the p50 ({} at c={}, p99 {})",
+            pct(above()),
+            ms(self.excess_us),
+            ms(self.run.latency.p50_us),
+            self.run.concurrency,
+            ms(self.run.latency.p99_us)
+        );
+        match &self.explained {
+            Some(p) => text.push_str(&format!(
+                ": {} {} (+{})",
+                pct(p.share),
+                part_name(p.cause),
+                ms(p.added_us)
+            )),
+            None => text.push_str(": no layer shows what they wait for"),
+        }
+        Tail {
+            percentile: PERCENTILE,
+            latency_us: self.run.latency.p99_us,
+            excess_us: self.excess_us,
+            parts: self.parts.clone(),
+            text,
+        }
+    }
+
+    /// The app layer's line stating the tail.
+    fn app_line(&self, x: &Facts<'_>, cause: Cause) -> crate::verdict::EvidenceLine {
+        let l = &self.run.latency;
+        sup(
+            LayerName::App,
+            cause,
+            format!(
+                "c={}: {} requests, p50 {}, p90 {}, p99 {}, p99.9 {}, max {}: the p99 is {:.0}× \
+                 the p50 and {} above it, beyond what contention ({:.1}× the p50) and the \
+                 path and scheduler ({}) explain",
+                self.run.concurrency,
+                self.run.requests,
+                ms(l.p50_us),
+                ms(l.p90_us),
+                ms(l.p99_us),
+                ms(l.p999_us),
+                ms(l.max_us),
+                l.p99_us as f64 / l.p50_us.max(1) as f64,
+                ms(self.excess_us),
+                spread(),
+                ms(noise_us(x.rtt_us))
+            ),
+        )
+    }
+}
+
+/// What a part's cause is, as the slow requests wait for it.
+fn part_name(c: Cause) -> &'static str {
+    match c {
+        Cause::SlowServer => "server time",
+        Cause::SynDrop => "connection setup",
+        Cause::PathQueueing => "the path's queue",
+        Cause::PacketLoss => "loss recovery",
+        Cause::NagleDelayedAck => "Nagle holds",
+        Cause::TcpCork => "cork holds",
+        Cause::ReceiveWindow => "window stalls",
+        _ => "unexplained",
+    }
+}
+
+/// The packets' line for the part that explains the tail.
+fn part_line(p: &TailPart, excess_us: u64) -> String {
+    format!(
+        "{} at its p99 adds {} over its median, {} of the tail's excess of {}",
+        part_name(p.cause),
+        ms(p.added_us),
+        pct(p.share),
+        ms(excess_us)
+    )
+}
+
+/// The judgement when no other rule names a cause but the tail is a finding.
+pub(super) fn judge(
+    layers: &Layers,
+    x: &Facts<'_>,
+    target: &Target,
+    t: &TailFinding<'_>,
+) -> Judgement {
+    let tail = t.tail();
+    let cause = t
+        .explained
+        .as_ref()
+        .map_or(Cause::UnexplainedTail, |p| p.cause);
+    let mut evidence = vec![t.app_line(x, cause)];
+    let mut finding_layers = vec![LayerName::App];
+    let (summary, confidence, added_us, fix) = match &t.explained {
+        Some(p) => {
+            evidence.push(sup(LayerName::Packets, cause, part_line(p, t.excess_us)));
+            finding_layers.push(LayerName::Packets);
+            let r = rule(cause);
+            let summary = r.map_or("", |r| r.summary()).to_owned();
+            let fix = if cause == Cause::SlowServer {
+                vec![Fix {
+                    side: FixSide::Server,
+                    location: None,
+                    change: format!(
+                        "{} answers most requests at once but some after +{}: find what the \
+                         slow ones do (a slow path, a lock, a GC, a backend) with per-request \
+                         timings in its logs or a profiler",
+                        x.server_name(),
+                        ms(p.added_us)
+                    ),
+                    tradeoff: None,
+                }]
+            } else {
+                let c = Candidate::new(cause, p.added_us, above(), finding_layers.clone());
+                r.map(|r| r.fixes(&c, x, target)).unwrap_or_default()
+            };
+            // Direct evidence, but summaries of the same run rather than the slow requests'
+            // own packets: medium until the per-request join.
+            (summary, Confidence::Medium, p.added_us, fix)
+        }
+        None => {
+            for p in &t.parts {
+                evidence.push(note(LayerName::Packets, part_line(p, t.excess_us)));
+            }
+            let confidence = if x.packets.is_some() {
+                Confidence::Medium
+            } else {
+                Confidence::Low
+            };
+            let fix = vec![Fix {
+                side: FixSide::Server,
+                location: None,
+                change: format!(
+                    "the slowest {} of requests wait +{} and neither the path nor the packets \
+                     show why: look inside {} (per-request timings, pauses, locks, CPU quota)",
+                    pct(above()),
+                    ms(t.excess_us),
+                    x.server_name()
+                ),
+                tradeoff: None,
+            }];
+            (
+                "the slowest requests wait far longer than the path and scheduling explain, \
+                 and no layer shows why"
+                    .to_owned(),
+                confidence,
+                t.excess_us,
+                fix,
+            )
+        }
+    };
+    let chosen = t
+        .explained
+        .as_ref()
+        .map(|p| vec![Candidate::new(p.cause, p.added_us, above(), Vec::new())])
+        .unwrap_or_default();
+    evidence.extend(rule_outs(x, &chosen));
+    evidence.extend(missing_layers(layers));
+    let run = x.main_run();
+    let cost = Cost {
+        added_us,
+        share: above(),
+        affected: None,
+        of: None,
+        p50_us: run.map(|r| r.latency.p50_us),
+        concurrency: run.map(|r| r.concurrency),
+        p50_without_us: None,
+        text: tail.text.clone(),
+    };
+    Judgement {
+        verdict: Verdict {
+            cause,
+            secondary: Vec::new(),
+            confidence,
+            summary,
+            cost,
+            mechanism: None,
+            tail: Some(tail),
+            fix,
+        },
+        evidence,
+        finding_layers,
+    }
+}
