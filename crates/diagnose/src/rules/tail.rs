@@ -176,7 +176,7 @@ fn parts(x: &Facts<'_>, excess_us: u64) -> Vec<TailPart> {
             }),
         }
     }
-    parts.sort_by(|a, b| b.added_us.cmp(&a.added_us));
+    parts.sort_by_key(|p| std::cmp::Reverse(p.added_us));
     parts
 }
 

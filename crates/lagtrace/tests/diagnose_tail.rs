@@ -1,0 +1,192 @@
+//! `lagtrace diagnose` on a tail lagtrace did not write (needs root): a Python server in a
+//! lab namespace that sleeps on every 20th request is not healthy, its verdict carries the
+//! tail line, and repeated runs name the same cause; a healthy nginx stays healthy with no
+//! tail. The lab and the server are removed by guards, also when a test fails.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lagtrace_lab::{Lab, LabOptions, ServerKind};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+
+/// Every `EVERY`-th request (counted over the whole server) sleeps `SLOW` seconds before it
+/// answers; the others answer at once. HTTP/1.1 keep-alive, one thread per connection, and
+/// a listen backlog large enough that no SYN is dropped, and TCP_NODELAY on (the handler
+/// writes its head and body separately: Nagle would hold every response 40 ms).
+const SERVER: &str = r#"
+import sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+EVERY, SLOW = int(sys.argv[2]), float(sys.argv[3])
+lock = threading.Lock()
+n = [0]
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_GET(self):
+        with lock:
+            n[0] += 1
+            slow = n[0] % EVERY == 0
+        if slow:
+            time.sleep(SLOW)
+        body = b"hello\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+class S(ThreadingHTTPServer):
+    request_queue_size = 512
+    daemon_threads = True
+S(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
+"#;
+
+fn name(test: &str) -> String {
+    format!("tl{test}{}", std::process::id())
+}
+
+/// A server process in the lab's namespace, killed when dropped.
+struct Foreground(Child);
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `CMD` in the lab's namespace and waits until `port` answers.
+fn in_lab(lab: &Lab, cmd: &[&str], port: u16) -> Foreground {
+    let child = Command::new("ip")
+        .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
+        .args(cmd)
+        .current_dir(Path::new("/"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server");
+    let fg = Foreground(child);
+    let addr = SocketAddr::from((lab.server_addr(), port));
+    let t = Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{cmd:?} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    fg
+}
+
+/// Runs `lagtrace diagnose URL ARGS` once with `--json` and once as text.
+fn diagnose(url: &str, args: &[&str]) -> (Value, String) {
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .args(["diagnose", url, "--json", "-q"])
+        .args(args)
+        .env("XDG_STATE_HOME", home.path())
+        .output()
+        .expect("run lagtrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "diagnose {url}: not JSON ({e}): {}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (j, stderr)
+}
+
+fn show(j: &Value) -> String {
+    let ev: String = j["evidence"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| format!("{} {} {}\n", e["stance"], e["layer"], e["text"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    serde_json::to_string_pretty(&j["verdict"]).unwrap_or_default() + "\n" + &ev
+}
+
+/// The c=1 and c=N (p50, p99) the verdict was made from.
+fn spreads(j: &Value) -> Vec<(u64, u64)> {
+    ["c1", "cn"]
+        .iter()
+        .filter_map(|r| {
+            let l = &j["layers"]["app"]["data"][r]["latency"];
+            Some((l["p50_us"].as_u64()?, l["p99_us"].as_u64()?))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn python_server_slow_on_every_20th_request_is_not_healthy_and_says_the_tail() {
+    let lab = Lab::up(&LabOptions::new(&name("py20")).server(ServerKind::Builtin)).expect("lab");
+    let _py = in_lab(&lab, &["python3", "-c", SERVER, "9004", "20", "0.15"], 9004);
+    let url = format!("http://{}:9004/", lab.server_addr());
+    let mut causes = Vec::new();
+    for _ in 0..3 {
+        let (j, err) = diagnose(&url, &["-d", "3s", "-c", "8"]);
+        let v = &j["verdict"];
+        let cause = v["cause"].as_str().unwrap_or("?").to_owned();
+        assert_ne!(cause, "healthy", "{err}\n{}", show(&j));
+        // The class's shape: the tail is 150 ms, far beyond the p50 (checked, not assumed).
+        assert!(
+            spreads(&j)
+                .iter()
+                .any(|&(p50, p99)| p99 >= 10 * p50 && p99 >= p50 + 100_000),
+            "{:?}\n{}",
+            spreads(&j),
+            show(&j)
+        );
+        let tail = &v["tail"];
+        assert_eq!(tail["percentile"], 99.0, "{}", show(&j));
+        assert!(
+            tail["excess_us"].as_u64().unwrap_or(0) >= 100_000,
+            "{}",
+            show(&j)
+        );
+        assert!(
+            tail["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("the slowest 1.0% wait +")),
+            "{}",
+            show(&j)
+        );
+        // The server time in the packets reaches the tail: it is the server's.
+        assert_eq!(cause, "slow-server", "{}", show(&j));
+        assert_eq!(tail["parts"][0]["cause"], "slow-server", "{}", show(&j));
+        assert_eq!(v["confidence"], "medium", "{}", show(&j));
+        eprintln!("{cause} ({}): {}", v["confidence"], tail["text"]);
+        causes.push(cause);
+    }
+    causes.dedup();
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    // The text verdict prints the tail line.
+    let out = Command::new(BIN)
+        .args(["diagnose", &url, "-q", "-d", "2s", "-c", "8"])
+        .env(
+            "XDG_STATE_HOME",
+            tempfile::tempdir().expect("tempdir").path(),
+        )
+        .output()
+        .expect("run lagtrace");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\n  tail: the slowest 1.0% wait +"), "{text}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn healthy_nginx_stays_healthy_with_no_tail() {
+    let lab = Lab::up(&LabOptions::new(&name("ngx"))).expect("lab up");
+    let (j, err) = diagnose(&lab.good_url(), &["-d", "4s"]);
+    assert_eq!(j["verdict"]["cause"], "healthy", "{err}\n{}", show(&j));
+    assert_eq!(j["verdict"]["confidence"], "high", "{}", show(&j));
+    assert!(j["verdict"].get("tail").is_none(), "{}", show(&j));
+}
