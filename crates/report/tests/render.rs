@@ -65,7 +65,7 @@ fn nagle_case() -> Diagnosis {
     p.handshake_rtt = Some(Synth::REPORT.pct(32, 70, 150));
     p.server_time = Some(Synth::REPORT.pct(2_920, 160, 2_400));
     p.findings = vec![FindingSummary {
-        kind: "nagle-delayed-ack".into(),
+        kind: FindingKind::NagleDelayedAck,
         count: 2_830,
         transactions: 2_830,
         share: 2_830.0 / 2_920.0,

@@ -168,7 +168,7 @@ pub fn directive(name: &str, value: &str, file: &str, line: u32) -> ConfigDirect
 /// with one example (stream 2, frames 41/44/45).
 pub fn finding(kind: &str, tx: u64, total: u64, median: u64) -> FindingSummary {
     FindingSummary {
-        kind: kind.into(),
+        kind: FindingKind::from_name(kind).expect("a known finding kind"),
         count: tx,
         transactions: tx,
         share: tx as f64 / total as f64,

@@ -37,7 +37,7 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
         .iter()
         .filter(|k| k.findings > 0)
         .map(|k| FindingSummary {
-            kind: k.kind.as_str().to_string(),
+            kind: k.kind,
             count: k.findings,
             transactions: k.transactions_affected,
             share: k.share,

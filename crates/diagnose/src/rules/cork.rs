@@ -2,7 +2,7 @@
 //! Shown by the packets' `tcp-cork` finding, by TCP_CORK set on the server's sockets, or by
 //! the server time clustered at the ceiling.
 
-use lagtrace_model::Cause;
+use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
 use super::{
@@ -46,7 +46,7 @@ impl CauseRule for Cork {
         let mut found = None;
         let mut counted = None;
         if let Some(f) = x
-            .finding("tcp-cork")
+            .finding(FindingKind::TcpCork)
             .filter(|f| material(f, MATERIAL_SHARE))
         {
             ev.push(sup(
@@ -70,7 +70,7 @@ impl CauseRule for Cork {
         let at_ceiling = x.packets.and_then(|p| p.server_time.as_ref()).filter(|t| {
             t.count > 0 && (195_000..=220_000).contains(&t.p50_us) && t.p90_us <= 260_000
         });
-        let (added, share) = match (found, x.finding("tcp-cork"), at_ceiling) {
+        let (added, share) = match (found, x.finding(FindingKind::TcpCork), at_ceiling) {
             (Some((added, share, n)), _, _) => {
                 counted = Some((n, Some(x.transactions())));
                 (added, share)
@@ -121,7 +121,7 @@ impl CauseRule for Cork {
             return v;
         }
         if let Some(p) = x.packets
-            && p.finding("tcp-cork").is_none()
+            && p.finding(FindingKind::TcpCork).is_none()
         {
             v.push(out(
                 LayerName::Packets,

@@ -3,7 +3,7 @@
 //! queue's rise).
 
 use crate::evidence::{
-    AppRun, FindingSummary, Layers, PacketEvidence, PathEvidence, SocketEvidence,
+    AppRun, FindingKind, FindingSummary, Layers, PacketEvidence, PathEvidence, SocketEvidence,
 };
 
 use super::{DOMINANT_SERVER_SHARE, PACED_BPS, SLOW_SERVER_US};
@@ -49,7 +49,7 @@ impl<'a> Facts<'a> {
         self.cn.or(self.c1)
     }
 
-    pub(super) fn finding(&self, kind: &str) -> Option<&'a FindingSummary> {
+    pub(super) fn finding(&self, kind: FindingKind) -> Option<&'a FindingSummary> {
         self.packets.and_then(|p| p.finding(kind))
     }
 

@@ -2,7 +2,7 @@
 //! retransmission. Shown by the packets' retransmissions; the application's tail and lost
 //! SYN probes under load corroborate.
 
-use lagtrace_model::Cause;
+use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
 use super::{Candidate, CauseRule, MATERIAL_LOSS_SHARE, finding_text, has, ms, out, pct, sup};
@@ -59,7 +59,7 @@ impl CauseRule for Loss {
         // A few fast retransmissions or tail-loss probes a few ms apart are normal on a busy
         // link; what users feel is RTO-class waits or a cost of more than ~0.5 ms per
         // request.
-        let f = x.finding("retransmission").filter(|f| {
+        let f = x.finding(FindingKind::Retransmission).filter(|f| {
             f.count >= 3
                 && f.share >= MATERIAL_LOSS_SHARE
                 && (f.median_added_us >= 20_000 || f.share * f.median_added_us as f64 >= 500.0)
@@ -97,7 +97,10 @@ impl CauseRule for Loss {
         let Some(p) = x.packets.filter(|_| !has(chosen, CAUSE)) else {
             return Vec::new();
         };
-        let n = p.finding("retransmission").map(|f| f.count).unwrap_or(0);
+        let n = p
+            .finding(FindingKind::Retransmission)
+            .map(|f| f.count)
+            .unwrap_or(0);
         vec![out(
             LayerName::Packets,
             CAUSE,

@@ -3,7 +3,7 @@
 //! corroborated by TCP_NODELAY off on the server's sockets (or `tcp_nodelay off;`) and by
 //! the application's 40 ms shape (first request on a connection fast, later ones slow).
 
-use lagtrace_model::Cause;
+use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
 use super::{
@@ -101,10 +101,14 @@ impl CauseRule for Nagle {
         let mut share = 0.0;
         let mut counted = None;
         // Packets: the combined finding, else its halves.
-        let pk = ["nagle-delayed-ack", "nagle-stall", "delayed-ack"]
-            .iter()
-            .filter_map(|k| x.finding(k))
-            .find(|f| material(f, MATERIAL_SHARE));
+        let pk = [
+            FindingKind::NagleDelayedAck,
+            FindingKind::NagleStall,
+            FindingKind::DelayedAck,
+        ]
+        .into_iter()
+        .filter_map(|k| x.finding(k))
+        .find(|f| material(f, MATERIAL_SHARE));
         if let Some(f) = pk {
             ev.push(sup(
                 LayerName::Packets,
@@ -167,8 +171,8 @@ impl CauseRule for Nagle {
         if let Some(p) = x.packets {
             // Nagle holds seen in the packets that stay short (a large response's tail waits
             // one ACK round trip, not the delayed-ACK timer) are named, not hidden.
-            let short = ["nagle-delayed-ack", "nagle-stall"]
-                .iter()
+            let short = [FindingKind::NagleDelayedAck, FindingKind::NagleStall]
+                .into_iter()
                 .filter_map(|k| p.finding(k))
                 .filter(|f| f.share >= MATERIAL_SHARE && f.median_added_us < MATERIAL_ADDED_US)
                 .max_by(|a, b| a.share.total_cmp(&b.share));

@@ -3,7 +3,7 @@
 //! server time in the packets), or it answers at once but paces the response (a send rate
 //! limit), inferred when nothing else explains a slow transfer.
 
-use lagtrace_model::Cause;
+use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
 use super::{
@@ -52,7 +52,7 @@ impl CauseRule for SlowServer {
                 ms(st.p99_us),
                 st.count
             );
-            if let Some(f) = x.finding("slow-server") {
+            if let Some(f) = x.finding(FindingKind::SlowServer) {
                 t.push_str(&example_text(f));
             }
             c.evidence.push(sup(LayerName::Packets, CAUSE, t));

@@ -1,7 +1,7 @@
 //! `syn-drop`: connection setup waits for SYN retransmissions (SYNs dropped, accept queue
 //! full), or under load connection attempts get no SYN-ACK at all.
 
-use lagtrace_model::Cause;
+use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
 use super::{Candidate, CauseRule, MATERIAL_LOSS_SHARE, example_text, ms, pct, sup};
@@ -62,7 +62,7 @@ impl CauseRule for Syn {
 
     fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
         let Some(f) = x
-            .finding("syn-retransmit")
+            .finding(FindingKind::SynRetransmit)
             .filter(|f| f.count >= 2 && f.median_added_us >= 100_000)
         else {
             return refused_candidate(x);

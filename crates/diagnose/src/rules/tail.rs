@@ -55,7 +55,7 @@
 //! were captured (the network causes were looked for and are not there) and low otherwise,
 //! with the distribution and the excess in its evidence.
 
-use lagtrace_model::Cause;
+use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
 use super::judge::{missing_layers, rule_outs};
@@ -144,13 +144,13 @@ fn parts(x: &Facts<'_>, excess_us: u64) -> Vec<TailPart> {
             .iter()
             .filter(|f| f.count > 0 && f.share >= MATERIAL_LOSS_SHARE)
         {
-            let cause = match f.kind.as_str() {
-                "retransmission" => Cause::PacketLoss,
-                "syn-retransmit" => Cause::SynDrop,
-                "nagle-delayed-ack" | "nagle-stall" => Cause::NagleDelayedAck,
-                "tcp-cork" => Cause::TcpCork,
-                "zero-window" | "window-full" => Cause::ReceiveWindow,
-                _ => continue,
+            let cause = match f.kind {
+                FindingKind::Retransmission => Cause::PacketLoss,
+                FindingKind::SynRetransmit => Cause::SynDrop,
+                FindingKind::NagleDelayedAck | FindingKind::NagleStall => Cause::NagleDelayedAck,
+                FindingKind::TcpCork => Cause::TcpCork,
+                FindingKind::ZeroWindow | FindingKind::WindowFull => Cause::ReceiveWindow,
+                FindingKind::DelayedAck | FindingKind::SlowServer => continue,
             };
             raw.push((cause, f.p99_added_us));
         }

@@ -1,7 +1,7 @@
 //! `receive-window`: the receiver's window (zero or full) holds the sender back, shown by
 //! the packets' `zero-window` / `window-full` findings.
 
-use lagtrace_model::Cause;
+use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
 use super::{Candidate, CauseRule, MATERIAL_SHARE, finding_text, material, ms, pct, sup};
@@ -22,8 +22,8 @@ impl CauseRule for Window {
     }
 
     fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
-        let f = ["zero-window", "window-full"]
-            .iter()
+        let f = [FindingKind::ZeroWindow, FindingKind::WindowFull]
+            .into_iter()
             .filter_map(|k| x.finding(k))
             .find(|f| material(f, MATERIAL_SHARE))?;
         let mut c = Candidate::new(CAUSE, f.median_added_us, f.share, vec![LayerName::Packets]);

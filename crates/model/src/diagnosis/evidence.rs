@@ -7,6 +7,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::finding::FindingKind;
+
 /// The four layers of the method, in order.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
@@ -317,11 +319,11 @@ pub struct FindingExample {
 }
 
 /// All findings of one kind over the capture.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FindingSummary {
     /// Finding kind (`nagle-delayed-ack`, `delayed-ack`, `nagle-stall`, `retransmission`,
     /// `syn-retransmit`, `zero-window`, `window-full`, `tcp-cork`, `slow-server`).
-    pub kind: String,
+    pub kind: FindingKind,
     /// Instances.
     pub count: u64,
     /// Transactions affected.
@@ -423,8 +425,12 @@ pub struct PacketEvidence {
 }
 
 impl PacketEvidence {
-    /// The summary of one finding kind, if any instance was found.
-    pub fn finding(&self, kind: &str) -> Option<&FindingSummary> {
+    /// The summary of one finding kind, if any instance was found:
+    /// `p.finding(FindingKind::TcpCork)` or `p.finding("tcp-cork")`.
+    pub fn finding<K>(&self, kind: K) -> Option<&FindingSummary>
+    where
+        FindingKind: PartialEq<K>,
+    {
         self.findings.iter().find(|f| f.kind == kind && f.count > 0)
     }
 }
