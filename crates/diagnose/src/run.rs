@@ -20,7 +20,8 @@ use lagtrace_netns::NetNs;
 
 use crate::adapters;
 use crate::evidence::{
-    AppEvidence, Layer, Layers, PacketEvidence, PathEvidence, SocketEvidence, Target,
+    AppEvidence, AppRun, Layer, Layers, PacketEvidence, PathEvidence, RttStats, SocketEvidence,
+    Target,
 };
 use crate::{Assemble, Diagnosis, Settings};
 
@@ -214,11 +215,8 @@ fn ping(
     lagtrace_probe::ping(&o, stop)
 }
 
-/// Runs the whole diagnosis. `Err` only when it cannot start (bad URL, unresolvable host);
-/// everything the layers measure, failures included, is in the returned [`Diagnosis`].
-pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis> {
-    let t0 = Instant::now();
-    let (target, sa) = parse_target(&opts.url)?;
+/// Checks the options a run cannot start without.
+fn validate(opts: &DiagnoseOptions) -> Result<()> {
     if opts.concurrency == 0 {
         return Err(Error::Usage("concurrency must be at least 1".into()));
     }
@@ -231,10 +229,85 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
             MAX_DURATION.as_secs()
         )));
     }
+    Ok(())
+}
+
+/// Runs the whole diagnosis. `Err` only when it cannot start (bad URL, unresolvable host);
+/// everything the layers measure, failures included, is in the returned [`Diagnosis`].
+pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis> {
+    let t0 = Instant::now();
+    let (target, sa) = parse_target(&opts.url)?;
+    validate(opts)?;
     let stop = &*opts.stop;
     let location = locate(sa.ip());
 
-    // ---- 1. path, idle ---------------------------------------------------------------
+    let (mut path, path_err) = path_idle(sa, stop, progress);
+    let budget = Budget::split(opts.duration);
+    let quick_fail = path_err.is_none() && !path.port_open;
+    let mut app = AppEvidence::default();
+    let lo = load_options(opts, budget.c1);
+    let (c1_ok, app_reason) = app_c1(&lo, &mut app, stop, progress);
+
+    let (packets, sockets) = if !c1_ok || stop.load(Ordering::Relaxed) {
+        let why = if stop.load(Ordering::Relaxed) {
+            "interrupted".to_string()
+        } else if quick_fail {
+            "no connection could be made (the path layer saw the port closed or silent)".into()
+        } else {
+            "no request completed at c=1".into()
+        };
+        (Layer::skipped(why.clone()), Layer::skipped(why))
+    } else {
+        let u = under_load(opts, &lo, budget.cn, &location, sa, progress);
+        app.cn = Some(u.cn);
+        path.under_load = u.ping;
+        path.notes.extend(u.notes);
+        (u.packets, u.sockets)
+    };
+
+    let path_layer = match path_err {
+        Some(e) => Layer::unavailable(e),
+        None => Layer::ran(path),
+    };
+    let app_layer = if app.c1.is_none() && app.cn.is_none() {
+        Layer::error(app_reason.unwrap_or_else(|| "no load ran".into()))
+    } else {
+        let mut l = Layer::ran(app);
+        l.reason = app_reason;
+        l
+    };
+    let layers = Layers {
+        path: path_layer,
+        app: app_layer,
+        packets,
+        sockets,
+    };
+    Ok(assemble(opts, target, layers, t0))
+}
+
+/// The load budget split between the phases: c=1 gets 30 % (at least 300 ms), c=N the rest
+/// (at least 500 ms).
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    c1: Duration,
+    cn: Duration,
+}
+
+impl Budget {
+    fn split(total: Duration) -> Budget {
+        let c1 = total.mul_f64(0.3).max(Duration::from_millis(300));
+        let cn = total.saturating_sub(c1).max(Duration::from_millis(500));
+        Budget { c1, cn }
+    }
+}
+
+/// Step 1: the path, idle: SYN ping, and the route when the target is more than one hop away
+/// (or silent). Returns the evidence and, when the ping could not run, why.
+fn path_idle(
+    sa: SocketAddr,
+    stop: &AtomicBool,
+    progress: &dyn Fn(Step),
+) -> (PathEvidence, Option<String>) {
     progress(Step::Start(format!("path: SYN ping {sa} (idle)")));
     let mut path = PathEvidence::default();
     let path_err;
@@ -279,28 +352,35 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
         _ => "path: no reply".into(),
     };
     progress(Step::Done(idle_line));
+    (path, path_err)
+}
 
-    // ---- 2. app at c=1 -----------------------------------------------------------------
-    let c1_dur = opts.duration.mul_f64(0.3).max(Duration::from_millis(300));
-    let cn_dur = opts
-        .duration
-        .saturating_sub(c1_dur)
-        .max(Duration::from_millis(500));
-    let mut app = AppEvidence::default();
-    let mut app_reason: Option<String> = None;
-    let quick_fail = path_err.is_none() && !path.port_open;
+/// The load options of the c=1 phase (the c=N phase starts from them).
+fn load_options(opts: &DiagnoseOptions, c1: Duration) -> lagtrace_load::LoadOptions {
+    let mut lo = lagtrace_load::LoadOptions::new(&opts.url);
+    lo.connections = 1;
+    lo.threads = 1;
+    lo.duration = Some(c1);
+    lo.timeout = opts.timeout;
+    lo.insecure = opts.insecure;
+    lo.connect_timeout = Duration::from_secs(1);
+    lo
+}
+
+/// Step 2: the app at c=1 (sequential keep-alive). Returns whether a request completed and,
+/// when the load could not run, why.
+fn app_c1(
+    lo: &lagtrace_load::LoadOptions,
+    app: &mut AppEvidence,
+    stop: &AtomicBool,
+    progress: &dyn Fn(Step),
+) -> (bool, Option<String>) {
+    let c1_dur = lo.duration.unwrap_or_default();
     progress(Step::Start(format!(
         "app: c=1, sequential keep-alive requests for {:.1} s",
         c1_dur.as_secs_f64()
     )));
-    let mut lo = lagtrace_load::LoadOptions::new(&opts.url);
-    lo.connections = 1;
-    lo.threads = 1;
-    lo.duration = Some(c1_dur);
-    lo.timeout = opts.timeout;
-    lo.insecure = opts.insecure;
-    lo.connect_timeout = Duration::from_secs(1);
-    let c1_ok = match lagtrace_load::run(&lo, None, stop) {
+    match lagtrace_load::run(lo, None, stop) {
         Ok(r) => {
             let run = adapters::app::run(1, &r);
             let ok = run.requests > 0;
@@ -310,146 +390,169 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
                 run.requests
             )));
             app.c1 = Some(run);
-            ok
+            (ok, None)
         }
         Err(e) => {
             app.c1 = Some(adapters::app::failed(1));
             let msg = format!("{e:#}");
             progress(Step::Done(format!("app: no connection: {msg}")));
-            app_reason = Some(msg);
-            false
+            (false, Some(msg))
         }
-    };
-
-    let packets: Layer<PacketEvidence>;
-    let sockets: Layer<SocketEvidence>;
-    let mut under_load = None;
-    if !c1_ok || stop.load(Ordering::Relaxed) {
-        let why = if stop.load(Ordering::Relaxed) {
-            "interrupted".to_string()
-        } else if quick_fail {
-            "no connection could be made (the path layer saw the port closed or silent)".into()
-        } else {
-            "no request completed at c=1".into()
-        };
-        packets = Layer::skipped(why.clone());
-        sockets = Layer::skipped(why);
-    } else {
-        // ---- 3+4. c=N with capture, ping under load, socket inspection ----------------
-        let capture = start_capture(&location, sa, progress);
-        let ping_stop = Arc::new(AtomicBool::new(false));
-        let pinger = {
-            let ps = ping_stop.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(400));
-                ping(sa, 10, 300, &ps)
-            })
-        };
-        let insp: Arc<Mutex<Option<Layer<SocketEvidence>>>> = Arc::new(Mutex::new(None));
-        let inspector = {
-            let loc = location.clone();
-            let insp = insp.clone();
-            let port = sa.port();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(1200));
-                let l = inspect_server(&loc, port);
-                *insp.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
-            })
-        };
-        progress(Step::Start(format!(
-            "app: c={} concurrent keep-alive connections for {:.1} s; packets captured, SYN \
-             ping and socket inspection meanwhile",
-            opts.concurrency,
-            cn_dur.as_secs_f64()
-        )));
-        let mut lo = lo.clone();
-        lo.connections = opts.concurrency as usize;
-        lo.threads = (opts.concurrency as usize).clamp(1, 2);
-        lo.duration = Some(cn_dur);
-        match lagtrace_load::run(&lo, None, stop) {
-            Ok(r) => {
-                let run = adapters::app::run(opts.concurrency, &r);
-                progress(Step::Done(format!(
-                    "app: c={} p50 {} p99 {}, {:.0} req/s",
-                    opts.concurrency,
-                    lagtrace_model::Micros(run.latency.p50_us),
-                    lagtrace_model::Micros(run.latency.p99_us),
-                    run.requests_per_sec
-                )));
-                app.cn = Some(run);
-            }
-            Err(e) => {
-                app.cn = Some(adapters::app::failed(opts.concurrency));
-                progress(Step::Done(format!("app: c={}: {e:#}", opts.concurrency)));
-            }
-        }
-        ping_stop.store(true, Ordering::Relaxed);
-        match pinger.join() {
-            Ok(Ok(r)) => under_load = Some(adapters::path::rtt_stats(&r)),
-            Ok(Err(e)) => path.notes.push(format!("SYN ping under load: {e:#}")),
-            Err(_) => path
-                .notes
-                .push("SYN ping under load: thread panicked".into()),
-        }
-        let _ = inspector.join();
-        sockets = insp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .unwrap_or_else(|| Layer::error("the inspection thread did not finish"));
-        progress(Step::Start("packets: analysing the capture".into()));
-        packets = finish_capture(capture);
-        progress(Step::Done(match packets.get() {
-            Some(p) => format!(
-                "packets: {} packets, {} streams, {} transactions, {} finding kinds",
-                p.packets,
-                p.streams,
-                p.transactions,
-                p.findings.len()
-            ),
-            None => format!(
-                "packets: {}: {}",
-                packets.status.name(),
-                packets.reason.as_deref().unwrap_or("")
-            ),
-        }));
-        progress(Step::Done(match sockets.get() {
-            Some(s) => format!(
-                "sockets: {} with {} established, TCP_NODELAY off on {}, TCP_CORK on {}",
-                s.server
-                    .as_ref()
-                    .map(|p| format!("{} (pid {})", p.comm, p.pid))
-                    .unwrap_or_else(|| "server".into()),
-                s.established,
-                s.nodelay.off,
-                s.cork.on
-            ),
-            None => format!(
-                "sockets: {}: {}",
-                sockets.status.name(),
-                sockets.reason.as_deref().unwrap_or("")
-            ),
-        }));
     }
-    path.under_load = under_load;
+}
 
-    let path_layer = match path_err {
-        Some(e) => Layer::unavailable(e),
-        None => Layer::ran(path),
+/// What the c=N phase measured in every layer.
+struct UnderLoad {
+    cn: AppRun,
+    /// SYN ping under load, when it ran.
+    ping: Option<RttStats>,
+    /// Path notes (why the ping under load did not run).
+    notes: Vec<String>,
+    packets: Layer<PacketEvidence>,
+    sockets: Layer<SocketEvidence>,
+}
+
+/// Steps 3+4: the c=N load with the capture, the SYN ping under load and the socket
+/// inspection running meanwhile.
+fn under_load(
+    opts: &DiagnoseOptions,
+    c1: &lagtrace_load::LoadOptions,
+    cn_dur: Duration,
+    location: &ServerLocation,
+    sa: SocketAddr,
+    progress: &dyn Fn(Step),
+) -> UnderLoad {
+    let stop = &*opts.stop;
+    let capture = start_capture(location, sa, progress);
+    let ping_stop = Arc::new(AtomicBool::new(false));
+    let pinger = {
+        let ps = ping_stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            ping(sa, 10, 300, &ps)
+        })
     };
-    let app_layer = if app.c1.is_none() && app.cn.is_none() {
-        Layer::error(app_reason.unwrap_or_else(|| "no load ran".into()))
-    } else {
-        let mut l = Layer::ran(app);
-        l.reason = app_reason;
-        l
+    let insp: Arc<Mutex<Option<Layer<SocketEvidence>>>> = Arc::new(Mutex::new(None));
+    let inspector = {
+        let loc = location.clone();
+        let insp = insp.clone();
+        let port = sa.port();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1200));
+            let l = inspect_server(&loc, port);
+            *insp.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
+        })
     };
-    let layers = Layers {
-        path: path_layer,
-        app: app_layer,
+    progress(Step::Start(format!(
+        "app: c={} concurrent keep-alive connections for {:.1} s; packets captured, SYN \
+         ping and socket inspection meanwhile",
+        opts.concurrency,
+        cn_dur.as_secs_f64()
+    )));
+    let mut lo = c1.clone();
+    lo.connections = opts.concurrency as usize;
+    lo.threads = (opts.concurrency as usize).clamp(1, 2);
+    lo.duration = Some(cn_dur);
+    let cn = app_cn(&lo, opts.concurrency, stop, progress);
+    ping_stop.store(true, Ordering::Relaxed);
+    let mut notes = Vec::new();
+    let ping = match pinger.join() {
+        Ok(Ok(r)) => Some(adapters::path::rtt_stats(&r)),
+        Ok(Err(e)) => {
+            notes.push(format!("SYN ping under load: {e:#}"));
+            None
+        }
+        Err(_) => {
+            notes.push("SYN ping under load: thread panicked".into());
+            None
+        }
+    };
+    let _ = inspector.join();
+    let sockets = insp
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .unwrap_or_else(|| Layer::error("the inspection thread did not finish"));
+    progress(Step::Start("packets: analysing the capture".into()));
+    let packets = finish_capture(capture);
+    progress(Step::Done(packets_line(&packets)));
+    progress(Step::Done(sockets_line(&sockets)));
+    UnderLoad {
+        cn,
+        ping,
+        notes,
         packets,
         sockets,
-    };
+    }
+}
+
+/// The c=N load itself.
+fn app_cn(
+    lo: &lagtrace_load::LoadOptions,
+    concurrency: u32,
+    stop: &AtomicBool,
+    progress: &dyn Fn(Step),
+) -> AppRun {
+    match lagtrace_load::run(lo, None, stop) {
+        Ok(r) => {
+            let run = adapters::app::run(concurrency, &r);
+            progress(Step::Done(format!(
+                "app: c={} p50 {} p99 {}, {:.0} req/s",
+                concurrency,
+                lagtrace_model::Micros(run.latency.p50_us),
+                lagtrace_model::Micros(run.latency.p99_us),
+                run.requests_per_sec
+            )));
+            run
+        }
+        Err(e) => {
+            progress(Step::Done(format!("app: c={concurrency}: {e:#}")));
+            adapters::app::failed(concurrency)
+        }
+    }
+}
+
+/// The progress line of the packet layer.
+fn packets_line(packets: &Layer<PacketEvidence>) -> String {
+    match packets.get() {
+        Some(p) => format!(
+            "packets: {} packets, {} streams, {} transactions, {} finding kinds",
+            p.packets,
+            p.streams,
+            p.transactions,
+            p.findings.len()
+        ),
+        None => format!(
+            "packets: {}: {}",
+            packets.status.name(),
+            packets.reason.as_deref().unwrap_or("")
+        ),
+    }
+}
+
+/// The progress line of the socket layer.
+fn sockets_line(sockets: &Layer<SocketEvidence>) -> String {
+    match sockets.get() {
+        Some(s) => format!(
+            "sockets: {} with {} established, TCP_NODELAY off on {}, TCP_CORK on {}",
+            s.server
+                .as_ref()
+                .map(|p| format!("{} (pid {})", p.comm, p.pid))
+                .unwrap_or_else(|| "server".into()),
+            s.established,
+            s.nodelay.off,
+            s.cork.on
+        ),
+        None => format!(
+            "sockets: {}: {}",
+            sockets.status.name(),
+            sockets.reason.as_deref().unwrap_or("")
+        ),
+    }
+}
+
+/// Judges the layers into the [`Diagnosis`]; an interrupted run says so first.
+fn assemble(opts: &DiagnoseOptions, target: Target, layers: Layers, t0: Instant) -> Diagnosis {
     let settings = Settings {
         concurrency: opts.concurrency,
         duration_us: opts.duration.as_micros() as u64,
@@ -472,7 +575,7 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
             },
         );
     }
-    Ok(d)
+    d
 }
 
 struct RunningCapture {
