@@ -34,6 +34,10 @@ pub const MAX_DURATION: Duration = Duration::from_secs(600);
 /// Packets the capture keeps at most (it stops counting after that; the load goes on).
 pub const MAX_CAPTURE_PACKETS: u64 = 200_000;
 
+/// The connect timeout of the one connect that says why a phase connected nowhere, and of
+/// the c=1 phase when the path layer saw the port closed or silent (it fails fast there).
+const QUICK_CONNECT: Duration = Duration::from_secs(1);
+
 /// What to diagnose and how.
 #[derive(Debug, Clone)]
 pub struct DiagnoseOptions {
@@ -245,16 +249,25 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     let budget = Budget::split(opts.duration);
     let quick_fail = path_err.is_none() && !path.port_open;
     let mut app = AppEvidence::default();
-    let lo = load_options(opts, budget.c1);
-    let (c1_ok, app_reason) = app_c1(&lo, &mut app, stop, progress);
+    // Per-request records (connect waits, failures, pending ones) wherever a connection
+    // can be made; where the path saw the port closed or silent, c=1 fails fast instead.
+    let lo = load_options(opts, budget.c1, !quick_fail);
+    let (c1, app_reason) = app_c1(&lo, &mut app, stop, progress);
 
-    let (packets, sockets) = if !c1_ok || stop.load(Ordering::Relaxed) {
+    let go_on = match c1 {
+        C1::Completed => true,
+        // Connects waited or failed while the SYN probes were answered: the c=N phase
+        // measures how connection setup fares (`unreachable` needs no connection at all).
+        C1::NoConnection => !quick_fail,
+        C1::NoRequest => false,
+    };
+    let (packets, sockets) = if !go_on || stop.load(Ordering::Relaxed) {
         let why = if stop.load(Ordering::Relaxed) {
             "interrupted".to_string()
-        } else if quick_fail {
+        } else if quick_fail || c1 == C1::NoConnection {
             "no connection could be made (the path layer saw the port closed or silent)".into()
         } else {
-            "no request completed at c=1".into()
+            "no request completed at c=1 on the connections it made".into()
         };
         (Layer::skipped(why.clone()), Layer::skipped(why))
     } else {
@@ -355,26 +368,41 @@ fn path_idle(
     (path, path_err)
 }
 
-/// The load options of the c=1 phase (the c=N phase starts from them).
-fn load_options(opts: &DiagnoseOptions, c1: Duration) -> lagtrace_load::LoadOptions {
+/// The load options of the c=1 phase (the c=N phase starts from them). With `records`,
+/// every request and connect is recorded.
+fn load_options(opts: &DiagnoseOptions, c1: Duration, records: bool) -> lagtrace_load::LoadOptions {
     let mut lo = lagtrace_load::LoadOptions::new(&opts.url);
     lo.connections = 1;
     lo.threads = 1;
     lo.duration = Some(c1);
     lo.timeout = opts.timeout;
     lo.insecure = opts.insecure;
-    lo.connect_timeout = Duration::from_secs(1);
+    lo.connect_timeout = QUICK_CONNECT;
+    if records {
+        lo.records = Some(lagtrace_load::RecordOptions::default());
+    }
     lo
 }
 
-/// Step 2: the app at c=1 (sequential keep-alive). Returns whether a request completed and,
-/// when the load could not run, why.
+/// How the c=1 phase ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum C1 {
+    /// At least one request completed.
+    Completed,
+    /// No TCP connection was made.
+    NoConnection,
+    /// Connections were made but no request completed on them (TLS or HTTP fails).
+    NoRequest,
+}
+
+/// Step 2: the app at c=1 (sequential keep-alive). Returns how it ended and, when nothing
+/// completed, why (the load's error, or one more connect's).
 fn app_c1(
     lo: &lagtrace_load::LoadOptions,
     app: &mut AppEvidence,
     stop: &AtomicBool,
     progress: &dyn Fn(Step),
-) -> (bool, Option<String>) {
+) -> (C1, Option<String>) {
     let c1_dur = lo.duration.unwrap_or_default();
     progress(Step::Start(format!(
         "app: c=1, sequential keep-alive requests for {:.1} s",
@@ -383,20 +411,34 @@ fn app_c1(
     match lagtrace_load::run(lo, None, stop) {
         Ok(r) => {
             let run = adapters::app::run(1, &r);
-            let ok = run.requests > 0;
+            let ended = if run.requests > 0 {
+                C1::Completed
+            } else if r.connections_opened > 0 {
+                C1::NoRequest
+            } else {
+                C1::NoConnection
+            };
             progress(Step::Done(format!(
                 "app: c=1 p50 {} ({} requests)",
                 lagtrace_model::Micros(run.latency.p50_us),
                 run.requests
             )));
             app.c1 = Some(run);
-            (ok, None)
+            // With records the run has no preflight: say why nothing completed.
+            let why = (ended != C1::Completed && !stop.load(Ordering::Relaxed))
+                .then(|| {
+                    let mut o = lo.clone();
+                    o.connect_timeout = QUICK_CONNECT;
+                    lagtrace_load::check(&o).err().map(|e| format!("{e:#}"))
+                })
+                .flatten();
+            (ended, why)
         }
         Err(e) => {
             app.c1 = Some(adapters::app::failed(1));
             let msg = format!("{e:#}");
             progress(Step::Done(format!("app: no connection: {msg}")));
-            (false, Some(msg))
+            (C1::NoConnection, Some(msg))
         }
     }
 }

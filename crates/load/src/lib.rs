@@ -296,6 +296,13 @@ fn preflight(p: &Prepared, opts: &LoadOptions) -> Result<()> {
     Ok(())
 }
 
+/// Connects (and completes the TLS handshake) once, as a run without records does before
+/// it starts: `Err` says why the target cannot be reached (refused, timed out, TLS).
+pub fn check(opts: &LoadOptions) -> Result<()> {
+    let p = prepare(opts)?;
+    preflight(&p, opts)
+}
+
 /// Raises the soft limit on open files towards `need` (at most the hard limit), so that
 /// `-c 1000` does not fail on the usual soft limit of 1024. If it cannot be raised, the
 /// connections that cannot be opened are counted as connect errors.

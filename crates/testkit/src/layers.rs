@@ -92,6 +92,9 @@ impl Synth {
             first_request: None,
             bytes: 0,
             later_requests: None,
+            waits: None,
+            connects: None,
+            records: None,
         }
     }
 

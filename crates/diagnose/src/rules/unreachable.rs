@@ -26,6 +26,31 @@ fn connect_errors(layers: &Layers) -> u64 {
         .unwrap_or(0)
 }
 
+/// Connects of the application's runs that waited for a SYN retransmission (or timed out).
+fn syn_waits(layers: &Layers) -> u64 {
+    layers
+        .app
+        .get()
+        .map(|a| {
+            [a.c1.as_ref(), a.cn.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.connects.as_ref())
+                .map(|c| c.syn_retransmitted)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// TCP connects but the TLS handshake fails (the app layer's reason says so).
+fn tls_fails(layers: &Layers) -> bool {
+    layers
+        .app
+        .reason
+        .as_deref()
+        .is_some_and(|r| r.contains("TLS"))
+}
+
 fn fix(side: FixSide, location: String, change: String) -> Fix {
     Fix {
         side,
@@ -77,27 +102,20 @@ fn where_it_stops(
             ),
         ),
         // TCP connects (the SYN probes are answered), the TLS handshake does not.
-        _ if layers
-            .app
-            .reason
-            .as_deref()
-            .is_some_and(|r| r.contains("TLS")) =>
-        {
-            (
-                None,
-                format!(
-                    "{where_} accepts TCP connections but the TLS handshake fails: no request \
+        _ if tls_fails(layers) => (
+            None,
+            format!(
+                "{where_} accepts TCP connections but the TLS handshake fails: no request \
                      could be sent"
-                ),
-                fix(
-                    FixSide::Client,
-                    target.url.clone(),
-                    "if the server speaks plain HTTP on this port, use http://; if its \
+            ),
+            fix(
+                FixSide::Client,
+                target.url.clone(),
+                "if the server speaks plain HTTP on this port, use http://; if its \
                      certificate is self-signed, add --insecure"
-                        .into(),
-                ),
-            )
-        }
+                    .into(),
+            ),
+        ),
         _ => (
             None,
             format!("no connection to {where_} could be made"),
@@ -153,7 +171,14 @@ pub(super) fn judge(target: &Target, layers: &Layers, x: &Facts<'_>) -> Option<J
     }
     let connect_errors = connect_errors(layers);
     let path_says_closed = x.path.is_some_and(|p| !p.port_open);
-    if connect_errors == 0 && !path_says_closed {
+    let tls = tls_fails(layers);
+    if connect_errors == 0 && !path_says_closed && !tls {
+        return None;
+    }
+    // The SYN probes got SYN-ACKs while the load's connects waited for retransmissions or
+    // timed out: the server is there and sets up connections too slowly (`syn-drop`).
+    // `unreachable` needs no connection at all *and* probes that are not answered.
+    if x.path.is_some_and(|p| p.port_open) && !tls && syn_waits(layers) > 0 {
         return None;
     }
     let (path_line, summary, fix) = where_it_stops(target, layers, x);

@@ -291,6 +291,59 @@ pub struct AppRun {
     /// Latency of the later requests on each connection, when the engine reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub later_requests: Option<Percentiles>,
+    /// What every request of the run waited, from its per-request records: a connection's
+    /// first request from its connect start, a failed request or connect until it failed,
+    /// one still pending at the run's end as its age (a lower bound). `latency` counts only
+    /// completed requests from their first write (as wrk does); this leaves nothing out, so
+    /// slow and failed connects are in the distribution. Estimated over the whole run from
+    /// the load's records (every slow one kept, the rest sampled with weights). Absent
+    /// without records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waits: Option<Percentiles>,
+    /// Connection setup in the run, from its per-request records. Absent without records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connects: Option<ConnectStats>,
+    /// Per-request records of the run, trimmed to a bounded set so the JSON stays small:
+    /// the slowest requests at or above the run's p99 of `waits` (at most 200: every request
+    /// above the p99 in runs of up to 20 000), and a weighted systematic sample of at most
+    /// 50 of the others over time (their weights rescaled so that `Σ weight` is still
+    /// `seen`). The rules read exactly these, so a saved diagnosis judges the same again.
+    /// Absent without records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<crate::RequestRecords>,
+}
+
+/// Connection setup in one load run, counted over every record the load made (weighted
+/// estimates where the load sampled).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct ConnectStats {
+    /// Connect attempts: each connection's first request, failed connects, and connects
+    /// still pending at the run's end.
+    pub attempts: u64,
+    /// Attempts whose handshake needed a SYN retransmission: `TCP_INFO` counted one, or the
+    /// connect waited at least [`ConnectStats::SYN_RTO_US`] (the initial retransmission
+    /// timeout: a SYN or SYN-ACK was lost). Failed and pending ones included.
+    pub syn_retransmitted: u64,
+    /// Attempts that failed: refused, timed out, or another error.
+    pub failed: u64,
+    /// Attempts still pending at the run's end (waited at least their age).
+    pub pending: u64,
+    /// Connect time of the attempts: handshake complete, failure, or the run's end.
+    pub time: Percentiles,
+}
+
+impl ConnectStats {
+    /// The initial SYN retransmission timeout (RFC 6298's 1 s, Linux `TCP_TIMEOUT_INIT`): a
+    /// connect that waited this long waited for a retransmission.
+    pub const SYN_RTO_US: u64 = 1_000_000;
+}
+
+impl AppRun {
+    /// The distribution the verdict reads: `waits` when records were kept (nothing left
+    /// out), else the completed requests' `latency`.
+    pub fn waited(&self) -> &Percentiles {
+        self.waits.as_ref().unwrap_or(&self.latency)
+    }
 }
 
 /// Layer 2: the application.
