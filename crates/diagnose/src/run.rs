@@ -34,6 +34,13 @@ pub const MAX_DURATION: Duration = Duration::from_secs(600);
 /// Packets the capture keeps at most (it stops counting after that; the load goes on).
 pub const MAX_CAPTURE_PACKETS: u64 = 200_000;
 
+/// How long a connect of the load may wait before it counts as failed: past the first and
+/// second SYN retransmissions (1 s and 2 s after the SYN on Linux ≥ 6.5, whose
+/// `tcp_syn_linear_timeouts` spaces the first ones 1 s apart; 1 s and 3 s before), so a
+/// connect that needed them is a measured wait. The connects run inside their phase: one
+/// still pending when the phase ends is recorded as waiting at least its age, so waiting
+/// connects never lengthen the diagnosis.
+pub const CONNECT_WAIT: Duration = Duration::from_millis(3_500);
 /// The connect timeout of the one connect that says why a phase connected nowhere, and of
 /// the c=1 phase when the path layer saw the port closed or silent (it fails fast there).
 const QUICK_CONNECT: Duration = Duration::from_secs(1);
@@ -369,7 +376,7 @@ fn path_idle(
 }
 
 /// The load options of the c=1 phase (the c=N phase starts from them). With `records`,
-/// every request and connect is recorded.
+/// every request and connect is recorded and a connect may wait [`CONNECT_WAIT`].
 fn load_options(opts: &DiagnoseOptions, c1: Duration, records: bool) -> lagtrace_load::LoadOptions {
     let mut lo = lagtrace_load::LoadOptions::new(&opts.url);
     lo.connections = 1;
@@ -380,6 +387,7 @@ fn load_options(opts: &DiagnoseOptions, c1: Duration, records: bool) -> lagtrace
     lo.connect_timeout = QUICK_CONNECT;
     if records {
         lo.records = Some(lagtrace_load::RecordOptions::default());
+        lo.connect_timeout = CONNECT_WAIT;
     }
     lo
 }

@@ -15,6 +15,9 @@ pub(super) struct Facts<'a> {
     pub(super) cn: Option<&'a AppRun>,
     pub(super) packets: Option<&'a PacketEvidence>,
     pub(super) sockets: Option<&'a SocketEvidence>,
+    /// Every app run, with or without a completed request (c=1 first): connects that
+    /// waited or failed are evidence even where no request completed.
+    pub(super) runs: Vec<&'a AppRun>,
     /// Idle path RTT (SYN ping median, else the handshake RTT seen in packets).
     pub(super) rtt_us: u64,
 }
@@ -40,6 +43,9 @@ impl<'a> Facts<'a> {
             cn: app.and_then(|a| a.cn.as_ref()).filter(|r| r.requests > 0),
             packets,
             sockets: layers.sockets.get(),
+            runs: app
+                .map(|a| a.c1.iter().chain(a.cn.iter()).collect())
+                .unwrap_or_default(),
             rtt_us,
         }
     }

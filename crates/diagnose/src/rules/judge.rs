@@ -108,10 +108,17 @@ fn rank(x: &Facts<'_>) -> Vec<Candidate> {
 }
 
 /// SYN retransmissions where data packets are lost too are the same loss, not a separate
-/// accept-queue problem.
+/// accept-queue problem — when the data loss is at least as frequent: loss on a path hits
+/// a connection's one SYN no more often than its transactions' data segments. Where more
+/// connects wait for a SYN retransmission than transactions lose data, the SYNs are dropped
+/// selectively (a full accept queue, a SYN filter), and the few data retransmissions are
+/// its side effect (the handshake's last ACK dropped with them, the first request sent into
+/// a connection the server had not accepted yet): both stay candidates and cost ranks them.
 fn merge_syn_into_loss(cands: &mut Vec<Candidate>) {
+    let affected = |c: &Candidate| c.counted.map_or(0, |n| n.0);
     if let Some(i) = cands.iter().position(|c| c.cause == Cause::SynDrop)
-        && cands.iter().any(|c| c.cause == Cause::PacketLoss)
+        && let Some(loss) = cands.iter().find(|c| c.cause == Cause::PacketLoss)
+        && affected(&cands[i]) <= affected(loss)
     {
         let syn = cands.remove(i);
         if let Some(l) = cands.iter_mut().find(|c| c.cause == Cause::PacketLoss) {

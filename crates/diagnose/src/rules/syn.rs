@@ -5,8 +5,10 @@ use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
 use super::{Candidate, CauseRule, MATERIAL_LOSS_SHARE, example_text, ms, pct, sup};
-use crate::evidence::{LayerName, Target};
+use crate::adapters::app::{connect_time_us, is_connect, syn_retransmitted};
+use crate::evidence::{AppRun, ConnectStats, LayerName, Target};
 use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
+use lagtrace_model::RequestRecord;
 
 pub(super) struct Syn;
 
@@ -51,6 +53,144 @@ fn refused_candidate(x: &Facts<'_>) -> Option<Candidate> {
     Some(c)
 }
 
+/// The connects of `run` that waited for a SYN retransmission, from its records: (count
+/// over the whole run, attempts, share of the run's requests, median connect time of the
+/// kept ones, the slowest kept one).
+struct SynWaits<'a> {
+    run: &'a AppRun,
+    count: u64,
+    attempts: u64,
+    share: f64,
+    median_us: u64,
+    slowest: Option<&'a RequestRecord>,
+}
+
+/// The run whose requests waited most often for a SYN retransmission, when they are at least
+/// two and [`MATERIAL_LOSS_SHARE`] of its requests (the p99 is set by the slowest 1 %, and
+/// each such wait is at least the 1 s initial retransmission timeout).
+fn syn_waits<'a>(x: &Facts<'a>) -> Option<SynWaits<'a>> {
+    x.runs
+        .iter()
+        .filter_map(|run| {
+            let c = run.connects.as_ref()?;
+            let seen = run.waits.as_ref()?.count.max(1);
+            let share = c.syn_retransmitted as f64 / seen as f64;
+            (c.syn_retransmitted >= 2 && share >= MATERIAL_LOSS_SHARE).then_some((run, c, share))
+        })
+        .max_by(|a, b| a.2.total_cmp(&b.2))
+        .map(|(run, c, share)| {
+            let mut kept: Vec<&RequestRecord> = run
+                .records
+                .iter()
+                .flat_map(|r| r.records.iter())
+                .filter(|r| syn_retransmitted(r))
+                .collect();
+            kept.sort_by_key(|r| connect_time_us(r));
+            SynWaits {
+                run,
+                count: c.syn_retransmitted,
+                attempts: c.attempts,
+                share,
+                median_us: kept
+                    .get(kept.len() / 2)
+                    .map_or(ConnectStats::SYN_RTO_US, |r| connect_time_us(r)),
+                slowest: kept.last().copied(),
+            }
+        })
+}
+
+/// How much longer than a typical connect the run's slowest requests (at or above the p99 of
+/// their waits) spent connecting: the median over them of their connect time beyond the
+/// run's median connect (0 for a request on an open connection). Measured per request from
+/// the records; `None` without records.
+pub(super) fn tail_connect_us(run: &AppRun) -> Option<u64> {
+    let typical = run.connects.as_ref()?.time.p50_us;
+    let p99 = run.waits.as_ref()?.p99_us;
+    let mut extra: Vec<u64> = run
+        .records
+        .as_ref()?
+        .records
+        .iter()
+        .filter(|r| r.wait_us >= p99)
+        .map(|r| {
+            if is_connect(r) {
+                connect_time_us(r).saturating_sub(typical)
+            } else {
+                0
+            }
+        })
+        .collect();
+    extra.sort_unstable();
+    extra.get(extra.len() / 2).copied()
+}
+
+/// Connects that waited for a SYN retransmission, measured per request by the load.
+fn records_candidate(x: &Facts<'_>) -> Option<Candidate> {
+    let w = syn_waits(x)?;
+    let mut c = Candidate::new(CAUSE, w.median_us, w.share, vec![LayerName::App]);
+    c.counted = Some((w.count, Some(w.attempts)));
+    let c_ = w.run.connects.as_ref();
+    let (failed, pending) = c_.map_or((0, 0), |s| (s.failed, s.pending));
+    let probes = x
+        .path
+        .and_then(|p| p.under_load.as_ref().or(p.idle.as_ref()))
+        .filter(|s| s.received > s.rst)
+        .map(|s| {
+            format!(
+                "; meanwhile the SYN probes got {} SYN-ACKs to {} SYNs",
+                s.received - s.rst,
+                s.sent
+            )
+        })
+        .unwrap_or_default();
+    let example = w
+        .slowest
+        .map(|r| {
+            format!(
+                "; e.g. connection {} at {:.3}s: connect {}{}{}",
+                r.local
+                    .map_or_else(|| format!("#{}", r.conn), |a| a.to_string()),
+                r.connect_start_us as f64 / 1e6,
+                ms(connect_time_us(r)),
+                r.syn_retransmits
+                    .map(|n| format!(", {n} SYN retransmission(s)"))
+                    .unwrap_or_default(),
+                if r.pending { ", still pending" } else { "" }
+            )
+        })
+        .unwrap_or_default();
+    c.evidence.push(sup(
+        LayerName::App,
+        CAUSE,
+        format!(
+            "c={}: {} of {} connects ({} of requests) waited for a SYN retransmission, median \
+             connect {} (typical {}); {failed} failed, {pending} still pending at the end{probes}{example}",
+            w.run.concurrency,
+            w.count,
+            w.attempts,
+            pct(w.share),
+            ms(w.median_us),
+            ms(c_.map_or(0, |s| s.time.p50_us))
+        ),
+    ));
+    if let Some(f) = x
+        .finding(FindingKind::SynRetransmit)
+        .filter(|f| f.count > 0)
+    {
+        c.layers.push(LayerName::Packets);
+        c.evidence.push(sup(
+            LayerName::Packets,
+            CAUSE,
+            format!(
+                "syn-retransmit: {} SYNs retransmitted in the capture{}",
+                f.count,
+                example_text(f)
+            ),
+        ));
+    }
+    Some(c)
+}
+
 impl CauseRule for Syn {
     fn cause(&self) -> Cause {
         CAUSE
@@ -61,6 +201,9 @@ impl CauseRule for Syn {
     }
 
     fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
+        if let Some(c) = records_candidate(x) {
+            return Some(c);
+        }
         let Some(f) = x
             .finding(FindingKind::SynRetransmit)
             .filter(|f| f.count >= 2 && f.median_added_us >= 100_000)
@@ -112,7 +255,17 @@ impl CauseRule for Syn {
 
 /// The cost in the user's terms, in one sentence.
 fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
-    if c.layers.first() == Some(&LayerName::App) {
+    if let Some(w) = syn_waits(x) {
+        format!(
+            "{} of requests at c={} wait ~{} to connect: a SYN retransmission ({} of {} \
+             connects)",
+            pct(w.share),
+            w.run.concurrency,
+            ms(w.median_us),
+            w.count,
+            w.attempts
+        )
+    } else if c.layers.first() == Some(&LayerName::App) {
         let conc = x.main_run().map(|r| r.concurrency).unwrap_or(1);
         format!(
             "{} of new connections at c={conc} fail: no SYN-ACK within the {} connect \

@@ -105,10 +105,10 @@ pub(super) fn assess<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
     let run = [x.c1, x.cn]
         .into_iter()
         .flatten()
-        .filter(|r| is_finding(r.latency.p50_us, r.latency.p99_us, x.rtt_us))
-        .max_by_key(|r| r.latency.p99_us - r.latency.p50_us)?;
-    let excess_us = run.latency.p99_us - run.latency.p50_us;
-    let parts = parts(x, excess_us);
+        .filter(|r| is_finding(r.waited().p50_us, r.waited().p99_us, x.rtt_us))
+        .max_by_key(|r| r.waited().p99_us - r.waited().p50_us)?;
+    let excess_us = run.waited().p99_us - run.waited().p50_us;
+    let parts = parts(x, run, excess_us);
     let explained = parts.first().filter(|p| p.share >= EXPLAINS).cloned();
     Some(TailFinding {
         run,
@@ -119,8 +119,12 @@ pub(super) fn assess<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
 }
 
 /// The extra latency each layer shows at its own p99, capped at the excess, largest first.
-fn parts(x: &Facts<'_>, excess_us: u64) -> Vec<TailPart> {
+fn parts(x: &Facts<'_>, run: &AppRun, excess_us: u64) -> Vec<TailPart> {
     let mut raw: Vec<(Cause, u64)> = Vec::new();
+    // Connect time of the slowest requests themselves, from the load's records.
+    if let Some(c) = super::syn::tail_connect_us(run) {
+        raw.push((Cause::SynDrop, c));
+    }
     // The slowest SYN probe under load over the idle median: a queue on the path. The
     // probes are few (tens), so their largest stands for their p99.
     if let Some(p) = x.path
@@ -192,9 +196,9 @@ impl TailFinding<'_> {
             "the slowest {} wait +{} over the p50 ({} at c={}, p99 {})",
             pct(above()),
             ms(self.excess_us),
-            ms(self.run.latency.p50_us),
+            ms(self.run.waited().p50_us),
             self.run.concurrency,
-            ms(self.run.latency.p99_us)
+            ms(self.run.waited().p99_us)
         );
         match &self.explained {
             Some(p) => text.push_str(&format!(
@@ -207,7 +211,7 @@ impl TailFinding<'_> {
         }
         Tail {
             percentile: PERCENTILE,
-            latency_us: self.run.latency.p99_us,
+            latency_us: self.run.waited().p99_us,
             excess_us: self.excess_us,
             parts: self.parts.clone(),
             text,
@@ -216,7 +220,7 @@ impl TailFinding<'_> {
 
     /// The app layer's line stating the tail.
     fn app_line(&self, x: &Facts<'_>, cause: Cause) -> crate::verdict::EvidenceLine {
-        let l = &self.run.latency;
+        let l = self.run.waited();
         sup(
             LayerName::App,
             cause,
