@@ -964,3 +964,135 @@ fn a_named_cause_keeps_its_verdict_and_gains_the_tail() {
     assert_eq!(t.parts[0].cause, Cause::PacketLoss);
     assert!(t.text.contains("loss recovery"), "{}", t.text);
 }
+
+/// A connect record of the load: connect `connect_us` long, with `syn` SYN retransmissions.
+fn connect_record(
+    conn: u64,
+    start_us: u64,
+    connect_us: u64,
+    syn: u32,
+) -> lagtrace_model::RequestRecord {
+    lagtrace_model::RequestRecord {
+        conn,
+        local: Some(format!("10.0.0.1:{}", 40_000 + conn).parse().unwrap()),
+        remote: "10.0.0.2:80".parse().unwrap(),
+        index: 0,
+        start_us,
+        wait_us: connect_us + 300,
+        connect_start_us: start_us,
+        connect_end_us: Some(start_us + connect_us),
+        syn_retransmits: Some(syn),
+        intended_us: None,
+        sent_first_us: Some(start_us + connect_us),
+        sent_last_us: Some(start_us + connect_us),
+        first_byte_us: Some(start_us + connect_us + 250),
+        last_byte_us: Some(start_us + connect_us + 300),
+        bytes: 100,
+        status: Some(200),
+        error: None,
+        pending: false,
+        slow: true,
+        weight: 1.0,
+    }
+}
+
+/// A run of `requests` connection-per-request requests at c=`c`, `syn` of whose connects
+/// waited 1 s for a SYN retransmission, with the records and summaries the adapter makes.
+fn connect_run(c: u32, requests: u64, syn: u64) -> AppRun {
+    let mut r = run(c, 400, 2_000, requests as f64 / 10.0);
+    let mut recs: Vec<_> = (0..requests)
+        .map(|i| {
+            let slow = i < syn;
+            connect_record(
+                i,
+                i * 500,
+                if slow { 1_000_300 } else { 120 },
+                u32::from(slow),
+            )
+        })
+        .collect();
+    recs.sort_by_key(|r| r.start_us);
+    let all = lagtrace_model::RequestRecords {
+        seen: requests,
+        records: recs,
+        ..Default::default()
+    };
+    let waits = lagtrace_diagnose::adapters::app::waits(&all.records);
+    r.connects = Some(lagtrace_diagnose::adapters::app::connects(&all.records));
+    r.records = Some(lagtrace_diagnose::adapters::app::trim(&all, waits.p99_us));
+    r.waits = Some(waits);
+    r
+}
+
+#[test]
+fn connects_waiting_for_syn_retransmissions_in_the_records_are_syn_drop_with_their_cost() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(connect_run(1, 2_000, 0)),
+        cn: Some(connect_run(32, 3_000, 90)),
+    });
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SynDrop, "{}", texts(&j));
+    assert_eq!(j.verdict.cost.affected, Some(90));
+    assert!(j.verdict.cost.added_us >= 1_000_000, "{:?}", j.verdict.cost);
+    assert!(
+        j.verdict.cost.text.contains("to connect"),
+        "{}",
+        j.verdict.cost.text
+    );
+    assert!(texts(&j).contains("90 of 3000 connects"), "{}", texts(&j));
+    assert!(j.verdict.mechanism.is_none());
+    // The tail is the connects: its connection-setup part is measured per slow request.
+    let tail = j.verdict.tail.expect("a 1 s tail over a 400 µs p50");
+    assert_eq!(tail.parts[0].cause, Cause::SynDrop, "{tail:?}");
+    assert!(tail.parts[0].share > 0.9, "{tail:?}");
+}
+
+#[test]
+fn one_connect_that_waited_at_c1_is_not_syn_drop() {
+    let mut l = healthy_layers();
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(connect_run(1, 2_000, 1)),
+        cn: Some(connect_run(32, 3_000, 0)),
+    });
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+}
+
+#[test]
+fn connects_that_never_complete_while_the_probes_are_answered_are_not_unreachable() {
+    let mut l = healthy_layers();
+    let mut c1 = connect_run(1, 3, 3);
+    c1.requests = 0;
+    c1.errors.connect = 1;
+    let mut cn = connect_run(32, 40, 40);
+    cn.requests = 0;
+    cn.errors.connect = 8;
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(c1),
+        cn: Some(cn),
+    });
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SynDrop, "{}", texts(&j));
+    // The same with the probes unanswered is unreachable.
+    let p = l.path.data.as_mut().unwrap();
+    p.reached = false;
+    p.port_open = false;
+    assert_eq!(judge(&target(), &l).verdict.cause, Cause::Unreachable);
+}
+
+#[test]
+fn syn_retransmissions_outnumbering_data_loss_stay_syn_drop() {
+    // A full accept queue: many connects wait for a SYN retransmission, and a few first
+    // requests are retransmitted (sent before the server accepted their connection).
+    let mut l = healthy_layers();
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 1_474;
+    p.findings = vec![
+        finding("syn-retransmit", 35, 1_474, 1_000_400),
+        finding("retransmission", 19, 1_474, 415_000),
+    ];
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SynDrop, "{}", texts(&j));
+    assert!(j.verdict.secondary.contains(&Cause::PacketLoss));
+}
