@@ -1,5 +1,11 @@
 //! `syn-drop`: connection setup waits for SYN retransmissions (SYNs dropped, accept queue
 //! full), or under load connection attempts get no SYN-ACK at all.
+//!
+//! Evidence, best first: the load's per-request records (connects that waited for a SYN
+//! retransmission, counted over the whole run, their connect times, the slowest one as the
+//! example), the capture's `syn-retransmit` finding, or connects failing at c=N only.
+//! `mechanism` stays unset: `accept-queue-overflow` needs the server's listen-queue overflow
+//! counter (the host layer), beyond "the SYN probes were answered meanwhile".
 
 use lagtrace_model::{Cause, FindingKind};
 

@@ -37,6 +37,8 @@
 //! - the packets' server time (request's last byte → response's first byte): p99 − p50 →
 //!   `slow-server`;
 //! - the handshake RTT seen in the packets (p99 − p50) and `syn-retransmit` → `syn-drop`;
+//!   with the load's per-request records, the connect time of the slowest requests
+//!   themselves beyond the run's median connect (their median) → `syn-drop`;
 //! - retransmissions → `packet-loss`; Nagle holds → `nagle-delayed-ack`; cork → `tcp-cork`;
 //!   window stalls → `receive-window`; each when it touches at least
 //!   [`MATERIAL_LOSS_SHARE`] of the transactions (the p99 is set by the slowest 1 %; the
