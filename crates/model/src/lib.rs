@@ -10,6 +10,7 @@ pub mod analyze;
 pub mod contract;
 pub mod diagnosis;
 pub mod finding;
+pub mod host;
 pub mod load;
 pub mod probe;
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use lagtrace_model::Envelope;
 use lagtrace_model::analyze::Analysis;
 use lagtrace_model::diagnosis::Diagnosis;
+use lagtrace_model::host::HostReport;
 use lagtrace_model::load::LoadReport;
 use lagtrace_model::probe::{PingReport, RouteReport};
 
@@ -15,6 +16,7 @@ fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         // (`--save`, `--verify`).
         ("analyze", schemars::schema_for!(Envelope<Analysis>)),
         ("diagnose", schemars::schema_for!(Diagnosis)),
+        ("host", schemars::schema_for!(Envelope<HostReport>)),
         ("load", schemars::schema_for!(Envelope<LoadReport>)),
         ("ping", schemars::schema_for!(Envelope<PingReport>)),
         ("route", schemars::schema_for!(Envelope<RouteReport>)),

@@ -1,0 +1,192 @@
+//! A process's cgroup CPU bandwidth accounting: cgroup v1 (`cpu` controller: `cpu.stat`,
+//! `cpu.cfs_quota_us`, `cpu.cfs_period_us`; `cpuacct.usage`) or v2 (`cpu.stat`, `cpu.max`),
+//! whichever holds the process's `cpu` controller.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use lagtrace_model::host::CgroupCpu;
+
+/// Where a process's CPU accounting lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupDirs {
+    /// 1 or 2.
+    pub version: u8,
+    /// The directory with `cpu.stat`.
+    pub cpu: PathBuf,
+    /// v1: the `cpuacct` directory, when mounted separately or together.
+    pub cpuacct: Option<PathBuf>,
+}
+
+/// One reading of a cgroup's CPU files.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CpuReading {
+    /// `nr_periods`.
+    pub periods: u64,
+    /// `nr_throttled`.
+    pub throttled: u64,
+    /// Throttled time, µs.
+    pub throttled_us: u64,
+    /// Usage, µs.
+    pub usage_us: Option<u64>,
+    /// Quota per period, µs (None: unlimited).
+    pub quota_us: Option<u64>,
+    /// Period, µs.
+    pub period_us: Option<u64>,
+    /// Whether the file had bandwidth fields at all (v2 without the cpu controller has not).
+    pub has_bandwidth: bool,
+}
+
+/// `key value` lines.
+pub fn parse_kv(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(char::is_whitespace)?;
+            Some((k.to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// One mount of `/proc/self/mountinfo`: (mount root, mount point, fstype, super options).
+fn mounts(text: &str) -> Vec<(String, String, String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let pre: Vec<&str> = pre.split(' ').collect();
+            let post: Vec<&str> = post.split(' ').collect();
+            Some((
+                pre.get(3)?.to_string(),
+                pre.get(4)?.to_string(),
+                post.first()?.to_string(),
+                post.get(2).unwrap_or(&"").to_string(),
+            ))
+        })
+        .collect()
+}
+
+fn join_under(mount_root: &str, mount_point: &str, path: &str) -> PathBuf {
+    let rel = path.strip_prefix(mount_root).unwrap_or(path);
+    Path::new(mount_point).join(rel.trim_start_matches('/'))
+}
+
+/// Finds a process's cpu cgroup from its `/proc/PID/cgroup` and this process's
+/// `/proc/self/mountinfo` texts: the v1 hierarchy that has `cpu`, else the v2 one.
+pub fn locate(proc_cgroup: &str, mountinfo: &str) -> Option<CgroupDirs> {
+    let mounts = mounts(mountinfo);
+    let v1_dir = |ctrl: &str| {
+        let path = proc_cgroup.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+            ctrls.split(',').any(|c| c == ctrl).then_some(path)
+        })?;
+        let (root, point, _, _) = mounts
+            .iter()
+            .find(|(_, _, fs, opts)| fs == "cgroup" && opts.split(',').any(|o| o == ctrl))?;
+        Some(join_under(root, point, path))
+    };
+    if let Some(cpu) = v1_dir("cpu") {
+        return Some(CgroupDirs {
+            version: 1,
+            cpu,
+            cpuacct: v1_dir("cpuacct"),
+        });
+    }
+    let path = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let (root, point, _, _) = mounts.iter().find(|(_, _, fs, _)| fs == "cgroup2")?;
+    Some(CgroupDirs {
+        version: 2,
+        cpu: join_under(root, point, path),
+        cpuacct: None,
+    })
+}
+
+/// Reads the CPU files of `dirs`.
+pub fn read(dirs: &CgroupDirs) -> std::io::Result<CpuReading> {
+    let stat = parse_kv(&std::fs::read_to_string(dirs.cpu.join("cpu.stat"))?);
+    let file = |p: &Path| std::fs::read_to_string(p).ok();
+    let mut r = CpuReading {
+        periods: stat.get("nr_periods").copied().unwrap_or(0),
+        throttled: stat.get("nr_throttled").copied().unwrap_or(0),
+        has_bandwidth: stat.contains_key("nr_periods"),
+        ..CpuReading::default()
+    };
+    if dirs.version == 1 {
+        r.throttled_us = stat.get("throttled_time").copied().unwrap_or(0) / 1000;
+        let num =
+            |name: &str| file(&dirs.cpu.join(name)).and_then(|t| t.trim().parse::<i64>().ok());
+        r.quota_us = num("cpu.cfs_quota_us").and_then(|q| u64::try_from(q).ok());
+        r.period_us = num("cpu.cfs_period_us").and_then(|q| u64::try_from(q).ok());
+        r.usage_us = dirs
+            .cpuacct
+            .as_ref()
+            .and_then(|d| file(&d.join("cpuacct.usage")))
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .map(|ns| ns / 1000);
+    } else {
+        r.throttled_us = stat.get("throttled_usec").copied().unwrap_or(0);
+        r.usage_us = stat.get("usage_usec").copied();
+        if let Some(max) = file(&dirs.cpu.join("cpu.max")) {
+            let mut f = max.split_whitespace();
+            r.quota_us = f.next().and_then(|q| q.parse().ok());
+            r.period_us = f.next().and_then(|p| p.parse().ok());
+        }
+    }
+    Ok(r)
+}
+
+/// The window's accounting from two readings.
+pub fn delta(dirs: &CgroupDirs, before: &CpuReading, after: &CpuReading) -> CgroupCpu {
+    let periods = after.periods.saturating_sub(before.periods);
+    let throttled = after.throttled.saturating_sub(before.throttled);
+    CgroupCpu {
+        version: dirs.version,
+        path: dirs.cpu.display().to_string(),
+        quota_us: after.quota_us,
+        period_us: after.period_us,
+        periods,
+        throttled_periods: throttled,
+        throttled_us: after.throttled_us.saturating_sub(before.throttled_us),
+        throttled_share: if periods == 0 {
+            0.0
+        } else {
+            throttled as f64 / periods as f64
+        },
+        usage_us: after
+            .usage_us
+            .zip(before.usage_us)
+            .map(|(a, b)| a.saturating_sub(b)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+35 25 0:30 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu
+36 25 0:31 / /sys/fs/cgroup/cpuacct rw,relatime shared:10 - cgroup cgroup rw,cpuacct
+44 25 0:39 / /sys/fs/cgroup/unified rw,relatime shared:18 - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn finds_the_v1_cpu_hierarchy_then_v2() {
+        let d = locate("2:cpuacct:/a\n1:cpu:/a/b\n0::/u\n", MOUNTINFO).unwrap();
+        assert_eq!(d.version, 1);
+        assert_eq!(d.cpu, Path::new("/sys/fs/cgroup/cpu/a/b"));
+        assert_eq!(
+            d.cpuacct.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/cpuacct/a"))
+        );
+        let d = locate("0::/svc.slice/x.service\n", MOUNTINFO).unwrap();
+        assert_eq!(d.version, 2);
+        assert_eq!(
+            d.cpu,
+            Path::new("/sys/fs/cgroup/unified/svc.slice/x.service")
+        );
+        let combined =
+            "30 25 0:30 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n";
+        let d = locate("3:cpu,cpuacct:/k\n", combined).unwrap();
+        assert_eq!(d.cpu, d.cpuacct.unwrap());
+        assert!(locate("1:memory:/x\n", "").is_none());
+    }
+}

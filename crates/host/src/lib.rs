@@ -1,0 +1,246 @@
+//! lagtrace-host: the server host's kernel evidence over a window, for a network namespace
+//! and/or a process — what an expert reads with `nstat`, `ss -lnt`, `tc -s qdisc`, the
+//! cgroup's `cpu.stat` and `/proc/PID/task/*/schedstat`.
+//!
+//! [`measure`] takes a reading at the start, samples the listen queues through the window,
+//! takes a reading at the end and returns the deltas as a [`HostReport`]. It never prints.
+//! Each part that cannot be read says why in its own [`Layer`]; the others still run.
+#![deny(missing_docs)]
+
+pub mod cgroup;
+pub mod counters;
+pub mod listen;
+pub mod qdisc;
+pub mod sched;
+pub mod sockstat;
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use lagtrace_model::diagnosis::evidence::Layer;
+use lagtrace_model::host::{HostCost, HostReport, HostScope};
+use lagtrace_model::{Capability, Privilege};
+use lagtrace_netns::NetNs;
+
+/// What to watch and for how long.
+#[derive(Debug, Clone)]
+pub struct HostOptions {
+    /// A named network namespace (under /run/netns).
+    pub netns: Option<String>,
+    /// A process: its namespace, cgroup and threads.
+    pub pid: Option<u32>,
+    /// The window.
+    pub duration: Duration,
+    /// How often the listen queues are sampled within the window.
+    pub interval: Duration,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        HostOptions {
+            netns: None,
+            pid: None,
+            duration: Duration::from_secs(5),
+            interval: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Why the host layer could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// `--pid` names no running process.
+    #[error("no process {0}")]
+    NoProcess(u32),
+    /// `--netns` names no namespace.
+    #[error("no network namespace {0:?} (under /run/netns)")]
+    NoNetns(String),
+    /// Entering the namespace was refused.
+    #[error(transparent)]
+    Privilege(#[from] Privilege),
+    /// Opening or entering the namespace failed otherwise.
+    #[error("network namespace: {0}")]
+    Netns(std::io::Error),
+}
+
+/// Measures the host over `o.duration`.
+pub fn measure(o: &HostOptions) -> Result<HostReport, HostError> {
+    let ns = match (o.pid, &o.netns) {
+        (Some(pid), _) => {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(HostError::NoProcess(pid));
+            }
+            NetNs::Pid(pid)
+        }
+        (None, Some(name)) => NetNs::Named(name.clone()),
+        (None, None) => NetNs::Current,
+    };
+    if !ns.exists() {
+        return Err(HostError::NoNetns(o.netns.clone().unwrap_or_default()));
+    }
+    let scope = HostScope {
+        netns: o.netns.clone(),
+        pid: o.pid,
+        comm: o.pid.and_then(lagtrace_sockets::procfs::comm),
+        netns_inode: ns.inode().unwrap_or(0),
+    };
+    let cpu0 = self_cpu_us();
+    let started = Instant::now();
+    let mut report = ns.run(|| window(o)).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EPERM) {
+            HostError::Privilege(Privilege::new(
+                Capability::SysAdmin,
+                "entering another network namespace",
+                " (run as root; without it, watch this namespace: no --netns/--pid)",
+            ))
+        } else {
+            HostError::Netns(e)
+        }
+    })?;
+    report.scope = scope;
+    let wall = started.elapsed();
+    let cpu_us = self_cpu_us().saturating_sub(cpu0);
+    report.cost = HostCost {
+        cpu_us,
+        cpu_share: cpu_us as f64 / (wall.as_micros().max(1) as f64),
+    };
+    Ok(report)
+}
+
+fn err_layer<T>(what: &str, e: &std::io::Error) -> Layer<T> {
+    match e.raw_os_error() {
+        Some(libc::EPERM | libc::EACCES) => Layer::unavailable(format!(
+            "{what}: {e} (needs CAP_SYS_ADMIN or the process's own uid)"
+        )),
+        _ => Layer::error(format!("{what}: {e}")),
+    }
+}
+
+/// What is read once at each end of the window.
+struct Ends {
+    counters: std::io::Result<counters::Counters>,
+    qdiscs: std::io::Result<Vec<qdisc::QdiscStats>>,
+    cgroup: Option<std::io::Result<cgroup::CpuReading>>,
+    threads: Option<std::io::Result<BTreeMap<u32, sched::ThreadReading>>>,
+}
+
+fn read_ends(pid: Option<u32>, dirs: Option<&cgroup::CgroupDirs>) -> Ends {
+    Ends {
+        counters: counters::read(),
+        qdiscs: qdisc::dump(),
+        cgroup: dirs.map(cgroup::read),
+        threads: pid.map(sched::read),
+    }
+}
+
+/// The window, on a thread inside the watched namespace.
+fn window(o: &HostOptions) -> HostReport {
+    let dirs = o.pid.map(|pid| {
+        let pc = std::fs::read_to_string(format!("/proc/{pid}/cgroup"));
+        let mi = std::fs::read_to_string("/proc/self/mountinfo");
+        match (pc, mi) {
+            (Ok(pc), Ok(mi)) => cgroup::locate(&pc, &mi).ok_or_else(|| {
+                "no cpu cgroup (neither a v1 `cpu` hierarchy nor a v2 mount)".to_string()
+            }),
+            (Err(e), _) | (_, Err(e)) => Err(format!("reading the process's cgroup: {e}")),
+        }
+    });
+    let only: Option<HashSet<u64>> = o
+        .pid
+        .map(|pid| listen::owners(&[pid]).into_keys().collect());
+    let mut track = listen::ListenTrack::new(only);
+    let started = Instant::now();
+    let first = read_ends(o.pid, dirs.as_ref().and_then(|d| d.as_ref().ok()));
+    let mut listen_err = track.sample().err();
+    let deadline = started + o.duration;
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        std::thread::sleep(o.interval.min(deadline - now));
+        if let Err(e) = track.sample() {
+            listen_err.get_or_insert(e);
+        }
+    }
+    let last = read_ends(o.pid, dirs.as_ref().and_then(|d| d.as_ref().ok()));
+    let window_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let pids = match o.pid {
+        Some(pid) => vec![pid],
+        None => lagtrace_sockets::procfs::pids(),
+    };
+    let listeners = match listen_err {
+        Some(e) => err_layer("sock_diag dump of the listeners", &e),
+        None => Layer::ran(track.finish(&listen::owners(&pids))),
+    };
+    HostReport {
+        scope: HostScope::default(),
+        window_us,
+        counters: match (&first.counters, &last.counters) {
+            (Ok(a), Ok(b)) => Layer::ran(counters::deltas(a, b)),
+            (Err(e), _) | (_, Err(e)) => err_layer("reading /proc/net/netstat and snmp", e),
+        },
+        listeners,
+        cgroup: cgroup_layer(dirs, &first, &last),
+        threads: match (&first.threads, &last.threads) {
+            (Some(Ok(a)), Some(Ok(b))) => Layer::ran(sched::delta(a, b)),
+            (Some(Err(e)), _) | (_, Some(Err(e))) => err_layer("reading the threads' schedstat", e),
+            _ => Layer::skipped("run-queue delay is per process: give --pid"),
+        },
+        qdiscs: match (&first.qdiscs, &last.qdiscs) {
+            (Ok(a), Ok(b)) => {
+                let names: BTreeMap<i32, String> = b
+                    .iter()
+                    .map(|q| (q.ifindex, qdisc::dev_name(q.ifindex)))
+                    .collect();
+                Layer::ran(qdisc::deltas(
+                    &qdisc::keyed(a.clone()),
+                    &qdisc::keyed(b.clone()),
+                    &names,
+                ))
+            }
+            (Err(e), _) | (_, Err(e)) => err_layer("rtnetlink qdisc dump", e),
+        },
+        sockstat: match sockstat::read() {
+            Ok(s) => Layer::ran(s),
+            Err(e) => err_layer("reading /proc/net/sockstat", &e),
+        },
+        drops: Layer::skipped("drops by reason are not read yet"),
+        cost: HostCost::default(),
+    }
+}
+
+fn cgroup_layer(
+    dirs: Option<Result<cgroup::CgroupDirs, String>>,
+    first: &Ends,
+    last: &Ends,
+) -> Layer<lagtrace_model::host::CgroupCpu> {
+    match (dirs, &first.cgroup, &last.cgroup) {
+        (None, _, _) => Layer::skipped("cgroup CPU accounting is per process: give --pid"),
+        (Some(Err(e)), _, _) => Layer::unavailable(e),
+        (Some(Ok(d)), Some(Ok(a)), Some(Ok(b))) => Layer::ran(cgroup::delta(&d, a, b)),
+        (Some(Ok(d)), Some(Err(e)), _) | (Some(Ok(d)), _, Some(Err(e))) => {
+            err_layer(&format!("reading {}", d.cpu.join("cpu.stat").display()), e)
+        }
+        (Some(Ok(_)), _, _) => Layer::error("cgroup reading missing"),
+    }
+}
+
+/// This process's user + system CPU time (`/proc/self/stat` utime + stime), µs.
+pub fn self_cpu_us() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0;
+    };
+    // Fields after the command name (which may hold spaces) start at field 3 (state).
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| f.get(i).and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks * 1_000_000 / hz
+}

@@ -1,0 +1,227 @@
+//! `lagtrace host --json`: the server host's kernel evidence over a window — what moved in
+//! the namespace's TCP/IP counters, listen queues, qdiscs and socket memory, and in the
+//! process's cgroup CPU accounting and its threads' run-queue delay.
+//!
+//! Each part is a [`Layer`]: `ok` with its data, or `skipped`/`unavailable`/`error` with the
+//! reason (a missing capability is named there; the other parts still run).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::diagnosis::evidence::Layer;
+
+/// What `lagtrace host` measured over one window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HostReport {
+    /// Which namespace and process were watched.
+    pub scope: HostScope,
+    /// Length of the window, from the first reading to the last.
+    pub window_us: u64,
+    /// `/proc/net/netstat` and `/proc/net/snmp` counters (TcpExt, Tcp, Ip, ...) that moved.
+    pub counters: Layer<Vec<CounterDelta>>,
+    /// The listening TCP sockets (of the process with `--pid`, else of the namespace).
+    pub listeners: Layer<Vec<ListenerQueue>>,
+    /// The process's cgroup CPU accounting (needs `--pid`).
+    pub cgroup: Layer<CgroupCpu>,
+    /// The process's threads' run-queue delay (needs `--pid`).
+    pub threads: Layer<ThreadSched>,
+    /// The qdiscs of the namespace's devices (rtnetlink).
+    pub qdiscs: Layer<Vec<QdiscDelta>>,
+    /// `/proc/net/sockstat` at the end of the window.
+    pub sockstat: Layer<SockStat>,
+    /// Drops by reason from the `skb:kfree_skb` tracepoint, machine-wide.
+    pub drops: Layer<DropsByReason>,
+    /// What the measurement itself cost.
+    pub cost: HostCost,
+}
+
+/// Which namespace and process a host report watched.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct HostScope {
+    /// The named network namespace (`--netns`), if one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    /// The process (`--pid`), if one was given; its namespace is the one watched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The process's command name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    /// Inode of the watched network namespace (identifies it across names).
+    pub netns_inode: u64,
+}
+
+/// One kernel counter that moved over the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CounterDelta {
+    /// `Group.Name` as in the proc file, e.g. `TcpExt.ListenOverflows`, `Tcp.RetransSegs`
+    /// (`nstat` prints them joined: `TcpExtListenOverflows`).
+    pub name: String,
+    /// Value at the start of the window.
+    pub before: i64,
+    /// Value at the end of the window.
+    pub after: i64,
+    /// `after - before`.
+    pub delta: i64,
+}
+
+/// One listening TCP socket over the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ListenerQueue {
+    /// Local address and port, e.g. `0.0.0.0:8080`, `[::]:80`.
+    pub local: String,
+    /// Socket inode.
+    pub inode: u64,
+    /// The processes holding it (`pid/comm`), where they could be read.
+    pub owners: Vec<String>,
+    /// Accept-queue limit (the backlog `listen()` got, capped by `somaxconn`).
+    pub max: u32,
+    /// Accept-queue length at the end of the window.
+    pub current: u32,
+    /// Longest accept queue seen while sampling the window.
+    pub peak: u32,
+    /// Samples taken.
+    pub samples: u32,
+    /// Samples in which the queue was over its limit (full: the next completed handshake
+    /// is dropped).
+    pub full_samples: u32,
+    /// Connections this listener dropped over the window (its `sk_drops`: accept-queue
+    /// overflows and other listen drops), where the kernel reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drops: Option<u64>,
+}
+
+/// A cgroup's CPU bandwidth accounting over the window.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct CgroupCpu {
+    /// 1 (the `cpu`/`cpuacct` controllers) or 2 (the unified hierarchy).
+    pub version: u8,
+    /// The cgroup's directory.
+    pub path: String,
+    /// CPU time allowed per period (`cfs_quota_us` / `cpu.max`); absent when unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_us: Option<u64>,
+    /// The enforcement period (`cfs_period_us` / `cpu.max`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_us: Option<u64>,
+    /// Enforcement periods that elapsed (`nr_periods` delta).
+    pub periods: u64,
+    /// Periods in which the cgroup ran out of quota and was stopped (`nr_throttled` delta).
+    pub throttled_periods: u64,
+    /// Time the cgroup's threads were held stopped (`throttled_time` / `throttled_usec`).
+    pub throttled_us: u64,
+    /// `throttled_periods / periods`, 0–1 (0 without periods).
+    pub throttled_share: f64,
+    /// CPU time the cgroup used (`cpuacct.usage` / `usage_usec`), where readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_us: Option<u64>,
+}
+
+/// The process's threads' scheduler accounting (`/proc/PID/task/*/schedstat`) over the window.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadSched {
+    /// Threads seen at both ends of the window.
+    pub threads: u32,
+    /// Time on a CPU, all threads.
+    pub run_us: u64,
+    /// Time runnable but waiting for a CPU (run-queue delay), all threads.
+    pub wait_us: u64,
+    /// `wait / (run + wait)`, 0–1.
+    pub wait_share: f64,
+    /// Times a thread was put on a CPU, all threads.
+    pub timeslices: u64,
+    /// The thread that waited longest, and how long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worst: Option<ThreadWait>,
+}
+
+/// One thread's run-queue delay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadWait {
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name (`comm`).
+    pub name: String,
+    /// Time runnable but waiting for a CPU over the window.
+    pub wait_us: u64,
+}
+
+/// One qdisc over the window, as rtnetlink reports it (`tc -s qdisc` reads the same).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct QdiscDelta {
+    /// Device name.
+    pub dev: String,
+    /// Qdisc kind (`tbf`, `fq_codel`, `noqueue`, ...).
+    pub kind: String,
+    /// Handle as `tc` prints it, e.g. `8001:`.
+    pub handle: String,
+    /// Parent as `tc` prints it (`root`, `1:1`, ...).
+    pub parent: String,
+    /// Packets sent over the window.
+    pub packets: u64,
+    /// Bytes sent over the window.
+    pub bytes: u64,
+    /// Packets dropped over the window.
+    pub drops: u64,
+    /// Overlimit events over the window (shaping held a packet back).
+    pub overlimits: u64,
+    /// Requeues over the window.
+    pub requeues: u64,
+    /// Total drops at the end of the window (what `tc -s qdisc` shows as `dropped`).
+    pub drops_total: u64,
+    /// Queue length (packets) at the end of the window.
+    pub qlen: u32,
+    /// Bytes queued at the end of the window.
+    pub backlog_bytes: u32,
+}
+
+/// `/proc/net/sockstat` of the namespace at the end of the window.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct SockStat {
+    /// TCP sockets in use.
+    pub tcp_inuse: u64,
+    /// TCP sockets no longer attached to a descriptor.
+    pub tcp_orphan: u64,
+    /// TCP sockets in TIME-WAIT.
+    pub tcp_tw: u64,
+    /// TCP sockets allocated.
+    pub tcp_alloc: u64,
+    /// Pages TCP buffers use (machine-wide).
+    pub tcp_mem_pages: u64,
+    /// `net.ipv4.tcp_mem` (min, pressure, max pages), where readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_mem_limits: Option<[u64; 3]>,
+    /// UDP sockets in use.
+    pub udp_inuse: u64,
+    /// Pages UDP buffers use (machine-wide).
+    pub udp_mem_pages: u64,
+}
+
+/// Packets the kernel freed as dropped (`skb:kfree_skb`), by reason, over the window.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct DropsByReason {
+    /// What the counts cover: `machine` (the raw tracepoint carries no namespace or device).
+    pub scope: String,
+    /// Reasons that occurred, most first.
+    pub reasons: Vec<DropReasonCount>,
+    /// Samples the kernel lost (ring full); counts are then lower bounds.
+    pub lost: u64,
+}
+
+/// One drop reason and how often it occurred.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DropReasonCount {
+    /// The kernel's name without the `SKB_DROP_REASON_` prefix, e.g. `NETFILTER_DROP`.
+    pub reason: String,
+    /// Packets dropped for it.
+    pub count: u64,
+}
+
+/// CPU the host layer itself used over the window (its own `/proc/self/stat`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct HostCost {
+    /// User + system CPU time of this process over the window.
+    pub cpu_us: u64,
+    /// `cpu / window`, as a share of one core, 0–1.
+    pub cpu_share: f64,
+}
