@@ -66,14 +66,18 @@ fn mounts(text: &str) -> Vec<(String, String, String, String)> {
 
 fn join_under(mount_root: &str, mount_point: &str, path: &str) -> PathBuf {
     let rel = path.strip_prefix(mount_root).unwrap_or(path);
-    Path::new(mount_point).join(rel.trim_start_matches('/'))
+    let rel = rel.trim_matches('/');
+    if rel.is_empty() {
+        return PathBuf::from(mount_point);
+    }
+    Path::new(mount_point).join(rel)
 }
 
 /// Finds a process's cpu cgroup from its `/proc/PID/cgroup` and this process's
 /// `/proc/self/mountinfo` texts: the v1 hierarchy that has `cpu`, else the v2 one.
 pub fn locate(proc_cgroup: &str, mountinfo: &str) -> Option<CgroupDirs> {
     let mounts = mounts(mountinfo);
-    let v1_dir = |ctrl: &str| {
+    let v1_dir = |ctrl: &str| -> Option<(String, PathBuf)> {
         let path = proc_cgroup.lines().find_map(|l| {
             let mut f = l.splitn(3, ':');
             let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
@@ -82,13 +86,18 @@ pub fn locate(proc_cgroup: &str, mountinfo: &str) -> Option<CgroupDirs> {
         let (root, point, _, _) = mounts
             .iter()
             .find(|(_, _, fs, opts)| fs == "cgroup" && opts.split(',').any(|o| o == ctrl))?;
-        Some(join_under(root, point, path))
+        Some((path.to_string(), join_under(root, point, path)))
     };
-    if let Some(cpu) = v1_dir("cpu") {
+    if let Some((path, cpu)) = v1_dir("cpu") {
+        // A separate cpuacct hierarchy counts for this cgroup only where the process sits
+        // at the same path there (else its usage is another group's, often the root's).
+        let cpuacct = v1_dir("cpuacct")
+            .filter(|(p, _)| *p == path)
+            .map(|(_, d)| d);
         return Some(CgroupDirs {
             version: 1,
             cpu,
-            cpuacct: v1_dir("cpuacct"),
+            cpuacct,
         });
     }
     let path = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
@@ -170,12 +179,14 @@ mod tests {
 
     #[test]
     fn finds_the_v1_cpu_hierarchy_then_v2() {
-        let d = locate("2:cpuacct:/a\n1:cpu:/a/b\n0::/u\n", MOUNTINFO).unwrap();
+        let d = locate("2:cpuacct:/\n1:cpu:/a/b\n", MOUNTINFO).unwrap();
+        assert_eq!(d.cpuacct, None, "the root's usage is not this group's");
+        let d = locate("2:cpuacct:/a/b\n1:cpu:/a/b\n0::/u\n", MOUNTINFO).unwrap();
         assert_eq!(d.version, 1);
         assert_eq!(d.cpu, Path::new("/sys/fs/cgroup/cpu/a/b"));
         assert_eq!(
             d.cpuacct.as_deref(),
-            Some(Path::new("/sys/fs/cgroup/cpuacct/a"))
+            Some(Path::new("/sys/fs/cgroup/cpuacct/a/b"))
         );
         let d = locate("0::/svc.slice/x.service\n", MOUNTINFO).unwrap();
         assert_eq!(d.version, 2);

@@ -45,6 +45,8 @@ enum Command {
     Analyze(cmd::analyze::Args),
     /// Live socket options and TCP_INFO of processes; record a command's socket calls
     Sockets(cmd::sockets::Args),
+    /// The server host's kernel over a window: counters, listen queues, cgroup CPU, qdiscs
+    Host(cmd::host::Args),
     /// Run every layer against URL, correlate them, and print the verdict
     Diagnose(cmd::diagnose::Args),
     /// Build the reference case on this machine: real nginx good/latency servers in a namespace
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Analyze(a) => cmd::analyze::run(a),
         Command::Sockets(a) => cmd::sockets::run(a),
         Command::Diagnose(a) => cmd::diagnose::run(a),
+        Command::Host(a) => cmd::host::run(a),
         Command::Lab(a) => cmd::lab::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Demo(a) => cmd::demo::run(a),

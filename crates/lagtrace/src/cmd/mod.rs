@@ -7,6 +7,7 @@ pub mod analyze;
 pub mod capture;
 pub mod demo;
 pub mod diagnose;
+pub mod host;
 pub mod lab;
 pub mod load;
 pub mod ping;

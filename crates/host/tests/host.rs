@@ -1,0 +1,376 @@
+//! The host layer on real kernel mechanisms in namespaces and cgroups this test makes:
+//! an accept-queue overflow, a cgroup v1 CPU quota on a busy process, a tbf qdisc dropping.
+//! Each has a negative control (another listener, another process, another device) that
+//! must not be blamed, and a cross-check against the peer tool (ss, tc, nstat) where one
+//! exists.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use lagtrace_host::{HostOptions, measure};
+use lagtrace_model::host::HostReport;
+use lagtrace_testkit::net::{NetGuard, enter_netns};
+use lagtrace_testkit::{in_ns, unique_name};
+
+/// Starts `python3 -c code args...` inside `ns` (or here), waits for its "ready" line.
+fn python(ns: Option<&str>, code: &str, args: &[&str]) -> Child {
+    let mut c = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "python3"]);
+            c
+        }
+        None => Command::new("python3"),
+    };
+    let mut child = c
+        .arg("-c")
+        .arg(code)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "python helper did not start");
+    child
+}
+
+/// A listener on 127.0.0.1:PORT with backlog BACKLOG; accepts (and closes) only if the
+/// third argument is `accept`. Lives at most 30 s.
+const LISTENER: &str = r#"
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(int(sys.argv[2]))
+print("ready", flush=True)
+end = time.time() + 30
+if sys.argv[3] == "accept":
+    s.settimeout(0.2)
+    while time.time() < end:
+        try:
+            c, _ = s.accept(); c.close()
+        except socket.timeout:
+            pass
+else:
+    time.sleep(30)
+"#;
+
+fn window(o: HostOptions) -> std::thread::JoinHandle<HostReport> {
+    std::thread::spawn(move || measure(&o).expect("host measure"))
+}
+
+fn counter(r: &HostReport, name: &str) -> i64 {
+    r.counters
+        .get()
+        .unwrap()
+        .iter()
+        .find(|c| c.name == name)
+        .map_or(0, |c| c.delta)
+}
+
+/// `n` connects to 127.0.0.1:port from inside `ns`, held for `hold`, then reset
+/// (SO_LINGER 0) so that nothing moves after.
+fn clients(ns: String, port: u16, n: usize, hold: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        enter_netns(&ns);
+        std::thread::sleep(Duration::from_millis(200));
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut socks = Vec::new();
+        for _ in 0..n {
+            let s =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let _ = s.connect(&addr.into());
+            s.set_linger(Some(Duration::ZERO)).unwrap();
+            socks.push(s);
+        }
+        std::thread::sleep(hold);
+        drop(socks);
+    })
+}
+
+#[test]
+#[ignore = "needs root"]
+fn an_accept_queue_overflow_shows_on_its_listener_only() {
+    let mut g = NetGuard::new();
+    let ns = g.add_ns("host-ovf");
+    let base = 20_000 + (std::process::id() % 5000) as u16;
+    let (full_port, ok_port) = (base, base + 7);
+    let full = python(Some(&ns), LISTENER, &[&full_port.to_string(), "1", "no"]);
+    let ok = python(
+        Some(&ns),
+        LISTENER,
+        &[&ok_port.to_string(), "128", "accept"],
+    );
+    let (full_pid, ok_pid) = (full.id(), ok.id());
+    g.own_child(full);
+    g.own_child(ok);
+    let d = Duration::from_millis(2500);
+    let target = window(HostOptions {
+        pid: Some(full_pid),
+        duration: d,
+        ..Default::default()
+    });
+    let control = window(HostOptions {
+        pid: Some(ok_pid),
+        duration: d,
+        ..Default::default()
+    });
+    let c1 = clients(ns.clone(), full_port, 30, Duration::from_millis(1500));
+    let c2 = clients(ns.clone(), ok_port, 30, Duration::from_millis(1500));
+    c1.join().unwrap();
+    c2.join().unwrap();
+    let (t, c) = (target.join().unwrap(), control.join().unwrap());
+
+    let ls = t.listeners.get().unwrap();
+    assert_eq!(ls.len(), 1, "only the process's own listener: {ls:?}");
+    let l = &ls[0];
+    assert!(l.local.ends_with(&format!(":{full_port}")), "{l:?}");
+    assert_eq!(l.max, 1, "{l:?}");
+    assert!(
+        l.full_samples > 0 && l.peak > l.max,
+        "queue seen full: {l:?}"
+    );
+    let drops = l.drops.expect("listener drops") as i64;
+    assert!(drops > 0, "{l:?}");
+    let overflows = counter(&t, "TcpExt.ListenOverflows");
+    assert!(overflows > 0, "ListenOverflows moved: {:?}", t.counters);
+    // One overflowing listener in the namespace: its own drops are the namespace's.
+    assert_eq!(
+        drops,
+        counter(&t, "TcpExt.ListenDrops"),
+        "{l:?} {:?}",
+        t.counters
+    );
+    // nstat (the peer) reads the same counter: nothing moved after the clients reset.
+    let nstat = in_ns(&ns, &["nstat", "-az", "TcpExtListenOverflows"]);
+    let after = t
+        .counters
+        .get()
+        .unwrap()
+        .iter()
+        .find(|c| c.name == "TcpExt.ListenOverflows");
+    let peer: i64 = nstat
+        .lines()
+        .find_map(|l| l.strip_prefix("TcpExtListenOverflows"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("nstat line");
+    assert_eq!(after.unwrap().after, peer, "nstat: {nstat}");
+    // ss (the peer) sees the same queue and limit.
+    let ss = in_ns(&ns, &["ss", "-Hltn", &format!("sport = :{full_port}")]);
+    let f: Vec<&str> = ss.split_whitespace().collect();
+    assert_eq!(
+        (f[1], f[2]),
+        (l.current.to_string().as_str(), "1"),
+        "ss: {ss}"
+    );
+
+    // The control listens in the same namespace and accepts: not blamed.
+    let cl = c.listeners.get().unwrap();
+    assert_eq!(cl.len(), 1, "{cl:?}");
+    assert!(cl[0].local.ends_with(&format!(":{ok_port}")), "{cl:?}");
+    assert_eq!((cl[0].full_samples, cl[0].drops), (0, Some(0)), "{cl:?}");
+}
+
+/// A v1 `cpu` cgroup made by the test, removed (after its processes) on drop.
+struct Cgroup(std::path::PathBuf, Vec<Child>);
+impl Cgroup {
+    fn new(quota_us: Option<u64>) -> Cgroup {
+        let dir = std::path::Path::new("/sys/fs/cgroup/cpu").join(unique_name("lt-host-", 40));
+        std::fs::create_dir(&dir).expect("mkdir v1 cpu cgroup");
+        std::fs::write(dir.join("cpu.cfs_period_us"), "100000").unwrap();
+        if let Some(q) = quota_us {
+            std::fs::write(dir.join("cpu.cfs_quota_us"), q.to_string()).unwrap();
+        }
+        Cgroup(dir, Vec::new())
+    }
+    /// A busy process (bounded to 20 s) inside this cgroup; its pid.
+    fn busy(&mut self) -> u32 {
+        let c = python(
+            None,
+            "import time\nprint('ready', flush=True)\nend = time.time() + 20\nwhile time.time() < end: pass",
+            &[],
+        );
+        std::fs::write(self.0.join("cgroup.procs"), c.id().to_string()).unwrap();
+        let pid = c.id();
+        self.1.push(c);
+        pid
+    }
+}
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for c in &mut self.1 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_cpu_quota_throttles_its_own_process_only() {
+    let mut quota = Cgroup::new(Some(20_000));
+    let mut free = Cgroup::new(None);
+    let (busy, other) = (quota.busy(), free.busy());
+    let d = Duration::from_secs(2);
+    let target = window(HostOptions {
+        pid: Some(busy),
+        duration: d,
+        ..Default::default()
+    });
+    let control = window(HostOptions {
+        pid: Some(other),
+        duration: d,
+        ..Default::default()
+    });
+    let (t, c) = (target.join().unwrap(), control.join().unwrap());
+
+    let cg = t.cgroup.get().unwrap();
+    assert_eq!(
+        (cg.version, cg.quota_us, cg.period_us),
+        (1, Some(20_000), Some(100_000))
+    );
+    assert!(
+        cg.path
+            .ends_with(quota.0.file_name().unwrap().to_str().unwrap()),
+        "{cg:?}"
+    );
+    assert!(cg.periods >= 10 && cg.throttled_share > 0.5, "{cg:?}");
+    assert!(cg.throttled_us > 0, "{cg:?}");
+    // The kernel held it to its quota: at most 20 % of one CPU over the window (its
+    // threads' own run time; less on a busy machine). The process's cpuacct group is the
+    // root here, whose usage is not this group's.
+    assert_eq!(cg.usage_us, None, "{cg:?}");
+    let th = t.threads.get().unwrap();
+    let share = th.run_us as f64 / t.window_us as f64;
+    assert!(
+        th.run_us > 0 && share < 0.3,
+        "ran {share} of the window: {th:?}"
+    );
+
+    let cc = c.cgroup.get().unwrap();
+    assert_eq!(
+        (cc.quota_us, cc.throttled_periods, cc.throttled_us),
+        (None, 0, 0),
+        "{cc:?}"
+    );
+}
+
+/// `tc -s qdisc show dev DEV` inside `ns`: (sent packets, dropped) of its first qdisc.
+fn tc_counts(ns: &str, dev: &str) -> (u64, u64) {
+    let out = in_ns(ns, &["tc", "-s", "qdisc", "show", "dev", dev]);
+    let words: Vec<&str> = out
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c| c == ',' || c == '(' || c == ')'))
+        .collect();
+    let after = |key: &str| -> u64 {
+        let i = words
+            .iter()
+            .position(|w| *w == key)
+            .unwrap_or_else(|| panic!("{key} in {out}"));
+        words[i + 1].parse().unwrap()
+    };
+    let pkt = words.iter().position(|w| *w == "pkt").expect("pkt");
+    (words[pkt - 1].parse().unwrap(), after("dropped"))
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_dropping_tbf_qdisc_is_counted_as_tc_counts_it() {
+    let mut g = NetGuard::new();
+    let ns = g.add_ns("host-tbf");
+    // Two veth pairs inside the namespace, each with a tbf on its first end and a static
+    // neighbour, so that datagrams to .2 leave through the qdisc (no ARP, no loopback).
+    // No IPv6 link chatter (router solicitations): only the test's datagrams leave.
+    in_ns(
+        &ns,
+        &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+    );
+    let net = format!("10.{}", 200 + std::process::id() % 40);
+    let third = (lagtrace_testkit::unique() % 100) as u8 * 2;
+    for (i, dev) in ["lthd0", "lthd1"].into_iter().enumerate() {
+        let peer = format!("lthp{i}");
+        let sub = format!("{net}.{}", third + i as u8);
+        in_ns(
+            &ns,
+            &[
+                "ip", "link", "add", dev, "type", "veth", "peer", "name", &peer,
+            ],
+        );
+        in_ns(
+            &ns,
+            &["ip", "addr", "add", &format!("{sub}.1/24"), "dev", dev],
+        );
+        in_ns(&ns, &["ip", "link", "set", dev, "up"]);
+        in_ns(&ns, &["ip", "link", "set", &peer, "up"]);
+        let neigh = format!("{sub}.2");
+        in_ns(
+            &ns,
+            &[
+                "ip",
+                "neigh",
+                "add",
+                &neigh,
+                "lladdr",
+                "02:00:00:00:00:02",
+                "dev",
+                dev,
+                "nud",
+                "permanent",
+            ],
+        );
+        in_ns(
+            &ns,
+            &[
+                "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", "1mbit", "burst", "5kb",
+                "limit", "5kb",
+            ],
+        );
+    }
+    let target = window(HostOptions {
+        netns: Some(ns.clone()),
+        duration: Duration::from_millis(1500),
+        ..Default::default()
+    });
+    let dst = format!("{net}.{third}.2:9");
+    let sender = std::thread::spawn({
+        let ns = ns.clone();
+        move || {
+            enter_netns(&ns);
+            std::thread::sleep(Duration::from_millis(200));
+            let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+            for _ in 0..400 {
+                let _ = s.send_to(&[0u8; 1200], &dst);
+            }
+        }
+    });
+    sender.join().unwrap();
+    let r = target.join().unwrap();
+    let qs = r.qdiscs.get().unwrap();
+    let q = qs.iter().find(|q| q.dev == "lthd0").expect("lthd0 qdisc");
+    assert_eq!(
+        (q.kind.as_str(), q.parent.as_str()),
+        ("tbf", "root"),
+        "{q:?}"
+    );
+    assert!(
+        q.drops > 100,
+        "tbf with a 5 kB limit drops most of 480 kB: {q:?}"
+    );
+    let (sent, dropped) = tc_counts(&ns, "lthd0");
+    assert_eq!(
+        (q.packets, q.drops, q.drops_total),
+        (sent, dropped, dropped),
+        "tc -s qdisc"
+    );
+    assert!(q.overlimits > 0, "{q:?}");
+    // The other device carried nothing: not blamed.
+    let other = qs.iter().find(|q| q.dev == "lthd1").expect("lthd1 qdisc");
+    assert_eq!((other.drops, other.packets), (0, 0), "{other:?}");
+    assert_eq!(tc_counts(&ns, "lthd1"), (0, 0));
+}

@@ -1,0 +1,354 @@
+//! `lagtrace host`: the server host's kernel evidence over a window.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use lagtrace_host::HostOptions;
+use lagtrace_model::Envelope;
+use lagtrace_model::diagnosis::evidence::{Layer, LayerStatus};
+use lagtrace_model::host::{CgroupCpu, HostReport, ListenerQueue, QdiscDelta, ThreadSched};
+
+/// What the server host's kernel saw over a window: the deltas an expert reads with nstat,
+/// ss -lnt, tc -s qdisc, the cgroup's cpu.stat and /proc/PID/task/*/schedstat.
+///
+/// Run it on the server's host while the slow traffic flows (or during `lagtrace load`).
+/// It reads, over -d: the namespace's TcpExt/Tcp/Ip counters (listen overflows, RTOs,
+/// tail-loss probes, retransmits, memory pressure, ...), the accept queues of the listening
+/// sockets (sampled every 100 ms: peak against limit, and each listener's own drops), the
+/// qdiscs of the namespace's devices (rtnetlink: drops, overlimits), socket memory; and with
+/// --pid, the process's cgroup CPU bandwidth (v1 cpu.stat + cfs_quota_us, or v2 cpu.stat +
+/// cpu.max: periods throttled, time held) and its threads' run-queue delay.
+///
+/// The text names only what moved, with its rate and what it usually means; --json has
+/// every counter that moved.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+What the usual suspects look like:
+  accept-queue overflow   TcpExt.ListenOverflows rises, a listener's queue peaks at its limit
+                          with drops; clients wait for SYN retransmits (1 s, then 2 s more)
+  CPU quota               the cgroup is throttled in many periods: requests stall up to
+                          period - quota (e.g. 80 ms of a 100 ms period)
+  busy host               threads wait in the run queue a large share of their runnable time
+  local drops             a qdisc drops (tbf/htb shaping), or Tcp.RetransSegs and
+                          TcpExt.TCPTimeouts / TCPLossProbes rise while the path is clean
+
+Needs root to enter another namespace (--netns, or --pid of a process in another one).
+
+Examples:
+  lagtrace host -d 10s
+  lagtrace host --pid $(pgrep -o nginx) -d 10s
+  lagtrace host --netns lab1 --json")]
+pub struct Args {
+    /// Watch the network namespace NAME (under /run/netns)
+    #[arg(long, value_name = "NAME", conflicts_with = "pid")]
+    netns: Option<String>,
+    /// Watch process PID: its network namespace, cgroup, threads and listening sockets
+    #[arg(long, value_name = "PID")]
+    pid: Option<u32>,
+    /// Length of the window (10s, 500ms, 1m)
+    #[arg(short = 'd', long, default_value = "5s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Print JSON instead of text
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = lagtrace_load::parse_duration(s).map_err(|e| format!("{e:#}"))?;
+    if d.is_zero() || d > Duration::from_secs(3600) {
+        return Err("a window between 1ms and 1h".into());
+    }
+    Ok(d)
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let o = HostOptions {
+        netns: args.netns,
+        pid: args.pid,
+        duration: args.duration,
+        ..HostOptions::default()
+    };
+    let report = lagtrace_host::measure(&o).context("host")?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let doc = Envelope::new("host", report);
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        out.write_all(text(&report).as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a counter usually means, for the counters worth a line of their own.
+fn meaning(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "TcpExt.ListenOverflows" => {
+            "accept queue full: completed handshakes dropped; clients wait for SYN retransmits (1 s, 3 s)"
+        }
+        "TcpExt.ListenDrops" => "connections dropped at a listener (overflows and other reasons)",
+        "TcpExt.TCPReqQFullDrop" => "SYN queue full with syncookies off: SYNs dropped",
+        "TcpExt.SyncookiesSent" => "SYN queue full: answered with syncookies",
+        "TcpExt.TCPTimeouts" => "retransmission timeouts: a segment waited a full RTO (>= 200 ms)",
+        "TcpExt.TCPLossProbes" => {
+            "tail-loss probes: the last segment of a burst went unacknowledged for ~2 RTT"
+        }
+        "TcpExt.TCPSynRetrans" => "SYN / SYN-ACK retransmits: connection setup waited >= 1 s",
+        "Tcp.RetransSegs" => "segments retransmitted",
+        "TcpExt.TCPMemoryPressures" => "TCP memory entered pressure: socket buffers are trimmed",
+        "TcpExt.TCPBacklogDrop" => {
+            "socket backlog full while its owner held the socket: packets dropped"
+        }
+        "TcpExt.TCPRcvQDrop" => "receive queue memory full: packets dropped",
+        "TcpExt.TCPZeroWindowDrop" => "packets dropped against a zero receive window",
+        "TcpExt.PruneCalled" => "receive queues pruned under memory pressure",
+        "TcpExt.TCPAbortOnTimeout" => "connections aborted after too many retransmits",
+        "TcpExt.TCPAbortOnMemory" => "connections aborted for lack of memory",
+        "TcpExt.TCPOFODrop" => "out-of-order segments dropped for lack of memory",
+        "Ip.OutDiscards" => "outgoing IP packets discarded (qdisc or memory)",
+        "Ip.InDiscards" => "incoming IP packets discarded",
+        "TcpExt.DelayedACKs" => "delayed ACKs sent (a peer waiting on one waits up to 40 ms)",
+        _ => return None,
+    })
+}
+
+fn rate(n: f64, window_us: u64) -> String {
+    let per_s = n / (window_us.max(1) as f64 / 1e6);
+    format!("{per_s:.1}/s")
+}
+
+/// The human form: only what moved.
+pub fn text(r: &HostReport) -> String {
+    let mut s = String::new();
+    let w = r.window_us;
+    let mut scope = match (&r.scope.netns, r.scope.pid) {
+        (_, Some(pid)) => format!("process {pid}"),
+        (Some(ns), None) => format!("namespace {ns}"),
+        (None, None) => "this namespace".to_string(),
+    };
+    if let Some(c) = &r.scope.comm {
+        let _ = write!(scope, " ({c})");
+    }
+    let _ = writeln!(s, "host: {scope}, {:.1} s window", w as f64 / 1e6);
+    let mut quiet: Vec<&str> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
+    let mut note = |name: &'static str, status: LayerStatus, reason: &Option<String>| {
+        if status != LayerStatus::Ok {
+            skipped.push(format!(
+                "{name}: {}",
+                reason.as_deref().unwrap_or(status.name())
+            ));
+        }
+    };
+    note("counters", r.counters.status, &r.counters.reason);
+    note("listeners", r.listeners.status, &r.listeners.reason);
+    note("cgroup", r.cgroup.status, &r.cgroup.reason);
+    note("threads", r.threads.status, &r.threads.reason);
+    note("qdiscs", r.qdiscs.status, &r.qdiscs.reason);
+    note("drops by reason", r.drops.status, &r.drops.reason);
+    if !counters_text(&mut s, r) {
+        quiet.push("TCP/IP error counters");
+    }
+    if !listeners_text(&mut s, &r.listeners, w) {
+        quiet.push("listen queues");
+    }
+    if !cgroup_text(&mut s, &r.cgroup) {
+        quiet.push("cgroup CPU");
+    }
+    if !threads_text(&mut s, &r.threads) {
+        quiet.push("run queue");
+    }
+    if !qdisc_text(&mut s, &r.qdiscs, w) {
+        quiet.push("qdiscs");
+    }
+    if let Some(d) = r.drops.get().filter(|d| !d.reasons.is_empty()) {
+        let _ = writeln!(s, "drops by reason ({}):", d.scope);
+        for c in &d.reasons {
+            let _ = writeln!(
+                s,
+                "  {:<28} {:>8}  {}",
+                c.reason,
+                c.count,
+                rate(c.count as f64, w)
+            );
+        }
+    }
+    if let Some(ss) = r.sockstat.get() {
+        if let Some([min, pressure, _]) = ss.tcp_mem_limits.filter(|l| ss.tcp_mem_pages > l[0]) {
+            let _ = writeln!(
+                s,
+                "socket memory: TCP {} pages (pressure at {pressure}, min {min})",
+                ss.tcp_mem_pages
+            );
+        }
+    }
+    if !quiet.is_empty() {
+        let _ = writeln!(s, "nothing moved: {}", quiet.join(", "));
+    }
+    for k in skipped {
+        let _ = writeln!(s, "skipped {k}");
+    }
+    let _ = writeln!(
+        s,
+        "cost: {} CPU ({:.2}% of one core)",
+        lagtrace_model::Micros(r.cost.cpu_us),
+        r.cost.cpu_share * 100.0
+    );
+    s
+}
+
+fn counters_text(s: &mut String, r: &HostReport) -> bool {
+    let Some(cs) = r.counters.get() else {
+        return true;
+    };
+    let notable: Vec<_> = cs
+        .iter()
+        .filter_map(|c| Some((c, meaning(&c.name)?)))
+        .collect();
+    for (c, m) in &notable {
+        let _ = writeln!(
+            s,
+            "{:<26} +{:<8} {:>9}  {m}",
+            c.name,
+            c.delta,
+            rate(c.delta as f64, r.window_us)
+        );
+    }
+    let rest = cs.len() - notable.len();
+    if rest > 0 {
+        let _ = writeln!(s, "({rest} other counters moved; --json lists them)");
+    }
+    !notable.is_empty()
+}
+
+fn listener_line(q: &ListenerQueue, w: u64) -> String {
+    let mut l = format!("listener {} queue peak {}/{}", q.local, q.peak, q.max);
+    if q.full_samples > 0 {
+        let _ = write!(l, ", full in {} of {} samples", q.full_samples, q.samples);
+    }
+    if let Some(d) = q.drops.filter(|d| *d > 0) {
+        let _ = write!(l, ", {d} dropped ({})", rate(d as f64, w));
+    }
+    if !q.owners.is_empty() {
+        let _ = write!(l, " [{}]", q.owners.join(" "));
+    }
+    l
+}
+
+fn listeners_text(s: &mut String, l: &Layer<Vec<ListenerQueue>>, w: u64) -> bool {
+    let Some(qs) = l.get() else { return true };
+    let moved: Vec<_> = qs
+        .iter()
+        .filter(|q| q.peak > 0 || q.drops.is_some_and(|d| d > 0))
+        .collect();
+    for q in &moved {
+        let _ = writeln!(s, "{}", listener_line(q, w));
+        if q.full_samples > 0 || q.drops.is_some_and(|d| d > 0) {
+            let _ = writeln!(
+                s,
+                "  the accept queue overflowed: the application accepts slower than connections complete (raise the backlog / somaxconn, or accept faster)"
+            );
+        }
+    }
+    !moved.is_empty()
+}
+
+fn cgroup_text(s: &mut String, l: &Layer<CgroupCpu>) -> bool {
+    let Some(c) = l.get() else { return true };
+    if c.throttled_periods == 0 {
+        return false;
+    }
+    let quota = match (c.quota_us, c.period_us) {
+        (Some(q), Some(p)) => format!(
+            "; quota {} per {}",
+            lagtrace_model::Micros(q),
+            lagtrace_model::Micros(p)
+        ),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        s,
+        "cgroup v{} {}: throttled in {} of {} periods ({:.0}%), held {}{quota}",
+        c.version,
+        c.path,
+        c.throttled_periods,
+        c.periods,
+        c.throttled_share * 100.0,
+        lagtrace_model::Micros(c.throttled_us)
+    );
+    let _ = writeln!(
+        s,
+        "  CPU quota exhausted: its threads stop until the next period; requests stall up to period - quota (raise cpu.max / cfs_quota_us)"
+    );
+    true
+}
+
+fn threads_text(s: &mut String, l: &Layer<ThreadSched>) -> bool {
+    let Some(t) = l.get() else { return true };
+    if t.wait_share < 0.01 {
+        return false;
+    }
+    let _ = write!(
+        s,
+        "run queue: {} threads waited {} for a CPU ({:.0}% of their runnable time, ran {})",
+        t.threads,
+        lagtrace_model::Micros(t.wait_us),
+        t.wait_share * 100.0,
+        lagtrace_model::Micros(t.run_us)
+    );
+    if let Some(worst) = &t.worst {
+        let _ = write!(
+            s,
+            "; most: {} {} {}",
+            worst.tid,
+            worst.name,
+            lagtrace_model::Micros(worst.wait_us)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n  runnable but not running: the host's CPUs are busy (or a quota holds them)"
+    );
+    true
+}
+
+fn qdisc_line(q: &QdiscDelta, w: u64) -> String {
+    format!(
+        "qdisc {} {} on {} (parent {}): {} dropped ({}), {} overlimits, {} requeues, {} sent; now {} queued",
+        q.kind,
+        q.handle,
+        q.dev,
+        q.parent,
+        q.drops,
+        rate(q.drops as f64, w),
+        q.overlimits,
+        q.requeues,
+        q.packets,
+        q.qlen
+    )
+}
+
+fn qdisc_text(s: &mut String, l: &Layer<Vec<QdiscDelta>>, w: u64) -> bool {
+    let Some(qs) = l.get() else { return true };
+    let moved: Vec<_> = qs
+        .iter()
+        .filter(|q| q.drops > 0 || q.overlimits > 0 || q.requeues > 0)
+        .collect();
+    for q in &moved {
+        let _ = writeln!(s, "{}", qdisc_line(q, w));
+        if q.drops > 0 {
+            let _ = writeln!(
+                s,
+                "  dropped before the wire: the sender retransmits after an RTO or a loss probe"
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "  shaping held packets back: queueing delay on this host"
+            );
+        }
+    }
+    !moved.is_empty()
+}
