@@ -9,6 +9,7 @@
 
 pub mod cgroup;
 pub mod counters;
+pub mod drops;
 pub mod listen;
 pub mod qdisc;
 pub mod sched;
@@ -33,6 +34,8 @@ pub struct HostOptions {
     pub duration: Duration,
     /// How often the listen queues are sampled within the window.
     pub interval: Duration,
+    /// Count drops by reason (the `skb:kfree_skb` tracepoint, machine-wide).
+    pub drops: bool,
 }
 
 impl Default for HostOptions {
@@ -42,6 +45,7 @@ impl Default for HostOptions {
             pid: None,
             duration: Duration::from_secs(5),
             interval: Duration::from_millis(100),
+            drops: true,
         }
     }
 }
@@ -149,6 +153,7 @@ fn window(o: &HostOptions) -> HostReport {
         .pid
         .map(|pid| listen::owners(&[pid]).into_keys().collect());
     let mut track = listen::ListenTrack::new(only);
+    let mut tracer = o.drops.then(drops::DropTracer::start);
     let started = Instant::now();
     let first = read_ends(o.pid, dirs.as_ref().and_then(|d| d.as_ref().ok()));
     let mut listen_err = track.sample().err();
@@ -161,6 +166,9 @@ fn window(o: &HostOptions) -> HostReport {
         std::thread::sleep(o.interval.min(deadline - now));
         if let Err(e) = track.sample() {
             listen_err.get_or_insert(e);
+        }
+        if let Some(Ok(t)) = tracer.as_mut() {
+            t.drain();
         }
     }
     let last = read_ends(o.pid, dirs.as_ref().and_then(|d| d.as_ref().ok()));
@@ -205,8 +213,22 @@ fn window(o: &HostOptions) -> HostReport {
             Ok(s) => Layer::ran(s),
             Err(e) => err_layer("reading /proc/net/sockstat", &e),
         },
-        drops: Layer::skipped("drops by reason are not read yet"),
+        drops: match tracer {
+            None => Layer::skipped("not asked for"),
+            Some(Ok(t)) => Layer::ran(t.finish()),
+            Some(Err(e)) => drops_unavailable(&e),
+        },
         cost: HostCost::default(),
+    }
+}
+
+fn drops_unavailable<T>(e: &std::io::Error) -> Layer<T> {
+    match e.raw_os_error() {
+        Some(libc::EPERM | libc::EACCES) => Layer::unavailable(format!(
+            "the skb:kfree_skb tracepoint: {e}: needs CAP_PERFMON (and CAP_SYS_ADMIN to mount \
+             tracefs); the other parts do not"
+        )),
+        _ => Layer::error(format!("the skb:kfree_skb tracepoint: {e}")),
     }
 }
 

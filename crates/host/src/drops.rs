@@ -1,0 +1,367 @@
+//! Drops by reason from the `skb:kfree_skb` tracepoint through `perf_event_open(2)`: one
+//! sampling event per online CPU (every hit a sample with the raw tracepoint record), read
+//! from each CPU's ring buffer. The record's layout and the reason names come from the
+//! tracepoint's own `format` file (tracefs), so they follow the running kernel.
+//!
+//! The raw record carries skbaddr, location, protocol and reason but no namespace or
+//! device: these counts are machine-wide.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use lagtrace_model::host::{DropReasonCount, DropsByReason};
+
+const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+const EVENT: &str = "events/skb/kfree_skb";
+const PERF_TYPE_TRACEPOINT: u32 = 2;
+const PERF_SAMPLE_RAW: u64 = 1 << 10;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+const PERF_RECORD_LOST: u32 = 2;
+const PERF_RECORD_SAMPLE: u32 = 9;
+const RING_PAGES: usize = 64;
+
+/// The tracepoint's id, the reason field's place in the raw record, and the reason names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Format {
+    /// Tracepoint id (perf's `config`).
+    pub id: u64,
+    /// Byte offset of `reason` in the raw record.
+    pub reason_offset: usize,
+    /// Size of `reason` (4).
+    pub reason_size: usize,
+    /// Reason number → name (`NETFILTER_DROP`), from the print format's `__print_symbolic`.
+    pub names: BTreeMap<u32, String>,
+}
+
+/// Parses the `format` file of `skb:kfree_skb`.
+pub fn parse_format(text: &str) -> Option<Format> {
+    let id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ID:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    let field = text.lines().find(|l| l.contains(" reason;"))?;
+    let num = |key: &str| -> Option<usize> {
+        let rest = &field[field.find(key)? + key.len()..];
+        rest.split(';').next()?.trim().parse().ok()
+    };
+    let (reason_offset, reason_size) = (num("offset:")?, num("size:")?);
+    let fmt = text.lines().find(|l| l.starts_with("print fmt:"))?;
+    let mut names = BTreeMap::new();
+    let sym = &fmt[fmt.find("__print_symbolic(")?..];
+    for part in sym.split('{').skip(1) {
+        let Some((n, rest)) = part.split_once(',') else {
+            continue;
+        };
+        let name = rest.split('"').nth(1);
+        if let (Ok(n), Some(name)) = (n.trim().parse::<u32>(), name) {
+            names.insert(n, name.to_string());
+        }
+    }
+    Some(Format {
+        id,
+        reason_offset,
+        reason_size,
+        names,
+    })
+}
+
+/// Finds the tracepoint's format file, mounting tracefs at /sys/kernel/tracing when no
+/// tracefs is mounted (needs CAP_SYS_ADMIN).
+pub fn find_format() -> io::Result<PathBuf> {
+    for dir in TRACEFS {
+        let p = Path::new(dir).join(EVENT).join("format");
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    let target = c"/sys/kernel/tracing";
+    // SAFETY: mount(2) with valid NUL-terminated strings and no data.
+    let rc = unsafe {
+        libc::mount(
+            c"tracefs".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let p = Path::new(TRACEFS[0]).join(EVENT).join("format");
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no skb:kfree_skb tracepoint in tracefs",
+        ))
+    }
+}
+
+struct Ring {
+    fd: i32,
+    base: *mut u8,
+    len: usize,
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping and closing our own descriptor.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// Counting drops by reason while it lives.
+pub struct DropTracer {
+    format: Format,
+    rings: Vec<Ring>,
+    counts: BTreeMap<u32, u64>,
+    lost: u64,
+}
+
+// SAFETY: the rings are plain memory mappings owned by this value; nothing else aliases them.
+unsafe impl Send for DropTracer {}
+
+fn online_cpus() -> Vec<i32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut v = Vec::new();
+    for part in text.trim().split(',') {
+        let mut r = part.split('-').filter_map(|x| x.parse::<i32>().ok());
+        match (r.next(), r.next()) {
+            (Some(a), Some(b)) => v.extend(a..=b),
+            (Some(a), None) => v.push(a),
+            _ => {}
+        }
+    }
+    v
+}
+
+fn open_cpu(id: u64, cpu: i32) -> io::Result<Ring> {
+    // struct perf_event_attr, PERF_ATTR_SIZE_VER0 (64 bytes): type, size, config,
+    // sample_period, sample_type, read_format, flags (all 0: enabled, kernel included).
+    let mut attr = [0u8; 64];
+    attr[0..4].copy_from_slice(&PERF_TYPE_TRACEPOINT.to_ne_bytes());
+    attr[4..8].copy_from_slice(&64u32.to_ne_bytes());
+    attr[8..16].copy_from_slice(&id.to_ne_bytes());
+    attr[16..24].copy_from_slice(&1u64.to_ne_bytes());
+    attr[24..32].copy_from_slice(&PERF_SAMPLE_RAW.to_ne_bytes());
+    // SAFETY: attr is a valid perf_event_attr of the size it declares.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            -1 as libc::pid_t,
+            cpu,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    } as i32;
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let len = page * (1 + RING_PAGES);
+    // SAFETY: mapping the event's ring buffer (one metadata page + 2^n data pages).
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        let e = io::Error::last_os_error();
+        // SAFETY: closing the descriptor we just opened.
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    Ok(Ring {
+        fd,
+        base: base.cast(),
+        len,
+    })
+}
+
+impl DropTracer {
+    /// Opens the tracepoint on every online CPU.
+    pub fn start() -> io::Result<DropTracer> {
+        let path = find_format()?;
+        let text = std::fs::read_to_string(&path)?;
+        let format = parse_format(&text).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: unexpected format", path.display()),
+            )
+        })?;
+        let rings = online_cpus()
+            .into_iter()
+            .map(|cpu| open_cpu(format.id, cpu))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(DropTracer {
+            format,
+            rings,
+            counts: BTreeMap::new(),
+            lost: 0,
+        })
+    }
+
+    /// Reads every ring up to the kernel's head.
+    pub fn drain(&mut self) {
+        for i in 0..self.rings.len() {
+            let (base, len) = (self.rings[i].base, self.rings[i].len);
+            // SAFETY: base maps `len` bytes: the metadata page then the data area.
+            unsafe { self.drain_ring(base, len) };
+        }
+    }
+
+    /// # Safety
+    /// `base` must map a perf ring buffer of `len` bytes.
+    unsafe fn drain_ring(&mut self, base: *mut u8, len: usize) {
+        // struct perf_event_mmap_page: data_head @1024, data_tail @1032, data_offset @1040,
+        // data_size @1048.
+        // SAFETY: all offsets lie in the metadata page; the u64 fields are 8-aligned.
+        let (head_p, tail_p, off, size) = unsafe {
+            (
+                &*(base.add(1024) as *const AtomicU64),
+                &*(base.add(1032) as *const AtomicU64),
+                (base.add(1040) as *const u64).read_volatile() as usize,
+                (base.add(1048) as *const u64).read_volatile() as usize,
+            )
+        };
+        let (off, size) = if size == 0 {
+            (4096, len - 4096)
+        } else {
+            (off, size)
+        };
+        let head = head_p.load(Ordering::Acquire);
+        let mut tail = tail_p.load(Ordering::Relaxed);
+        // SAFETY: the data area is `size` bytes at `off` inside the mapping.
+        let data = unsafe { std::slice::from_raw_parts(base.add(off), size) };
+        let at = |pos: u64, n: usize| -> Cow<'_, [u8]> {
+            let start = pos as usize % size;
+            match data.get(start..start + n) {
+                Some(s) => Cow::Borrowed(s),
+                // The record wraps around the end of the ring.
+                None => Cow::Owned((0..n).map(|k| data[(start + k) % size]).collect()),
+            }
+        };
+        while tail < head {
+            let h = at(tail, 8);
+            let ty = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
+            let rec_size = u16::from_ne_bytes([h[6], h[7]]) as usize;
+            if rec_size < 8 {
+                break;
+            }
+            match ty {
+                PERF_RECORD_SAMPLE => {
+                    let body = at(tail + 8, rec_size - 8);
+                    self.count_sample(&body);
+                }
+                PERF_RECORD_LOST => {
+                    let body = at(tail + 8, 16);
+                    self.lost += u64::from_ne_bytes(body[8..16].try_into().unwrap_or([0; 8]));
+                }
+                _ => {}
+            }
+            tail += rec_size as u64;
+        }
+        tail_p.store(tail, Ordering::Release);
+    }
+
+    /// A sample with only PERF_SAMPLE_RAW: u32 size, then the tracepoint record.
+    fn count_sample(&mut self, body: &[u8]) {
+        let raw = body.get(4..).unwrap_or(&[]);
+        let o = self.format.reason_offset;
+        let reason = match self.format.reason_size {
+            4 => raw
+                .get(o..o + 4)
+                .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
+            2 => raw
+                .get(o..o + 2)
+                .map(|b| u16::from_ne_bytes([b[0], b[1]]).into()),
+            _ => None,
+        };
+        if let Some(r) = reason {
+            *self.counts.entry(r).or_default() += 1;
+        }
+    }
+
+    /// Stops, drains, and returns the counts, most first.
+    pub fn finish(mut self) -> DropsByReason {
+        self.drain();
+        let mut reasons: Vec<DropReasonCount> = self
+            .counts
+            .iter()
+            .map(|(r, &count)| DropReasonCount {
+                reason: self
+                    .format
+                    .names
+                    .get(r)
+                    .cloned()
+                    .unwrap_or_else(|| format!("REASON_{r}")),
+                count,
+            })
+            .collect();
+        reasons.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
+        DropsByReason {
+            scope: "machine".into(),
+            reasons,
+            lost: self.lost,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FORMAT: &str = "name: kfree_skb\nID: 2310\nformat:\n\
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+\tfield:void * skbaddr;\toffset:8;\tsize:8;\tsigned:0;\n\
+\tfield:enum skb_drop_reason reason;\toffset:36;\tsize:4;\tsigned:0;\n\n\
+print fmt: \"skbaddr=%p reason: %s\", REC->skbaddr, __print_symbolic(REC->reason, { 2, \"NOT_SPECIFIED\" }, { 12, \"NETFILTER_DROP\" })\n";
+
+    #[test]
+    fn reads_id_reason_field_and_names_from_the_format_file() {
+        let f = parse_format(FORMAT).unwrap();
+        assert_eq!((f.id, f.reason_offset, f.reason_size), (2310, 36, 4));
+        assert_eq!(f.names[&12], "NETFILTER_DROP");
+        assert_eq!(f.names.len(), 2);
+        assert!(parse_format("name: x\n").is_none());
+    }
+
+    #[test]
+    fn counts_a_sample_by_its_reason() {
+        let mut t = DropTracer {
+            format: parse_format(FORMAT).unwrap(),
+            rings: Vec::new(),
+            counts: BTreeMap::new(),
+            lost: 0,
+        };
+        let mut body = 44u32.to_ne_bytes().to_vec();
+        let mut raw = vec![0u8; 44];
+        raw[36..40].copy_from_slice(&12u32.to_ne_bytes());
+        body.extend(raw);
+        t.count_sample(&body);
+        t.count_sample(&body[..10]);
+        let d = t.finish();
+        assert_eq!(d.reasons.len(), 1);
+        assert_eq!(
+            (d.reasons[0].reason.as_str(), d.reasons[0].count),
+            ("NETFILTER_DROP", 1)
+        );
+    }
+}
