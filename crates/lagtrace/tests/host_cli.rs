@@ -1,0 +1,117 @@
+//! `lagtrace host`: the JSON contract, one-line errors, and the text on a real accept-queue
+//! overflow (a Python listener with backlog 1 that never accepts, in a namespace the test
+//! makes).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use lagtrace_testkit::net::{NetGuard, enter_netns};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+
+#[test]
+fn json_follows_the_contract_and_errors_are_one_line() {
+    let out = Command::new(BIN)
+        .args(["host", "-d", "300ms", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["schema_version"].as_u64(), v["command"].as_str()),
+        (Some(2), Some("host"))
+    );
+    assert!(v["window_us"].as_u64().unwrap() >= 300_000);
+    assert_eq!(v["counters"]["status"], "ok");
+    assert_eq!(
+        v["cgroup"]["status"], "skipped",
+        "no --pid: {}",
+        v["cgroup"]
+    );
+    for (args, needle) in [
+        (
+            vec!["host", "--pid", "4000000000", "-d", "1s"],
+            "no process 4000000000",
+        ),
+        (
+            vec!["host", "--netns", "lt-no-such-ns", "-d", "1s"],
+            "no network namespace",
+        ),
+        (vec!["host", "-d", "0s"], "window"),
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_text_names_an_overflowing_listener_and_what_it_means() {
+    let mut g = NetGuard::new();
+    let ns = g.add_ns("host-cli");
+    let port = 24_000 + (std::process::id() % 5000) as u16;
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &ns, "python3", "-c"])
+        .arg(
+            "import socket, sys, time\ns = socket.socket()\n\
+             s.bind(('127.0.0.1', int(sys.argv[1])))\ns.listen(1)\n\
+             print('ready', flush=True)\ntime.sleep(20)",
+        )
+        .arg(port.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid = server.id();
+    g.own_child(server);
+    let host = std::thread::spawn(move || {
+        Command::new(BIN)
+            .args(["host", "--pid", &pid.to_string(), "-d", "2s"])
+            .output()
+            .unwrap()
+    });
+    let client = std::thread::spawn(move || {
+        enter_netns(&ns);
+        std::thread::sleep(Duration::from_millis(300));
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let socks: Vec<_> = (0..20)
+            .map(|_| {
+                let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                    .unwrap();
+                s.set_nonblocking(true).unwrap();
+                let _ = s.connect(&addr.into());
+                s.set_linger(Some(Duration::ZERO)).unwrap();
+                s
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(1200));
+        drop(socks);
+    });
+    client.join().unwrap();
+    let out = host.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("TcpExt.ListenOverflows"), "{text}");
+    assert!(
+        text.contains(&format!("listener 127.0.0.1:{port} queue peak 2/1")),
+        "{text}"
+    );
+    assert!(text.contains("the accept queue overflowed"), "{text}");
+    assert!(text.contains(&format!("{pid}/python3")), "{text}");
+    assert!(text.contains("cost:"), "{text}");
+}
