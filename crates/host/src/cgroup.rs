@@ -201,3 +201,43 @@ mod tests {
         assert!(locate("1:memory:/x\n", "").is_none());
     }
 }
+
+#[cfg(test)]
+mod v2_fixtures {
+    use super::*;
+
+    fn dir(name: &str) -> CgroupDirs {
+        CgroupDirs {
+            version: 2,
+            cpu: Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../testdata/host/cgroup-v2")
+                .join(name),
+            cpuacct: None,
+        }
+    }
+
+    /// Two readings of a v2 group under `cpu.max 50000 100000` (the kernel's documented
+    /// `cpu.stat` keys; this machine's v2 mount has no cpu controller to record from).
+    #[test]
+    fn v2_cpu_stat_and_cpu_max_give_the_windows_throttling() {
+        let (a, b) = (dir("before"), dir("after"));
+        let (ra, rb) = (read(&a).unwrap(), read(&b).unwrap());
+        assert!(ra.has_bandwidth);
+        let d = delta(&b, &ra, &rb);
+        assert_eq!(
+            (d.version, d.quota_us, d.period_us),
+            (2, Some(50_000), Some(100_000))
+        );
+        assert_eq!((d.periods, d.throttled_periods), (100, 90));
+        assert_eq!((d.throttled_us, d.usage_us), (7_200_000, Some(500_000)));
+        assert!((d.throttled_share - 0.9).abs() < 1e-9);
+    }
+
+    /// A v2 group without the cpu controller: usage only, no bandwidth fields, no quota.
+    #[test]
+    fn v2_without_the_cpu_controller_has_usage_only() {
+        let r = read(&dir("nocpu")).unwrap();
+        assert!(!r.has_bandwidth);
+        assert_eq!((r.usage_us, r.quota_us, r.periods), (Some(5000), None, 0));
+    }
+}

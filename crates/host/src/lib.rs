@@ -240,7 +240,16 @@ fn cgroup_layer(
     match (dirs, &first.cgroup, &last.cgroup) {
         (None, _, _) => Layer::skipped("cgroup CPU accounting is per process: give --pid"),
         (Some(Err(e)), _, _) => Layer::unavailable(e),
-        (Some(Ok(d)), Some(Ok(a)), Some(Ok(b))) => Layer::ran(cgroup::delta(&d, a, b)),
+        (Some(Ok(d)), Some(Ok(a)), Some(Ok(b))) => {
+            let mut l = Layer::ran(cgroup::delta(&d, a, b));
+            if !b.has_bandwidth {
+                l.reason = Some(format!(
+                    "{} has no cpu controller: usage only, no throttling accounting",
+                    d.cpu.display()
+                ));
+            }
+            l
+        }
         (Some(Ok(d)), Some(Err(e)), _) | (Some(Ok(d)), _, Some(Err(e))) => {
             err_layer(&format!("reading {}", d.cpu.join("cpu.stat").display()), e)
         }

@@ -115,3 +115,48 @@ fn the_text_names_an_overflowing_listener_and_what_it_means() {
     assert!(text.contains(&format!("{pid}/python3")), "{text}");
     assert!(text.contains("cost:"), "{text}");
 }
+
+/// Without privilege (as `nobody`): the tracepoint part says `unavailable` and names
+/// CAP_PERFMON, the other parts still run; entering another namespace is refused naming
+/// CAP_SYS_ADMIN.
+#[test]
+#[ignore = "needs root"]
+fn without_privilege_the_parts_that_need_it_say_which_capability() {
+    use std::os::unix::process::CommandExt;
+    let out = Command::new(BIN)
+        .args(["host", "-d", "300ms", "--json"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["drops"]["status"], "unavailable", "{}", v["drops"]);
+    assert!(
+        v["drops"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("CAP_PERFMON")
+    );
+    for part in ["counters", "listeners", "qdiscs", "sockstat"] {
+        assert_eq!(v[part]["status"], "ok", "{part}: {}", v[part]);
+    }
+    let mut g = NetGuard::new();
+    let ns = g.add_ns("host-priv");
+    let out = Command::new(BIN)
+        .args(["host", "--netns", &ns, "-d", "300ms"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("CAP_SYS_ADMIN") && err.lines().count() == 1,
+        "{err}"
+    );
+}
