@@ -15,7 +15,7 @@ pub mod qdisc;
 pub mod sched;
 pub mod sockstat;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use lagtrace_model::diagnosis::evidence::Layer;
@@ -149,10 +149,7 @@ fn window(o: &HostOptions) -> HostReport {
             (Err(e), _) | (_, Err(e)) => Err(format!("reading the process's cgroup: {e}")),
         }
     });
-    let only: Option<HashSet<u64>> = o
-        .pid
-        .map(|pid| listen::owners(&[pid]).into_keys().collect());
-    let mut track = listen::ListenTrack::new(only);
+    let mut track = listen::ListenTrack::new(o.pid);
     let mut tracer = o.drops.then(drops::DropTracer::start);
     let started = Instant::now();
     let first = read_ends(o.pid, dirs.as_ref().and_then(|d| d.as_ref().ok()));

@@ -25,22 +25,40 @@ struct Track {
 /// Listeners seen over the window, by inode.
 #[derive(Debug, Default)]
 pub struct ListenTrack {
-    only: Option<HashSet<u64>>,
+    /// With a process: its listeners' inodes, and the namespace's other listeners.
+    pid: Option<u32>,
+    mine: HashSet<u64>,
+    others: HashSet<u64>,
     seen: BTreeMap<u64, Track>,
 }
 
 impl ListenTrack {
-    /// Tracks every listener, or only those with an inode in `only` (a process's sockets).
-    pub fn new(only: Option<HashSet<u64>>) -> ListenTrack {
+    /// Tracks every listener of the namespace, or with `pid` only those the process holds.
+    pub fn new(pid: Option<u32>) -> ListenTrack {
         ListenTrack {
-            only,
-            seen: BTreeMap::new(),
+            pid,
+            ..ListenTrack::default()
         }
     }
 
     /// One sock_diag reading of the calling thread's namespace.
     pub fn sample(&mut self) -> io::Result<()> {
         let socks = diag::dump_tcp(1 << TCP_LISTEN)?;
+        if let Some(pid) = self.pid {
+            // A listener not seen before (the process may open it during the window):
+            // look at the process's descriptors again.
+            if socks
+                .iter()
+                .any(|s| !self.mine.contains(&s.inode) && !self.others.contains(&s.inode))
+            {
+                self.mine = owners(&[pid]).into_keys().collect();
+                for s in &socks {
+                    if !self.mine.contains(&s.inode) {
+                        self.others.insert(s.inode);
+                    }
+                }
+            }
+        }
         self.add(&socks);
         Ok(())
     }
@@ -48,8 +66,7 @@ impl ListenTrack {
     /// Adds one reading.
     pub fn add(&mut self, socks: &[DiagSocket]) {
         for s in socks {
-            if s.state != TCP_LISTEN as u8
-                || self.only.as_ref().is_some_and(|o| !o.contains(&s.inode))
+            if s.state != TCP_LISTEN as u8 || (self.pid.is_some() && !self.mine.contains(&s.inode))
             {
                 continue;
             }
@@ -130,7 +147,13 @@ mod tests {
             .expect("own listener");
         assert!(me.owners[0].starts_with(&format!("{}/", std::process::id())));
         assert_eq!((me.current, me.full_samples), (0, 0));
-        let mut none = ListenTrack::new(Some(HashSet::new()));
+        let mut only_mine = ListenTrack::new(Some(std::process::id()));
+        only_mine.sample().unwrap();
+        let got = only_mine.finish(&mine);
+        assert!(got.iter().any(|q| q.inode == me.inode), "{got:?}");
+        assert!(got.iter().all(|q| mine.contains_key(&q.inode)), "{got:?}");
+        // A process with no listeners has none, whatever the namespace has.
+        let mut none = ListenTrack::new(Some(1));
         none.sample().unwrap();
         assert!(none.finish(&mine).is_empty());
     }

@@ -28,7 +28,7 @@ use lagtrace_model::host::{CgroupCpu, HostReport, ListenerQueue, QdiscDelta, Thr
 #[command(after_help = "\
 What the usual suspects look like:
   accept-queue overflow   TcpExt.ListenOverflows rises, a listener's queue peaks at its limit
-                          with drops; clients wait for SYN retransmits (1 s, then 2 s more)
+                          with drops; clients wait for SYN retransmits (>= 1 s each)
   CPU quota               the cgroup is throttled in many periods: requests stall up to
                           period - quota (e.g. 80 ms of a 100 ms period)
   busy host               threads wait in the run queue a large share of their runnable time
@@ -86,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn meaning(name: &str) -> Option<&'static str> {
     Some(match name {
         "TcpExt.ListenOverflows" => {
-            "accept queue full: completed handshakes dropped; clients wait for SYN retransmits (1 s, 3 s)"
+            "accept queue full: completed handshakes dropped; clients wait for SYN retransmits (>= 1 s each)"
         }
         "TcpExt.ListenDrops" => "connections dropped at a listener (overflows and other reasons)",
         "TcpExt.TCPReqQFullDrop" => "SYN queue full with syncookies off: SYNs dropped",
@@ -341,7 +341,7 @@ fn qdisc_text(s: &mut String, l: &Layer<Vec<QdiscDelta>>, w: u64) -> bool {
         if q.drops > 0 {
             let _ = writeln!(
                 s,
-                "  dropped before the wire: the sender retransmits after an RTO or a loss probe"
+                "  dropped before the wire: a TCP sender retransmits after an RTO or a loss probe"
             );
         } else {
             let _ = writeln!(
