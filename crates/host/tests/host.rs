@@ -425,3 +425,106 @@ fn netfilter_drops_are_counted_by_reason_as_the_rule_counts_them() {
     // Machine-wide counts: equal while no other netfilter drop happens on this machine.
     assert_eq!(nf.map_or(0, |c| c.count), rule, "{d:?}");
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_syn_flood_with_syncookies_off_fills_the_syn_queue_of_its_listener() {
+    let mut g = NetGuard::new();
+    let ns = g.add_ns("host-syn");
+    in_ns(&ns, &["sysctl", "-qw", "net.ipv4.tcp_syncookies=0"]);
+    // The listeners' address on a device whose other end answers nothing: SYN-ACKs to the
+    // spoofed sources go unanswered, so their requests stay in the SYN queue.
+    let net = format!(
+        "10.{}.{}",
+        200 + std::process::id() % 40,
+        lagtrace_testkit::unique() % 200
+    );
+    in_ns(
+        &ns,
+        &[
+            "ip", "link", "add", "lthd0", "type", "veth", "peer", "name", "lthp0",
+        ],
+    );
+    in_ns(
+        &ns,
+        &["ip", "addr", "add", &format!("{net}.1/24"), "dev", "lthd0"],
+    );
+    in_ns(&ns, &["ip", "link", "set", "lthd0", "up"]);
+    in_ns(&ns, &["ip", "link", "set", "lthp0", "up"]);
+    let spoofed = format!("{net}.5");
+    in_ns(
+        &ns,
+        &[
+            "ip",
+            "neigh",
+            "add",
+            &spoofed,
+            "lladdr",
+            "02:00:00:00:00:05",
+            "dev",
+            "lthd0",
+            "nud",
+            "permanent",
+        ],
+    );
+    let base = 26_000 + (std::process::id() % 5000) as u16;
+    let (flooded, quiet) = (base, base + 5);
+    let code = LISTENER.replace("\"127.0.0.1\"", &format!("\"{net}.1\""));
+    let a = python(Some(&ns), &code, &[&flooded.to_string(), "8", "accept"]);
+    let b = python(Some(&ns), &code, &[&quiet.to_string(), "8", "accept"]);
+    let (a_pid, b_pid) = (a.id(), b.id());
+    g.own_child(a);
+    g.own_child(b);
+    let d = Duration::from_millis(2000);
+    let target = window(HostOptions {
+        pid: Some(a_pid),
+        duration: d,
+        ..Default::default()
+    });
+    let control = window(HostOptions {
+        pid: Some(b_pid),
+        duration: d,
+        ..Default::default()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    // 200 SYNs from one spoofed address in the listener's subnet (hping3 moves the source
+    // port each time), 1 ms apart (bounded). The SYN-ACKs leave through lthd0 to no one.
+    in_ns(
+        &ns,
+        &[
+            "hping3",
+            "-q",
+            "-S",
+            "-p",
+            &flooded.to_string(),
+            "-c",
+            "200",
+            "-i",
+            "u1000",
+            "-a",
+            &spoofed,
+            &format!("{net}.1"),
+        ],
+    );
+    let (t, c) = (target.join().unwrap(), control.join().unwrap());
+    let qfull = counter(&t, "TcpExt.TCPReqQFullDrop");
+    assert!(qfull > 0, "SYN queue full, no syncookies: {:?}", t.counters);
+    let ls = t.listeners.get().unwrap();
+    assert_eq!(ls.len(), 1, "{ls:?}");
+    let drops = ls[0].drops.expect("listener drops") as i64;
+    assert!(drops >= qfull, "the flooded listener's own drops: {ls:?}");
+    // Its own drops are the namespace's listen drops (its sk_drops also counts the odd
+    // packet dropped on the listener for another reason, e.g. a RST to an embryonic one).
+    let listen_drops = counter(&t, "TcpExt.ListenDrops");
+    assert!(
+        (drops - listen_drops).abs() <= 2 + listen_drops / 100,
+        "{ls:?} {:?}",
+        t.counters
+    );
+    let cl = c.listeners.get().unwrap();
+    assert_eq!(
+        (cl.len(), cl[0].drops),
+        (1, Some(0)),
+        "the quiet listener: {cl:?}"
+    );
+}
