@@ -124,7 +124,8 @@ pub struct ThreadSched {
     pub threads: u32,
     /// Time on a CPU, all threads.
     pub run_us: u64,
-    /// Time runnable but waiting for a CPU (run-queue delay), all threads.
+    /// Time runnable but waiting for a CPU (run-queue delay), all threads. Includes the
+    /// time a cgroup CPU quota held them: a throttled thread stays runnable.
     pub wait_us: u64,
     /// `wait / (run + wait)`, 0–1.
     pub wait_share: f64,

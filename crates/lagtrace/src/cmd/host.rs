@@ -157,7 +157,7 @@ pub fn text(r: &HostReport) -> String {
     if !cgroup_text(&mut s, &r.cgroup) {
         quiet.push("cgroup CPU");
     }
-    if !threads_text(&mut s, &r.threads) {
+    if !threads_text(&mut s, &r.threads, w) {
         quiet.push("run queue");
     }
     if !qdisc_text(&mut s, &r.qdiscs, w) {
@@ -165,6 +165,13 @@ pub fn text(r: &HostReport) -> String {
     }
     if let Some(d) = r.drops.get().filter(|d| !d.reasons.is_empty()) {
         let _ = writeln!(s, "drops by reason ({}):", d.scope);
+        if d.lost > 0 {
+            let _ = writeln!(
+                s,
+                "  ({} samples lost: the counts are lower bounds)",
+                d.lost
+            );
+        }
         for c in &d.reasons {
             let _ = writeln!(
                 s,
@@ -285,9 +292,11 @@ fn cgroup_text(s: &mut String, l: &Layer<CgroupCpu>) -> bool {
     true
 }
 
-fn threads_text(s: &mut String, l: &Layer<ThreadSched>) -> bool {
+fn threads_text(s: &mut String, l: &Layer<ThreadSched>, w: u64) -> bool {
     let Some(t) = l.get() else { return true };
-    if t.wait_share < 0.01 {
+    // Worth a line when the waits add up to 1 % of a core and a real share of the threads'
+    // runnable time (a mostly idle thread that waited 2 ms once is not news).
+    if t.wait_us * 100 < w || t.wait_share < 0.05 {
         return false;
     }
     let _ = write!(
@@ -309,7 +318,7 @@ fn threads_text(s: &mut String, l: &Layer<ThreadSched>) -> bool {
     }
     let _ = writeln!(
         s,
-        "\n  runnable but not running: the host's CPUs are busy (or a quota holds them)"
+        "\n  runnable but not running: the host's CPUs are busy, or a cgroup quota holds them (a throttled thread counts as waiting)"
     );
     true
 }
