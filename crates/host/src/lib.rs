@@ -79,14 +79,31 @@ pub fn measure(o: &HostOptions) -> Result<HostReport, HostError> {
         (None, Some(name)) => NetNs::Named(name.clone()),
         (None, None) => NetNs::Current,
     };
+    if let (Some(pid), Err(e)) = (o.pid, ns.inode()) {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            return Err(HostError::Privilege(Privilege::new(
+                Capability::SysPtrace,
+                format!("reading process {pid}'s network namespace"),
+                " (or the process's own uid)",
+            )));
+        }
+    }
     if !ns.exists() {
         return Err(HostError::NoNetns(o.netns.clone().unwrap_or_default()));
     }
+    // Already there (the usual --pid case): no setns, which would need CAP_SYS_ADMIN even
+    // into the caller's own namespace.
+    let inode = ns.inode().unwrap_or(0);
+    let ns = if inode != 0 && NetNs::Current.inode().ok() == Some(inode) {
+        NetNs::Current
+    } else {
+        ns
+    };
     let scope = HostScope {
         netns: o.netns.clone(),
         pid: o.pid,
         comm: o.pid.and_then(lagtrace_sockets::procfs::comm),
-        netns_inode: ns.inode().unwrap_or(0),
+        netns_inode: inode,
     };
     let cpu0 = self_cpu_us();
     let started = Instant::now();

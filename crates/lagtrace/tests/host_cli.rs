@@ -145,6 +145,41 @@ fn without_privilege_the_parts_that_need_it_say_which_capability() {
     for part in ["counters", "listeners", "qdiscs", "sockstat"] {
         assert_eq!(v[part]["status"], "ok", "{part}: {}", v[part]);
     }
+    // Another user's process: reading its namespace is refused, naming CAP_SYS_PTRACE.
+    let me = std::process::id().to_string();
+    let out = Command::new(BIN)
+        .args(["host", "--pid", &me, "-d", "300ms"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("CAP_SYS_PTRACE"), "{err}");
+    // Its own process in this namespace needs no setns: the per-process parts run too.
+    let mut own = Command::new("sleep")
+        .arg("5")
+        .uid(65534)
+        .gid(65534)
+        .spawn()
+        .unwrap();
+    let pid = own.id().to_string();
+    let out = Command::new(BIN)
+        .args(["host", "--pid", &pid, "-d", "300ms", "--json"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let _ = own.kill();
+    let _ = own.wait();
+    assert_eq!(v["threads"]["status"], "ok", "{}", v["threads"]);
+    assert_eq!(v["cgroup"]["status"], "ok", "{}", v["cgroup"]);
     let mut g = NetGuard::new();
     let ns = g.add_ns("host-priv");
     let out = Command::new(BIN)
