@@ -116,15 +116,7 @@ impl<R: Read> CaptureReader<R> {
                 r.end - r.start
             )));
         }
-        let rd = |b: &[u8]| {
-            let v = [b[0], b[1], b[2], b[3]];
-            if swapped {
-                u32::from_be_bytes(v)
-            } else {
-                u32::from_le_bytes(v)
-            }
-        };
-        let linktype = rd(&r.buf[20..24]) & 0x0fff_ffff;
+        let linktype = read_u32(&r.buf, 20, swapped) & 0x0fff_ffff;
         r.format = Format::Pcap {
             swapped,
             nanos,
@@ -207,14 +199,7 @@ impl<R: Read> CaptureReader<R> {
             ));
         }
         let h = &self.buf[self.start..self.start + 16];
-        let rd = |i: usize| {
-            let v = [h[i], h[i + 1], h[i + 2], h[i + 3]];
-            if swapped {
-                u32::from_be_bytes(v)
-            } else {
-                u32::from_le_bytes(v)
-            }
-        };
+        let rd = |i: usize| read_u32(h, i, swapped);
         let (sec, frac, caplen, len) = (rd(0), rd(4), rd(8), rd(12));
         if caplen > MAX_FRAME {
             let pos = self.pos;
@@ -252,195 +237,198 @@ impl<R: Read> CaptureReader<R> {
 
     fn next_pcapng(&mut self) -> Option<ReadEvent<'_>> {
         loop {
-            let avail = match self.fill(12) {
-                Ok(a) => a,
-                Err(e) => return self.stop(format!("read error: {e}")),
-            };
-            if avail == 0 {
-                self.done = true;
-                return None;
-            }
-            if avail < 12 {
-                let pos = self.pos;
-                return self.stop(format!("file truncated: block header cut at byte {pos}"));
-            }
-            let b = &self.buf[self.start..];
-            let btype_raw = [b[0], b[1], b[2], b[3]];
-            if u32::from_le_bytes(btype_raw) == 0x0a0d0d0a {
-                // Section header: byte order from its magic.
-                let bom = [b[8], b[9], b[10], b[11]];
-                self.big = match u32::from_le_bytes(bom) {
-                    0x1a2b3c4d => false,
-                    0x4d3c2b1a => true,
-                    _ => {
-                        let pos = self.pos;
-                        return self.stop(format!("corrupt pcapng section header at byte {pos}"));
-                    }
-                };
-                self.ifaces.clear();
-            }
-            let big = self.big;
-            let rd = move |b: &[u8], i: usize| {
-                let v = [b[i], b[i + 1], b[i + 2], b[i + 3]];
-                if big {
-                    u32::from_be_bytes(v)
-                } else {
-                    u32::from_le_bytes(v)
+            let (btype, blen) = match self.pcapng_block_header() {
+                Ok(Some(h)) => h,
+                Ok(None) => {
+                    self.done = true;
+                    return None;
                 }
+                Err(msg) => return self.stop(msg),
             };
-            let btype = rd(b, 0);
-            let blen = rd(b, 4) as usize;
-            if blen < 12 || blen % 4 != 0 || blen > MAX_RECORD {
-                let pos = self.pos;
-                return self.stop(format!(
-                    "corrupt pcapng block at byte {pos}: length {blen}; stopping"
-                ));
-            }
-            let avail = match self.fill(blen) {
-                Ok(a) => a,
-                Err(e) => return self.stop(format!("read error: {e}")),
-            };
-            if avail < blen {
-                let pos = self.pos;
-                return self.stop(format!(
-                    "file truncated: last block cut at byte {pos} ({avail} of {blen} bytes)"
-                ));
-            }
-            let s = self.start;
-            let body_start = s + 8;
-            let body_end = s + blen - 4;
+            let body = self.start + 8..self.start + blen - 4;
             match btype {
                 // Interface description.
                 1 => {
-                    let body = &self.buf[body_start..body_end];
-                    if body.len() < 8 {
-                        self.advance(blen);
-                        return Some(ReadEvent::Warning("short interface block".into()));
-                    }
-                    let lt = if big {
-                        u32::from(u16::from_be_bytes([body[0], body[1]]))
-                    } else {
-                        u32::from(u16::from_le_bytes([body[0], body[1]]))
-                    };
-                    let mut iface = Iface {
-                        linktype: lt,
-                        units_per_sec: 1_000_000,
-                        offset_s: 0,
-                    };
-                    let mut o = &body[8..];
-                    while o.len() >= 4 {
-                        let (code, len) = if big {
-                            (
-                                u16::from_be_bytes([o[0], o[1]]),
-                                usize::from(u16::from_be_bytes([o[2], o[3]])),
-                            )
-                        } else {
-                            (
-                                u16::from_le_bytes([o[0], o[1]]),
-                                usize::from(u16::from_le_bytes([o[2], o[3]])),
-                            )
-                        };
-                        if code == 0 || o.len() < 4 + len {
-                            break;
-                        }
-                        let v = &o[4..4 + len];
-                        match (code, len) {
-                            (9, 1) => {
-                                let r = v[0];
-                                let p = u32::from(r & 0x7f);
-                                iface.units_per_sec = if r & 0x80 != 0 {
-                                    1u64.checked_shl(p).unwrap_or(1_000_000)
-                                } else {
-                                    10u64.checked_pow(p).unwrap_or(1_000_000)
-                                };
-                            }
-                            (14, 8) => {
-                                let a: [u8; 8] = v.try_into().unwrap_or([0; 8]);
-                                iface.offset_s = if big {
-                                    i64::from_be_bytes(a)
-                                } else {
-                                    i64::from_le_bytes(a)
-                                };
-                            }
-                            _ => {}
-                        }
-                        o = &o[4 + len.div_ceil(4) * 4..];
-                    }
-                    self.ifaces.push(iface);
+                    let iface = interface_block(&self.buf[body], self.big);
                     self.advance(blen);
+                    match iface {
+                        Some(iface) => self.ifaces.push(iface),
+                        None => return Some(ReadEvent::Warning("short interface block".into())),
+                    }
                 }
                 // Enhanced packet / obsolete packet.
-                6 | 2 => {
-                    let body = &self.buf[body_start..body_end];
-                    if body.len() < 20 {
-                        let pos = self.pos;
-                        self.advance(blen);
-                        return Some(ReadEvent::Warning(format!(
-                            "short packet block at byte {pos}; skipped"
-                        )));
-                    }
-                    let ifid = if btype == 6 {
-                        rd(body, 0) as usize
-                    } else if big {
-                        usize::from(u16::from_be_bytes([body[0], body[1]]))
-                    } else {
-                        usize::from(u16::from_le_bytes([body[0], body[1]]))
-                    };
-                    let (hi, lo, caplen, len) =
-                        (rd(body, 4), rd(body, 8), rd(body, 12), rd(body, 16));
-                    let Some(iface) = self.ifaces.get(ifid).copied() else {
-                        let pos = self.pos;
-                        self.advance(blen);
-                        return Some(ReadEvent::Warning(format!(
-                            "packet block at byte {pos} names interface {ifid} that was never described; skipped"
-                        )));
-                    };
-                    if caplen as usize > body.len() - 20 {
-                        let pos = self.pos;
-                        self.advance(blen);
-                        return Some(ReadEvent::Warning(format!(
-                            "packet block at byte {pos}: captured length {caplen} exceeds the block; skipped"
-                        )));
-                    }
-                    let ts = (u64::from(hi) << 32) | u64::from(lo);
-                    let ts_ns = ts_to_ns(ts, iface);
-                    let d = body_start + 20;
-                    self.advance(blen);
-                    return Some(ReadEvent::Frame(Frame {
-                        ts_ns,
-                        len: len.max(caplen),
-                        linktype: iface.linktype,
-                        data: &self.buf[d..d + caplen as usize],
-                    }));
-                }
+                6 | 2 => return Some(self.packet_block(btype, body, blen)),
                 // Simple packet: interface 0, no timestamp.
-                3 => {
-                    let body = &self.buf[body_start..body_end];
-                    if body.len() < 4 {
-                        self.advance(blen);
-                        continue;
-                    }
-                    let len = rd(body, 0);
-                    let caplen = (len as usize).min(body.len() - 4);
-                    let Some(iface) = self.ifaces.first().copied() else {
-                        self.advance(blen);
-                        return Some(ReadEvent::Warning(
-                            "simple packet block before any interface; skipped".into(),
-                        ));
-                    };
-                    let d = body_start + 4;
-                    self.advance(blen);
-                    return Some(ReadEvent::Frame(Frame {
-                        ts_ns: 0,
-                        len,
-                        linktype: iface.linktype,
-                        data: &self.buf[d..d + caplen],
-                    }));
-                }
+                3 if body.len() >= 4 => return Some(self.simple_packet_block(body, blen)),
                 _ => self.advance(blen),
             }
         }
     }
+
+    /// Reads the next block's type and total length, with the whole block made available;
+    /// a section header sets the byte order and forgets the interfaces. `None` at a clean end,
+    /// `Err` with the reason reading must stop.
+    fn pcapng_block_header(&mut self) -> Result<Option<(u32, usize)>, String> {
+        let avail = self.fill(12).map_err(|e| format!("read error: {e}"))?;
+        let pos = self.pos;
+        if avail == 0 {
+            return Ok(None);
+        }
+        if avail < 12 {
+            return Err(format!("file truncated: block header cut at byte {pos}"));
+        }
+        let b = &self.buf[self.start..];
+        if u32::from_le_bytes([b[0], b[1], b[2], b[3]]) == 0x0a0d0d0a {
+            // Section header: byte order from its magic.
+            self.big = match u32::from_le_bytes([b[8], b[9], b[10], b[11]]) {
+                0x1a2b3c4d => false,
+                0x4d3c2b1a => true,
+                _ => return Err(format!("corrupt pcapng section header at byte {pos}")),
+            };
+            self.ifaces.clear();
+        }
+        let btype = read_u32(b, 0, self.big);
+        let blen = read_u32(b, 4, self.big) as usize;
+        if blen < 12 || blen % 4 != 0 || blen > MAX_RECORD {
+            return Err(format!(
+                "corrupt pcapng block at byte {pos}: length {blen}; stopping"
+            ));
+        }
+        let avail = self.fill(blen).map_err(|e| format!("read error: {e}"))?;
+        if avail < blen {
+            return Err(format!(
+                "file truncated: last block cut at byte {pos} ({avail} of {blen} bytes)"
+            ));
+        }
+        Ok(Some((btype, blen)))
+    }
+
+    /// An enhanced (type 6) or obsolete (type 2) packet block: its frame, or a warning when
+    /// the block is short, names an unknown interface or claims more bytes than it holds.
+    fn packet_block(
+        &mut self,
+        btype: u32,
+        body: std::ops::Range<usize>,
+        blen: usize,
+    ) -> ReadEvent<'_> {
+        let pos = self.pos;
+        self.advance(blen);
+        let big = self.big;
+        let b = &self.buf[body.clone()];
+        if b.len() < 20 {
+            return ReadEvent::Warning(format!("short packet block at byte {pos}; skipped"));
+        }
+        let ifid = if btype == 6 {
+            read_u32(b, 0, big) as usize
+        } else {
+            usize::from(read_u16(b, 0, big))
+        };
+        let (hi, lo, caplen, len) = (
+            read_u32(b, 4, big),
+            read_u32(b, 8, big),
+            read_u32(b, 12, big),
+            read_u32(b, 16, big),
+        );
+        let Some(iface) = self.ifaces.get(ifid).copied() else {
+            return ReadEvent::Warning(format!(
+                "packet block at byte {pos} names interface {ifid} that was never described; skipped"
+            ));
+        };
+        if caplen as usize > b.len() - 20 {
+            return ReadEvent::Warning(format!(
+                "packet block at byte {pos}: captured length {caplen} exceeds the block; skipped"
+            ));
+        }
+        let d = body.start + 20;
+        ReadEvent::Frame(Frame {
+            ts_ns: ts_to_ns((u64::from(hi) << 32) | u64::from(lo), iface),
+            len: len.max(caplen),
+            linktype: iface.linktype,
+            data: &self.buf[d..d + caplen as usize],
+        })
+    }
+
+    /// A simple packet block (at least 4 body bytes): interface 0, no timestamp.
+    fn simple_packet_block(&mut self, body: std::ops::Range<usize>, blen: usize) -> ReadEvent<'_> {
+        self.advance(blen);
+        let len = read_u32(&self.buf[body.clone()], 0, self.big);
+        let caplen = (len as usize).min(body.len() - 4);
+        let Some(iface) = self.ifaces.first().copied() else {
+            return ReadEvent::Warning("simple packet block before any interface; skipped".into());
+        };
+        let d = body.start + 4;
+        ReadEvent::Frame(Frame {
+            ts_ns: 0,
+            len,
+            linktype: iface.linktype,
+            data: &self.buf[d..d + caplen],
+        })
+    }
+}
+
+/// A 32-bit field at `i`, big-endian when `big` (a pcapng section's or a swapped pcap's order).
+fn read_u32(b: &[u8], i: usize, big: bool) -> u32 {
+    let v = [b[i], b[i + 1], b[i + 2], b[i + 3]];
+    if big {
+        u32::from_be_bytes(v)
+    } else {
+        u32::from_le_bytes(v)
+    }
+}
+
+/// A 16-bit field at `i`, big-endian when `big`.
+fn read_u16(b: &[u8], i: usize, big: bool) -> u16 {
+    let v = [b[i], b[i + 1]];
+    if big {
+        u16::from_be_bytes(v)
+    } else {
+        u16::from_le_bytes(v)
+    }
+}
+
+/// An interface description block's body: link type and the timestamp options
+/// (`if_tsresol`, `if_tsoffset`); `None` when shorter than its fixed part.
+fn interface_block(body: &[u8], big: bool) -> Option<Iface> {
+    if body.len() < 8 {
+        return None;
+    }
+    let mut iface = Iface {
+        linktype: u32::from(read_u16(body, 0, big)),
+        units_per_sec: 1_000_000,
+        offset_s: 0,
+    };
+    let mut o = &body[8..];
+    while o.len() >= 4 {
+        let (code, len) = (read_u16(o, 0, big), usize::from(read_u16(o, 2, big)));
+        if code == 0 || o.len() < 4 + len {
+            break;
+        }
+        let v = &o[4..4 + len];
+        match (code, len) {
+            // if_tsresol: a power of ten, or of two with the high bit set.
+            (9, 1) => {
+                let r = v[0];
+                let p = u32::from(r & 0x7f);
+                iface.units_per_sec = if r & 0x80 != 0 {
+                    1u64.checked_shl(p).unwrap_or(1_000_000)
+                } else {
+                    10u64.checked_pow(p).unwrap_or(1_000_000)
+                };
+            }
+            // if_tsoffset: seconds added to every timestamp.
+            (14, 8) => {
+                let a: [u8; 8] = v.try_into().unwrap_or([0; 8]);
+                iface.offset_s = if big {
+                    i64::from_be_bytes(a)
+                } else {
+                    i64::from_le_bytes(a)
+                };
+            }
+            _ => {}
+        }
+        o = &o[4 + len.div_ceil(4) * 4..];
+    }
+    Some(iface)
 }
 
 fn ts_to_ns(ts: u64, iface: Iface) -> i64 {
