@@ -376,14 +376,182 @@ fn open_error(iface: &str, netns: &NetNs, e: pcap::Error) -> Error {
     }
 }
 
+/// Where each captured packet goes: the file sink, the caller's callback, the count.
+struct Delivery {
+    sink: Sink,
+    /// The first error writing the pcapng file (reported at the end; capture goes on).
+    write_err: Option<std::io::Error>,
+    callback: Option<PacketCallback>,
+    linktype: u32,
+    captured: u64,
+}
+
+impl Delivery {
+    fn packet(&mut self, p: pcap::Packet<'_>) {
+        let ts_ns = (p.header.ts.tv_sec as u64) * 1_000_000_000 + p.header.ts.tv_usec as u64;
+        match &mut self.sink {
+            Sink::None => {}
+            Sink::Pcap(s) => s.write(&p),
+            Sink::Pcapng(w) => {
+                if self.write_err.is_none() {
+                    if let Err(e) = w.write_packet(0, ts_ns, p.header.len, p.data, None) {
+                        self.write_err = Some(e);
+                    }
+                }
+            }
+        }
+        if let Some(cb) = self.callback.as_mut() {
+            cb(&PacketRef {
+                ts_ns,
+                linktype: self.linktype,
+                orig_len: p.header.len,
+                data: p.data,
+            });
+        }
+        self.captured += 1;
+    }
+
+    /// Flushes the capture file, reporting the first write error.
+    fn finish(self) -> Result<()> {
+        match self.sink {
+            Sink::None => Ok(()),
+            Sink::Pcap(mut s) => s
+                .flush()
+                .map_err(|e| Error::capture("writing capture file", e)),
+            Sink::Pcapng(w) => {
+                if let Some(e) = self.write_err {
+                    return Err(Error::capture("writing capture file", e));
+                }
+                w.finish()
+                    .map_err(|e| Error::io("writing capture file", e))
+                    .map(drop)
+            }
+        }
+    }
+}
+
+/// An open capture and where its packets go.
+struct Session {
+    cap: pcap::Capture<pcap::Active>,
+    out: Delivery,
+    count: Option<u64>,
+}
+
+impl Session {
+    /// Whether `count` packets have been captured.
+    fn count_reached(&self) -> bool {
+        self.count.is_some_and(|c| self.out.captured >= c)
+    }
+
+    /// Hands over what libpcap has buffered (never past `count`); the number of packets.
+    fn dispatch(&mut self) -> std::result::Result<usize, pcap::Error> {
+        let left = match self.count {
+            Some(c) => c.saturating_sub(self.out.captured).min(100_000) as usize,
+            None => 100_000,
+        };
+        let out = &mut self.out;
+        self.cap.dispatch(Some(left), |p| out.packet(p))
+    }
+
+    /// Captures until count, duration, a stop, or a read error (the interface went away: what
+    /// was captured so far is still flushed and counted, the error is returned as text).
+    fn capture(
+        &mut self,
+        opts: &CaptureOptions,
+        stop: &StopSignal,
+        deadline: Option<Instant>,
+    ) -> (StopReason, Option<String>) {
+        loop {
+            if self.count_reached() {
+                return (StopReason::Count, None);
+            }
+            if stop.raised() {
+                return (StopReason::Stopped, None);
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return (StopReason::Duration, None);
+            }
+            match self.dispatch() {
+                Ok(0) => {
+                    let mut wait = POLL_MS;
+                    if let Some(d) = deadline {
+                        let left = d.saturating_duration_since(now).as_millis() as i32 + 1;
+                        wait = wait.min(left);
+                    }
+                    poll_in(&[self.cap.as_raw_fd(), stop.wake_rd.as_raw_fd()], wait);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let msg = format!("reading packets on {}: {e}", opts.iface);
+                    return (StopReason::Failed, Some(msg));
+                }
+            }
+        }
+    }
+
+    /// Drains what the kernel already captured before the stop (not past `count`). Without
+    /// immediate mode the last packets sit in a block the kernel hands over only when its
+    /// timeout expires, so this waits until the interface has been quiet for longer than that.
+    fn drain(&mut self, opts: &CaptureOptions) -> Result<()> {
+        let quiet_for = Duration::from_millis(if opts.immediate {
+            10
+        } else {
+            BLOCK_TIMEOUT_MS as u64 + 20
+        });
+        let hard_end = Instant::now() + Duration::from_millis(500);
+        let mut last_data = Instant::now();
+        while Instant::now() < hard_end && !self.count_reached() {
+            let n = self
+                .dispatch()
+                .map_err(|e| Error::capture(format!("reading packets on {}", opts.iface), e))?;
+            if n > 0 {
+                last_data = Instant::now();
+            } else if last_data.elapsed() >= quiet_for {
+                break;
+            } else {
+                poll_in(&[self.cap.as_raw_fd()], 10);
+            }
+        }
+        Ok(())
+    }
+
+    /// The kernel's counters; after a read error they are gone with the interface, so what
+    /// was counted here stands in.
+    fn stats(&mut self, failed: bool) -> Result<pcap::Stat> {
+        match self.cap.stats() {
+            Ok(st) => Ok(st),
+            Err(_) if failed => Ok(pcap::Stat {
+                received: self.out.captured.min(u64::from(u32::MAX)) as u32,
+                dropped: 0,
+                if_dropped: 0,
+            }),
+            Err(e) => Err(Error::capture("reading capture statistics", e)),
+        }
+    }
+}
+
+/// Waits up to `ms` for any of `fds` to become readable.
+fn poll_in(fds: &[std::os::fd::RawFd], ms: i32) {
+    let mut pfd: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `pfd` holds `pfd.len()` valid pollfds for the duration of the call.
+    unsafe { libc::poll(pfd.as_mut_ptr(), pfd.len() as libc::nfds_t, ms) };
+}
+
 fn run_capture(
     opts: CaptureOptions,
-    mut callback: Option<PacketCallback>,
+    callback: Option<PacketCallback>,
     stop: Arc<StopSignal>,
     ready: mpsc::SyncSender<Result<u32>>,
 ) -> Result<CaptureStats> {
-    let opened = open(&opts);
-    let (mut cap, mut sink, linktype) = match opened {
+    let (cap, sink, linktype) = match open(&opts) {
         Ok(x) => x,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -392,137 +560,26 @@ fn run_capture(
     };
     let _ = ready.send(Ok(linktype));
     let started = Instant::now();
+    let mut session = Session {
+        cap,
+        out: Delivery {
+            sink,
+            write_err: None,
+            callback,
+            linktype,
+            captured: 0,
+        },
+        count: opts.count,
+    };
     let deadline = opts.duration.map(|d| started + d);
-    let fd = cap.as_raw_fd();
-    let wake = stop.wake_rd.as_raw_fd();
-    let mut captured: u64 = 0;
-    let mut write_err: Option<std::io::Error> = None;
-    let mut handle = |p: pcap::Packet<'_>, captured: &mut u64| {
-        let ts_ns = (p.header.ts.tv_sec as u64) * 1_000_000_000 + p.header.ts.tv_usec as u64;
-        match &mut sink {
-            Sink::None => {}
-            Sink::Pcap(s) => s.write(&p),
-            Sink::Pcapng(w) => {
-                if write_err.is_none() {
-                    if let Err(e) = w.write_packet(0, ts_ns, p.header.len, p.data, None) {
-                        write_err = Some(e);
-                    }
-                }
-            }
-        }
-        if let Some(cb) = callback.as_mut() {
-            cb(&PacketRef {
-                ts_ns,
-                linktype,
-                orig_len: p.header.len,
-                data: p.data,
-            });
-        }
-        *captured += 1;
-    };
-    let remaining = |captured: u64| -> usize {
-        match opts.count {
-            Some(c) => c.saturating_sub(captured).min(100_000) as usize,
-            None => 100_000,
-        }
-    };
-    let mut failure: Option<String> = None;
-    let reason = loop {
-        if opts.count.is_some_and(|c| captured >= c) {
-            break StopReason::Count;
-        }
-        if stop.raised() {
-            break StopReason::Stopped;
-        }
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            break StopReason::Duration;
-        }
-        // A read error (the interface went away) ends the capture, but what was captured
-        // so far is still flushed and counted.
-        let n = match cap.dispatch(Some(remaining(captured)), |p| handle(p, &mut captured)) {
-            Ok(n) => n,
-            Err(e) => {
-                failure = Some(format!("reading packets on {}: {e}", opts.iface));
-                break StopReason::Failed;
-            }
-        };
-        if n == 0 {
-            let mut wait = POLL_MS;
-            if let Some(d) = deadline {
-                let left = d.saturating_duration_since(now).as_millis() as i32 + 1;
-                wait = wait.min(left);
-            }
-            let mut pfd = [
-                libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: wake,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: two valid pollfds for the duration of the call.
-            unsafe { libc::poll(pfd.as_mut_ptr(), 2, wait) };
-        }
-    };
-    // Drain what the kernel already captured before the stop (not past `count`). Without
-    // immediate mode the last packets sit in a block the kernel hands over only when its
-    // timeout expires, so wait until the interface has been quiet for longer than that.
+    let (reason, failure) = session.capture(&opts, &stop, deadline);
     if reason != StopReason::Count && reason != StopReason::Failed {
-        let quiet_for = Duration::from_millis(if opts.immediate {
-            10
-        } else {
-            BLOCK_TIMEOUT_MS as u64 + 20
-        });
-        let hard_end = Instant::now() + Duration::from_millis(500);
-        let mut last_data = Instant::now();
-        while Instant::now() < hard_end && opts.count.is_none_or(|c| captured < c) {
-            let n = cap
-                .dispatch(Some(remaining(captured)), |p| handle(p, &mut captured))
-                .map_err(|e| Error::capture(format!("reading packets on {}", opts.iface), e))?;
-            if n > 0 {
-                last_data = Instant::now();
-            } else if last_data.elapsed() >= quiet_for {
-                break;
-            } else {
-                let mut pfd = libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd for the duration of the call.
-                unsafe { libc::poll(&mut pfd, 1, 10) };
-            }
-        }
+        session.drain(&opts)?;
     }
     let elapsed = started.elapsed();
-    let st = match cap.stats() {
-        Ok(st) => st,
-        // The kernel counters are gone with the interface: report what we counted.
-        Err(_) if failure.is_some() => pcap::Stat {
-            received: captured.min(u64::from(u32::MAX)) as u32,
-            dropped: 0,
-            if_dropped: 0,
-        },
-        Err(e) => return Err(Error::capture("reading capture statistics", e)),
-    };
-    match sink {
-        Sink::None => {}
-        Sink::Pcap(mut s) => s
-            .flush()
-            .map_err(|e| Error::capture("writing capture file", e))?,
-        Sink::Pcapng(w) => {
-            if let Some(e) = write_err {
-                return Err(Error::capture("writing capture file", e));
-            }
-            w.finish()
-                .map_err(|e| Error::io("writing capture file", e))?;
-        }
-    }
+    let st = session.stats(failure.is_some())?;
+    let captured = session.out.captured;
+    session.out.finish()?;
     Ok(CaptureStats {
         iface: opts.iface.clone(),
         linktype,
