@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
+use crate::reader::{read_u16, read_u32};
 use crate::{Error, Result};
 use serde::Serialize;
 
@@ -260,14 +261,7 @@ fn copy_pcap<R: Read, W: Write>(
     stats: &mut AnnotateStats,
 ) -> Result<()> {
     let le = matches!(u32::from_le_bytes(magic), 0xA1B2_C3D4 | 0xA1B2_3C4D);
-    let u32_at = |b: &[u8], i: usize| {
-        let a = [b[i], b[i + 1], b[i + 2], b[i + 3]];
-        if le {
-            u32::from_le_bytes(a)
-        } else {
-            u32::from_be_bytes(a)
-        }
-    };
+    let u32_at = |b: &[u8], i: usize| read_u32(b, i, !le);
     let nano = matches!(
         if le {
             u32::from_le_bytes(magic)
@@ -342,113 +336,22 @@ fn copy_pcapng<R: Read, W: Write>(
     comments: &BTreeMap<u64, String>,
     stats: &mut AnnotateStats,
 ) -> Result<()> {
-    let mut le = true;
-    let mut head = [0u8; 12];
-    let mut pending_first = Some(first);
-    let mut block = Vec::new();
-    let mut seen_shb = false;
+    let mut blocks = BlockReader {
+        rd,
+        first: Some(first),
+        le: true,
+        seen_shb: false,
+        block: Vec::new(),
+    };
     let mut shb_written = false;
-    loop {
-        // type(4) + length(4) + (for the byte-order magic of an SHB) 4 more bytes.
-        let n = match pending_first.take() {
-            Some(f) => {
-                head[..4].copy_from_slice(&f);
-                4 + read_full(rd, &mut head[4..])?
-            }
-            None => read_full(rd, &mut head)?,
-        };
-        if n == 0 {
-            break;
-        }
-        let frame = stats.frames + 1;
-        if n < 12 {
-            stats.warnings.push(format!(
-                "block after frame {}: header cut short ({n} bytes); stopped there",
-                stats.frames
-            ));
-            break;
-        }
-        let btype_raw = [head[0], head[1], head[2], head[3]];
-        if u32::from_le_bytes(btype_raw) == SHB {
-            let bom = [head[8], head[9], head[10], head[11]];
-            le = match u32::from_le_bytes(bom) {
-                BYTE_ORDER_MAGIC => true,
-                0x4D3C_2B1A => false,
-                _ => {
-                    return Err(Error::Format(
-                        "pcapng section header has a bad byte-order magic".into(),
-                    ));
-                }
-            };
-            seen_shb = true;
-        } else if !seen_shb {
-            return Err(Error::Format(
-                "pcapng file does not start with a section header".into(),
-            ));
-        }
-        let rd32 = |b: &[u8], i: usize| {
-            let a = [b[i], b[i + 1], b[i + 2], b[i + 3]];
-            if le {
-                u32::from_le_bytes(a)
-            } else {
-                u32::from_be_bytes(a)
-            }
-        };
-        let btype = rd32(&head, 0);
-        let len = rd32(&head, 4);
-        if len < 12 || len % 4 != 0 || len > MAX_BLOCK {
-            stats.warnings.push(format!(
-                "block after frame {}: bad block length {len}; stopped there",
-                stats.frames
-            ));
-            break;
-        }
-        block.clear();
-        block.extend_from_slice(&head);
-        let got = rd.by_ref().take(len as u64 - 12).read_to_end(&mut block)?;
-        if got < len as usize - 12 {
-            stats.warnings.push(format!(
-                "block after frame {}: cut short ({} of {len} bytes); stopped there",
-                stats.frames,
-                got + 12
-            ));
-            break;
-        }
-        if rd32(&block, len as usize - 4) != len {
-            stats.warnings.push(format!(
-                "block after frame {}: trailing length does not match; stopped there",
-                stats.frames
-            ));
-            break;
-        }
+    while let Some(btype) = blocks.next(stats)? {
         match btype {
             EPB | PB_OBSOLETE | SPB => {
-                stats.frames = frame;
-                match comments.get(&frame) {
-                    Some(c) if btype == SPB => {
-                        let _ = c;
-                        stats.uncommentable_frames.push(frame);
-                        out.write_all(&block)?;
-                    }
-                    Some(c) => match with_comment(&block, le, c) {
-                        Some(b) => {
-                            out.write_all(&b)?;
-                            stats.commented += 1;
-                        }
-                        None => {
-                            stats.warnings.push(format!(
-                                "frame {frame}: packet block is malformed; copied without a comment"
-                            ));
-                            stats.uncommentable_frames.push(frame);
-                            out.write_all(&block)?;
-                        }
-                    },
-                    None => out.write_all(&block)?,
-                }
+                copy_packet_block(out, &blocks.block, btype, blocks.le, comments, stats)?
             }
             _ => {
                 shb_written |= btype == SHB;
-                out.write_all(&block)?;
+                out.write_all(&blocks.block)?;
             }
         }
     }
@@ -462,25 +365,137 @@ fn copy_pcapng<R: Read, W: Write>(
     Ok(())
 }
 
+/// Reads a pcapng file block by block, checking each block's framing.
+struct BlockReader<'r, R> {
+    rd: &'r mut R,
+    /// The file's first four bytes, already read to tell the format.
+    first: Option<[u8; 4]>,
+    /// The current section is little-endian.
+    le: bool,
+    seen_shb: bool,
+    /// The last block read, whole.
+    block: Vec<u8>,
+}
+
+impl<R: Read> BlockReader<'_, R> {
+    /// The next block's type, with its bytes in `self.block`. `None` at the end of the file,
+    /// or where the file is damaged (a warning in `stats` says where); an error when the file
+    /// is not pcapng at all.
+    fn next(&mut self, stats: &mut AnnotateStats) -> Result<Option<u32>> {
+        // type(4) + length(4) + (for the byte-order magic of an SHB) 4 more bytes.
+        let mut head = [0u8; 12];
+        let n = match self.first.take() {
+            Some(f) => {
+                head[..4].copy_from_slice(&f);
+                4 + read_full(self.rd, &mut head[4..])?
+            }
+            None => read_full(self.rd, &mut head)?,
+        };
+        let after = stats.frames;
+        if n == 0 {
+            return Ok(None);
+        }
+        if n < 12 {
+            let w =
+                format!("block after frame {after}: header cut short ({n} bytes); stopped there");
+            stats.warnings.push(w);
+            return Ok(None);
+        }
+        self.section(&head)?;
+        let btype = read_u32(&head, 0, !self.le);
+        let len = read_u32(&head, 4, !self.le);
+        if len < 12 || len % 4 != 0 || len > MAX_BLOCK {
+            let w = format!("block after frame {after}: bad block length {len}; stopped there");
+            stats.warnings.push(w);
+            return Ok(None);
+        }
+        self.block.clear();
+        self.block.extend_from_slice(&head);
+        let got = self
+            .rd
+            .by_ref()
+            .take(u64::from(len) - 12)
+            .read_to_end(&mut self.block)?;
+        if got < len as usize - 12 {
+            stats.warnings.push(format!(
+                "block after frame {after}: cut short ({} of {len} bytes); stopped there",
+                got + 12
+            ));
+            return Ok(None);
+        }
+        if read_u32(&self.block, len as usize - 4, !self.le) != len {
+            stats.warnings.push(format!(
+                "block after frame {after}: trailing length does not match; stopped there"
+            ));
+            return Ok(None);
+        }
+        Ok(Some(btype))
+    }
+
+    /// A section header sets the byte order; anything before the first one is not pcapng.
+    fn section(&mut self, head: &[u8; 12]) -> Result<()> {
+        if u32::from_le_bytes([head[0], head[1], head[2], head[3]]) == SHB {
+            self.le = match u32::from_le_bytes([head[8], head[9], head[10], head[11]]) {
+                BYTE_ORDER_MAGIC => true,
+                0x4D3C_2B1A => false,
+                _ => {
+                    return Err(Error::Format(
+                        "pcapng section header has a bad byte-order magic".into(),
+                    ));
+                }
+            };
+            self.seen_shb = true;
+        } else if !self.seen_shb {
+            return Err(Error::Format(
+                "pcapng file does not start with a section header".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Copies one packet block (the next frame), with its comment if one is asked for and the
+/// block can carry it (a simple packet block has no options).
+fn copy_packet_block<W: Write>(
+    out: &mut W,
+    block: &[u8],
+    btype: u32,
+    le: bool,
+    comments: &BTreeMap<u64, String>,
+    stats: &mut AnnotateStats,
+) -> Result<()> {
+    let frame = stats.frames + 1;
+    stats.frames = frame;
+    let Some(c) = comments.get(&frame) else {
+        out.write_all(block)?;
+        return Ok(());
+    };
+    if btype == SPB {
+        stats.uncommentable_frames.push(frame);
+        out.write_all(block)?;
+        return Ok(());
+    }
+    match with_comment(block, le, c) {
+        Some(b) => {
+            out.write_all(&b)?;
+            stats.commented += 1;
+        }
+        None => {
+            stats.warnings.push(format!(
+                "frame {frame}: packet block is malformed; copied without a comment"
+            ));
+            stats.uncommentable_frames.push(frame);
+            out.write_all(block)?;
+        }
+    }
+    Ok(())
+}
+
 /// Returns an EPB/PB `block` with `comment` appended to its options, in the section's byte
 /// order; `None` if the block's lengths do not add up.
 fn with_comment(block: &[u8], le: bool, comment: &str) -> Option<Vec<u8>> {
-    let u32_at = |i: usize| {
-        let a = [block[i], block[i + 1], block[i + 2], block[i + 3]];
-        if le {
-            u32::from_le_bytes(a)
-        } else {
-            u32::from_be_bytes(a)
-        }
-    };
-    let u16_at = |i: usize| {
-        let a = [block[i], block[i + 1]];
-        if le {
-            u16::from_le_bytes(a)
-        } else {
-            u16::from_be_bytes(a)
-        }
-    };
+    let u32_at = |i: usize| read_u32(block, i, !le);
+    let u16_at = |i: usize| read_u16(block, i, !le);
     let w16 = |v: &mut Vec<u8>, x: u16| {
         v.extend_from_slice(&if le { x.to_le_bytes() } else { x.to_be_bytes() })
     };

@@ -367,7 +367,7 @@ impl<R: Read> CaptureReader<R> {
 }
 
 /// A 32-bit field at `i`, big-endian when `big` (a pcapng section's or a swapped pcap's order).
-fn read_u32(b: &[u8], i: usize, big: bool) -> u32 {
+pub(crate) fn read_u32(b: &[u8], i: usize, big: bool) -> u32 {
     let v = [b[i], b[i + 1], b[i + 2], b[i + 3]];
     if big {
         u32::from_be_bytes(v)
@@ -377,7 +377,7 @@ fn read_u32(b: &[u8], i: usize, big: bool) -> u32 {
 }
 
 /// A 16-bit field at `i`, big-endian when `big`.
-fn read_u16(b: &[u8], i: usize, big: bool) -> u16 {
+pub(crate) fn read_u16(b: &[u8], i: usize, big: bool) -> u16 {
     let v = [b[i], b[i + 1]];
     if big {
         u16::from_be_bytes(v)
