@@ -13,6 +13,9 @@
 //! connect/write/read times, SYN retransmissions), every slow one kept and the rest sampled
 //! with weights, in memory fixed per thread; failed and pending connects are records too.
 //!
+//! The [`LoadReport`] is the engine's own type (`latency_us.p99`); `From` turns it into the
+//! `lagtrace-model` JSON report (`latency.p99_us`).
+//!
 //! ```no_run
 //! use std::sync::atomic::AtomicBool;
 //! let opts = lagtrace_load::LoadOptions::new("http://127.0.0.1:8080/");

@@ -5,6 +5,9 @@
 //! - [`route()`]: TCP SYN, UDP or ICMP probes at every TTL at once, one flow per trace
 //!   (Paris style), replies matched by probe identity; `rounds > 1` gives mtr-style totals.
 //!
+//! The reports are the engine's own types (`loss_pct` 0–100, `f64` µs); [`json`] turns them
+//! into the `lagtrace-model` JSON reports (`loss_share` 0–1, `*_us`).
+//!
 //! Both run in the calling thread's network namespace (wrap in `lagtrace_netns::NetNs::run`
 //! to probe from another one) and are safe to call from a background thread.
 //! The network sits behind [`net::Network`]; the engines are unit-tested on a simulation.

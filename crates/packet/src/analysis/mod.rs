@@ -147,6 +147,7 @@ pub struct Analyzer {
     rec: Recorder,
     servers: ServerTimes,
     retrans_frames: Vec<u64>,
+    /// `(frame, ack_rtt)`, the RTT in seconds (as Wireshark's `tcp.analysis.ack_rtt`).
     ack_rtts: Vec<(u64, f64)>,
     stream_packets: Vec<PacketRecord>,
     skipped: Skipped,
