@@ -107,16 +107,13 @@ pub fn measure(o: &HostOptions) -> Result<HostReport, HostError> {
     };
     let cpu0 = self_cpu_us();
     let started = Instant::now();
-    let mut report = ns.run(|| window(o)).map_err(|e| {
-        if e.raw_os_error() == Some(libc::EPERM) {
-            HostError::Privilege(Privilege::new(
-                Capability::SysAdmin,
-                "entering another network namespace",
-                " (run as root; without it, watch this namespace: no --netns/--pid)",
-            ))
-        } else {
-            HostError::Netns(e)
-        }
+    let mut report = ns.run(|| window(o)).map_err(|e| match e {
+        lagtrace_netns::Error::Privilege(_) => HostError::Privilege(Privilege::new(
+            Capability::SysAdmin,
+            "entering another network namespace",
+            " (run as root; without it, watch this namespace: no --netns/--pid)",
+        )),
+        e => HostError::Netns(e.into()),
     })?;
     report.scope = scope;
     let wall = started.elapsed();

@@ -11,6 +11,69 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use lagtrace_model::{Capability, Privilege};
+
+/// Why a namespace could not be entered.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The namespace file cannot be opened (no such namespace, or no access to it).
+    #[error("network namespace {}: {err}", path.display())]
+    Open {
+        /// The namespace file.
+        path: PathBuf,
+        /// Why.
+        err: io::Error,
+    },
+    /// `setns` was refused: entering another namespace needs CAP_SYS_ADMIN.
+    #[error(transparent)]
+    Privilege(Privilege),
+    /// `setns` failed otherwise (not a network namespace file, …).
+    #[error("entering network namespace {}: {err}", path.display())]
+    Enter {
+        /// The namespace file.
+        path: PathBuf,
+        /// Why.
+        err: io::Error,
+    },
+}
+
+impl Error {
+    /// The missing capability, when that is why it failed.
+    pub fn privilege(&self) -> Option<&Privilege> {
+        match self {
+            Error::Privilege(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    fn enter(path: &Path, err: io::Error) -> Self {
+        if err.kind() == io::ErrorKind::PermissionDenied {
+            Error::Privilege(Privilege::new(
+                Capability::SysAdmin,
+                format!("entering network namespace {}", path.display()),
+                format!(" (run as root): {err}"),
+            ))
+        } else {
+            Error::Enter {
+                path: path.to_path_buf(),
+                err,
+            }
+        }
+    }
+}
+
+/// For callers whose own errors are `io::Error`: the kind is kept (`PermissionDenied` for a
+/// missing privilege), the message is this error's.
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        let kind = match &e {
+            Error::Open { err, .. } | Error::Enter { err, .. } => err.kind(),
+            Error::Privilege(_) => io::ErrorKind::PermissionDenied,
+        };
+        io::Error::new(kind, e)
+    }
+}
+
 /// Where `ip netns add NAME` puts the namespace's bind mount.
 pub const NETNS_RUN_DIR: &str = "/run/netns";
 
@@ -54,7 +117,7 @@ impl NetNs {
     /// Runs `f` on a thread that has entered this namespace, and returns its result.
     ///
     /// Errors only if the namespace cannot be opened or entered; `f`'s own outcome is in `T`.
-    pub fn run<T, F>(&self, f: F) -> io::Result<T>
+    pub fn run<T, F>(&self, f: F) -> Result<T, Error>
     where
         T: Send,
         F: FnOnce() -> T + Send,
@@ -62,23 +125,10 @@ impl NetNs {
         let Some(path) = self.path() else {
             return Ok(f());
         };
-        let file = File::open(&path).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("network namespace {}: {e}", path.display()),
-            )
-        })?;
+        let file = open(&path)?;
         std::thread::scope(|s| {
             s.spawn(move || {
-                enter(&file).map_err(|e| {
-                    io::Error::new(
-                        e.kind(),
-                        format!(
-                            "entering network namespace {} (needs CAP_SYS_ADMIN): {e}",
-                            path.display()
-                        ),
-                    )
-                })?;
+                enter(&file).map_err(|e| Error::enter(&path, e))?;
                 Ok(f())
             })
             .join()
@@ -88,12 +138,12 @@ impl NetNs {
 
     /// Makes the *calling thread* enter this namespace for the rest of its life.
     /// Use on threads you own (for example a capture or load worker thread).
-    pub fn enter_current_thread(&self) -> io::Result<()> {
+    pub fn enter_current_thread(&self) -> Result<(), Error> {
         let Some(path) = self.path() else {
             return Ok(());
         };
-        let file = File::open(&path)?;
-        enter(&file)
+        let file = open(&path)?;
+        enter(&file).map_err(|e| Error::enter(&path, e))
     }
 
     /// The namespace's inode number (identifies it across names and processes).
@@ -104,6 +154,13 @@ impl NetNs {
             .unwrap_or_else(|| PathBuf::from("/proc/self/ns/net"));
         Ok(std::fs::metadata(p)?.ino())
     }
+}
+
+fn open(path: &Path) -> Result<File, Error> {
+    File::open(path).map_err(|err| Error::Open {
+        path: path.to_path_buf(),
+        err,
+    })
 }
 
 fn enter(file: &File) -> io::Result<()> {

@@ -598,18 +598,13 @@ fn open(opts: &CaptureOptions) -> Result<(pcap::Capture<pcap::Active>, Sink, u32
         if !p.exists() {
             return Err(Error::NoNamespace(p.to_path_buf()));
         }
-        opts.netns.enter_current_thread().map_err(|e| {
-            if e.kind() == std::io::ErrorKind::PermissionDenied {
-                Error::Privilege(Privilege::new(
-                    Capability::SysAdmin,
-                    format!("entering network namespace {}", p.display()),
-                    format!(
-                        " (run as root); capturing in the current namespace works without it: {e}"
-                    ),
-                ))
-            } else {
-                Error::io(format!("entering network namespace {}", p.display()), e)
+        opts.netns.enter_current_thread().map_err(|e| match e {
+            lagtrace_netns::Error::Privilege(mut p) => {
+                p.hint
+                    .push_str("; capturing in the current namespace works without it");
+                Error::Privilege(p)
             }
+            e => Error::Netns(e),
         })?;
     }
     if opts.snaplen == 0 {

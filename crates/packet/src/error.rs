@@ -57,6 +57,9 @@ pub enum Error {
         /// libpcap's message.
         msg: String,
     },
+    /// The capture's namespace could not be opened or entered.
+    #[error(transparent)]
+    Netns(lagtrace_netns::Error),
     /// The `--netns` path does not exist.
     #[error("network namespace {} does not exist", .0.display())]
     NoNamespace(PathBuf),
@@ -97,6 +100,7 @@ impl Error {
     pub fn privilege(&self) -> Option<&Privilege> {
         match self {
             Error::Privilege(p) => Some(p),
+            Error::Netns(e) => e.privilege(),
             Error::Read { err, .. } | Error::Annotate { err, .. } => err.privilege(),
             _ => None,
         }

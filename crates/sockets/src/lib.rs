@@ -213,12 +213,22 @@ pub struct Unreadable {
 /// Errors that stop an inspection altogether (partial failures are notes instead).
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
-    /// The namespace cannot be opened or entered.
-    #[error("{0}")]
-    Netns(std::io::Error),
+    /// The namespace cannot be opened or entered (entering needs CAP_SYS_ADMIN).
+    #[error(transparent)]
+    Netns(lagtrace_netns::Error),
     /// sock_diag refused the dump.
     #[error("sock_diag dump failed: {0}")]
     Diag(std::io::Error),
+}
+
+impl InspectError {
+    /// The missing capability, when that is why the inspection could not run.
+    pub fn privilege(&self) -> Option<&lagtrace_model::Privilege> {
+        match self {
+            InspectError::Netns(e) => e.privilege(),
+            InspectError::Diag(_) => None,
+        }
+    }
 }
 
 fn netns_label(ns: &NetNs) -> String {
