@@ -39,9 +39,37 @@ pub fn flag_letters(bits: u8) -> String {
     s
 }
 
+/// Wireshark-style flag names (`SYN,ACK`, `PSH,ACK`, ...): SYN, FIN, RST, PSH, ACK, URG, ECE,
+/// CWR in that order.
+pub fn flag_names(bits: u8) -> String {
+    let names = [
+        (flags::SYN, "SYN"),
+        (flags::FIN, "FIN"),
+        (flags::RST, "RST"),
+        (flags::PSH, "PSH"),
+        (flags::ACK, "ACK"),
+        (flags::URG, "URG"),
+        (flags::ECE, "ECE"),
+        (flags::CWR, "CWR"),
+    ];
+    let v: Vec<&str> = names
+        .iter()
+        .filter(|(b, _)| bits & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    v.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_in_wireshark_order() {
+        assert_eq!(flag_names(flags::SYN | flags::ACK), "SYN,ACK");
+        assert_eq!(flag_names(flags::ACK | flags::PSH), "PSH,ACK");
+        assert_eq!(flag_names(0), "");
+    }
 
     #[test]
     fn letters_in_hping3_order() {

@@ -19,7 +19,6 @@
 //! The report types live in `lagtrace_model::analyze` and are re-exported here.
 
 mod cork;
-mod display;
 mod event;
 mod http;
 mod loss;
@@ -38,12 +37,13 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 pub use cork::CORK_CEILING_US;
-pub use display::flags_str;
 pub use lagtrace_model::FindingKind;
 pub use lagtrace_model::analyze::{
     Analysis, Finding, KindSummary, PacketRecord, StreamSummary, SynOptions, Transaction,
     TransactionStats,
 };
+/// Wireshark-style flag string (`ACK,PSH`, ...); one definition, in `lagtrace-wire`.
+pub use lagtrace_wire::tcp::flag_names as flags_str;
 pub use nagle::{DELAYED_ACK_MIN_US, RELEASE_SLACK_US};
 pub use server::{SLOW_SERVER_ALONE_US, SLOW_SERVER_MIN_US};
 pub use tracker::CLOSED_LINGER_NS;
