@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use lagtrace_packet::{AnalyzeOptions, analyze_file};
 use lagtrace_testkit::net::{VethNs, enter_netns, nft_load};
 use lagtrace_testkit::tcpdump::tcpdump_on;
-use lagtrace_testkit::{in_ns, sh, tshark_fields};
+use lagtrace_testkit::{in_ns, sh, tshark_fields, tshark_frames};
 
 const BODY: usize = 60_000;
 
@@ -162,14 +162,10 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
     let an = analyze_file(&file, &AnalyzeOptions::default()).unwrap();
     assert_eq!(an.streams.len(), conns, "{:?}", an.warnings);
     let ours: BTreeSet<u64> = an.retransmitted_frames.iter().copied().collect();
-    let theirs: BTreeSet<u64> = tshark_fields(
+    let theirs: BTreeSet<u64> = tshark_frames(
         &file,
-        Some("tcp.analysis.retransmission || tcp.analysis.fast_retransmission"),
-        &["frame.number"],
-    )
-    .into_iter()
-    .map(|r| r[0].parse().unwrap())
-    .collect();
+        "tcp.analysis.retransmission || tcp.analysis.fast_retransmission",
+    );
     assert!(
         theirs.len() >= 10,
         "5 % loss should cause retransmissions; tshark saw {} in {} frames ({:?})",
@@ -316,14 +312,10 @@ fn dropped_syn_is_syn_retransmit() {
         "SYN timer: {:?}",
         syn[0]
     );
-    let theirs: BTreeSet<u64> = tshark_fields(
+    let theirs: BTreeSet<u64> = tshark_frames(
         &file,
-        Some("tcp.analysis.retransmission || tcp.analysis.fast_retransmission"),
-        &["frame.number"],
-    )
-    .into_iter()
-    .map(|r| r[0].parse().unwrap())
-    .collect();
+        "tcp.analysis.retransmission || tcp.analysis.fast_retransmission",
+    );
     let ours: BTreeSet<u64> = an.retransmitted_frames.iter().copied().collect();
     assert_eq!(ours, theirs);
     assert_eq!(an.kind("syn-retransmit").unwrap().transactions_affected, 0);

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use lagtrace_packet::{AnalyzeOptions, analyze_file};
-use lagtrace_testkit::{case_pcap as case_file, tshark_fields};
+use lagtrace_testkit::{case_pcap as case_file, tshark_fields, tshark_frames};
 
 /// Per-stream frames and bytes each way, from tshark's per-packet view.
 fn tshark_streams(file: &Path) -> BTreeMap<u32, (String, u64, u64, u64, u64)> {
@@ -104,24 +104,13 @@ fn retransmissions_match_tshark_on_healthy_capture() {
     let file = case_file("healthy.pcap");
     let an = analyze_file(&file, &AnalyzeOptions::default()).unwrap();
     let ours: BTreeSet<u64> = an.retransmitted_frames.iter().copied().collect();
-    let theirs: BTreeSet<u64> = tshark_fields(
+    let theirs: BTreeSet<u64> = tshark_frames(
         &file,
-        Some("tcp.analysis.retransmission || tcp.analysis.fast_retransmission"),
-        &["frame.number"],
-    )
-    .into_iter()
-    .map(|r| r[0].parse().unwrap())
-    .collect();
+        "tcp.analysis.retransmission || tcp.analysis.fast_retransmission",
+    );
     assert!(!theirs.is_empty());
     assert_eq!(ours, theirs);
-    let spurious: BTreeSet<u64> = tshark_fields(
-        &file,
-        Some("tcp.analysis.spurious_retransmission"),
-        &["frame.number"],
-    )
-    .into_iter()
-    .map(|r| r[0].parse().unwrap())
-    .collect();
+    let spurious: BTreeSet<u64> = tshark_frames(&file, "tcp.analysis.spurious_retransmission");
     let ours_spurious: BTreeSet<u64> = an
         .findings
         .iter()

@@ -77,6 +77,15 @@ pub fn tshark_fields(file: &Path, filter: Option<&str>, fields: &[&str]) -> Vec<
     tshark(file, filter, fields, &[])
 }
 
+/// The frame numbers tshark's display `filter` selects (e.g. Wireshark's own retransmission
+/// flags), for comparing a detector's frames with tshark's.
+pub fn tshark_frames(file: &Path, filter: &str) -> std::collections::BTreeSet<u64> {
+    tshark_fields(file, Some(filter), &["frame.number"])
+        .into_iter()
+        .map(|r| r[0].parse().expect("tshark prints frame numbers"))
+        .collect()
+}
+
 /// [`tshark_fields`] with `-n -E occurrence=f`: no name resolution, the first occurrence of
 /// a repeated field only.
 pub fn tshark_fields_first(file: &Path, filter: Option<&str>, fields: &[&str]) -> Vec<Vec<String>> {
