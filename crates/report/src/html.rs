@@ -50,8 +50,21 @@ fn status_class(s: LayerStatus) -> &'static str {
 
 /// Renders the whole report as one HTML document.
 pub fn html(d: &Diagnosis) -> String {
-    let v = &d.verdict;
     let mut o = String::new();
+    head(&mut o, d);
+    verdict(&mut o, d);
+    fix(&mut o, d);
+    verify(&mut o, d);
+    layers(&mut o, d);
+    chart(&mut o, d);
+    flow(&mut o, d);
+    evidence(&mut o, d);
+    o
+}
+
+/// The document head and the title lines (target, concurrency, run time).
+fn head(o: &mut String, d: &Diagnosis) {
+    let v = &d.verdict;
     let _ = write!(
         o,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\"><title>lagtrace: {} — {}</title><style>{CSS}</style></head><body><main>",
@@ -68,7 +81,11 @@ pub fn html(d: &Diagnosis) -> String {
         d.settings.concurrency,
         d.elapsed_us as f64 / 1e6
     );
-    // Verdict.
+}
+
+/// The verdict box: cause, confidence, summary, cost, tail, secondary causes.
+fn verdict(o: &mut String, d: &Diagnosis) {
+    let v = &d.verdict;
     let class = match v.cause {
         Cause::Healthy => "ok",
         Cause::Unreachable => "down",
@@ -92,7 +109,11 @@ pub fn html(d: &Diagnosis) -> String {
         let _ = write!(o, "<p><b>Also:</b> {}</p>", esc(&s.join(", ")));
     }
     o.push_str("</section>");
-    // Fix.
+}
+
+/// The fix table, when the verdict has fixes.
+fn fix(o: &mut String, d: &Diagnosis) {
+    let v = &d.verdict;
     if !v.fix.is_empty() {
         o.push_str("<h2>Fix</h2><table id=\"fix\"><tr><th>side</th><th>where</th><th>change</th><th>trade-off</th></tr>");
         for f in &v.fix {
@@ -114,7 +135,10 @@ pub fn html(d: &Diagnosis) -> String {
         }
         o.push_str("</table>");
     }
-    // Verify.
+}
+
+/// The before → after table of a `--verify` run.
+fn verify(o: &mut String, d: &Diagnosis) {
     if let Some(vf) = &d.verify {
         let _ = write!(
             o,
@@ -149,7 +173,10 @@ pub fn html(d: &Diagnosis) -> String {
         }
         o.push_str("</table>");
     }
-    // Layers.
+}
+
+/// One row per layer: status and what it measured.
+fn layers(o: &mut String, d: &Diagnosis) {
     o.push_str("<h2>Layers</h2><table id=\"layers\"><tr><th>layer</th><th>status</th><th>what it measured</th></tr>");
     for l in LayerName::ALL {
         let st = d.layers.status(l);
@@ -163,7 +190,10 @@ pub fn html(d: &Diagnosis) -> String {
         );
     }
     o.push_str("</table>");
-    // Percentile chart.
+}
+
+/// Latency by percentile: c=1 and c=N, and the baseline's when verifying.
+fn chart(o: &mut String, d: &Diagnosis) {
     let mut series = Vec::new();
     if let Some(a) = d.layers.app.get() {
         if let Some(r) = a.c1.as_ref().filter(|r| r.requests > 0) {
@@ -200,7 +230,10 @@ pub fn html(d: &Diagnosis) -> String {
     } else {
         o.push_str(&percentile_chart(&series));
     }
-    // Flow ladder.
+}
+
+/// The example stream's flow graph, when the packets layer kept one.
+fn flow(o: &mut String, d: &Diagnosis) {
     if let Some(f) = d.layers.packets.get().and_then(|p| p.example_flow.as_ref()) {
         let _ = write!(
             o,
@@ -211,7 +244,10 @@ pub fn html(d: &Diagnosis) -> String {
         );
         o.push_str(&flow_ladder(f));
     }
-    // Evidence.
+}
+
+/// The evidence list and the footer.
+fn evidence(o: &mut String, d: &Diagnosis) {
     o.push_str("<h2>Evidence</h2><ul class=\"ev\" id=\"evidence\">");
     for e in &d.evidence {
         let cls = match e.stance {
@@ -233,5 +269,4 @@ pub fn html(d: &Diagnosis) -> String {
         env!("CARGO_PKG_VERSION"),
         d.schema_version
     );
-    o
 }
