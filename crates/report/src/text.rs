@@ -4,7 +4,9 @@
 use std::fmt::Write as _;
 
 use lagtrace_model::diagnosis::Diagnosis;
-use lagtrace_model::diagnosis::evidence::{AppRun, LayerName};
+use lagtrace_model::diagnosis::evidence::{
+    AppEvidence, AppRun, LayerName, PacketEvidence, PathEvidence, SocketEvidence,
+};
 use lagtrace_model::diagnosis::verdict::{FixSide, Stance};
 
 use crate::ms;
@@ -14,142 +16,145 @@ pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
     let layers = &d.layers;
     let missing = || layers.reason(l).unwrap_or("").to_string();
     match l {
-        LayerName::Path => match layers.path.get() {
-            None => missing(),
-            Some(p) => {
-                let mut s = String::new();
-                match &p.idle {
-                    Some(i) if i.received > 0 => {
-                        let _ = write!(
-                            s,
-                            "SYN RTT p50 {} idle ({}/{} answered{})",
-                            ms(i.p50_us),
-                            i.received,
-                            i.sent,
-                            if i.rst > 0 { ", RST" } else { "" }
-                        );
-                    }
-                    Some(i) => {
-                        let _ = write!(s, "no reply to {} SYN probes", i.sent);
-                    }
-                    None => s.push_str("no idle probe"),
-                }
-                if let Some(u) = p.under_load.as_ref().filter(|u| u.received > 0) {
-                    let _ = write!(s, ", {} under load", ms(u.p50_us));
-                }
-                if !p.hops.is_empty() {
-                    let answered: Vec<String> = p
-                        .hops
-                        .iter()
-                        .filter_map(|h| h.addr.as_ref().map(|a| format!("{}:{a}", h.ttl)))
-                        .collect();
-                    if answered.is_empty() {
-                        let _ = write!(s, "; route: no hop answered ({} TTLs)", p.hops.len());
-                    } else {
-                        let _ = write!(s, "; route: {}", answered.join(" "));
-                    }
-                }
-                if p.method != "tcp-syn" && !p.method.is_empty() {
-                    // The text keeps its short word for a timed connect().
-                    let m = if p.method == "tcp-connect" {
-                        "connect"
-                    } else {
-                        &p.method
-                    };
-                    let _ = write!(s, " [{m}]");
-                }
-                s
-            }
-        },
-        LayerName::App => match layers.app.get() {
-            None => missing(),
-            Some(a) => {
-                let one = |r: &AppRun| {
-                    if r.requests == 0 {
-                        return format!(
-                            "c={}: no request completed ({} connect, {} timeout, {} read errors)",
-                            r.concurrency, r.errors.connect, r.errors.timeout, r.errors.read
-                        );
-                    }
-                    format!(
-                        "c={} p50 {} p99 {} {:.0} req/s{}",
-                        r.concurrency,
-                        ms(r.latency.p50_us),
-                        ms(r.latency.p99_us),
-                        r.requests_per_sec,
-                        if r.errors.total() > 0 {
-                            format!(", {} errors", r.errors.total())
-                        } else {
-                            String::new()
-                        }
-                    )
-                };
-                let v: Vec<String> = [a.c1.as_ref(), a.cn.as_ref()]
-                    .into_iter()
-                    .flatten()
-                    .map(one)
-                    .collect();
-                if v.is_empty() {
-                    "no load run".into()
-                } else {
-                    v.join("; ")
-                }
-            }
-        },
-        LayerName::Packets => match layers.packets.get() {
-            None => missing(),
-            Some(p) => {
-                let mut s = format!(
-                    "{} packets, {} streams, {} transactions",
-                    p.packets, p.streams, p.transactions
-                );
-                for f in &p.findings {
-                    let _ = write!(
-                        s,
-                        "; {} {:.1}% +{}",
-                        f.kind,
-                        f.share * 100.0,
-                        ms(f.median_added_us)
-                    );
-                }
-                if p.findings.is_empty() {
-                    s.push_str("; no findings");
-                }
-                s
-            }
-        },
+        LayerName::Path => layers.path.get().map_or_else(missing, path_summary),
+        LayerName::App => layers.app.get().map_or_else(missing, app_summary),
+        LayerName::Packets => layers.packets.get().map_or_else(missing, packets_summary),
         LayerName::Sockets => match layers.sockets.get() {
             None => format!(
                 "{}; client lagtrace: TCP_NODELAY on, delayed ACK on (like wrk, browsers)",
                 missing()
             ),
-            Some(so) => {
-                let mut s = match &so.server {
-                    Some(p) => format!("{} (pid {})", p.comm, p.pid),
-                    None => "server process not found".into(),
-                };
-                let _ = write!(
-                    s,
-                    ": {} established, TCP_NODELAY on {}/off {}, TCP_CORK on {}",
-                    so.established, so.nodelay.on, so.nodelay.off, so.cork.on
-                );
-                for c in so.config.iter().filter(|c| !c.default) {
-                    let _ = write!(s, "; {} {} ({}:{})", c.name, c.value, c.file, c.line);
-                }
-                let _ = write!(
-                    s,
-                    "; client lagtrace: TCP_NODELAY {}, delayed ACK {}",
-                    if so.client.nodelay { "on" } else { "off" },
-                    if so.client.quickack {
-                        "off (TCP_QUICKACK)"
-                    } else {
-                        "on"
-                    }
-                );
-                s
-            }
+            Some(so) => sockets_summary(so),
         },
     }
+}
+
+/// SYN RTT idle and under load, the hops that answered, the probe method if not SYN.
+fn path_summary(p: &PathEvidence) -> String {
+    let mut s = String::new();
+    match &p.idle {
+        Some(i) if i.received > 0 => {
+            let _ = write!(
+                s,
+                "SYN RTT p50 {} idle ({}/{} answered{})",
+                ms(i.p50_us),
+                i.received,
+                i.sent,
+                if i.rst > 0 { ", RST" } else { "" }
+            );
+        }
+        Some(i) => {
+            let _ = write!(s, "no reply to {} SYN probes", i.sent);
+        }
+        None => s.push_str("no idle probe"),
+    }
+    if let Some(u) = p.under_load.as_ref().filter(|u| u.received > 0) {
+        let _ = write!(s, ", {} under load", ms(u.p50_us));
+    }
+    if !p.hops.is_empty() {
+        let answered: Vec<String> = p
+            .hops
+            .iter()
+            .filter_map(|h| h.addr.as_ref().map(|a| format!("{}:{a}", h.ttl)))
+            .collect();
+        if answered.is_empty() {
+            let _ = write!(s, "; route: no hop answered ({} TTLs)", p.hops.len());
+        } else {
+            let _ = write!(s, "; route: {}", answered.join(" "));
+        }
+    }
+    if p.method != "tcp-syn" && !p.method.is_empty() {
+        // The text keeps its short word for a timed connect().
+        let m = if p.method == "tcp-connect" {
+            "connect"
+        } else {
+            &p.method
+        };
+        let _ = write!(s, " [{m}]");
+    }
+    s
+}
+
+/// c=1 and c=N: p50, p99, rate and errors.
+fn app_summary(a: &AppEvidence) -> String {
+    let one = |r: &AppRun| {
+        if r.requests == 0 {
+            return format!(
+                "c={}: no request completed ({} connect, {} timeout, {} read errors)",
+                r.concurrency, r.errors.connect, r.errors.timeout, r.errors.read
+            );
+        }
+        format!(
+            "c={} p50 {} p99 {} {:.0} req/s{}",
+            r.concurrency,
+            ms(r.latency.p50_us),
+            ms(r.latency.p99_us),
+            r.requests_per_sec,
+            if r.errors.total() > 0 {
+                format!(", {} errors", r.errors.total())
+            } else {
+                String::new()
+            }
+        )
+    };
+    let v: Vec<String> = [a.c1.as_ref(), a.cn.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(one)
+        .collect();
+    if v.is_empty() {
+        "no load run".into()
+    } else {
+        v.join("; ")
+    }
+}
+
+/// Packets, streams, transactions and each finding's share and added time.
+fn packets_summary(p: &PacketEvidence) -> String {
+    let mut s = format!(
+        "{} packets, {} streams, {} transactions",
+        p.packets, p.streams, p.transactions
+    );
+    for f in &p.findings {
+        let _ = write!(
+            s,
+            "; {} {:.1}% +{}",
+            f.kind,
+            f.share * 100.0,
+            ms(f.median_added_us)
+        );
+    }
+    if p.findings.is_empty() {
+        s.push_str("; no findings");
+    }
+    s
+}
+
+/// The server process, its sockets' options, its non-default config, and the client's.
+fn sockets_summary(so: &SocketEvidence) -> String {
+    let mut s = match &so.server {
+        Some(p) => format!("{} (pid {})", p.comm, p.pid),
+        None => "server process not found".into(),
+    };
+    let _ = write!(
+        s,
+        ": {} established, TCP_NODELAY on {}/off {}, TCP_CORK on {}",
+        so.established, so.nodelay.on, so.nodelay.off, so.cork.on
+    );
+    for c in so.config.iter().filter(|c| !c.default) {
+        let _ = write!(s, "; {} {} ({}:{})", c.name, c.value, c.file, c.line);
+    }
+    let _ = write!(
+        s,
+        "; client lagtrace: TCP_NODELAY {}, delayed ACK {}",
+        if so.client.nodelay { "on" } else { "off" },
+        if so.client.quickack {
+            "off (TCP_QUICKACK)"
+        } else {
+            "on"
+        }
+    );
+    s
 }
 
 /// Renders the diagnosis for a terminal.
