@@ -610,6 +610,9 @@ struct Pending {
     addr: Option<String>,
 }
 
+/// What a syscall exit logs: the call's name, its arguments as text, the socket it concerns.
+type Exited = (&'static str, String, Option<usize>);
+
 struct Task {
     tgid: u32,
     pending: Option<Pending>,
@@ -724,78 +727,8 @@ impl Tracer {
         let fd0 = a[0] as i32;
         let ok = ret >= 0;
         let (call, args, socket) = match p.nr {
-            arch::SOCKET => {
-                let args = format!(
-                    "{}, {}, {}",
-                    family_name(a[0]),
-                    type_name(a[1]),
-                    proto_name(a[2])
-                );
-                let sock = ok.then(|| {
-                    let id = self.new_socket(tgid, ret as i32, "socket");
-                    let s = &mut self.sockets[id];
-                    s.family = Some(family_name(a[0]));
-                    s.kind = Some(type_name(a[1] & 0xf));
-                    s.tcp = (a[0] == 2 || a[0] == 10) && a[1] & 0xf == 1;
-                    id
-                });
-                ("socket", args, sock)
-            }
-            arch::ACCEPT | arch::ACCEPT4 => {
-                let peer = if ok && a[1] != 0 {
-                    let len = read_mem(tid, a[2], 4)
-                        .filter(|b| b.len() == 4)
-                        .map(|b| u32::from_ne_bytes(b[..4].try_into().expect("4")) as usize)
-                        .unwrap_or(0);
-                    read_mem(tid, a[1], len.min(128)).map(|b| sockaddr_text(&b).0)
-                } else {
-                    None
-                };
-                let args = format!(
-                    "{fd0}, {}, {}",
-                    peer.clone().unwrap_or_else(|| if a[1] == 0 {
-                        "NULL".into()
-                    } else {
-                        format!("{:#x}", a[1])
-                    }),
-                    if a[2] == 0 {
-                        "NULL".into()
-                    } else {
-                        "[..]".to_string()
-                    }
-                );
-                let call = if p.nr == arch::ACCEPT {
-                    "accept"
-                } else {
-                    "accept4"
-                };
-                let listener = self.fds.get(&(tgid, fd0)).copied();
-                let sock = ok.then(|| {
-                    let id = self.new_socket(tgid, ret as i32, "accept");
-                    let (fam, tcp) = match listener.map(|l| &self.sockets[l]) {
-                        Some(l) => (l.family.clone(), l.tcp),
-                        None => {
-                            let fam = peer.as_deref().map(|t| {
-                                t.trim_start_matches('{')
-                                    .split(',')
-                                    .next()
-                                    .unwrap_or("")
-                                    .to_string()
-                            });
-                            let tcp = matches!(fam.as_deref(), Some("AF_INET" | "AF_INET6"));
-                            (fam, tcp)
-                        }
-                    };
-                    let s = &mut self.sockets[id];
-                    s.family = fam;
-                    s.kind = Some("SOCK_STREAM".into());
-                    s.tcp = tcp;
-                    s.peer = peer.clone();
-                    s.listener = listener;
-                    id
-                });
-                (call, args, sock)
-            }
+            arch::SOCKET => self.exit_socket(tgid, &a, ret),
+            arch::ACCEPT | arch::ACCEPT4 => self.exit_accept(tid, tgid, &p, ret),
             arch::BIND | arch::CONNECT => {
                 let id = self.socket_for(tgid, fd0);
                 let s = &mut self.sockets[id];
@@ -829,30 +762,114 @@ impl Tracer {
                 }
                 ("setsockopt", p.entry.clone().unwrap_or_default(), Some(id))
             }
-            arch::GETSOCKOPT => {
-                let (level, opt) = (a[1] as i32 as i64, a[2] as i32 as i64);
-                let len = read_mem(tid, a[4], 4)
-                    .filter(|b| b.len() == 4)
-                    .map(|b| u32::from_ne_bytes(b[..4].try_into().expect("4")));
-                let v = if ok {
-                    read_mem(tid, a[3], len.unwrap_or(0).min(256) as usize)
-                        .map(|b| value_text(level, opt, &b))
-                        .unwrap_or_else(|| format!("{:#x}", a[3]))
-                } else {
-                    format!("{:#x}", a[3])
-                };
-                let id = self.fds.get(&(tgid, fd0)).copied();
-                let args = format!(
-                    "{fd0}, {}, {}, {v}, [{}]",
-                    level_name(level),
-                    option_name(level, opt),
-                    len.map(|l| l.to_string()).unwrap_or_else(|| "?".into())
-                );
-                ("getsockopt", args, id)
-            }
+            arch::GETSOCKOPT => self.exit_getsockopt(tid, tgid, &a, ret),
             _ => return,
         };
         self.log(tid, tgid, call, args, ret, true, socket);
+    }
+
+    /// socket(2) returned: a new socket with its family and type.
+    fn exit_socket(&mut self, tgid: u32, a: &[u64; 6], ret: i64) -> Exited {
+        let args = format!(
+            "{}, {}, {}",
+            family_name(a[0]),
+            type_name(a[1]),
+            proto_name(a[2])
+        );
+        let sock = (ret >= 0).then(|| {
+            let id = self.new_socket(tgid, ret as i32, "socket");
+            let s = &mut self.sockets[id];
+            s.family = Some(family_name(a[0]));
+            s.kind = Some(type_name(a[1] & 0xf));
+            s.tcp = (a[0] == 2 || a[0] == 10) && a[1] & 0xf == 1;
+            id
+        });
+        ("socket", args, sock)
+    }
+
+    /// accept(2)/accept4(2) returned: a new socket with the peer's address, its family and
+    /// TCP-ness from the listener (or from the peer address when the listener is unknown).
+    fn exit_accept(&mut self, tid: i32, tgid: u32, p: &Pending, ret: i64) -> Exited {
+        let a = p.args;
+        let fd0 = a[0] as i32;
+        let ok = ret >= 0;
+        let peer = if ok && a[1] != 0 {
+            let len = read_mem(tid, a[2], 4)
+                .filter(|b| b.len() == 4)
+                .map(|b| u32::from_ne_bytes(b[..4].try_into().expect("4")) as usize)
+                .unwrap_or(0);
+            read_mem(tid, a[1], len.min(128)).map(|b| sockaddr_text(&b).0)
+        } else {
+            None
+        };
+        let args = format!(
+            "{fd0}, {}, {}",
+            peer.clone().unwrap_or_else(|| if a[1] == 0 {
+                "NULL".into()
+            } else {
+                format!("{:#x}", a[1])
+            }),
+            if a[2] == 0 {
+                "NULL".into()
+            } else {
+                "[..]".to_string()
+            }
+        );
+        let call = if p.nr == arch::ACCEPT {
+            "accept"
+        } else {
+            "accept4"
+        };
+        let listener = self.fds.get(&(tgid, fd0)).copied();
+        let sock = ok.then(|| {
+            let id = self.new_socket(tgid, ret as i32, "accept");
+            let (fam, tcp) = match listener.map(|l| &self.sockets[l]) {
+                Some(l) => (l.family.clone(), l.tcp),
+                None => {
+                    let fam = peer.as_deref().map(|t| {
+                        t.trim_start_matches('{')
+                            .split(',')
+                            .next()
+                            .unwrap_or("")
+                            .to_string()
+                    });
+                    let tcp = matches!(fam.as_deref(), Some("AF_INET" | "AF_INET6"));
+                    (fam, tcp)
+                }
+            };
+            let s = &mut self.sockets[id];
+            s.family = fam;
+            s.kind = Some("SOCK_STREAM".into());
+            s.tcp = tcp;
+            s.peer = peer.clone();
+            s.listener = listener;
+            id
+        });
+        (call, args, sock)
+    }
+
+    /// getsockopt(2) returned: the value read back, decoded.
+    fn exit_getsockopt(&mut self, tid: i32, tgid: u32, a: &[u64; 6], ret: i64) -> Exited {
+        let fd0 = a[0] as i32;
+        let (level, opt) = (a[1] as i32 as i64, a[2] as i32 as i64);
+        let len = read_mem(tid, a[4], 4)
+            .filter(|b| b.len() == 4)
+            .map(|b| u32::from_ne_bytes(b[..4].try_into().expect("4")));
+        let v = if ret >= 0 {
+            read_mem(tid, a[3], len.unwrap_or(0).min(256) as usize)
+                .map(|b| value_text(level, opt, &b))
+                .unwrap_or_else(|| format!("{:#x}", a[3]))
+        } else {
+            format!("{:#x}", a[3])
+        };
+        let id = self.fds.get(&(tgid, fd0)).copied();
+        let args = format!(
+            "{fd0}, {}, {}, {v}, [{}]",
+            level_name(level),
+            option_name(level, opt),
+            len.map(|l| l.to_string()).unwrap_or_else(|| "?".into())
+        );
+        ("getsockopt", args, id)
     }
 
     #[allow(clippy::too_many_arguments)]
