@@ -976,78 +976,12 @@ impl Tracer {
 /// started have exited. CMD's stdin/stdout/stderr are ours.
 #[cfg(target_arch = "x86_64")]
 pub fn record(cmd: &[String], opts: RecordOptions) -> Result<Recording, RecordError> {
-    use std::os::unix::process::CommandExt;
-
     let (prog, rest) = cmd.split_first().ok_or(RecordError::NoCommand)?;
-    let prog_filter = filter(opts.trace_close);
-    let mut c = std::process::Command::new(prog);
-    c.args(rest);
-    // SAFETY: the closure only makes async-signal-safe system calls (ptrace, prctl, seccomp)
-    // on data prepared before fork; it allocates nothing.
-    unsafe {
-        c.pre_exec(move || {
-            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let prog = libc::sock_fprog {
-                len: prog_filter.len() as u16,
-                filter: prog_filter.as_ptr().cast_mut(),
-            };
-            if libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0,
-                &raw const prog,
-            ) < 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let start = Instant::now();
-    let child = c.spawn().map_err(|err| RecordError::Spawn {
-        cmd: prog.clone(),
-        err,
-    })?;
+    let child = spawn_traced(prog, rest, opts.trace_close)?;
     let main = child.id() as i32;
-    // Every stop holds a tracee thread (and all the connections it serves) until we have
-    // run: on a busy machine the wait for a CPU dominates the cost of a stop. So this
-    // thread (only: policy and nice are per thread on Linux, and CMD was forked before)
-    // runs SCHED_FIFO at the lowest real-time priority — it does microseconds of work per
-    // stop and sleeps in waitpid otherwise — or, without that right, at nice -10.
-    // Best effort: without CAP_SYS_NICE both fail and nothing changes.
-    // SAFETY: scheduling calls on the calling thread (pid 0) with a valid sched_param.
-    unsafe {
-        let p = libc::sched_param { sched_priority: 1 };
-        if libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const p) != 0 {
-            libc::setpriority(libc::PRIO_PROCESS, 0, TRACER_NICE);
-        }
-    }
-    // Without PTRACE_O_TRACEEXEC yet, the exec leaves the child stopped with SIGTRAP.
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    let w = unsafe { libc::waitpid(main, &raw mut status, libc::__WALL) };
-    if w != main || !libc::WIFSTOPPED(status) {
-        return Err(RecordError::Ptrace {
-            what: "initial stop",
-            err: io::Error::other(format!("unexpected wait status {status:#x}")),
-        });
-    }
-    let options = libc::PTRACE_O_TRACESECCOMP
-        | libc::PTRACE_O_TRACEFORK
-        | libc::PTRACE_O_TRACEVFORK
-        | libc::PTRACE_O_TRACECLONE
-        | libc::PTRACE_O_TRACEEXEC
-        | libc::PTRACE_O_TRACESYSGOOD
-        | libc::PTRACE_O_EXITKILL;
-    ptrace(libc::PTRACE_SETOPTIONS, main, options as usize).map_err(|err| RecordError::Ptrace {
-        what: "PTRACE_SETOPTIONS",
-        err,
-    })?;
+    raise_tracer_priority();
+    attach(main)?;
     let mut t = Tracer {
         start,
         opts,
@@ -1085,17 +1019,116 @@ pub fn record(cmd: &[String], opts: RecordOptions) -> Result<Recording, RecordEr
             t.tasks.remove(&tid);
             continue;
         }
-        if !libc::WIFSTOPPED(status) {
-            continue;
+        if libc::WIFSTOPPED(status) {
+            t.on_stop(tid, status);
         }
+    }
+    drop(child);
+    Ok(t.finish(cmd.to_vec(), exit_code, signal))
+}
+
+/// Starts CMD traced from its first instruction: PTRACE_TRACEME, no new privileges, and the
+/// seccomp filter that stops it only at the socket calls.
+#[cfg(target_arch = "x86_64")]
+fn spawn_traced(
+    prog: &String,
+    rest: &[String],
+    trace_close: bool,
+) -> Result<std::process::Child, RecordError> {
+    use std::os::unix::process::CommandExt;
+
+    let prog_filter = filter(trace_close);
+    let mut c = std::process::Command::new(prog);
+    c.args(rest);
+    // SAFETY: the closure only makes async-signal-safe system calls (ptrace, prctl, seccomp)
+    // on data prepared before fork; it allocates nothing.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let prog = libc::sock_fprog {
+                len: prog_filter.len() as u16,
+                filter: prog_filter.as_ptr().cast_mut(),
+            };
+            if libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0,
+                &raw const prog,
+            ) < 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    c.spawn().map_err(|err| RecordError::Spawn {
+        cmd: prog.clone(),
+        err,
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+fn raise_tracer_priority() {
+    // Every stop holds a tracee thread (and all the connections it serves) until we have
+    // run: on a busy machine the wait for a CPU dominates the cost of a stop. So this
+    // thread (only: policy and nice are per thread on Linux, and CMD was forked before)
+    // runs SCHED_FIFO at the lowest real-time priority — it does microseconds of work per
+    // stop and sleeps in waitpid otherwise — or, without that right, at nice -10.
+    // Best effort: without CAP_SYS_NICE both fail and nothing changes.
+    // SAFETY: scheduling calls on the calling thread (pid 0) with a valid sched_param.
+    unsafe {
+        let p = libc::sched_param { sched_priority: 1 };
+        if libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const p) != 0 {
+            libc::setpriority(libc::PRIO_PROCESS, 0, TRACER_NICE);
+        }
+    }
+}
+
+/// Waits for CMD's stop at its exec and sets the trace options (forks, clones, exec,
+/// seccomp stops; CMD killed if we die).
+#[cfg(target_arch = "x86_64")]
+fn attach(main: i32) -> Result<(), RecordError> {
+    // Without PTRACE_O_TRACEEXEC yet, the exec leaves the child stopped with SIGTRAP.
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    let w = unsafe { libc::waitpid(main, &raw mut status, libc::__WALL) };
+    if w != main || !libc::WIFSTOPPED(status) {
+        return Err(RecordError::Ptrace {
+            what: "initial stop",
+            err: io::Error::other(format!("unexpected wait status {status:#x}")),
+        });
+    }
+    let options = libc::PTRACE_O_TRACESECCOMP
+        | libc::PTRACE_O_TRACEFORK
+        | libc::PTRACE_O_TRACEVFORK
+        | libc::PTRACE_O_TRACECLONE
+        | libc::PTRACE_O_TRACEEXEC
+        | libc::PTRACE_O_TRACESYSGOOD
+        | libc::PTRACE_O_EXITKILL;
+    ptrace(libc::PTRACE_SETOPTIONS, main, options as usize).map_err(|err| RecordError::Ptrace {
+        what: "PTRACE_SETOPTIONS",
+        err,
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Tracer {
+    /// A tracee stopped: decode a syscall entry or exit, follow a new task, or pass a real
+    /// signal on; then resume it.
+    fn on_stop(&mut self, tid: i32, status: i32) {
         let sig = libc::WSTOPSIG(status);
         let event = (status >> 16) & 0xff;
         let mut resume = libc::PTRACE_CONT;
         let mut inject = 0;
         if sig == libc::SIGTRAP | 0x80 {
-            t.on_exit(tid);
+            self.on_exit(tid);
         } else if sig == libc::SIGTRAP && event == libc::PTRACE_EVENT_SECCOMP {
-            if t.on_entry(tid) {
+            if self.on_entry(tid) {
                 resume = libc::PTRACE_SYSCALL;
             }
         } else if sig == libc::SIGTRAP
@@ -1114,23 +1147,21 @@ pub fn record(cmd: &[String], opts: RecordOptions) -> Result<Recording, RecordEr
                 )
             };
             if rc == 0 {
-                t.on_new_task(tid, new as i32);
+                self.on_new_task(tid, new as i32);
             }
         } else if sig == libc::SIGTRAP && event != 0 {
             // exec and other events: nothing to do
-        } else if sig == libc::SIGSTOP && !t.task(tid).started {
+        } else if sig == libc::SIGSTOP && !self.task(tid).started {
             // a new task's initial stop
-            t.task(tid).started = true;
+            self.task(tid).started = true;
         } else {
             // a real signal: deliver it
-            t.task(tid).started = true;
+            self.task(tid).started = true;
             inject = sig as usize;
         }
         // The task may have been killed meanwhile (ESRCH): its exit comes through wait.
         let _ = ptrace(resume, tid, inject);
     }
-    drop(child);
-    Ok(t.finish(cmd.to_vec(), exit_code, signal))
 }
 
 /// Recording needs a syscall decoder for the architecture; x86_64 only so far.
