@@ -80,32 +80,8 @@ fn px(p: f64) -> f64 {
 /// y = latency on a log scale (so 40 ms and 0.1 ms series read side by side).
 pub fn percentile_chart(series: &[Series]) -> String {
     let (w, h) = (760.0, 340.0);
-    let (l, r, t, b) = (70.0, 150.0, 20.0, 40.0);
-    let pw = w - l - r;
-    let ph = h - t - b;
-    let mut lo = u64::MAX;
-    let mut hi = 1;
-    for s in series {
-        for p in &s.points {
-            lo = lo.min(p.latency_us.max(1));
-            hi = hi.max(p.latency_us.max(1));
-        }
-    }
-    if lo == u64::MAX {
-        lo = 1;
-    }
-    let ylo = (lo as f64).log10().floor();
-    let mut yhi = (hi as f64).log10().ceil();
-    if yhi <= ylo {
-        yhi = ylo + 1.0;
-    }
-    let xmax = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| px(p.percentile)))
-        .fold(3.0_f64, f64::max)
-        .ceil();
-    let x = |p: f64| l + px(p) / xmax * pw;
-    let y = |us: u64| t + ph - (((us.max(1)) as f64).log10() - ylo) / (yhi - ylo) * ph;
+    let g = Plot::new(series, w, h);
+    let Plot { l, t, pw, ph, .. } = g;
     let mut o = String::new();
     let _ = write!(
         o,
@@ -115,48 +91,8 @@ pub fn percentile_chart(series: &[Series]) -> String {
         o,
         r##"<rect x="{l}" y="{t}" width="{pw}" height="{ph}" fill="#fbfbfd" stroke="#ccc"/>"##
     );
-    // Y grid: decades.
-    let mut e = ylo;
-    while e <= yhi + 1e-9 {
-        let us = 10f64.powf(e) as u64;
-        let yy = y(us);
-        let _ = write!(
-            o,
-            r##"<line x1="{l}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e3e3e8"/><text x="{}" y="{:.1}" text-anchor="end" class="tick">{}</text>"##,
-            l + pw,
-            l - 6.0,
-            yy + 4.0,
-            esc(&ms(us))
-        );
-        if yhi - ylo <= 2.0 {
-            for m in [2.0, 5.0] {
-                let us = (10f64.powf(e) * m) as u64;
-                if (us as f64).log10() < yhi {
-                    let yy = y(us);
-                    let _ = write!(
-                        o,
-                        r##"<line x1="{l}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#f0f0f3"/><text x="{}" y="{:.1}" text-anchor="end" class="tick">{}</text>"##,
-                        l + pw,
-                        l - 6.0,
-                        yy + 4.0,
-                        esc(&ms(us))
-                    );
-                }
-            }
-        }
-        e += 1.0;
-    }
-    // X grid: 0%, 90%, 99%, 99.9%, ...
-    let labels = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%"];
-    for (i, lab) in labels.iter().enumerate().take(xmax as usize + 1) {
-        let xx = l + i as f64 / xmax * pw;
-        let _ = write!(
-            o,
-            r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{t}" y2="{}" stroke="#e3e3e8"/><text x="{xx:.1}" y="{}" text-anchor="middle" class="tick">{lab}</text>"##,
-            t + ph,
-            t + ph + 16.0
-        );
-    }
+    g.y_grid(&mut o);
+    g.x_grid(&mut o);
     let _ = write!(
         o,
         r#"<text x="{}" y="{}" text-anchor="middle" class="axis">percentile</text><text x="14" y="{}" transform="rotate(-90 14 {})" text-anchor="middle" class="axis">latency</text>"#,
@@ -165,42 +101,163 @@ pub fn percentile_chart(series: &[Series]) -> String {
         t + ph / 2.0,
         t + ph / 2.0
     );
-    for (i, s) in series.iter().enumerate() {
-        let pts: Vec<String> = s
-            .points
-            .iter()
-            .map(|p| format!("{:.1},{:.1}", x(p.percentile), y(p.latency_us)))
-            .collect();
-        let _ = write!(
-            o,
-            r#"<polyline class="series" fill="none" stroke="{}" stroke-width="2.5"{} points="{}"/>"#,
-            esc(&s.color),
-            if s.dashed {
-                r#" stroke-dasharray="6 4""#
-            } else {
-                ""
-            },
-            pts.join(" ")
-        );
-        let ly = t + 14.0 + i as f64 * 20.0;
-        let lx = l + pw + 14.0;
-        let _ = write!(
-            o,
-            r#"<line x1="{lx}" x2="{}" y1="{ly}" y2="{ly}" stroke="{}" stroke-width="3"{}/><text x="{}" y="{}" class="legend">{}</text>"#,
-            lx + 22.0,
-            esc(&s.color),
-            if s.dashed {
-                r#" stroke-dasharray="6 4""#
-            } else {
-                ""
-            },
-            lx + 28.0,
-            ly + 4.0,
-            esc(&s.label)
-        );
-    }
+    g.series(&mut o, series);
     o.push_str("</svg>");
     o
+}
+
+/// The percentile chart's plot area and axes: the margins, and the ranges in decades of
+/// latency (y) and "nines" of percentile (x).
+#[derive(Clone, Copy)]
+struct Plot {
+    l: f64,
+    t: f64,
+    pw: f64,
+    ph: f64,
+    ylo: f64,
+    yhi: f64,
+    xmax: f64,
+}
+
+impl Plot {
+    fn new(series: &[Series], w: f64, h: f64) -> Plot {
+        let (l, r, t, b) = (70.0, 150.0, 20.0, 40.0);
+        let mut lo = u64::MAX;
+        let mut hi = 1;
+        for s in series {
+            for p in &s.points {
+                lo = lo.min(p.latency_us.max(1));
+                hi = hi.max(p.latency_us.max(1));
+            }
+        }
+        if lo == u64::MAX {
+            lo = 1;
+        }
+        let ylo = (lo as f64).log10().floor();
+        let mut yhi = (hi as f64).log10().ceil();
+        if yhi <= ylo {
+            yhi = ylo + 1.0;
+        }
+        let xmax = series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| px(p.percentile)))
+            .fold(3.0_f64, f64::max)
+            .ceil();
+        Plot {
+            l,
+            t,
+            pw: w - l - r,
+            ph: h - t - b,
+            ylo,
+            yhi,
+            xmax,
+        }
+    }
+
+    fn x(&self, p: f64) -> f64 {
+        self.l + px(p) / self.xmax * self.pw
+    }
+
+    fn y(&self, us: u64) -> f64 {
+        self.t + self.ph
+            - (((us.max(1)) as f64).log10() - self.ylo) / (self.yhi - self.ylo) * self.ph
+    }
+
+    /// Y grid: decades (and 2×, 5× within a range of two decades or less).
+    fn y_grid(&self, o: &mut String) {
+        let Plot {
+            l, pw, ylo, yhi, ..
+        } = *self;
+        let y = |us| self.y(us);
+        let mut e = ylo;
+        while e <= yhi + 1e-9 {
+            let us = 10f64.powf(e) as u64;
+            let yy = y(us);
+            let _ = write!(
+                o,
+                r##"<line x1="{l}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e3e3e8"/><text x="{}" y="{:.1}" text-anchor="end" class="tick">{}</text>"##,
+                l + pw,
+                l - 6.0,
+                yy + 4.0,
+                esc(&ms(us))
+            );
+            if yhi - ylo <= 2.0 {
+                for m in [2.0, 5.0] {
+                    let us = (10f64.powf(e) * m) as u64;
+                    if (us as f64).log10() < yhi {
+                        let yy = y(us);
+                        let _ = write!(
+                            o,
+                            r##"<line x1="{l}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#f0f0f3"/><text x="{}" y="{:.1}" text-anchor="end" class="tick">{}</text>"##,
+                            l + pw,
+                            l - 6.0,
+                            yy + 4.0,
+                            esc(&ms(us))
+                        );
+                    }
+                }
+            }
+            e += 1.0;
+        }
+    }
+
+    /// X grid: 0%, 90%, 99%, 99.9%, ...
+    fn x_grid(&self, o: &mut String) {
+        let Plot {
+            l, t, pw, ph, xmax, ..
+        } = *self;
+        let labels = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%"];
+        for (i, lab) in labels.iter().enumerate().take(xmax as usize + 1) {
+            let xx = l + i as f64 / xmax * pw;
+            let _ = write!(
+                o,
+                r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{t}" y2="{}" stroke="#e3e3e8"/><text x="{xx:.1}" y="{}" text-anchor="middle" class="tick">{lab}</text>"##,
+                t + ph,
+                t + ph + 16.0
+            );
+        }
+    }
+
+    /// One polyline per series, and its legend entry.
+    fn series(&self, o: &mut String, series: &[Series]) {
+        let Plot { l, t, pw, .. } = *self;
+        let x = |p| self.x(p);
+        let y = |us| self.y(us);
+        for (i, s) in series.iter().enumerate() {
+            let pts: Vec<String> = s
+                .points
+                .iter()
+                .map(|p| format!("{:.1},{:.1}", x(p.percentile), y(p.latency_us)))
+                .collect();
+            let _ = write!(
+                o,
+                r#"<polyline class="series" fill="none" stroke="{}" stroke-width="2.5"{} points="{}"/>"#,
+                esc(&s.color),
+                if s.dashed {
+                    r#" stroke-dasharray="6 4""#
+                } else {
+                    ""
+                },
+                pts.join(" ")
+            );
+            let ly = t + 14.0 + i as f64 * 20.0;
+            let lx = l + pw + 14.0;
+            let _ = write!(
+                o,
+                r#"<line x1="{lx}" x2="{}" y1="{ly}" y2="{ly}" stroke="{}" stroke-width="3"{}/><text x="{}" y="{}" class="legend">{}</text>"#,
+                lx + 22.0,
+                esc(&s.color),
+                if s.dashed {
+                    r#" stroke-dasharray="6 4""#
+                } else {
+                    ""
+                },
+                lx + 28.0,
+                ly + 4.0,
+                esc(&s.label)
+            );
+        }
+    }
 }
 
 /// The flow graph of one connection as a ladder: client and server lines, one arrow per
