@@ -262,6 +262,9 @@ pub fn all_namespaces() -> Vec<NetNs> {
     out
 }
 
+/// One namespace's label, sockets and ACK states.
+type NsSockets = (String, Vec<diag::DiagSocket>, HashMap<u64, AckState>);
+
 type NsDump = (
     Vec<diag::DiagSocket>,
     HashMap<u64, AckState>,
@@ -301,24 +304,7 @@ pub fn inspect_sockets(o: &InspectOptions) -> Result<Inspection, InspectError> {
     } else {
         vec![o.netns.clone()]
     };
-    let mut dumped = Vec::new();
-    for ns in &namespaces {
-        match dump_ns(ns, states) {
-            Ok((socks, acks, note)) => {
-                if let Some(n) = note {
-                    ins.notes.push(format!("{}: {n}", netns_label(ns)));
-                }
-                dumped.push((netns_label(ns), socks, acks));
-            }
-            // With --all-netns a process may exit (taking its namespace) or a named
-            // namespace be deleted mid-scan: the others are still worth reporting.
-            Err(e) if o.all_netns && !matches!(ns, NetNs::Current) => {
-                ins.notes
-                    .push(format!("namespace of {} skipped: {e}", netns_label(ns)));
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let dumped = dump_namespaces(o, &namespaces, states, &mut ins.notes)?;
     if let Some(pid) = o.pid
         && procfs::comm(pid).is_none()
     {
@@ -339,46 +325,104 @@ pub fn inspect_sockets(o: &InspectOptions) -> Result<Inspection, InspectError> {
         .collect();
     for (label, socks, acks) in dumped {
         for s in socks {
-            if let Some(p) = o.port
-                && s.local.port() != p
-                && s.remote.port() != p
-            {
-                continue;
-            }
             let owners = scan.owners.get(&s.inode).cloned().unwrap_or_default();
-            if let Some(pid) = o.pid
-                && !owners.iter().any(|w| w.pid == pid)
-            {
-                continue;
+            if selected(o, &s, &owners) {
+                ins.sockets.push(socket_info(&label, s, owners, &acks));
             }
-            if let Some(name) = &o.process
-                && !owners.iter().any(|w| &w.comm == name)
-            {
-                continue;
-            }
-            ins.sockets.push(SocketInfo {
-                netns: label.clone(),
-                state: diag::TCP_STATES
-                    .get(s.state as usize)
-                    .copied()
-                    .unwrap_or("UNKNOWN")
-                    .to_string(),
-                local: s.local,
-                remote: s.remote,
-                inode: s.inode,
-                uid: s.uid,
-                recv_q: s.recv_q,
-                send_q: s.send_q,
-                owners,
-                tcp_info: s.tcp_info,
-                congestion: s.congestion,
-                skmem: s.skmem,
-                ack: acks.get(&s.inode).copied(),
-                options: None,
-                options_error: None,
-            });
         }
     }
+    ownership_notes(o, &mut ins);
+    ins.sockets.sort_by(|a, b| {
+        (&a.netns, a.state != "LISTEN", a.local.port(), a.remote).cmp(&(
+            &b.netns,
+            b.state != "LISTEN",
+            b.local.port(),
+            b.remote,
+        ))
+    });
+    Ok(ins)
+}
+
+/// One dump per namespace. With `--all-netns` a namespace that vanished mid-scan is a note.
+fn dump_namespaces(
+    o: &InspectOptions,
+    namespaces: &[NetNs],
+    states: u32,
+    notes: &mut Vec<String>,
+) -> Result<Vec<NsSockets>, InspectError> {
+    let mut dumped = Vec::new();
+    for ns in namespaces {
+        match dump_ns(ns, states) {
+            Ok((socks, acks, note)) => {
+                if let Some(n) = note {
+                    notes.push(format!("{}: {n}", netns_label(ns)));
+                }
+                dumped.push((netns_label(ns), socks, acks));
+            }
+            // With --all-netns a process may exit (taking its namespace) or a named
+            // namespace be deleted mid-scan: the others are still worth reporting.
+            Err(e) if o.all_netns && !matches!(ns, NetNs::Current) => {
+                notes.push(format!("namespace of {} skipped: {e}", netns_label(ns)));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(dumped)
+}
+
+/// Whether a socket passes the `--port`, `--pid` and `--process` filters.
+fn selected(o: &InspectOptions, s: &diag::DiagSocket, owners: &[Owner]) -> bool {
+    if let Some(p) = o.port
+        && s.local.port() != p
+        && s.remote.port() != p
+    {
+        return false;
+    }
+    if let Some(pid) = o.pid
+        && !owners.iter().any(|w| w.pid == pid)
+    {
+        return false;
+    }
+    if let Some(name) = &o.process
+        && !owners.iter().any(|w| &w.comm == name)
+    {
+        return false;
+    }
+    true
+}
+
+/// One dumped socket as listed, options not read yet.
+fn socket_info(
+    label: &str,
+    s: diag::DiagSocket,
+    owners: Vec<Owner>,
+    acks: &HashMap<u64, AckState>,
+) -> SocketInfo {
+    SocketInfo {
+        netns: label.to_string(),
+        state: diag::TCP_STATES
+            .get(s.state as usize)
+            .copied()
+            .unwrap_or("UNKNOWN")
+            .to_string(),
+        local: s.local,
+        remote: s.remote,
+        inode: s.inode,
+        uid: s.uid,
+        recv_q: s.recv_q,
+        send_q: s.send_q,
+        owners,
+        tcp_info: s.tcp_info,
+        congestion: s.congestion,
+        skmem: s.skmem,
+        ack: acks.get(&s.inode).copied(),
+        options: None,
+        options_error: None,
+    }
+}
+
+/// Notes on sockets whose owners could not be identified (unreadable `/proc/PID/fd`).
+fn ownership_notes(o: &InspectOptions, ins: &mut Inspection) {
     if let Some(pid) = o.pid
         && let Some(u) = ins.unreadable.iter().find(|u| u.pid == pid)
     {
@@ -401,15 +445,6 @@ pub fn inspect_sockets(o: &InspectOptions) -> Result<Inspection, InspectError> {
             ins.unreadable.len()
         ));
     }
-    ins.sockets.sort_by(|a, b| {
-        (&a.netns, a.state != "LISTEN", a.local.port(), a.remote).cmp(&(
-            &b.netns,
-            b.state != "LISTEN",
-            b.local.port(),
-            b.remote,
-        ))
-    });
-    Ok(ins)
 }
 
 /// Phase 2 of [`inspect`]: read owner-only options through pidfd_getfd.
