@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use lagtrace_diagnose::{Diagnosis, Stance};
+use lagtrace_diagnose::{Diagnosis, Stance, Verify};
 use lagtrace_lab::probe_client::{Response, get_sequence_until};
 use lagtrace_lab::{Lab, LabOptions, ServerKind};
 
@@ -51,20 +51,7 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
-    let name = args.name.clone();
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || {
-            super::diagnose::request_stop();
-            if stop.swap(true, Ordering::SeqCst) {
-                // Second Ctrl-C: tear down now and leave.
-                let _ = Lab::down(&name);
-                std::process::exit(130);
-            }
-            eprintln!("lagtrace demo: interrupted, tearing the lab down");
-        })
-        .context("installing the Ctrl-C handler")?;
-    }
+    install_ctrlc(stop.clone(), args.name.clone())?;
     let check = || -> anyhow::Result<()> {
         if stop.load(Ordering::SeqCst) {
             bail!("interrupted; the lab was removed");
@@ -75,14 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     outln!(
         "lagtrace demo: nginx with `tcp_nodelay off` meets the client's delayed ACK (the reference case)"
     );
-    let kind = if std::path::Path::new(lagtrace_lab::NGINX).exists() {
-        ServerKind::Nginx
-    } else {
-        outln!(
-            "  nginx is not installed (apt-get install nginx-light): using the built-in server instead"
-        );
-        ServerKind::BuiltinProcess(std::env::current_exe()?)
-    };
+    let kind = server_kind()?;
     // The guard tears the lab down on every way out of this function, errors included.
     let lab = Lab::up(&LabOptions::new(&args.name).server(kind))?;
     let st = lab.state();
@@ -131,35 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     check()?;
     narrate(&after)?;
     if let Some(v) = &after.verify {
-        outln!(
-            "     {:<6} {:<6} {:>10} {:>10}",
-            "run",
-            "metric",
-            "before",
-            "after"
-        );
-        for r in v
-            .rows
-            .iter()
-            .filter(|r| r.metric != "req/s" || r.run != "c=1")
-        {
-            let (b, a) = if r.metric == "req/s" {
-                (format!("{:.0}", r.before), format!("{:.0}", r.after))
-            } else {
-                (
-                    lagtrace_model::Micros(r.before as u64).to_string(),
-                    lagtrace_model::Micros(r.after as u64).to_string(),
-                )
-            };
-            outln!(
-                "     {:<6} {:<6} {:>10} {:>10}  {:.0}x better",
-                r.run,
-                r.metric,
-                b,
-                a,
-                r.improvement
-            );
-        }
+        verify_table(v)?;
     }
     if let Some(p) = &args.report {
         std::fs::write(p, lagtrace_report::html(&after))
@@ -172,6 +124,65 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         t0.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// First Ctrl-C: stop the running step, and the guard tears the lab down; second: now.
+fn install_ctrlc(stop: Arc<AtomicBool>, name: String) -> anyhow::Result<()> {
+    ctrlc::set_handler(move || {
+        super::diagnose::request_stop();
+        if stop.swap(true, Ordering::SeqCst) {
+            // Second Ctrl-C: tear down now and leave.
+            let _ = Lab::down(&name);
+            std::process::exit(130);
+        }
+        eprintln!("lagtrace demo: interrupted, tearing the lab down");
+    })
+    .context("installing the Ctrl-C handler")
+}
+
+/// nginx when installed (the reference case), else this binary's built-in server.
+fn server_kind() -> anyhow::Result<ServerKind> {
+    if std::path::Path::new(lagtrace_lab::NGINX).exists() {
+        return Ok(ServerKind::Nginx);
+    }
+    outln!(
+        "  nginx is not installed (apt-get install nginx-light): using the built-in server instead"
+    );
+    Ok(ServerKind::BuiltinProcess(std::env::current_exe()?))
+}
+
+/// The before → after rows of the verifying run (c=1's rate left out).
+fn verify_table(v: &Verify) -> anyhow::Result<()> {
+    outln!(
+        "     {:<6} {:<6} {:>10} {:>10}",
+        "run",
+        "metric",
+        "before",
+        "after"
+    );
+    for r in v
+        .rows
+        .iter()
+        .filter(|r| r.metric != "req/s" || r.run != "c=1")
+    {
+        let (b, a) = if r.metric == "req/s" {
+            (format!("{:.0}", r.before), format!("{:.0}", r.after))
+        } else {
+            (
+                lagtrace_model::Micros(r.before as u64).to_string(),
+                lagtrace_model::Micros(r.after as u64).to_string(),
+            )
+        };
+        outln!(
+            "     {:<6} {:<6} {:>10} {:>10}  {:.0}x better",
+            r.run,
+            r.metric,
+            b,
+            a,
+            r.improvement
+        );
+    }
+    Ok(())
 }
 
 fn diagnose(
