@@ -266,42 +266,54 @@ impl Lab {
             st.server_addr = server_addr;
         }
         lab.save()?;
+        lab.link(&ns, &client_iface, &server_iface)?;
+        lab.save()?;
+        lab.start_servers(opts, &ns)?;
+        Ok(lab)
+    }
+
+    /// The veth pair between this host and the namespace, addressed and up (IPv6 off).
+    fn link(&mut self, ns: &str, client_iface: &str, server_iface: &str) -> Result<()> {
         sys::ip(&[
             "link",
             "add",
-            &client_iface,
+            client_iface,
             "type",
             "veth",
             "peer",
             "name",
-            &server_iface,
+            server_iface,
             "netns",
-            &ns,
+            ns,
         ])?;
-        sys::disable_ipv6(None, &client_iface);
+        sys::disable_ipv6(None, client_iface);
         sys::ip(&[
             "addr",
             "add",
-            &format!("{client_addr}/30"),
+            &format!("{}/30", self.client_addr),
             "dev",
-            &client_iface,
+            client_iface,
         ])?;
-        sys::ip(&["link", "set", &client_iface, "up"])?;
-        sys::ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-        lab.st().netns_inode = lab.netns().inode().unwrap_or(0);
-        sys::disable_ipv6(Some(&ns), &server_iface);
+        sys::ip(&["link", "set", client_iface, "up"])?;
+        sys::ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        self.st().netns_inode = self.netns().inode().unwrap_or(0);
+        sys::disable_ipv6(Some(ns), server_iface);
         sys::ip(&[
             "-n",
-            &ns,
+            ns,
             "addr",
             "add",
-            &format!("{server_addr}/30"),
+            &format!("{}/30", self.server_addr),
             "dev",
-            &server_iface,
+            server_iface,
         ])?;
-        sys::ip(&["-n", &ns, "link", "set", &server_iface, "up"])?;
-        lab.save()?;
+        sys::ip(&["-n", ns, "link", "set", server_iface, "up"])?;
+        Ok(())
+    }
 
+    /// The good and latency servers: nginx, or the built-in server (in this process or as
+    /// `lagtrace serve` processes) when nginx is not installed.
+    fn start_servers(&mut self, opts: &LabOptions, ns: &str) -> Result<()> {
         let mut kind = opts.server.clone();
         if kind == ServerKind::Nginx && !opts.nginx.exists() {
             let fallback = match std::env::current_exe() {
@@ -310,7 +322,7 @@ impl Lab {
                 }
                 _ => ServerKind::Builtin,
             };
-            lab.st().notes.push(format!(
+            self.st().notes.push(format!(
                 "nginx not found at {} (Debian package nginx-light); using the built-in server",
                 opts.nginx.display()
             ));
@@ -318,18 +330,23 @@ impl Lab {
         }
         match kind {
             ServerKind::Nginx => {
-                lab.start_nginx(&opts.nginx, "good", GOOD_PORT, false)?;
-                lab.start_nginx(&opts.nginx, "latency", LATENCY_PORT, false)?;
+                self.start_nginx(&opts.nginx, "good", GOOD_PORT, false)?;
+                self.start_nginx(&opts.nginx, "latency", LATENCY_PORT, false)?;
             }
             ServerKind::Builtin => {
                 for (role, port, nodelay) in
                     [("good", GOOD_PORT, true), ("latency", LATENCY_PORT, false)]
                 {
-                    let o = builtin_options(server_addr, port, nodelay, NetNs::Named(ns.clone()));
+                    let o = builtin_options(
+                        self.server_addr,
+                        port,
+                        nodelay,
+                        NetNs::Named(ns.to_string()),
+                    );
                     let s = serve::Server::spawn(o)
                         .with_context(|| format!("starting the built-in {role} server"))?;
-                    lab.inproc().push((role.to_string(), s));
-                    lab.st().servers.push(ServerInfo {
+                    self.inproc().push((role.to_string(), s));
+                    self.st().servers.push(ServerInfo {
                         role: role.into(),
                         kind: "builtin".into(),
                         port,
@@ -339,7 +356,7 @@ impl Lab {
                         log: None,
                         fixed: false,
                     });
-                    lab.save()?;
+                    self.save()?;
                 }
             }
             ServerKind::BuiltinProcess(exe) => {
@@ -347,11 +364,11 @@ impl Lab {
                     [("good", GOOD_PORT, true), ("latency", LATENCY_PORT, false)]
                 {
                     let o = builtin_options(Ipv4Addr::UNSPECIFIED, port, nodelay, NetNs::Current);
-                    lab.spawn_serve(&exe, role, &o)?;
+                    self.spawn_serve(&exe, role, &o)?;
                 }
             }
         }
-        Ok(lab)
+        Ok(())
     }
 
     /// Re-opens a lab brought up by another process, for `fix`/`unfix`/`status`. The
