@@ -3,7 +3,7 @@
 //! built-in fault server inside it.
 //!
 //! API CONTRACT (other crates' tests code against this; keep it stable):
-//! ```ignore
+//! ```text
 //! let lab = Lab::up(&LabOptions::new("mytest-1234"))?;   // guard: Drop tears it down
 //! lab.good_url()     // "http://10.x.y.2:80/"     (good_addr(): SocketAddr)
 //! lab.latency_url()  // "http://10.x.y.2:8080/"   (latency_addr(): SocketAddr)
