@@ -32,14 +32,15 @@ pub(super) fn tail(ev: &Seg<'_>, p: DataSeg, txn: Option<u32>, first_ts: i64) ->
 }
 
 /// A small segment that starts the response of the open transaction `t`, released at the
-/// ceiling after the stream's previous packet. Marks the transaction as corked (a
-/// slow-server candidate it would otherwise be is this wait).
-pub(super) fn first_response(ev: &Seg<'_>, t: &mut Txn, first_ts: i64) -> Option<Finding> {
+/// ceiling after the stream's previous packet. The recorder marks the transaction as
+/// corked when it records the finding (a slow-server candidate it would otherwise be is
+/// this wait); marking it here already would hide it from the recorder's count of
+/// transactions affected.
+pub(super) fn first_response(ev: &Seg<'_>, t: &Txn, first_ts: i64) -> Option<Finding> {
     if t.resp_first_ts.is_some() || !is_cork_gap(us(ev.gap_ns), ev.rtt_est_us) {
         return None;
     }
     let prev_frame = t.t.request_last_frame.unwrap_or(ev.frame);
-    t.mark(FindingKind::TcpCork);
     Some(finding(
         ev,
         Some(t.t.index),
@@ -109,6 +110,14 @@ mod tests {
         assert_eq!(f.frames, [4, 6]);
         assert_eq!(f.cost_us, 200_000);
         assert!(f.explanation.contains("whole response"), "{f:?}");
+        // The transaction it held is counted (it used to stay 0).
+        assert_eq!(an.summary[0].kind, FindingKind::TcpCork);
+        assert_eq!(an.summary[0].transactions_affected, 1);
+        assert!((an.summary[0].share - 1.0).abs() < 1e-9, "{:?}", an.summary);
+        assert!(
+            an.transactions[0].server_time_us.is_some(),
+            "the transaction is complete"
+        );
     }
 
     #[test]

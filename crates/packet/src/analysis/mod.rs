@@ -433,7 +433,7 @@ fn detect(
         } else if small {
             found.extend(cork::tail(ev, p, txn, first_ts));
         }
-    } else if small && let Some(t) = det.http.open.as_mut() {
+    } else if small && let Some(t) = det.http.open.as_ref() {
         found.extend(cork::first_response(ev, t, first_ts));
     }
     det.nagle.after_data(ev, small);

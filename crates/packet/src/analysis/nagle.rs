@@ -88,8 +88,17 @@ impl Nagle {
         // capture has one released 4.1 ms late among 65 released at once). Such a stall is
         // kept only when the same sender has stalls released at once (decided in `finish`).
         let tight_tol = 2 * rtt + RELEASE_SLACK_US;
+        // An ACK that covers two full segments or more the receiver sat on is not held by
+        // the delayed-ACK rule (Linux ACKs every second full segment at once): the receiver
+        // was busy or not reading, and the sender was limited by it (its window or
+        // congestion window full of unacknowledged data), not by Nagle.
+        let mss = ev.data.map_or(u32::MAX, |d| d.mss);
+        let receiver_held = |a: &AckAdvance| a.held_bytes >= 2 * u64::from(mss);
         let released_by = |a: &AckAdvance| {
-            a.ts >= p.ts && us(ev.ts - a.ts) <= release_tol && us(ev.ts - a.ts) * 2 <= gap
+            a.ts >= p.ts
+                && us(ev.ts - a.ts) <= release_tol
+                && us(ev.ts - a.ts) * 2 <= gap
+                && !receiver_held(a)
         };
         if gap < stall_min || window_limited {
             return None;
@@ -248,6 +257,37 @@ mod tests {
         let an = s.finish();
         assert_eq!(kinds(&an), [FindingKind::DelayedAck]);
         assert_eq!(an.findings[0].frames, [5, 6, 7]);
+    }
+
+    #[test]
+    fn a_late_ack_of_many_full_segments_is_the_receiver_not_delayed_ack() {
+        // A bulk response: the client sat on 4 full segments for 40 ms (busy, not reading)
+        // and then acknowledged them all; the server's next data waited for that ACK. Linux
+        // ACKs every second full segment at once: this is not the delayed-ACK rule.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        for i in 0..4 {
+            s.server_data(1_500 + i * 10, 1460);
+        }
+        s.client_ack(41_000);
+        s.server_data(41_100, 1460);
+        s.server_data(41_110, 300);
+        assert!(s.finish().findings.is_empty());
+    }
+
+    #[test]
+    fn a_small_segment_after_a_late_ack_of_many_full_segments_is_not_nagle() {
+        // The same with a small segment outstanding behind the full ones: the ACK that
+        // releases the next small one also covers 4 full segments held 40 ms.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_500, 200);
+        for i in 0..4 {
+            s.server_data(1_510 + i * 10, 1460);
+        }
+        s.client_ack(41_000);
+        s.server_data(41_100, 300);
+        assert!(s.finish().findings.is_empty());
     }
 
     #[test]

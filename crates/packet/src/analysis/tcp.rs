@@ -13,6 +13,12 @@ use crate::wire::{TcpSegment, flags};
 /// Wireshark keeps at most this many unacknowledged segments per direction.
 const MAX_UNACKED: usize = 10_000;
 
+/// A receiver that holds received data this long without acknowledging it, when that data
+/// is two full segments or more, is not following the delayed-ACK rule (Linux acknowledges
+/// every second full segment at once while its application reads): it is busy or not
+/// reading. Half of the delayed-ACK threshold, far above a scheduling hiccup.
+pub(super) const RECEIVER_HELD_US: u64 = super::nagle::DELAYED_ACK_MIN_US / 2;
+
 pub(super) fn seq_lt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
@@ -60,6 +66,18 @@ impl Dir {
             (Some(a), Some(b)) => Some(u32::from(a.min(b))),
             (a, b) => a.or(b).map(u32::from),
         };
+        // With timestamps agreed by both SYNs every segment carries 12 bytes of them, so a
+        // full segment holds 12 bytes less than announced (1448 of 1460): without this,
+        // every full segment of a bulk flow would count as small, and Nagle would be named
+        // where it cannot hold anything.
+        let both_ts = matches!((self.syn_opts, peer.syn_opts), (Some(a), Some(b)) if a.timestamps && b.timestamps);
+        let announced = announced.map(|m| {
+            if both_ts {
+                m.saturating_sub(12).max(1)
+            } else {
+                m
+            }
+        });
         match announced {
             // The path may carry less than announced (e.g. IP options, timestamps take 12).
             Some(m) => m.min(self.max_len.max(1).max(m.saturating_sub(40))),
@@ -131,7 +149,10 @@ impl Conn {
             0
         };
         let retrans = self.sequence(d, ts, frame, seg, win);
-        let (ack_rtt_ns, newly_acked_oldest) = self.acks(d, ts, seg);
+        let far_rtt_us = self.far_rtt_us(d);
+        // Data the receiver held for longer than half the delayed-ACK threshold.
+        let held_before = ts - i64::try_from(far_rtt_us + RECEIVER_HELD_US).unwrap_or(0) * 1000;
+        let (ack_rtt_ns, newly_acked_oldest, held_bytes) = self.acks(d, ts, seg, held_before);
         if let Some(rtt) = ack_rtt_ns {
             let v = us(rtt);
             let m = &mut self.min_ack_rtt_us[d];
@@ -140,7 +161,8 @@ impl Conn {
         let acked = newly_acked_oldest.map(|oldest| AckAdvance {
             frame,
             ts,
-            delay_us: us(ts - oldest).saturating_sub(self.far_rtt_us(d)),
+            delay_us: us(ts - oldest).saturating_sub(far_rtt_us),
+            held_bytes,
             no_data: seg.payload_len == 0 && f & (flags::SYN | flags::RST) == 0,
         });
         let retrans = retrans.map(|kind| self.origin(d, kind, ts, frame, seg));
@@ -320,33 +342,47 @@ impl Conn {
     }
 
     /// The ACK's effect on the peer's unacknowledged segments: Wireshark's ack_rtt (exact
-    /// match only) and the time of the oldest segment it newly covered.
-    fn acks(&mut self, d: usize, ts: i64, seg: &TcpSegment<'_>) -> (Option<i64>, Option<i64>) {
+    /// match only), the time of the oldest segment it newly covered, and the bytes it newly
+    /// covered of segments seen before `held_before`.
+    fn acks(
+        &mut self,
+        d: usize,
+        ts: i64,
+        seg: &TcpSegment<'_>,
+        held_before: i64,
+    ) -> (Option<i64>, Option<i64>, u64) {
         if seg.flags & flags::ACK == 0 {
-            return (None, None);
+            return (None, None, 0);
         }
         let ack = seg.ack;
         let mut oldest_exact: Option<i64> = None;
         let mut newly: Option<i64> = None;
+        let mut held = 0u64;
+        let mut covered = |u: &Unacked, upto: u32| {
+            newly = Some(newly.map_or(u.ts, |t: i64| t.min(u.ts)));
+            if u.ts <= held_before {
+                held += u64::from(upto.wrapping_sub(u.seq));
+            }
+        };
         self.dirs[1 - d].unacked.retain_mut(|u| {
             if u.nextseq == ack {
                 if oldest_exact.is_none_or(|t| u.ts < t) {
                     oldest_exact = Some(u.ts);
                 }
-                newly = Some(newly.map_or(u.ts, |t: i64| t.min(u.ts)));
+                covered(u, u.nextseq);
                 false
             } else if seq_lt(u.seq, ack) && seq_le(ack, u.nextseq) {
+                covered(u, ack);
                 u.seq = ack;
-                newly = Some(newly.map_or(u.ts, |t: i64| t.min(u.ts)));
                 true
             } else if seq_lt(ack, u.nextseq) {
                 true
             } else {
-                newly = Some(newly.map_or(u.ts, |t: i64| t.min(u.ts)));
+                covered(u, u.nextseq);
                 false
             }
         });
-        (oldest_exact.map(|t0| ts - t0), newly)
+        (oldest_exact.map(|t0| ts - t0), newly, held)
     }
 
     /// Where a retransmission's original was, and when.
@@ -485,5 +521,24 @@ mod tests {
         assert_eq!(a.mss(&b), 1448);
         a.max_len = 100;
         assert_eq!(a.mss(&b), 1420, "at most 40 below the announced MSS");
+    }
+
+    #[test]
+    fn timestamps_on_both_syns_take_12_bytes_of_each_segment() {
+        let (mut a, mut b) = (Dir::default(), Dir::default());
+        let opts = |mss, timestamps| SynOptions {
+            mss: Some(mss),
+            timestamps,
+            ..SynOptions::default()
+        };
+        // A GSO super-segment seen on the sender's side is far above the MSS: the
+        // announced value, less the timestamps, is what one wire segment holds.
+        a.max_len = 65_160;
+        a.syn_opts = Some(opts(1460, true));
+        b.syn_opts = Some(opts(1460, true));
+        assert_eq!(a.mss(&b), 1448);
+        // Only one side offered timestamps: none are used.
+        b.syn_opts = Some(opts(1460, false));
+        assert_eq!(a.mss(&b), 1460);
     }
 }
