@@ -85,6 +85,10 @@ pub struct TcpSegment<'a> {
     pub payload: &'a [u8],
     /// Options (parsed on every segment; only meaningful on SYNs for MSS/wscale).
     pub options: TcpOptions,
+    /// The raw option bytes as captured (timestamps, SACK blocks...).
+    pub option_bytes: &'a [u8],
+    /// IPv4 identification (0 for IPv6, which has none in its fixed header).
+    pub ip_id: u16,
 }
 
 #[inline]
@@ -189,7 +193,9 @@ fn ipv4(p: &[u8]) -> Result<TcpSegment<'_>, Skip> {
     };
     let src = IpAddr::from([p[12], p[13], p[14], p[15]]);
     let dst = IpAddr::from([p[16], p[17], p[18], p[19]]);
-    tcp(src, dst, &p[ihl..], ip_payload)
+    let mut seg = tcp(src, dst, &p[ihl..], ip_payload)?;
+    seg.ip_id = be16(p, 4);
+    Ok(seg)
 }
 
 fn ipv6(p: &[u8]) -> Result<TcpSegment<'_>, Skip> {
@@ -269,6 +275,8 @@ fn tcp(src: IpAddr, dst: IpAddr, t: &[u8], ip_payload: usize) -> Result<TcpSegme
         payload_len: u32::try_from(payload_len).unwrap_or(u32::MAX),
         payload,
         options,
+        option_bytes: &t[20..opts_end],
+        ip_id: 0,
     })
 }
 

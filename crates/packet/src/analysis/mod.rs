@@ -18,6 +18,7 @@
 //!
 //! The report types live in `lagtrace_model::analyze` and are re-exported here.
 
+mod copies;
 mod cork;
 mod event;
 mod http;
@@ -367,6 +368,12 @@ impl Analyzer {
         let summary = self.rec.summary(self.transactions_total);
         let mut warnings = std::mem::take(&mut self.warnings);
         self.skipped.warnings(&mut warnings);
+        if self.table.copies > 0 {
+            warnings.push(format!(
+                "{} frames were a second capture of a segment already seen (the capture saw it on two interfaces, or as a GSO super-segment and its pieces); analyzed once",
+                self.table.copies
+            ));
+        }
         let first = self.first_ts.unwrap_or(0);
         Analysis {
             frames: self.frames,

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use lagtrace_model::analyze::{StreamSummary, SynOptions};
 
+use super::copies::Copies;
 use super::event::{AckAdvance, DataInfo, DataSeg, Retrans, RetransKind, Seg};
 use super::us;
 use crate::wire::{TcpSegment, flags};
@@ -100,6 +101,8 @@ pub(super) struct Conn {
     last_data_dir: Option<usize>,
     /// When RST or the second FIN was seen.
     pub closed_at: Option<i64>,
+    /// Recent segments, to recognise a second capture of one.
+    copies: Copies,
 }
 
 impl Conn {
@@ -115,7 +118,15 @@ impl Conn {
             last_ts: ts,
             last_data_dir: None,
             closed_at: None,
+            copies: Copies::default(),
         }
+    }
+
+    /// Whether `seg` of direction `d` is a second capture of a segment already seen (then
+    /// it is not analyzed again).
+    pub fn is_copy(&mut self, d: usize, ts: i64, seg: &TcpSegment<'_>) -> bool {
+        let mss = self.dirs[d].mss(&self.dirs[1 - d]);
+        self.copies.is_copy(d, ts, seg, mss)
     }
 
     /// Whether a pure SYN with this sequence number from direction `d` belongs to this

@@ -16,6 +16,10 @@ pub struct Script {
     next: [u32; 2],
     /// Window each side advertises (unscaled).
     pub window: [u16; 2],
+    /// IPv4 identification of the next frame (0: none; otherwise counts up per frame).
+    pub ip_id: u16,
+    /// The last frame: (time, client, flags, seq, ack, payload, identification).
+    last: Option<(u64, bool, u8, u32, u32, Vec<u8>, u16)>,
 }
 
 impl Script {
@@ -25,6 +29,8 @@ impl Script {
             an: Analyzer::new(AnalyzeOptions::default()),
             next: [1_000, 5_000],
             window: [65_535, 65_535],
+            ip_id: 0,
+            last: None,
         };
         s.raw(0, true, flags::SYN, 999, 0, &[]);
         s.raw(rtt_us, false, flags::SYN | flags::ACK, 4_999, 1_000, &[]);
@@ -34,6 +40,44 @@ impl Script {
 
     /// One segment; `client`: sent by the client.
     pub fn raw(&mut self, t_us: u64, client: bool, fl: u8, seq: u32, ack: u32, payload: &[u8]) {
+        let id = self.ip_id;
+        if id != 0 {
+            self.ip_id = id.wrapping_add(1);
+        }
+        self.last = Some((t_us, client, fl, seq, ack, payload.to_vec(), id));
+        self.frame(t_us, client, fl, (seq, ack), payload, id);
+    }
+
+    /// The last segment captured again at `t_us` (a second interface).
+    pub fn copy_last(&mut self, t_us: u64) {
+        let (_, client, fl, seq, ack, payload, id) = self.last.clone().expect("a last frame");
+        self.frame(t_us, client, fl, (seq, ack), &payload, id);
+    }
+
+    /// The last segment captured again at `t_us` as the wire segments of `mss` bytes GSO
+    /// cuts it into (identifications counting up from its own).
+    pub fn pieces_of_last(&mut self, t_us: u64, mss: usize) {
+        let (_, client, fl, seq, ack, payload, id) = self.last.clone().expect("a last frame");
+        for (k, piece) in payload.chunks(mss).enumerate() {
+            let off = (k * mss) as u32;
+            let id = if id == 0 {
+                0
+            } else {
+                id.wrapping_add(k as u16)
+            };
+            self.frame(t_us, client, fl, (seq.wrapping_add(off), ack), piece, id);
+        }
+    }
+
+    fn frame(
+        &mut self,
+        t_us: u64,
+        client: bool,
+        fl: u8,
+        (seq, ack): (u32, u32),
+        payload: &[u8],
+        id: u16,
+    ) {
         let (src, dst, sport, dport) = if client {
             ([10, 0, 0, 1], [10, 0, 0, 2], 40_000u16, 80u16)
         } else {
@@ -50,7 +94,8 @@ impl Script {
         let mut f = Vec::with_capacity(total);
         f.extend_from_slice(&[0x45, 0]);
         f.extend_from_slice(&(total as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 0, 0x40, 0, 64, 6, 0, 0]);
+        f.extend_from_slice(&id.to_be_bytes());
+        f.extend_from_slice(&[0x40, 0, 64, 6, 0, 0]);
         f.extend_from_slice(&src);
         f.extend_from_slice(&dst);
         f.extend_from_slice(&sport.to_be_bytes());

@@ -101,6 +101,8 @@ pub(super) struct Table<S> {
     pub lives: Vec<Option<Box<Live<S>>>>,
     /// Streams in the order they closed, with the time: freed after [`CLOSED_LINGER_NS`].
     closed: VecDeque<(i64, usize)>,
+    /// Frames that were a second capture of a segment already seen.
+    pub copies: u64,
 }
 
 impl<S: Default> Table<S> {
@@ -110,6 +112,7 @@ impl<S: Default> Table<S> {
             streams: Vec::new(),
             lives: Vec::new(),
             closed: VecDeque::new(),
+            copies: 0,
         }
     }
 
@@ -156,7 +159,7 @@ impl<S: Default> Table<S> {
     }
 
     /// Counts the segment in stream `i`'s summary and, while the stream is tracked, updates
-    /// its connection state and returns what the segment means.
+    /// its connection state and returns what the segment means (nothing for a copy).
     pub fn segment<'a>(
         &mut self,
         i: usize,
@@ -167,6 +170,14 @@ impl<S: Default> Table<S> {
         seg: &TcpSegment<'a>,
     ) -> Option<Seg<'a>> {
         let d = self.dir(i, seg);
+        // A second capture of a segment (another interface, a super-segment's pieces) is
+        // not traffic: neither counted nor analyzed.
+        if let Some(live) = self.lives[i].as_deref_mut()
+            && live.conn.is_copy(d, ts, seg)
+        {
+            self.copies += 1;
+            return None;
+        }
         let st = &mut self.streams[i];
         let len = seg.payload_len;
         if d == 0 {
@@ -275,6 +286,8 @@ mod tests {
             payload_len: 0,
             payload: &[],
             options: crate::wire::TcpOptions::default(),
+            option_bytes: &[],
+            ip_id: 0,
         };
         assert!(Key::of(&seg(a, b)) == Key::of(&seg(b, a)));
         assert!(Key::of(&seg(a, b)) != Key::of(&seg(a, SocketAddr::from(([10, 0, 0, 2], 81)))));

@@ -1,0 +1,196 @@
+//! Capture artifacts are not traffic: the same segment seen twice is analyzed once.
+//!
+//! A capture on `any` sees a packet on every interface it crosses (a bridge and its port, a
+//! router's two sides), and a capture may see a GSO/TSO super-segment on one interface and
+//! its pieces on another. Counted twice, each copy would look like a retransmission (and a
+//! copied ACK like a duplicate ACK). A copy keeps everything the sender wrote: the ACK
+//! number, the window, the option bytes (timestamps included), and the IPv4 identification
+//! (the pieces of a super-segment number theirs on from the super-segment's). A real
+//! retransmission is written again: Linux gives it a new IPv4 identification (and, a
+//! millisecond or more later, a new timestamp); without an identification to compare, only
+//! a repeat within [`COPY_WINDOW_NO_ID_NS`] — below the shortest retransmission timer — is
+//! taken for a copy.
+
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+
+use super::tcp::{seq_le, seq_lt};
+use crate::wire::{TcpSegment, flags};
+
+/// How long after a segment a repeat without an IPv4 identification to compare counts as
+/// its copy: below Linux's shortest retransmission timer (two jiffies); copies across a
+/// bridge or a router come microseconds apart.
+pub const COPY_WINDOW_NO_ID_NS: i64 = 1_000_000;
+/// With IPv4 identifications to compare: a router's egress queue (shaping) may hold the
+/// second copy this long.
+const COPY_WINDOW_ID_NS: i64 = 2_000_000_000;
+/// Segments remembered per direction.
+const KEEP: usize = 64;
+
+/// One segment as its sender wrote it.
+struct Sent {
+    seq: u32,
+    end: u32,
+    key: u64,
+    id: u16,
+    ts: i64,
+}
+
+/// Per-connection state: the recent segments of each direction.
+#[derive(Default)]
+pub(super) struct Copies {
+    dirs: [VecDeque<Sent>; 2],
+}
+
+/// What a copy keeps of its sender's writing besides the sequence range: the flags (but
+/// PSH, FIN and CWR, which GSO puts on one piece only), ACK, window and option bytes; for a
+/// segment without payload, also its sequence number and all flags.
+fn key(seg: &TcpSegment<'_>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let fl = if seg.payload_len == 0 {
+        h.write_u32(seg.seq);
+        seg.flags
+    } else {
+        seg.flags & !(flags::PSH | flags::FIN | flags::CWR)
+    };
+    (fl, seg.ack, seg.window, seg.option_bytes).hash(&mut h);
+    h.finish()
+}
+
+impl Copies {
+    /// Whether `seg`, of direction `d` seen at `ts`, repeats a segment this direction
+    /// already sent (whole, or as a piece of a super-segment, or the pieces joined); if
+    /// not, it is remembered. `mss`: the payload of one wire segment, to number pieces.
+    pub fn is_copy(&mut self, d: usize, ts: i64, seg: &TcpSegment<'_>, mss: u32) -> bool {
+        let q = &mut self.dirs[d];
+        while q.front().is_some_and(|s| ts - s.ts > COPY_WINDOW_ID_NS) {
+            q.pop_front();
+        }
+        let new = Sent {
+            seq: seg.seq,
+            end: seg.seq.wrapping_add(seg.payload_len),
+            key: key(seg),
+            id: seg.ip_id,
+            ts,
+        };
+        let copy = if seg.payload_len == 0 {
+            q.iter()
+                .any(|s| s.key == new.key && s.id == new.id && recent(s, &new))
+        } else {
+            covered(q, &new, mss.max(1))
+        };
+        if !copy {
+            if q.len() >= KEEP {
+                q.pop_front();
+            }
+            q.push_back(new);
+        }
+        copy
+    }
+}
+
+/// Whether `s` is recent enough for `new` to be its copy.
+fn recent(s: &Sent, new: &Sent) -> bool {
+    let window = if s.id != 0 && new.id != 0 {
+        COPY_WINDOW_ID_NS
+    } else {
+        COPY_WINDOW_NO_ID_NS
+    };
+    new.ts - s.ts <= window
+}
+
+/// Whether every byte of `new` was in remembered segments written alike, the first of them
+/// with the identification `new` must carry when it is a copy.
+fn covered(q: &VecDeque<Sent>, new: &Sent, mss: u32) -> bool {
+    let holding = |pos: u32| {
+        q.iter().find(|s| {
+            s.key == new.key && seq_le(s.seq, pos) && seq_lt(pos, s.end) && recent(s, new)
+        })
+    };
+    let Some(first) = holding(new.seq) else {
+        return false;
+    };
+    if first.id != 0 && new.id != 0 {
+        // The k-th piece of a super-segment carries its identification + k.
+        let k = new.seq.wrapping_sub(first.seq) / mss;
+        if first.id.wrapping_add(k as u16) != new.id {
+            return false;
+        }
+    }
+    let mut pos = first.end;
+    while seq_lt(pos, new.end) {
+        match holding(pos) {
+            Some(s) => pos = s.end,
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{Script, kinds};
+    use crate::wire::flags;
+    use lagtrace_model::FindingKind;
+
+    #[test]
+    fn a_segment_captured_twice_is_one_segment() {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.ip_id = 7;
+        s.server_data(1_200, 1000);
+        s.copy_last(1_205);
+        s.client_ack(1_300);
+        s.copy_last(1_302);
+        let an = s.finish();
+        assert!(an.findings.is_empty(), "{:?}", an.findings);
+        assert_eq!(an.streams[0].retransmissions, 0);
+        assert_eq!(an.streams[0].frames_ba, 2, "SYN-ACK and the data, once");
+        assert!(
+            an.warnings.iter().any(|w| w.contains("2 frames")),
+            "{:?}",
+            an.warnings
+        );
+    }
+
+    #[test]
+    fn a_super_segment_and_its_pieces_are_one_send() {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.ip_id = 100;
+        s.server_data(1_200, 3 * 1460);
+        // The same bytes as three wire segments, identifications 100, 101, 102.
+        s.pieces_of_last(1_210, 1460);
+        s.client_ack(1_300);
+        let an = s.finish();
+        assert!(an.findings.is_empty(), "{:?}", an.findings);
+        assert_eq!(an.streams[0].frames_ba, 2);
+    }
+
+    #[test]
+    fn the_same_bytes_written_again_are_a_retransmission() {
+        // A new identification: the sender wrote it again, even 50 µs later.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.ip_id = 7;
+        s.server_data(1_200, 1000);
+        s.ip_id = 8;
+        s.server_resend(1_250, 1000, 1000);
+        assert_eq!(kinds(&s.finish()), [FindingKind::Retransmission]);
+        // Without identifications: a repeat 3 ms later is past any copy.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_200, 1000);
+        s.server_resend(4_200, 1000, 1000);
+        assert_eq!(kinds(&s.finish()), [FindingKind::Retransmission]);
+    }
+
+    #[test]
+    fn a_copied_ack_is_one_ack() {
+        let mut s = Script::handshake(100);
+        s.raw(120, true, flags::ACK, 1_000, 5_000, &[]);
+        let an = s.finish();
+        assert!(an.findings.is_empty(), "{:?}", an.findings);
+        assert_eq!(an.streams[0].frames_ab, 2);
+    }
+}
