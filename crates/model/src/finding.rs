@@ -19,6 +19,10 @@ pub enum FindingKind {
     /// An ACK ≥ 30 ms after the data it acknowledges, with no data to carry it, that the
     /// sender's next data waited for.
     DelayedAck,
+    /// A small segment that left only with the peer's ACK, on a connection whose sender is
+    /// seen sending small segments unheld in the same state (TCP_NODELAY on): not Nagle, but
+    /// held before the wire (a local drop retransmitted on the ACK, or a queue).
+    HeldUntilAck,
     /// A retransmitted segment (detail: `rto`, `fast` or `spurious`).
     Retransmission,
     /// A retransmitted SYN or SYN-ACK: connection setup waited for a timer.
@@ -35,10 +39,11 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// All kinds, in report order.
-    pub const ALL: [FindingKind; 9] = [
+    pub const ALL: [FindingKind; 10] = [
         FindingKind::NagleDelayedAck,
         FindingKind::NagleStall,
         FindingKind::DelayedAck,
+        FindingKind::HeldUntilAck,
         FindingKind::Retransmission,
         FindingKind::SynRetransmit,
         FindingKind::ZeroWindow,
@@ -53,6 +58,7 @@ impl FindingKind {
             FindingKind::NagleDelayedAck => "nagle-delayed-ack",
             FindingKind::NagleStall => "nagle-stall",
             FindingKind::DelayedAck => "delayed-ack",
+            FindingKind::HeldUntilAck => "held-until-ack",
             FindingKind::Retransmission => "retransmission",
             FindingKind::SynRetransmit => "syn-retransmit",
             FindingKind::ZeroWindow => "zero-window",

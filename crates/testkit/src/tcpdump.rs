@@ -25,12 +25,18 @@ pub fn spawn_tcpdump(netns: Option<&str>, opts: &[&str], file: &Path, port: u16)
         .stdout(Stdio::null())
         .spawn()
         .expect("run tcpdump");
-    let mut line = String::new();
-    BufReader::new(td.stderr.take().expect("tcpdump's stderr"))
-        .read_line(&mut line)
-        .expect("reading tcpdump's stderr");
-    assert!(line.contains("listening"), "tcpdump: {line}");
-    td
+    // On `any` it first names the link type (`data link type LINUX_SLL2`), then listens.
+    let mut err = BufReader::new(td.stderr.take().expect("tcpdump's stderr"));
+    let mut said = String::new();
+    for _ in 0..3 {
+        let mut line = String::new();
+        err.read_line(&mut line).expect("reading tcpdump's stderr");
+        said.push_str(&line);
+        if line.contains("listening") {
+            return td;
+        }
+    }
+    panic!("tcpdump: {said}")
 }
 
 /// [`spawn_tcpdump`] on `dev`, unbuffered, 256-byte snaplen.

@@ -8,10 +8,11 @@ use crate::evidence::{
 };
 
 /// Finding kinds, most telling first (the example flow shows the first one present).
-const PRIORITY: [FindingKind; 9] = [
+const PRIORITY: [FindingKind; 10] = [
     FindingKind::NagleDelayedAck,
     FindingKind::TcpCork,
     FindingKind::Retransmission,
+    FindingKind::HeldUntilAck,
     FindingKind::SynRetransmit,
     FindingKind::NagleStall,
     FindingKind::DelayedAck,
@@ -189,6 +190,7 @@ fn stall_label(k: FindingKind) -> String {
         FindingKind::NagleDelayedAck => "Nagle holds the segment until the client's delayed ACK",
         FindingKind::NagleStall => "Nagle holds the segment until the ACK",
         FindingKind::DelayedAck => "waiting for a delayed ACK",
+        FindingKind::HeldUntilAck => "held before the wire until the ACK (TCP_NODELAY on)",
         FindingKind::TcpCork => "TCP_CORK holds the partial frame until its 200 ms ceiling",
         FindingKind::Retransmission => "lost: waiting for the retransmission",
         FindingKind::SynRetransmit => "SYN lost: waiting for its retransmission",

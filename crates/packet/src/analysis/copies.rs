@@ -34,12 +34,16 @@ struct Sent {
     key: u64,
     id: u16,
     ts: i64,
+    /// Segments of the other direction seen before it.
+    peer_seen: u64,
 }
 
 /// Per-connection state: the recent segments of each direction.
 #[derive(Default)]
 pub(super) struct Copies {
     dirs: [VecDeque<Sent>; 2],
+    /// Segments seen per direction (copies not counted).
+    seen: [u64; 2],
 }
 
 /// What a copy keeps of its sender's writing besides the sequence range: the flags (but
@@ -72,6 +76,7 @@ impl Copies {
             key: key(seg),
             id: seg.ip_id,
             ts,
+            peer_seen: self.seen[1 - d],
         };
         let copy = if seg.payload_len == 0 {
             q.iter()
@@ -84,39 +89,44 @@ impl Copies {
                 q.pop_front();
             }
             q.push_back(new);
+            self.seen[d] += 1;
         }
         copy
     }
 }
 
-/// Whether `s` is recent enough for `new` to be its copy.
+/// Whether `s` is recent enough for `new` to be its copy. With IPv4 identifications, the
+/// identification decides (checked by the caller). Without, only a repeat within
+/// [`COPY_WINDOW_NO_ID_NS`] with nothing from the peer in between: a retransmission that
+/// soon needs the peer's duplicate ACKs or SACKs, and those pass the capture point between
+/// the original and the retransmission (seen: a retransmission 70 µs after a dropped
+/// original, with the same timestamp).
 fn recent(s: &Sent, new: &Sent) -> bool {
-    let window = if s.id != 0 && new.id != 0 {
-        COPY_WINDOW_ID_NS
+    if s.id != 0 && new.id != 0 {
+        new.ts - s.ts <= COPY_WINDOW_ID_NS
     } else {
-        COPY_WINDOW_NO_ID_NS
-    };
-    new.ts - s.ts <= window
+        new.ts - s.ts <= COPY_WINDOW_NO_ID_NS && new.peer_seen == s.peer_seen
+    }
 }
 
 /// Whether every byte of `new` was in remembered segments written alike, the first of them
 /// with the identification `new` must carry when it is a copy.
 fn covered(q: &VecDeque<Sent>, new: &Sent, mss: u32) -> bool {
-    let holding = |pos: u32| {
-        q.iter().find(|s| {
-            s.key == new.key && seq_le(s.seq, pos) && seq_lt(pos, s.end) && recent(s, new)
-        })
+    let alike = |s: &Sent, pos: u32| {
+        s.key == new.key && seq_le(s.seq, pos) && seq_lt(pos, s.end) && recent(s, new)
     };
-    let Some(first) = holding(new.seq) else {
+    // The k-th piece of a super-segment carries its identification + k.
+    let same_id = |s: &Sent| {
+        s.id == 0
+            || new.id == 0
+            || s.id
+                .wrapping_add((new.seq.wrapping_sub(s.seq) / mss) as u16)
+                == new.id
+    };
+    let Some(first) = q.iter().find(|s| alike(s, new.seq) && same_id(s)) else {
         return false;
     };
-    if first.id != 0 && new.id != 0 {
-        // The k-th piece of a super-segment carries its identification + k.
-        let k = new.seq.wrapping_sub(first.seq) / mss;
-        if first.id.wrapping_add(k as u16) != new.id {
-            return false;
-        }
-    }
+    let holding = |pos: u32| q.iter().find(|s| alike(s, pos));
     let mut pos = first.end;
     while seq_lt(pos, new.end) {
         match holding(pos) {
@@ -182,6 +192,32 @@ mod tests {
         s.client_data(1_000, 41);
         s.server_data(1_200, 1000);
         s.server_resend(4_200, 1000, 1000);
+        assert_eq!(kinds(&s.finish()), [FindingKind::Retransmission]);
+    }
+
+    #[test]
+    fn a_retransmission_of_a_segment_lost_after_the_capture_point_is_not_a_copy() {
+        // The original was captured and then dropped; the peer's SACK came back and the
+        // sender wrote it again 190 µs later, same timestamp, new identification; then the
+        // capture saw that retransmission a second time.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.ip_id = 7;
+        s.server_data(1_200, 1000);
+        s.server_data(1_210, 1000);
+        s.client_ack(1_250);
+        s.server_resend(1_400, 2000, 1000);
+        s.copy_last(1_402);
+        let an = s.finish();
+        assert_eq!(kinds(&an), [FindingKind::Retransmission]);
+        // Without identifications, the peer's packet in between tells it apart too.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_200, 1000);
+        s.server_data(1_210, 1000);
+        s.client_ack(1_250);
+        s.server_resend(1_400, 2000, 1000);
+        s.copy_last(1_402);
         assert_eq!(kinds(&s.finish()), [FindingKind::Retransmission]);
     }
 

@@ -34,6 +34,7 @@ mod tracker;
 mod window;
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
@@ -146,6 +147,10 @@ pub struct Analyzer {
     transactions: Vec<Transaction>,
     transactions_total: u64,
     rec: Recorder,
+    /// Nagle-shaped holds, decided in `finish`: (stream, sender, direction, stall).
+    held: Vec<(usize, SocketAddr, usize, nagle::Stall)>,
+    /// Per (stream, direction): the first small segment sent while another was unacknowledged.
+    unheld: HashMap<(usize, usize), nagle::Unheld>,
     servers: ServerTimes,
     retrans_frames: Vec<u64>,
     /// `(frame, ack_rtt)`, the RTT in seconds (as Wireshark's `tcp.analysis.ack_rtt`).
@@ -175,6 +180,8 @@ impl Analyzer {
             table: Table::new(),
             transactions: Vec::new(),
             transactions_total: 0,
+            held: Vec::new(),
+            unheld: HashMap::new(),
             servers: ServerTimes::default(),
             retrans_frames: Vec::new(),
             ack_rtts: Vec::new(),
@@ -246,12 +253,22 @@ impl Analyzer {
         {
             self.ack_rtts.push((frame, rtt as f64 / 1e9));
         }
+        let sender = self.table.sender(i, ev.dir);
         let Some(det) = self.table.det_mut(i) else {
             return;
         };
         let txn = det.http.open_index();
         let mut found: Vec<Finding> = Vec::new();
-        let late = detect(det, &ev, txn, first_ts, &mut found);
+        let d = detect(det, &ev, txn, first_ts, &mut found);
+        let late = d.late;
+        if let Some(u) = d.unheld {
+            self.unheld.entry((i, ev.dir)).or_insert(u);
+        }
+        if let Some(stall) = d.held
+            && self.held.len() < self.opts.max_findings
+        {
+            self.held.push((i, sender, ev.dir, stall));
+        }
         let closed = if ev.len > 0 {
             det.http.on_data(&ev, first_ts)
         } else {
@@ -269,7 +286,6 @@ impl Analyzer {
         if self.opts.keep_stream == Some(ev.stream) {
             self.keep_packet(&ev, first_ts);
         }
-        let sender = self.table.sender(i, ev.dir);
         for f in found {
             let open = self.table.det_mut(i).and_then(|d| d.http.open.as_mut());
             self.rec.found(i, sender, f, late, open);
@@ -345,6 +361,7 @@ impl Analyzer {
         for i in 0..self.table.lives.len() {
             self.close_txn(i);
         }
+        self.decide_held();
         // Stalls released late: kept when their sender is seen to stall for the same cause.
         for (i, prompt, mut f) in self.rec.take_late() {
             if prompt > 0 {
@@ -393,6 +410,22 @@ impl Analyzer {
         }
     }
 
+    /// Nagle-shaped holds: Nagle, unless the same sender was seen sending small segments
+    /// unheld in the same state (its Nagle is off: then a hold with two full segments or
+    /// more in flight is its congestion window, and one without is held before the wire).
+    fn decide_held(&mut self) {
+        for (i, sender, dir, st) in std::mem::take(&mut self.held) {
+            match self.unheld.get(&(i, dir)) {
+                None => self.rec.found(i, sender, st.finding, st.late, None),
+                Some(_) if st.bulk || st.late => {}
+                Some(u) => {
+                    let f = nagle::held_until_ack(st.finding, u);
+                    self.rec.record(i, f, None);
+                }
+            }
+        }
+    }
+
     /// Marks each kept packet with the kinds of the findings it is part of.
     fn mark_kept_packets(&mut self) {
         let Some(ks) = self.opts.keep_stream else {
@@ -415,35 +448,50 @@ impl Analyzer {
     }
 }
 
+/// What [`detect`] saw besides the findings it handed out.
+#[derive(Default)]
+struct Detected {
+    /// An ACK stall found was released late.
+    late: bool,
+    /// A Nagle-shaped hold, decided at the end.
+    held: Option<nagle::Stall>,
+    /// The segment left unheld behind an unacknowledged small one.
+    unheld: Option<nagle::Unheld>,
+}
+
 /// The detectors that read a segment's timing, in order: the order decides which one names
-/// a stall. Returns whether an ACK stall found was released late.
+/// a stall.
 fn detect(
     det: &mut Detectors,
     ev: &Seg<'_>,
     txn: Option<u32>,
     first_ts: i64,
     found: &mut Vec<Finding>,
-) -> bool {
+) -> Detected {
+    let mut out = Detected::default();
     det.nagle.on_ack(ev);
     found.extend(det.window.zero_window(ev, txn, first_ts));
     let Some(data) = ev.data.filter(|_| ev.retrans.is_none()) else {
-        return false;
+        return out;
     };
     let small = ev.len < data.mss;
     let (window_limited, full) = det.window.window_full(ev, txn, first_ts);
     found.extend(full);
-    let mut late = false;
     if let Some(p) = data.prev_same_run {
         if let Some(s) = det.nagle.stall(ev, p, small, window_limited, txn, first_ts) {
-            late = s.late;
-            found.push(s.finding);
+            if s.nagle {
+                out.held = Some(s);
+            } else {
+                out.late = s.late;
+                found.push(s.finding);
+            }
         } else if small {
             found.extend(cork::tail(ev, p, txn, first_ts));
         }
     } else if small && let Some(t) = det.http.open.as_ref() {
         found.extend(cork::first_response(ev, t, first_ts));
     }
-    det.nagle.after_data(ev, small);
+    out.unheld = det.nagle.after_data(ev, small);
     det.window.after_data(ev);
-    late
+    out
 }

@@ -14,6 +14,7 @@ use lagtrace_model::analyze::Finding;
 use super::event::{AckAdvance, DataSeg, Seg};
 use super::tcp::seq_le;
 use super::us;
+use crate::wire::flags;
 
 /// Delayed-ACK threshold: Linux's minimum is 40 ms (`TCP_DELACK_MIN`); 30 ms leaves room
 /// for timer granularity and capture jitter while staying far above a quick ACK.
@@ -34,6 +35,14 @@ struct Dir {
     last_new_ack: Option<AckAdvance>,
 }
 
+/// What a fresh data segment showed about its sender's Nagle.
+pub(super) struct Unheld {
+    /// The small segment that left while an earlier one was unacknowledged.
+    pub frame: u64,
+    /// That earlier one.
+    pub behind: u64,
+}
+
 /// Per-stream state of the detector.
 #[derive(Default)]
 pub(super) struct Nagle {
@@ -44,6 +53,12 @@ pub(super) struct Nagle {
 pub(super) struct Stall {
     pub finding: Finding,
     pub late: bool,
+    /// A Nagle-shaped hold (a small segment released by the ACK of the earlier small one),
+    /// named Nagle only when its sender never shows small segments leaving unheld.
+    pub nagle: bool,
+    /// The releasing ACK covered two full segments or more: the sender had that much in
+    /// flight, so its congestion window may have held the segment.
+    pub bulk: bool,
 }
 
 impl Nagle {
@@ -112,6 +127,8 @@ impl Nagle {
             return Some(Stall {
                 finding: nagle_finding(ev, p, sm, a, txn, first_ts),
                 late: us(ev.ts - a.ts) > tight_tol,
+                nagle: true,
+                bulk: a.bytes >= 2 * u64::from(mss),
             });
         }
         if let Some(a) = self.dirs[1 - ev.dir].last_new_ack
@@ -136,15 +153,29 @@ impl Nagle {
                     ),
                 },
                 late: us(ev.ts - a.ts) > tight_tol,
+                nagle: false,
+                bulk: false,
             });
         }
         None
     }
 
-    /// Remembers a fresh data segment (after the checks).
-    pub fn after_data(&mut self, ev: &Seg<'_>, small: bool) {
+    /// Remembers a fresh data segment (after the checks). Returns the Minshall signature
+    /// broken: a small segment (not a FIN, which Nagle lets go) that left while an earlier
+    /// small one was still unacknowledged — its sender's Nagle is off.
+    pub fn after_data(&mut self, ev: &Seg<'_>, small: bool) -> Option<Unheld> {
+        let mut unheld = None;
         if small {
             let dir = &mut self.dirs[ev.dir];
+            if dir.small_unacked
+                && ev.flags & flags::FIN == 0
+                && let Some(sm) = dir.last_small
+            {
+                unheld = Some(Unheld {
+                    frame: ev.frame,
+                    behind: sm.frame,
+                });
+            }
             dir.last_small = Some(DataSeg {
                 frame: ev.frame,
                 ts: ev.ts,
@@ -154,7 +185,31 @@ impl Nagle {
             dir.small_unacked = true;
             dir.small_release = None;
         }
+        unheld
     }
+}
+
+/// A Nagle-shaped stall of a sender that, in the same state, sent small segments unheld
+/// (`u`): with TCP_NODELAY on, the segment was held before the wire until the ACK.
+pub(super) fn held_until_ack(mut f: Finding, u: &Unheld) -> Finding {
+    f.kind = FindingKind::HeldUntilAck;
+    let len = f
+        .explanation
+        .split(" B held")
+        .next()
+        .unwrap_or("?")
+        .to_string();
+    f.explanation = format!(
+        "{len} B left only with the peer's ACK (frame {}), {:.1} ms after the data before it; not Nagle: the same sender sent a small segment (frame {}) while an earlier one (frame {}) was unacknowledged, so its TCP_NODELAY is on: held before the wire (a local drop retransmitted on the ACK, or a queue)",
+        f.frames
+            .get(f.frames.len().saturating_sub(2))
+            .copied()
+            .unwrap_or(0),
+        f.cost_us as f64 / 1000.0,
+        u.frame,
+        u.behind
+    );
+    f
 }
 
 /// Segment `ev` was held behind the small `sm` until ACK `a`; `p` is the data before it.
@@ -287,6 +342,50 @@ mod tests {
         }
         s.client_ack(41_000);
         s.server_data(41_100, 300);
+        assert!(s.finish().findings.is_empty());
+    }
+
+    /// A first exchange where the server sends two small segments back to back, the second
+    /// while the first is unacknowledged: its Nagle is off.
+    fn unheld_first(s: &mut Script) {
+        s.client_data(1_000, 41);
+        s.server_data(1_500, 200);
+        s.server_data(1_510, 300);
+        s.client_ack(1_600);
+    }
+
+    #[test]
+    fn a_hold_by_a_sender_seen_sending_small_segments_unheld_is_not_nagle() {
+        let mut s = Script::handshake(100);
+        unheld_first(&mut s);
+        s.client_data(2_000, 41);
+        s.server_data(2_500, 238);
+        s.client_ack(42_000);
+        s.server_data(42_100, 615);
+        let an = s.finish();
+        assert_eq!(kinds(&an), [FindingKind::HeldUntilAck]);
+        let f = &an.findings[0];
+        assert!(
+            f.explanation.contains("(frame 6)") && f.explanation.contains("(frame 5)"),
+            "{f:?}"
+        );
+        assert_eq!(f.frames, [9, 10, 11]);
+        assert_eq!(an.summary[0].transactions_affected, 1);
+        // The same hold with no such evidence is Nagle.
+        let an = nagle_script(40).finish();
+        assert_eq!(kinds(&an), [FindingKind::NagleDelayedAck]);
+    }
+
+    #[test]
+    fn a_hold_with_full_segments_in_flight_on_a_nodelay_sender_is_its_window() {
+        let mut s = Script::handshake(100);
+        unheld_first(&mut s);
+        s.client_data(2_000, 41);
+        s.server_data(2_500, 238);
+        s.server_data(2_510, 1460);
+        s.server_data(2_520, 1460);
+        s.client_ack(6_000);
+        s.server_data(6_100, 615);
         assert!(s.finish().findings.is_empty());
     }
 

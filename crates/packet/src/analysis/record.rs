@@ -2,7 +2,7 @@
 //! detail, tracks which transactions each kind touched, and holds back the findings that are
 //! decided at the end (stalls released late, slow-server candidates).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use lagtrace_model::FindingKind;
@@ -29,6 +29,8 @@ pub(super) struct Recorder {
     prompt_releases: HashMap<SocketAddr, u64>,
     /// Such stalls released later, decided at the end (kept up to `max_findings`).
     late_pending: Vec<(usize, SocketAddr, Finding)>,
+    /// (stream, transaction, kind) already counted as affected.
+    affected_seen: HashSet<(u32, u32, FindingKind)>,
 }
 
 impl Recorder {
@@ -44,6 +46,7 @@ impl Recorder {
             deciding: false,
             prompt_releases: HashMap::new(),
             late_pending: Vec::new(),
+            affected_seen: HashSet::new(),
         }
     }
 
@@ -87,11 +90,12 @@ impl Recorder {
         if let Some(t) = open
             && Some(t.t.index) == f.transaction
         {
-            if t.mark(f.kind) {
-                self.affected[k] += 1;
-            }
-        } else if f.transaction.is_some() || f.kind == FindingKind::SlowServer {
-            // Finished transaction (slow-server is decided at its end).
+            t.mark(f.kind);
+        }
+        // Each transaction counts once per kind, also for findings decided at the end.
+        if let Some(tx) = f.transaction
+            && self.affected_seen.insert((f.stream, tx, f.kind))
+        {
             self.affected[k] += 1;
         }
         if self.findings.len() < self.max_findings {

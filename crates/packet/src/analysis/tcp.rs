@@ -163,7 +163,8 @@ impl Conn {
         let far_rtt_us = self.far_rtt_us(d);
         // Data the receiver held for longer than half the delayed-ACK threshold.
         let held_before = ts - i64::try_from(far_rtt_us + RECEIVER_HELD_US).unwrap_or(0) * 1000;
-        let (ack_rtt_ns, newly_acked_oldest, held_bytes) = self.acks(d, ts, seg, held_before);
+        let (ack_rtt_ns, newly_acked_oldest, [bytes, held_bytes]) =
+            self.acks(d, ts, seg, held_before);
         if let Some(rtt) = ack_rtt_ns {
             let v = us(rtt);
             let m = &mut self.min_ack_rtt_us[d];
@@ -173,6 +174,7 @@ impl Conn {
             frame,
             ts,
             delay_us: us(ts - oldest).saturating_sub(far_rtt_us),
+            bytes,
             held_bytes,
             no_data: seg.payload_len == 0 && f & (flags::SYN | flags::RST) == 0,
         });
@@ -354,25 +356,27 @@ impl Conn {
 
     /// The ACK's effect on the peer's unacknowledged segments: Wireshark's ack_rtt (exact
     /// match only), the time of the oldest segment it newly covered, and the bytes it newly
-    /// covered of segments seen before `held_before`.
+    /// covered: all, and of segments seen before `held_before`.
     fn acks(
         &mut self,
         d: usize,
         ts: i64,
         seg: &TcpSegment<'_>,
         held_before: i64,
-    ) -> (Option<i64>, Option<i64>, u64) {
+    ) -> (Option<i64>, Option<i64>, [u64; 2]) {
         if seg.flags & flags::ACK == 0 {
-            return (None, None, 0);
+            return (None, None, [0, 0]);
         }
         let ack = seg.ack;
         let mut oldest_exact: Option<i64> = None;
         let mut newly: Option<i64> = None;
-        let mut held = 0u64;
+        let (mut all, mut held) = (0u64, 0u64);
         let mut covered = |u: &Unacked, upto: u32| {
             newly = Some(newly.map_or(u.ts, |t: i64| t.min(u.ts)));
+            let n = u64::from(upto.wrapping_sub(u.seq));
+            all += n;
             if u.ts <= held_before {
-                held += u64::from(upto.wrapping_sub(u.seq));
+                held += n;
             }
         };
         self.dirs[1 - d].unacked.retain_mut(|u| {
@@ -393,7 +397,7 @@ impl Conn {
                 false
             }
         });
-        (oldest_exact.map(|t0| ts - t0), newly, held)
+        (oldest_exact.map(|t0| ts - t0), newly, [all, held])
     }
 
     /// Where a retransmission's original was, and when.
