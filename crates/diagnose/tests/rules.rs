@@ -1095,4 +1095,27 @@ fn syn_retransmissions_outnumbering_data_loss_stay_syn_drop() {
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::SynDrop, "{}", texts(&j));
     assert!(j.verdict.secondary.contains(&Cause::PacketLoss));
+/// issue 14: the packets' timing looks like Nagle (a healthy nginx serving large files at
+/// c=32 did this), but every server socket was read with TCP_NODELAY on: direct evidence
+/// wins, and no text claims the sockets were not read.
+#[test]
+fn nodelay_read_on_every_server_socket_rules_nagle_out() {
+    let mut l = nagle_layers();
+    let s = l.sockets.data.as_mut().unwrap();
+    s.nodelay = OptionCount {
+        on: 32,
+        off: 0,
+        unknown: 0,
+    };
+    s.config.clear();
+    let j = judge(&target(), &l);
+    let t = texts(&j);
+    assert_ne!(j.verdict.cause, Cause::NagleDelayedAck, "{t}");
+    assert!(
+        !j.verdict.secondary.contains(&Cause::NagleDelayedAck),
+        "{t}"
+    );
+    assert!(t.contains("TCP_NODELAY set on 32/32"), "{t}");
+    assert!(t.contains("Nagle holds nothing there"), "{t}");
+    assert!(!t.contains("were not read"), "{t}");
 }

@@ -60,6 +60,13 @@ fn sockets_say(x: &Facts<'_>) -> (Vec<EvidenceLine>, bool) {
     (ev, says)
 }
 
+/// Whether every server socket read has TCP_NODELAY on (and all could be read): direct
+/// evidence that Nagle holds nothing on them, whatever a capture's timing suggests.
+fn nodelay_on_everywhere(x: &Facts<'_>) -> bool {
+    x.sockets
+        .is_some_and(|s| s.nodelay.on > 0 && s.nodelay.off == 0 && s.nodelay.unknown == 0)
+}
+
 /// The application's 40 ms shape at c=1: (line, the later requests' extra latency over the
 /// first when the first request on a connection is fast).
 fn app_shape(x: &Facts<'_>) -> Option<(EvidenceLine, Option<u64>)> {
@@ -94,6 +101,11 @@ impl CauseRule for Nagle {
     }
 
     fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
+        // Direct evidence wins: with TCP_NODELAY read on every server socket, a stall the
+        // packets attribute to Nagle is something else (see `rule_out`).
+        if nodelay_on_everywhere(x) {
+            return None;
+        }
         let mut ev = Vec::new();
         let mut layers = Vec::new();
         let mut direct = false;
@@ -209,6 +221,20 @@ impl CauseRule for Nagle {
                     ),
                 ));
             }
+            let seen = ["nagle-delayed-ack", "nagle-stall", "delayed-ack"]
+                .iter()
+                .filter_map(|k| x.finding(k))
+                .find(|f| material(f, MATERIAL_SHARE));
+            if let Some(f) = seen.filter(|_| nodelay_on_everywhere(x)) {
+                v.push(note(
+                    LayerName::Sockets,
+                    format!(
+                        "the packets show {} on {} of transactions, but every server socket                          read has TCP_NODELAY on: Nagle holds nothing there (a segment that                          leaves only with the next ACK was held before the wire, or the                          receiver was late)",
+                        f.kind,
+                        pct(f.share)
+                    ),
+                ));
+            }
             if s.nodelay.off > 0 && x.packets.is_some() {
                 v.push(note(
                     LayerName::Sockets,
@@ -288,7 +314,15 @@ fn server_fixes(x: &Facts<'_>) -> Vec<Fix> {
         ];
     }
     let server = x.server_name();
-    let seen = x.sockets.is_some_and(|s| s.nodelay.off > 0);
+    // The text says what was read: off seen, some sockets unreadable, or none read.
+    let who = match x.sockets.map(|s| &s.nodelay) {
+        Some(n) if n.off > 0 => format!("{server} sets no"),
+        Some(n) if n.on + n.unknown > 0 => format!(
+            "{server} may set no ({} of its sockets could not be read) ",
+            n.unknown
+        ),
+        _ => format!("{server} most likely sets no (its sockets were not read)"),
+    };
     vec![Fix {
         side: FixSide::Server,
         location: None,
@@ -296,11 +330,7 @@ fn server_fixes(x: &Facts<'_>) -> Vec<Fix> {
             "{} TCP_NODELAY on its sockets: set it \
              (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, 1)), or write each \
              response in one call (one buffer or writev)",
-            if seen {
-                format!("{server} sets no")
-            } else {
-                format!("{server} most likely sets no (its sockets were not read)")
-            }
+            who.trim_end()
         ),
         tradeoff: None,
     }]
