@@ -339,7 +339,7 @@ impl Run {
                 "held-until-ack",
             ] {
                 assert!(
-                    c.get(k).is_none(),
+                    !c.contains_key(k),
                     "{}: {k} on a healthy server: {c:?}",
                     self.tag
                 );

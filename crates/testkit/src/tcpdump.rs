@@ -36,6 +36,8 @@ pub fn spawn_tcpdump(netns: Option<&str>, opts: &[&str], file: &Path, port: u16)
             return td;
         }
     }
+    let _ = td.kill();
+    let _ = td.wait();
     panic!("tcpdump: {said}")
 }
 

@@ -221,10 +221,14 @@ impl CauseRule for Nagle {
                     ),
                 ));
             }
-            let seen = ["nagle-delayed-ack", "nagle-stall", "delayed-ack"]
-                .iter()
-                .filter_map(|k| x.finding(k))
-                .find(|f| material(f, MATERIAL_SHARE));
+            let seen = [
+                FindingKind::NagleDelayedAck,
+                FindingKind::NagleStall,
+                FindingKind::DelayedAck,
+            ]
+            .into_iter()
+            .filter_map(|k| x.finding(k))
+            .find(|f| material(f, MATERIAL_SHARE));
             if let Some(f) = seen.filter(|_| nodelay_on_everywhere(x)) {
                 v.push(note(
                     LayerName::Sockets,

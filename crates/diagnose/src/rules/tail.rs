@@ -151,7 +151,8 @@ fn parts(x: &Facts<'_>, run: &AppRun, excess_us: u64) -> Vec<TailPart> {
             .filter(|f| f.count > 0 && f.share >= MATERIAL_LOSS_SHARE)
         {
             let cause = match f.kind {
-                FindingKind::Retransmission => Cause::PacketLoss,
+                // Held until the next ACK with TCP_NODELAY on: a drop before the wire.
+                FindingKind::Retransmission | FindingKind::HeldUntilAck => Cause::PacketLoss,
                 FindingKind::SynRetransmit => Cause::SynDrop,
                 FindingKind::NagleDelayedAck | FindingKind::NagleStall => Cause::NagleDelayedAck,
                 FindingKind::TcpCork => Cause::TcpCork,

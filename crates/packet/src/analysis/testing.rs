@@ -18,9 +18,12 @@ pub struct Script {
     pub window: [u16; 2],
     /// IPv4 identification of the next frame (0: none; otherwise counts up per frame).
     pub ip_id: u16,
-    /// The last frame: (time, client, flags, seq, ack, payload, identification).
-    last: Option<(u64, bool, u8, u32, u32, Vec<u8>, u16)>,
+    /// The last frame written.
+    last: Option<Last>,
 }
+
+/// A frame as written: (time, client, flags, seq, ack, payload, identification).
+type Last = (u64, bool, u8, u32, u32, Vec<u8>, u16);
 
 impl Script {
     /// SYN at 0, SYN-ACK at `rtt_us`, ACK 10 µs later (captured next to the client).
