@@ -1095,6 +1095,8 @@ fn syn_retransmissions_outnumbering_data_loss_stay_syn_drop() {
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::SynDrop, "{}", texts(&j));
     assert!(j.verdict.secondary.contains(&Cause::PacketLoss));
+}
+
 /// issue 14: the packets' timing looks like Nagle (a healthy nginx serving large files at
 /// c=32 did this), but every server socket was read with TCP_NODELAY on: direct evidence
 /// wins, and no text claims the sockets were not read.
