@@ -77,6 +77,14 @@ fn nginx_conf(d: &Path, nodelay: bool) -> String {
     )
 }
 
+/// One bench at a time: two at once on a small machine make tcpdump drop packets of the
+/// doubled `any` capture, and the captures would differ by what was dropped.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Bench {
     fn up(nodelay: bool) -> Bench {
         let mut guard = NetGuard::new();
@@ -361,6 +369,7 @@ impl Run {
 #[test]
 #[ignore = "needs root"]
 fn bulk_transfers_from_a_healthy_nginx_show_no_ack_stalls_and_no_copies() {
+    let _one = serial();
     let mut b = Bench::up(true);
     for (mb, c) in [(1, 1), (1, 32), (16, 1), (16, 32)] {
         let r = b.run(&format!("{mb}m-c{c}"), &format!("{mb}m.bin"), c, "1500ms");
@@ -384,6 +393,7 @@ fn bulk_transfers_from_a_healthy_nginx_show_no_ack_stalls_and_no_copies() {
 #[test]
 #[ignore = "needs root"]
 fn nagle_and_loss_keep_their_findings_through_the_copies() {
+    let _one = serial();
     // nginx with tcp_nodelay off, the reference page, a few keep-alive connections.
     let mut b = Bench::up(false);
     let r = b.run("nodelay-off", "index.html", 3, "1s");
