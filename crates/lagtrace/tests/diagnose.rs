@@ -22,6 +22,7 @@ fn name(test: &str) -> String {
 
 /// Runs `lagtrace diagnose URL --json -q ARGS` and returns (exit code, JSON, stderr).
 fn diagnose(url: &str, args: &[&str]) -> (i32, Value, String) {
+    let _turn = lagtrace_testkit::measuring();
     let home = tempfile::tempdir().expect("tempdir");
     let out = Command::new(BIN)
         .args(["diagnose", url, "--json", "-q"])
@@ -472,6 +473,7 @@ fn bad_input_is_one_line_and_exit_2() {
 #[ignore = "needs root"]
 fn without_privileges_the_layers_say_which_capability_and_the_app_still_points_at_nagle() {
     let lab = Lab::up(&LabOptions::new(&name("nopriv"))).expect("lab up");
+    let _turn = lagtrace_testkit::measuring();
     let out = Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -557,6 +559,7 @@ fn a_target_two_routers_away_gets_its_route_and_its_server_is_found_in_its_names
     }
     // Diagnose from the client namespace.
     let home = tempfile::tempdir().unwrap();
+    let _turn = lagtrace_testkit::measuring();
     let out = Command::new("ip")
         .args(["netns", "exec", chain.client_ns(), BIN, "diagnose"])
         .arg(format!("http://{listen}/"))

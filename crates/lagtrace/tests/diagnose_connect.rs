@@ -89,6 +89,7 @@ fn nft_in_lab(lab: &Lab, rules: &str) {
 
 /// Runs `lagtrace diagnose URL ARGS --json`; returns the JSON, stderr and the wall time.
 fn diagnose(url: &str, args: &[&str]) -> (Value, String, Duration) {
+    let _turn = lagtrace_testkit::measuring();
     let home = tempfile::tempdir().expect("tempdir");
     let t = Instant::now();
     let out = Command::new(BIN)

@@ -84,6 +84,7 @@ fn in_lab(lab: &Lab, cmd: &[&str], port: u16) -> Foreground {
 
 /// Runs `lagtrace diagnose URL ARGS` once with `--json` and once as text.
 fn diagnose(url: &str, args: &[&str]) -> (Value, String) {
+    let _turn = lagtrace_testkit::measuring();
     let home = tempfile::tempdir().expect("tempdir");
     let out = Command::new(BIN)
         .args(["diagnose", url, "--json", "-q"])
@@ -169,6 +170,7 @@ fn python_server_slow_on_every_20th_request_is_not_healthy_and_says_the_tail() {
     causes.dedup();
     assert_eq!(causes.len(), 1, "{causes:?}");
     // The text verdict prints the tail line.
+    let _turn = lagtrace_testkit::measuring();
     let out = Command::new(BIN)
         .args(["diagnose", &url, "-q", "-d", "2s", "-c", "8"])
         .env(

@@ -56,6 +56,7 @@ fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
     let lab = Lab::up(&LabOptions::new(&format!("dgrep{}", std::process::id()))).expect("lab");
     let dir = tempfile::tempdir().unwrap();
     let html = dir.path().join("report.html");
+    let turn = lagtrace_testkit::measuring();
     let out = Command::new(BIN)
         .args(["diagnose", &lab.latency_url(), "-q", "-d", "4s", "--report"])
         .arg(&html)
@@ -68,6 +69,7 @@ fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    drop(turn);
     drop(lab);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(!page.contains("<script") && !page.contains("<link") && !page.contains("src="));

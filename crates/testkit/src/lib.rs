@@ -142,3 +142,28 @@ pub fn unique_name(prefix: &str, max: usize) -> String {
     let keep = max.saturating_sub(tail.len()).min(prefix.len());
     format!("{}{tail}", &prefix[..keep])
 }
+
+/// Held while a test measures latency (a `lagtrace diagnose` or `load` whose verdict or
+/// figures it asserts); dropping it lets the next one run.
+pub struct Measuring {
+    _lock: std::fs::File,
+}
+
+/// Waits until no other test, in this process or another test binary, is measuring, and
+/// holds that until the guard drops. Verdicts judge the tail of real runs: two diagnoses
+/// on 2 cores at once make each other's p99 (the scheduler's, not the server's), so the
+/// tests that assert a verdict take turns while the rest of the suite stays parallel.
+pub fn measuring() -> Measuring {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::env::temp_dir().join("lagtrace-tests-measuring.lock"))
+        .expect("open the measuring lock");
+    // SAFETY: flock on a file descriptor this function owns; it blocks until the lock is free
+    // and is released when the file is closed (the guard drops).
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+    Measuring { _lock: f }
+}
