@@ -176,6 +176,53 @@ pub struct PacketRecord {
     pub marks: Vec<FindingKind>,
 }
 
+/// When one transaction's packets went by, and the waits the detectors measured inside it:
+/// the packet half of the per-request join (`lagtrace diagnose` matches each load request to
+/// one of these by 4-tuple and index on the connection). Only with
+/// `AnalyzeOptions::timings`; `analyze` does not print them.
+///
+/// Times (`*_at_us`) are µs since the capture's first packet ([`Analysis::first_ts_ns`]
+/// on the capture's clock). Every wait is measured from packet timestamps: a hold or a
+/// loss wait is the union of the intervals of the findings recorded against the
+/// transaction, on the side (request or response) where it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TxnTiming {
+    /// Stream index.
+    pub stream: u32,
+    /// Index within the stream (0-based), as [`Transaction::index`].
+    pub index: u32,
+    /// The client's endpoint (it sent the SYN, or the first request).
+    pub client: SocketAddr,
+    /// The server's endpoint.
+    pub server: SocketAddr,
+    /// The stream's first SYN, when the capture saw it.
+    pub syn_at_us: Option<i64>,
+    /// SYNs sent again before the handshake completed.
+    pub syn_retransmits: u32,
+    /// The stream's first SYN-ACK.
+    pub synack_at_us: Option<i64>,
+    /// The request's first byte.
+    pub request_first_at_us: Option<i64>,
+    /// The request's last byte (a retransmitted request: when the copy that arrived left).
+    pub request_last_at_us: Option<i64>,
+    /// The response's first byte.
+    pub response_first_at_us: Option<i64>,
+    /// The response's last byte.
+    pub response_last_at_us: Option<i64>,
+    /// The part of the server time that is the path (capture near the client), µs.
+    pub server_path_us: u64,
+    /// Request data held before the wire (Nagle, delayed ACK, cork, window), µs.
+    pub hold_request_us: u64,
+    /// Response data held before the wire, µs.
+    pub hold_response_us: u64,
+    /// Waiting for retransmissions of request data (RTO, TLP, fast), µs.
+    pub loss_request_us: u64,
+    /// Waiting for retransmissions of response data, µs.
+    pub loss_response_us: u64,
+    /// Kinds of the findings recorded against it, in report order.
+    pub kinds: Vec<FindingKind>,
+}
+
 /// Latency of the transactions kept in detail.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct TransactionStats {
@@ -224,6 +271,10 @@ pub struct Analysis {
     pub stream_packets: Vec<PacketRecord>,
     /// Warnings: what was skipped and why.
     pub warnings: Vec<String>,
+    /// Per-transaction timings (only with `AnalyzeOptions::timings`, up to
+    /// `max_transactions`), ordered by stream and index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timings: Vec<TxnTiming>,
 }
 
 impl Analysis {

@@ -74,6 +74,19 @@ impl Txn {
         }
     }
 
+    /// Request first and last, response first and last byte times (ns since the epoch), as
+    /// far as they were seen.
+    pub fn times(&self) -> [Option<i64>; 4] {
+        let req = self.t.request_first_frame.is_some();
+        let resp = self.resp_first_ts.is_some();
+        [
+            req.then_some(self.req_first_ts),
+            req.then_some(self.req_last_ts),
+            self.resp_first_ts,
+            resp.then_some(self.resp_last_ts),
+        ]
+    }
+
     /// Marks a finding kind as recorded against it; false if it already was.
     pub fn mark(&mut self, k: FindingKind) -> bool {
         let bit = 1u16 << k.index();

@@ -30,6 +30,7 @@ mod stats;
 mod tcp;
 #[cfg(test)]
 mod testing;
+mod timing;
 mod tracker;
 mod window;
 
@@ -42,7 +43,7 @@ pub use cork::CORK_CEILING_US;
 pub use lagtrace_model::FindingKind;
 pub use lagtrace_model::analyze::{
     Analysis, Finding, KindSummary, PacketRecord, StreamSummary, SynOptions, Transaction,
-    TransactionStats,
+    TransactionStats, TxnTiming,
 };
 /// Wireshark-style flag string (`ACK,PSH`, ...); one definition, in `lagtrace-wire`.
 pub use lagtrace_wire::tcp::flag_names as flags_str;
@@ -67,6 +68,10 @@ pub struct AnalyzeOptions {
     pub max_transactions: usize,
     /// Keep at most this many findings in detail (all are counted in the summary).
     pub max_findings: usize,
+    /// Also return each transaction's timings ([`Analysis::timings`], up to
+    /// `max_transactions`), for joining with a load run's per-request records.
+    #[serde(default)]
+    pub timings: bool,
 }
 
 impl Default for AnalyzeOptions {
@@ -75,6 +80,7 @@ impl Default for AnalyzeOptions {
             keep_stream: None,
             max_transactions: 100_000,
             max_findings: 100_000,
+            timings: false,
         }
     }
 }
@@ -90,6 +96,7 @@ struct Detectors {
     window: window::Window,
     nagle: nagle::Nagle,
     http: http::Transactions,
+    conn: timing::ConnTimes,
 }
 
 /// Frames that were not analyzed, by reason.
@@ -146,6 +153,7 @@ pub struct Analyzer {
     table: Table<Detectors>,
     transactions: Vec<Transaction>,
     transactions_total: u64,
+    timings: Vec<TxnTiming>,
     rec: Recorder,
     /// Nagle-shaped holds, decided in `finish`: (stream, sender, direction, stall).
     held: Vec<(usize, SocketAddr, usize, nagle::Stall)>,
@@ -182,6 +190,7 @@ impl Analyzer {
             transactions_total: 0,
             held: Vec::new(),
             unheld: HashMap::new(),
+            timings: Vec::new(),
             servers: ServerTimes::default(),
             retrans_frames: Vec::new(),
             ack_rtts: Vec::new(),
@@ -257,6 +266,7 @@ impl Analyzer {
         let Some(det) = self.table.det_mut(i) else {
             return;
         };
+        det.conn.on_segment(&ev);
         let txn = det.http.open_index();
         let mut found: Vec<Finding> = Vec::new();
         let d = detect(det, &ev, txn, first_ts, &mut found);
@@ -322,6 +332,16 @@ impl Analyzer {
         server_far_rtt_us: u64,
         out: &mut Vec<Finding>,
     ) {
+        if self.opts.timings
+            && self.timings.len() < self.opts.max_transactions
+            && let Some(live) = self.table.lives[i].as_deref()
+        {
+            let first_ts = self.first_ts.unwrap_or(0);
+            let st = &self.table.streams[i];
+            let far = server_far_rtt_us;
+            let tm = timing::of(st, client, &live.det.conn, &t, far, first_ts);
+            self.timings.push(tm);
+        }
         let (tx, timing) = t.close(server_far_rtt_us);
         if let Some(tm) = &timing {
             out.extend(server::candidate(&tx, tm));
@@ -381,6 +401,8 @@ impl Analyzer {
         }
         self.warnings.extend(self.rec.dropped_warning());
         self.transactions.sort_by_key(|t| (t.stream, t.index));
+        self.timings.sort_by_key(|t| (t.stream, t.index));
+        timing::attribute(&mut self.timings, &self.rec.findings);
         self.mark_kept_packets();
         let summary = self.rec.summary(self.transactions_total);
         let mut warnings = std::mem::take(&mut self.warnings);
@@ -407,6 +429,7 @@ impl Analyzer {
             ack_rtts: self.ack_rtts,
             stream_packets: self.stream_packets,
             warnings,
+            timings: self.timings,
         }
     }
 

@@ -41,6 +41,12 @@ impl Script {
         s
     }
 
+    /// The same conversation, with per-transaction timings kept.
+    pub fn with_timings(mut self) -> Script {
+        self.an.opts.timings = true;
+        self
+    }
+
     /// One segment; `client`: sent by the client.
     pub fn raw(&mut self, t_us: u64, client: bool, fl: u8, seq: u32, ack: u32, payload: &[u8]) {
         let id = self.ip_id;
