@@ -52,6 +52,7 @@
 
 pub mod adapters;
 mod error;
+pub mod join;
 pub mod rules;
 pub mod run;
 
