@@ -41,6 +41,8 @@
 //!   under `--rate`, between the connect and the first write, or no packets matched) — an
 //!   explicit remainder, never folded into a component.
 
+pub mod tail;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 

@@ -1,0 +1,403 @@
+//! The tail from the join: what the slowest requests wait for that the typical one does not,
+//! split into the join's components, and the patterns that show how (every-nth,
+//! periodic-pause). Pure: the records and their join in, numbers out.
+//!
+//! ## The split
+//! The slow set is every request at or above the run's percentile (p99 by weight: sampled
+//! records stand for `weight` requests), the typical set every request between its p40 and
+//! p60. Each component's part of the excess is its mean over the slow set less its mean over
+//! the typical set. The components and the `unexplained` remainder add up to each request's
+//! wait, so the parts add up to the excess of the slow set's mean wait over the typical
+//! one's; a part's share is its fraction of that excess (negative parts, components the slow
+//! requests wait *less* for, are left out).
+//!
+//! ## Mechanisms (only with the evidence that shows them)
+//! A request is *hit* when the tail's largest component is at least half its tail part above
+//! the typical mean: it paid the cost, whether or not it reached the p99.
+//! - every-nth: the hits' index on their connection lines up: one residue modulo `n`
+//!   holds ≥ [`LINE_UP`] of the hits, at least half of all requests at that position are hit
+//!   and at most [`STRAY`] elsewhere, and the hits repeat along the connections (at least two
+//!   positions `r`, `r + n`, … are hit). The largest such `n` ≤ [`MAX_N`] (its divisors
+//!   would spread the hits over several residues).
+//! - periodic-pause: the hits of different connections end (their first response byte is
+//!   read) at the same instant: hits whose ends lie within [`SAME_INSTANT_US`] of the
+//!   previous one form a stall; stalls spanning at least [`PAUSE_CONNS`] connections hold
+//!   ≥ [`LINE_UP`] of the hits; there are at least [`MIN_STALLS`]; the period is the median
+//!   gap between their starts, called periodic when ≥ [`LINE_UP`] of the gaps lie within
+//!   [`PERIOD_SLACK`] of a whole multiple of it (a pause no request met leaves a double gap).
+//!   Not looked for when every-nth holds: connections in lockstep pay an every-nth cost at
+//!   the same instants, while a pause does not follow the order on the connection.
+
+use std::collections::{BTreeSet, HashMap};
+
+use lagtrace_model::RequestRecords;
+
+use super::{Join, Parts};
+
+/// Share of hits that must line up (same residue, or stalls across connections; and of the
+/// gaps, on the period).
+pub const LINE_UP: f64 = 0.8;
+/// Largest share of the other positions that may be hit for every-nth.
+pub const STRAY: f64 = 0.1;
+/// Largest `n` tried for every-nth.
+pub const MAX_N: u32 = 64;
+/// Ends within this of each other are one instant (µs): scheduling of the woken threads.
+pub const SAME_INSTANT_US: u64 = 2_000;
+/// Connections a stall must span to be process-wide.
+pub const PAUSE_CONNS: usize = 2;
+/// Stalls needed to call them periodic.
+pub const MIN_STALLS: usize = 3;
+/// How far (share of the period) a gap may lie from a whole multiple of the period.
+pub const PERIOD_SLACK: f64 = 0.2;
+
+/// Where a request's time went (the join's components).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Component {
+    /// Connection setup.
+    Connect,
+    /// Request delivery.
+    Delivery,
+    /// The server's time.
+    Server,
+    /// Data held before the wire.
+    Hold,
+    /// Loss recovery.
+    Loss,
+    /// Response transfer.
+    Transfer,
+    /// Outside every measured component.
+    Unexplained,
+}
+
+impl Component {
+    /// All, in order.
+    pub const ALL: [Component; 7] = [
+        Component::Connect,
+        Component::Delivery,
+        Component::Server,
+        Component::Hold,
+        Component::Loss,
+        Component::Transfer,
+        Component::Unexplained,
+    ];
+
+    /// Its value in a request's parts, µs (signed: the remainder may be negative).
+    pub fn of(self, p: &Parts) -> i64 {
+        let u = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        match self {
+            Component::Connect => u(p.connect_us),
+            Component::Delivery => u(p.delivery_us),
+            Component::Server => u(p.server_us),
+            Component::Hold => u(p.hold_us),
+            Component::Loss => u(p.loss_us),
+            Component::Transfer => u(p.transfer_us),
+            Component::Unexplained => p.unexplained_us,
+        }
+    }
+
+    /// In words, as the slow requests wait for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Component::Connect => "connection setup",
+            Component::Delivery => "request delivery",
+            Component::Server => "server time",
+            Component::Hold => "data held before the wire",
+            Component::Loss => "loss recovery",
+            Component::Transfer => "response transfer",
+            Component::Unexplained => "unexplained",
+        }
+    }
+}
+
+/// One component's part of the tail's excess.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Piece {
+    /// The component.
+    pub component: Component,
+    /// Mean over the slow set less mean over the typical set, µs.
+    pub added_us: u64,
+    /// Its share of the excess, 0–1.
+    pub share: f64,
+}
+
+/// Every n-th request of a connection pays the cost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EveryNth {
+    /// The period in requests.
+    pub n: u32,
+    /// The index (0-based) on the connection of the first one: `index % n == residue`.
+    pub residue: u32,
+    /// Share of the hits at that position.
+    pub lined_up: f64,
+    /// Share of the requests at that position that were hit.
+    pub hit_there: f64,
+    /// Share of the requests elsewhere that were hit.
+    pub hit_elsewhere: f64,
+}
+
+/// The server stalled every connection at once, periodically.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pause {
+    /// Stalls seen (hits of ≥ [`PAUSE_CONNS`] connections ending at one instant).
+    pub stalls: usize,
+    /// Median connections per stall.
+    pub connections: usize,
+    /// Share of the hits in such stalls.
+    pub lined_up: f64,
+    /// The median gap between stalls, µs.
+    pub period_us: u64,
+    /// Share of the gaps within [`PERIOD_SLACK`] of a multiple of the period.
+    pub on_period: f64,
+    /// When each stall ended (the first hit's first response byte), µs on the records' clock.
+    pub ends_us: Vec<u64>,
+}
+
+/// The tail of a run, split by the join.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TailSplit {
+    /// The percentile, in percent.
+    pub percentile: f64,
+    /// The p50 wait, µs.
+    pub p50_us: u64,
+    /// The wait at the percentile, µs.
+    pub at_us: u64,
+    /// Requests in the slow set, and of them matched to packets.
+    pub slow: usize,
+    /// Of the slow set, those the capture saw.
+    pub slow_matched: usize,
+    /// Mean wait of the slow set less that of the typical set, µs.
+    pub excess_us: u64,
+    /// The components' parts, largest first (positive ones only).
+    pub parts: Vec<Piece>,
+    /// Requests hit by the largest part.
+    pub hits: usize,
+    /// Every-nth, when the hits line up on the connections.
+    pub every_nth: Option<EveryNth>,
+    /// A periodic process-wide pause, when the hits line up in time across connections.
+    pub pause: Option<Pause>,
+}
+
+/// The weighted `q` quantile of `(value, weight)` sorted by value.
+fn quantile(sorted: &[(u64, f64)], q: f64) -> u64 {
+    let total: f64 = sorted.iter().map(|x| x.1).sum();
+    let mut acc = 0.0;
+    for &(v, w) in sorted {
+        acc += w;
+        if acc >= q * total {
+            return v;
+        }
+    }
+    sorted.last().map_or(0, |x| x.0)
+}
+
+/// The weighted mean of each component over the records `set`.
+fn means(j: &Join, recs: &RequestRecords, set: &[usize]) -> (f64, [f64; 7]) {
+    let mut m = [0.0; 7];
+    let mut wait = 0.0;
+    let total: f64 = set
+        .iter()
+        .map(|&k| recs.records[k].weight)
+        .sum::<f64>()
+        .max(1e-9);
+    for &k in set {
+        let w = recs.records[k].weight / total;
+        wait += recs.records[k].wait_us as f64 * w;
+        for (i, c) in Component::ALL.iter().enumerate() {
+            m[i] += c.of(&j.requests[k].parts) as f64 * w;
+        }
+    }
+    (wait, m)
+}
+
+/// The split of the tail at `percentile` (99.0 for the p99); `None` without records.
+pub fn split(recs: &RequestRecords, j: &Join, percentile: f64) -> Option<TailSplit> {
+    let n = recs.records.len().min(j.requests.len());
+    if n == 0 {
+        return None;
+    }
+    let mut sorted: Vec<(u64, f64)> = recs.records[..n]
+        .iter()
+        .map(|r| (r.wait_us, r.weight))
+        .collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let q = |p: f64| quantile(&sorted, p);
+    let (p50_us, at_us, lo, hi) = (q(0.5), q(percentile / 100.0), q(0.4), q(0.6));
+    let slow: Vec<usize> = (0..n)
+        .filter(|&k| recs.records[k].wait_us >= at_us)
+        .collect();
+    let typical: Vec<usize> = (0..n)
+        .filter(|&k| (lo..=hi).contains(&recs.records[k].wait_us))
+        .collect();
+    let (ws, ms) = means(j, recs, &slow);
+    let (wt, mt) = means(j, recs, &typical);
+    let excess = (ws - wt).max(0.0);
+    let mut parts: Vec<Piece> = Component::ALL
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| ms[i] > mt[i])
+        .map(|(i, &c)| Piece {
+            component: c,
+            added_us: (ms[i] - mt[i]) as u64,
+            share: ((ms[i] - mt[i]) / excess.max(1.0)).min(1.0),
+        })
+        .collect();
+    parts.sort_by_key(|p| std::cmp::Reverse(p.added_us));
+    let hit: Vec<bool> = match parts.first() {
+        Some(top) => {
+            let i = Component::ALL
+                .iter()
+                .position(|&c| c == top.component)
+                .unwrap_or(0);
+            let bar = mt[i] + top.added_us as f64 / 2.0;
+            (0..n)
+                .map(|k| top.component.of(&j.requests[k].parts) as f64 >= bar)
+                .collect()
+        }
+        None => vec![false; n],
+    };
+    let nth = every_nth(recs, &hit);
+    // Connections in lockstep pay an every-nth cost at the same instants too; the order on
+    // the connection is the stronger evidence (a pause does not follow it).
+    let pause = if nth.is_none() {
+        pause(recs, &hit)
+    } else {
+        None
+    };
+    Some(TailSplit {
+        percentile,
+        p50_us,
+        at_us,
+        slow: slow.len(),
+        slow_matched: slow
+            .iter()
+            .filter(|&&k| j.requests[k].timing.is_some())
+            .count(),
+        excess_us: excess as u64,
+        parts,
+        hits: hit.iter().filter(|&&h| h).count(),
+        every_nth: nth,
+        pause,
+    })
+}
+
+/// Every-nth: the hits' index on their connection lines up (see the module docs).
+fn every_nth(recs: &RequestRecords, hit: &[bool]) -> Option<EveryNth> {
+    let rs = &recs.records[..hit.len()];
+    let hits: Vec<u32> = rs
+        .iter()
+        .zip(hit)
+        .filter(|(_, h)| **h)
+        .map(|(r, _)| r.index)
+        .collect();
+    if hits.len() < MIN_STALLS {
+        return None;
+    }
+    let max_index = rs.iter().map(|r| r.index).max().unwrap_or(0);
+    let mut best = None;
+    for n in 2..=MAX_N.min(max_index / 2 + 1) {
+        let mut count: HashMap<u32, usize> = HashMap::new();
+        for &i in &hits {
+            *count.entry(i % n).or_default() += 1;
+        }
+        let Some((&residue, &c)) = count
+            .iter()
+            .max_by_key(|(r, c)| (**c, std::cmp::Reverse(**r)))
+        else {
+            continue;
+        };
+        let lined_up = c as f64 / hits.len() as f64;
+        let positions: BTreeSet<u32> = hits
+            .iter()
+            .filter(|&&i| i % n == residue)
+            .copied()
+            .collect();
+        if lined_up < LINE_UP || positions.len() < 2 {
+            continue;
+        }
+        // Weighted shares of requests hit at the position and elsewhere.
+        let (mut on, mut on_hit, mut off, mut off_hit) = (0.0, 0.0, 0.0, 0.0);
+        for (r, h) in rs.iter().zip(hit) {
+            let w = r.weight;
+            if r.index % n == residue {
+                on += w;
+                on_hit += if *h { w } else { 0.0 };
+            } else {
+                off += w;
+                off_hit += if *h { w } else { 0.0 };
+            }
+        }
+        let (hit_there, hit_elsewhere) = (on_hit / on.max(1e-9), off_hit / off.max(1e-9));
+        if hit_there >= 0.5 && hit_elsewhere <= STRAY {
+            best = Some(EveryNth {
+                n,
+                residue,
+                lined_up,
+                hit_there,
+                hit_elsewhere,
+            });
+        }
+    }
+    best
+}
+
+/// Periodic-pause: hits of several connections end at the same instant, on a period.
+fn pause(recs: &RequestRecords, hit: &[bool]) -> Option<Pause> {
+    let rs = &recs.records[..hit.len()];
+    let mut ends: Vec<(u64, u64)> = rs
+        .iter()
+        .zip(hit)
+        .filter(|(_, h)| **h)
+        .filter_map(|(r, _)| Some((r.first_byte_us.or(r.last_byte_us)?, r.conn)))
+        .collect();
+    if ends.len() < MIN_STALLS * PAUSE_CONNS {
+        return None;
+    }
+    ends.sort_unstable();
+    // Stalls: (first end, connections, hits).
+    let mut stalls: Vec<(u64, BTreeSet<u64>, usize)> = Vec::new();
+    let mut prev = None;
+    for &(t, conn) in &ends {
+        match stalls.last_mut() {
+            Some(s) if prev.is_some_and(|p| t - p <= SAME_INSTANT_US) => {
+                s.1.insert(conn);
+                s.2 += 1;
+            }
+            _ => stalls.push((t, BTreeSet::from([conn]), 1)),
+        }
+        prev = Some(t);
+    }
+    stalls.retain(|s| s.1.len() >= PAUSE_CONNS);
+    let in_stalls: usize = stalls.iter().map(|s| s.2).sum();
+    let lined_up = in_stalls as f64 / ends.len() as f64;
+    if stalls.len() < MIN_STALLS || lined_up < LINE_UP {
+        return None;
+    }
+    let mut gaps: Vec<u64> = stalls.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    gaps.sort_unstable();
+    let period_us = gaps[gaps.len() / 2];
+    let on = gaps
+        .iter()
+        .filter(|&&g| {
+            let k = (g as f64 / period_us as f64).round().max(1.0);
+            (g as f64 - k * period_us as f64).abs() <= PERIOD_SLACK * period_us as f64
+        })
+        .count();
+    let on_period = on as f64 / gaps.len() as f64;
+    if on_period < LINE_UP {
+        return None;
+    }
+    let mut conns: Vec<usize> = stalls.iter().map(|s| s.1.len()).collect();
+    conns.sort_unstable();
+    Some(Pause {
+        stalls: stalls.len(),
+        connections: conns[conns.len() / 2],
+        lined_up,
+        period_us,
+        on_period,
+        ends_us: stalls.iter().map(|s| s.0).collect(),
+    })
+}
+
+#[cfg(test)]
+#[path = "tail_tests.rs"]
+mod tests;

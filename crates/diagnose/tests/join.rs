@@ -1,0 +1,178 @@
+//! The request ⋈ packets join on real traffic (needs root): a Python server in a namespace
+//! made here, slow on every Nth request of a connection, loaded through a veth with
+//! per-request records while tcpdump captures the client side. Every request is matched to
+//! its transaction, the clock offset comes out near zero (the same machine) although the
+//! join does not assume it, and the slow requests' wait is server time — the same server
+//! time tshark's `http.time` measures for the same responses; the tail split names server
+//! time, on every Nth request of a connection.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use lagtrace_diagnose::join::join;
+use lagtrace_diagnose::join::tail::{Component, split};
+use lagtrace_load::{LoadOptions, RecordOptions};
+use lagtrace_packet::{AnalyzeOptions, analyze_file};
+use lagtrace_testkit::net::VethNs;
+use lagtrace_testkit::tcpdump::{stop_tcpdump, tcpdump_on};
+use lagtrace_testkit::tshark_fields_first;
+
+/// Keep-alive HTTP/1.1, one thread per connection, TCP_NODELAY on, each response one write;
+/// the `EVERY`-th request of each connection sleeps `SLOW` seconds first.
+const SERVER: &str = r#"
+import socket, sys, threading, time
+PORT, EVERY, SLOW = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+def serve(c):
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf, k = b"", 0
+    while True:
+        while b"\r\n\r\n" not in buf:
+            d = c.recv(4096)
+            if not d:
+                c.close()
+                return
+            buf += d
+        buf = buf.split(b"\r\n\r\n", 1)[1]
+        k += 1
+        if k % EVERY == 0:
+            time.sleep(SLOW)
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhello\n")
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", PORT))
+s.listen(512)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+/// A namespace behind a veth, the server started in it (owned by the guard).
+fn lab(every: u32, slow_ms: u32) -> (VethNs, SocketAddr) {
+    let pid = std::process::id();
+    let net = format!("10.{}.{}", 180 + pid % 40, (pid / 40) % 250 + 1);
+    let mut g = VethNs::up("join", &format!("{net}.1/30"), &format!("{net}.2/30"), true);
+    let port: u16 = 20_000 + (pid % 5000) as u16;
+    let child = Command::new("ip")
+        .args(["netns", "exec", &g.netns, "python3", "-c", SERVER])
+        .args([
+            port.to_string(),
+            every.to_string(),
+            format!("{}", f64::from(slow_ms) / 1000.0),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    g.guard.own_child(child);
+    let addr: SocketAddr = format!("{net}.2:{port}").parse().unwrap();
+    let t = Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (g, addr)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn every_request_joins_its_packets_and_the_slow_ones_are_server_time() {
+    const EVERY: u32 = 7;
+    const SLOW_MS: u32 = 30;
+    let (g, addr) = lab(EVERY, SLOW_MS);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("join.pcap");
+    let td = tcpdump_on(None, &g.veth, &file, addr.port());
+    let mut o = LoadOptions::new(&format!("http://{addr}/"));
+    o.connections = 4;
+    o.threads = 2;
+    o.duration = Some(Duration::from_millis(1500));
+    o.records = Some(RecordOptions::default());
+    let report = lagtrace_load::run(&o, None, &AtomicBool::new(false)).expect("load runs");
+    std::thread::sleep(Duration::from_millis(300));
+    stop_tcpdump(td);
+    let recs = report.records.expect("records");
+    assert!(report.requests > 100, "{} requests", report.requests);
+    assert_eq!(
+        recs.seen,
+        recs.records.len() as u64,
+        "all kept at this size"
+    );
+
+    let an = analyze_file(
+        &file,
+        &AnalyzeOptions {
+            timings: true,
+            ..AnalyzeOptions::default()
+        },
+    )
+    .unwrap();
+    let j = join(&recs, an.first_ts_ns, &an.timings);
+
+    // Every completed request matched; the offset is bounded and near zero on one machine.
+    let done: Vec<usize> = (0..recs.records.len())
+        .filter(|&k| recs.records[k].last_byte_us.is_some())
+        .collect();
+    let unmatched = done
+        .iter()
+        .filter(|&&k| j.requests[k].timing.is_none())
+        .count();
+    assert_eq!(unmatched, 0, "of {}", done.len());
+    let off = j.offset.expect("an offset");
+    assert!(off.consistent, "{off:?}");
+    assert!(off.theta_us.abs() < 2_000, "{off:?}");
+    assert!(off.uncertainty_us < 1_000, "{off:?}");
+
+    // tshark's http.time of each response, by client port, in order on the connection.
+    let rows = tshark_fields_first(&file, Some("http.response"), &["tcp.dstport", "http.time"]);
+    let mut by_port: HashMap<u16, Vec<f64>> = HashMap::new();
+    for r in &rows {
+        by_port
+            .entry(r[0].parse().unwrap())
+            .or_default()
+            .push(r[1].parse().unwrap());
+    }
+    let slow_us = u64::from(SLOW_MS) * 1000;
+    let mut slow = 0;
+    for &k in &done {
+        let r = &recs.records[k];
+        let p = j.requests[k].parts;
+        let is_slow = (r.index + 1) % EVERY == 0;
+        if is_slow {
+            slow += 1;
+            assert!(p.server_us >= slow_us, "{r:?} {p:?}");
+            assert!(p.server_us * 10 >= r.wait_us * 9, "{r:?} {p:?}");
+        } else {
+            assert!(p.server_us < slow_us, "{r:?} {p:?}");
+        }
+        assert!(
+            p.unexplained_us.unsigned_abs() * 10 < r.wait_us.max(10_000),
+            "{r:?} {p:?}"
+        );
+        let port = r.local.unwrap().port();
+        let ts = by_port[&port][r.index as usize];
+        let diff = (ts * 1e6 - p.server_us as f64).abs();
+        assert!(diff <= 2.0, "tshark http.time {ts} vs {p:?} for {r:?}");
+    }
+    eprintln!(
+        "{} requests, {} matched, offset {off:?}, {slow} slow",
+        done.len(),
+        j.matched
+    );
+    assert!(slow >= 10, "{slow} slow requests");
+
+    // The tail: server time, on every EVERY-th request of a connection; no pause.
+    let t = split(&recs, &j, 99.0).expect("a split");
+    eprintln!("{t:?}");
+    assert_eq!(t.parts[0].component, Component::Server, "{t:?}");
+    assert!(t.parts[0].share > 0.9, "{t:?}");
+    assert!(t.excess_us >= slow_us * 9 / 10, "{t:?}");
+    let e = t.every_nth.expect("every-nth");
+    assert_eq!((e.n, e.residue), (EVERY, EVERY - 1), "{e:?}");
+    assert!(t.pause.is_none(), "{t:?}");
+}
