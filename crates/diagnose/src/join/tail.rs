@@ -219,7 +219,7 @@ pub fn split(recs: &RequestRecords, j: &Join, percentile: f64) -> Option<TailSpl
         .iter()
         .map(|r| (r.wait_us, r.weight))
         .collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    sorted.sort_by_key(|x| x.0);
     let q = |p: f64| quantile(&sorted, p);
     let (p50_us, at_us, lo, hi) = (q(0.5), q(percentile / 100.0), q(0.4), q(0.6));
     let slow: Vec<usize> = (0..n)
