@@ -312,6 +312,18 @@ fn decompose(k: usize, r: &RequestRecord, t: Option<(usize, &TxnTiming)>, shift:
     }
 }
 
+impl Join {
+    /// Each record's parts, in the records' order.
+    pub fn parts(&self) -> Vec<Parts> {
+        self.requests.iter().map(|r| r.parts).collect()
+    }
+
+    /// Whether the capture saw each record, in the records' order.
+    pub fn seen(&self) -> Vec<bool> {
+        self.requests.iter().map(|r| r.timing.is_some()).collect()
+    }
+}
+
 /// Hold and loss within an interval of `span` µs: each at most what is left of it.
 fn capped(span: u64, hold: u64, loss: u64) -> (u64, u64) {
     let h = hold.min(span);

@@ -167,7 +167,7 @@ fn every_request_joins_its_packets_and_the_slow_ones_are_server_time() {
     assert!(slow >= 10, "{slow} slow requests");
 
     // The tail: server time, on every EVERY-th request of a connection; no pause.
-    let t = split(&recs, &j, 99.0).expect("a split");
+    let t = split(&recs.records, &j.parts(), &j.seen(), 99.0).expect("a split");
     eprintln!("{t:?}");
     assert_eq!(t.parts[0].component, Component::Server, "{t:?}");
     assert!(t.parts[0].share > 0.9, "{t:?}");

@@ -30,9 +30,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use lagtrace_model::RequestRecords;
+use lagtrace_model::RequestRecord;
 
-use super::{Join, Parts};
+use super::Parts;
 
 /// Share of hits that must line up (same residue, or stalls across connections; and of the
 /// gaps, on the period).
@@ -161,7 +161,7 @@ pub struct TailSplit {
     pub p50_us: u64,
     /// The wait at the percentile, µs.
     pub at_us: u64,
-    /// Requests in the slow set, and of them matched to packets.
+    /// Requests in the slow set.
     pub slow: usize,
     /// Of the slow set, those the capture saw.
     pub slow_matched: usize,
@@ -191,47 +191,45 @@ fn quantile(sorted: &[(u64, f64)], q: f64) -> u64 {
 }
 
 /// The weighted mean of each component over the records `set`.
-fn means(j: &Join, recs: &RequestRecords, set: &[usize]) -> (f64, [f64; 7]) {
+fn means(rs: &[RequestRecord], parts: &[Parts], set: &[usize]) -> (f64, [f64; 7]) {
     let mut m = [0.0; 7];
     let mut wait = 0.0;
-    let total: f64 = set
-        .iter()
-        .map(|&k| recs.records[k].weight)
-        .sum::<f64>()
-        .max(1e-9);
+    let total: f64 = set.iter().map(|&k| rs[k].weight).sum::<f64>().max(1e-9);
     for &k in set {
-        let w = recs.records[k].weight / total;
-        wait += recs.records[k].wait_us as f64 * w;
+        let w = rs[k].weight / total;
+        wait += rs[k].wait_us as f64 * w;
         for (i, c) in Component::ALL.iter().enumerate() {
-            m[i] += c.of(&j.requests[k].parts) as f64 * w;
+            m[i] += c.of(&parts[k]) as f64 * w;
         }
     }
     (wait, m)
 }
 
-/// The split of the tail at `percentile` (99.0 for the p99); `None` without records.
-pub fn split(recs: &RequestRecords, j: &Join, percentile: f64) -> Option<TailSplit> {
-    let n = recs.records.len().min(j.requests.len());
+/// The split of the tail at `percentile` (99.0 for the p99) of a run's records, with each
+/// record's parts and whether the capture saw it (the same order); `None` without records.
+pub fn split(
+    rs: &[RequestRecord],
+    parts: &[Parts],
+    seen: &[bool],
+    percentile: f64,
+) -> Option<TailSplit> {
+    let n = rs.len().min(parts.len()).min(seen.len());
     if n == 0 {
         return None;
     }
-    let mut sorted: Vec<(u64, f64)> = recs.records[..n]
-        .iter()
-        .map(|r| (r.wait_us, r.weight))
-        .collect();
+    let rs = &rs[..n];
+    let mut sorted: Vec<(u64, f64)> = rs.iter().map(|r| (r.wait_us, r.weight)).collect();
     sorted.sort_by_key(|x| x.0);
     let q = |p: f64| quantile(&sorted, p);
     let (p50_us, at_us, lo, hi) = (q(0.5), q(percentile / 100.0), q(0.4), q(0.6));
-    let slow: Vec<usize> = (0..n)
-        .filter(|&k| recs.records[k].wait_us >= at_us)
-        .collect();
+    let slow: Vec<usize> = (0..n).filter(|&k| rs[k].wait_us >= at_us).collect();
     let typical: Vec<usize> = (0..n)
-        .filter(|&k| (lo..=hi).contains(&recs.records[k].wait_us))
+        .filter(|&k| (lo..=hi).contains(&rs[k].wait_us))
         .collect();
-    let (ws, ms) = means(j, recs, &slow);
-    let (wt, mt) = means(j, recs, &typical);
+    let (ws, ms) = means(rs, parts, &slow);
+    let (wt, mt) = means(rs, parts, &typical);
     let excess = (ws - wt).max(0.0);
-    let mut parts: Vec<Piece> = Component::ALL
+    let mut pieces: Vec<Piece> = Component::ALL
         .iter()
         .enumerate()
         .filter(|&(i, _)| ms[i] > mt[i])
@@ -241,8 +239,8 @@ pub fn split(recs: &RequestRecords, j: &Join, percentile: f64) -> Option<TailSpl
             share: ((ms[i] - mt[i]) / excess.max(1.0)).min(1.0),
         })
         .collect();
-    parts.sort_by_key(|p| std::cmp::Reverse(p.added_us));
-    let hit: Vec<bool> = match parts.first() {
+    pieces.sort_by_key(|p| std::cmp::Reverse(p.added_us));
+    let hit: Vec<bool> = match pieces.first() {
         Some(top) => {
             let i = Component::ALL
                 .iter()
@@ -250,30 +248,23 @@ pub fn split(recs: &RequestRecords, j: &Join, percentile: f64) -> Option<TailSpl
                 .unwrap_or(0);
             let bar = mt[i] + top.added_us as f64 / 2.0;
             (0..n)
-                .map(|k| top.component.of(&j.requests[k].parts) as f64 >= bar)
+                .map(|k| top.component.of(&parts[k]) as f64 >= bar)
                 .collect()
         }
         None => vec![false; n],
     };
-    let nth = every_nth(recs, &hit);
+    let nth = every_nth(rs, &hit);
     // Connections in lockstep pay an every-nth cost at the same instants too; the order on
     // the connection is the stronger evidence (a pause does not follow it).
-    let pause = if nth.is_none() {
-        pause(recs, &hit)
-    } else {
-        None
-    };
+    let pause = if nth.is_none() { pause(rs, &hit) } else { None };
     Some(TailSplit {
         percentile,
         p50_us,
         at_us,
         slow: slow.len(),
-        slow_matched: slow
-            .iter()
-            .filter(|&&k| j.requests[k].timing.is_some())
-            .count(),
+        slow_matched: slow.iter().filter(|&&k| seen[k]).count(),
         excess_us: excess as u64,
-        parts,
+        parts: pieces,
         hits: hit.iter().filter(|&&h| h).count(),
         every_nth: nth,
         pause,
@@ -281,8 +272,7 @@ pub fn split(recs: &RequestRecords, j: &Join, percentile: f64) -> Option<TailSpl
 }
 
 /// Every-nth: the hits' index on their connection lines up (see the module docs).
-fn every_nth(recs: &RequestRecords, hit: &[bool]) -> Option<EveryNth> {
-    let rs = &recs.records[..hit.len()];
+fn every_nth(rs: &[RequestRecord], hit: &[bool]) -> Option<EveryNth> {
     let hits: Vec<u32> = rs
         .iter()
         .zip(hit)
@@ -341,8 +331,7 @@ fn every_nth(recs: &RequestRecords, hit: &[bool]) -> Option<EveryNth> {
 }
 
 /// Periodic-pause: hits of several connections end at the same instant, on a period.
-fn pause(recs: &RequestRecords, hit: &[bool]) -> Option<Pause> {
-    let rs = &recs.records[..hit.len()];
+fn pause(rs: &[RequestRecord], hit: &[bool]) -> Option<Pause> {
     let mut ends: Vec<(u64, u64)> = rs
         .iter()
         .zip(hit)

@@ -102,7 +102,7 @@ fn every_tenth_request_of_a_connection_is_server_time_on_every_nth() {
         if i % 10 == 9 { 40_000 } else { FAST }
     });
     let (recs, j) = build(&rs);
-    let s = split(&recs, &j, 99.0).unwrap();
+    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0).unwrap();
     assert_eq!(s.parts[0].component, Component::Server);
     assert!(s.parts[0].share > 0.95, "{s:?}");
     assert!((39_000..=40_000).contains(&s.excess_us), "{s:?}");
@@ -126,7 +126,7 @@ fn a_process_wide_pause_every_300_ms_is_periodic_with_its_period() {
     };
     let rs = closed_loop(8, 3_000_000, &|_, _, t| pause(t));
     let (recs, j) = build(&rs);
-    let s = split(&recs, &j, 99.0).unwrap();
+    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0).unwrap();
     assert_eq!(s.parts[0].component, Component::Server);
     let p = s.pause.expect("a pause");
     assert!((290_000..=310_000).contains(&p.period_us), "{p:?}");
@@ -152,7 +152,7 @@ fn random_losses_show_as_loss_recovery_with_no_mechanism() {
         }
     }
     let (recs, j) = build(&rs);
-    let s = split(&recs, &j, 99.0).unwrap();
+    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0).unwrap();
     assert_eq!(s.parts[0].component, Component::Loss);
     assert!(s.parts[0].share > 0.95, "{s:?}");
     assert!(s.every_nth.is_none(), "{:?}", s.every_nth);
@@ -169,7 +169,7 @@ fn slow_requests_at_random_on_one_connection_at_a_time_are_no_pause() {
         }
     }
     let (recs, j) = build(&rs);
-    let s = split(&recs, &j, 99.0).unwrap();
+    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0).unwrap();
     assert_eq!(s.parts[0].component, Component::Server);
     assert!(s.pause.is_none(), "{:?}", s.pause);
     assert!(s.every_nth.is_none(), "{:?}", s.every_nth);
