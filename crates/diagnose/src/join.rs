@@ -46,28 +46,13 @@ pub mod tail;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
+use lagtrace_model::FindingKind;
 use lagtrace_model::analyze::TxnTiming;
+use lagtrace_model::diagnosis::evidence::RequestJoin;
 use lagtrace_model::{RequestRecord, RequestRecords};
 
-/// A request's wait, split by where it went (µs).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Parts {
-    /// Connection setup included in this request's wait.
-    pub connect_us: u64,
-    /// Request delivery to the capture point.
-    pub delivery_us: u64,
-    /// The server's time (request's last byte to response's first byte, at the capture).
-    pub server_us: u64,
-    /// Data held before the wire.
-    pub hold_us: u64,
-    /// Loss recovery.
-    pub loss_us: u64,
-    /// Response transfer to the client's last read.
-    pub transfer_us: u64,
-    /// The wait outside every component (negative when the components overlap it, within
-    /// the clock offset's uncertainty).
-    pub unexplained_us: i64,
-}
+/// A request's wait, split by where it went (µs): the evidence model's type.
+pub use lagtrace_model::diagnosis::evidence::RequestParts as Parts;
 
 /// One record and what its wait was made of.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,11 +61,9 @@ pub struct Joined {
     pub record: usize,
     /// The matched transaction (index into the timings), when the capture saw it.
     pub timing: Option<usize>,
-    /// The decomposition.
+    /// The decomposition (its SYN retransmissions as the capture saw them, else as the
+    /// client's `TCP_INFO` counted, for the request that opened its connection).
     pub parts: Parts,
-    /// SYN retransmissions of the connection, as the capture saw them (else as the client's
-    /// `TCP_INFO` counted), for the request that opened it.
-    pub syn_retransmits: Option<u32>,
 }
 
 /// The clock offset between the records and the capture.
@@ -283,11 +266,15 @@ fn decompose(k: usize, r: &RequestRecord, t: Option<(usize, &TxnTiming)>, shift:
         connect_us,
         ..Parts::default()
     };
-    let mut syn = r.syn_retransmits.filter(|_| opened);
-    if let (Some((_, t)), Some(w)) = (t, r.sent_first_us) {
+    p.syn_retransmits = r.syn_retransmits.filter(|_| opened);
+    if let Some((_, t)) = t {
+        p.stream = Some(t.stream);
         if opened && t.syn_at_us.is_some() {
-            syn = Some(t.syn_retransmits);
+            p.syn_retransmits = Some(t.syn_retransmits);
         }
+        p.hold_kind = t.kinds.iter().copied().find(|k| is_hold(*k));
+    }
+    if let (Some((_, t)), Some(w)) = (t, r.sent_first_us) {
         let w = i(w);
         // Capture times on the record's clock, kept in order within [w, end].
         let rec = |v: i64| v - shift;
@@ -308,14 +295,38 @@ fn decompose(k: usize, r: &RequestRecord, t: Option<(usize, &TxnTiming)>, shift:
         record: k,
         timing: t.map(|(i, _)| i),
         parts: p,
-        syn_retransmits: syn,
     }
+}
+
+/// Finding kinds that hold data before the wire.
+fn is_hold(k: FindingKind) -> bool {
+    matches!(
+        k,
+        FindingKind::NagleDelayedAck
+            | FindingKind::NagleStall
+            | FindingKind::DelayedAck
+            | FindingKind::ZeroWindow
+            | FindingKind::WindowFull
+            | FindingKind::TcpCork
+    )
 }
 
 impl Join {
     /// Each record's parts, in the records' order.
     pub fn parts(&self) -> Vec<Parts> {
         self.requests.iter().map(|r| r.parts).collect()
+    }
+
+    /// The evidence of this join for the run of `concurrency` connections.
+    pub fn evidence(&self, concurrency: u32) -> RequestJoin {
+        RequestJoin {
+            concurrency,
+            offset_us: self.offset.map(|o| o.theta_us),
+            offset_uncertainty_us: self.offset.map_or(0, |o| o.uncertainty_us.unsigned_abs()),
+            offset_consistent: self.offset.is_some_and(|o| o.consistent),
+            matched: self.matched as u64,
+            requests: self.parts(),
+        }
     }
 
     /// Whether the capture saw each record, in the records' order.

@@ -124,6 +124,7 @@ impl Synth {
                 server_time: Some(self.pct(100_000, 90, 900)),
                 findings: vec![],
                 example_flow: None,
+                joins: Vec::new(),
             }),
             sockets: Layer::ran(SocketEvidence {
                 client: ClientSide::default(),

@@ -69,6 +69,7 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
         server_time: percentiles_of(&mut st),
         findings,
         example_flow: None,
+        joins: Vec::new(),
     }
 }
 

@@ -55,7 +55,6 @@ fn build(rs: &[R]) -> (RequestRecords, Join) {
             record: k,
             timing: Some(k),
             parts,
-            syn_retransmits: None,
         });
     }
     let recs = RequestRecords {

@@ -257,8 +257,8 @@ fn a_request_the_capture_did_not_see_is_unexplained_but_its_connect() {
         (p.connect_us, p.server_us, p.unexplained_us),
         (200, 0, 75_200)
     );
-    let t = &j.requests[6];
-    assert_eq!((t.parts.connect_us, t.parts.unexplained_us), (3_000_000, 0));
+    let t = &j.requests[6].parts;
+    assert_eq!((t.connect_us, t.unexplained_us), (3_000_000, 0));
     assert_eq!(t.syn_retransmits, Some(2));
 }
 
@@ -272,8 +272,8 @@ fn syn_retransmissions_seen_in_the_capture_are_listed_with_the_connect() {
     let (records, timings) = run(&reqs);
     let j = join(&records, FIRST_TS_NS, &timings);
     assert_eq!(j.requests[3].parts.connect_us, 1_000_300);
-    assert_eq!(j.requests[3].syn_retransmits, Some(1));
-    assert_eq!(j.requests[4].syn_retransmits, None);
+    assert_eq!(j.requests[3].parts.syn_retransmits, Some(1));
+    assert_eq!(j.requests[4].parts.syn_retransmits, None);
 }
 
 #[test]

@@ -33,6 +33,7 @@ mod queueing;
 mod slow_server;
 mod syn;
 pub mod tail;
+mod tail_join;
 mod unreachable;
 mod window;
 

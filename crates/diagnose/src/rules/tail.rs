@@ -57,10 +57,11 @@
 //! were captured (the network causes were looked for and are not there) and low otherwise,
 //! with the distribution and the excess in its evidence.
 
-use lagtrace_model::{Cause, FindingKind};
+use lagtrace_model::{Cause, FindingKind, RequestRecord};
 
 use super::facts::Facts;
 use super::judge::{missing_layers, rule_outs};
+use super::tail_join::{self, JoinedTail};
 use super::{Candidate, Judgement, MATERIAL_LOSS_SHARE, ms, note, pct, rule, sup};
 use crate::evidence::{AppRun, LayerName, Layers, Target};
 use crate::verdict::{Confidence, Cost, Fix, FixSide, Tail, TailPart, Verdict};
@@ -99,6 +100,13 @@ pub(super) struct TailFinding<'a> {
     parts: Vec<TailPart>,
     /// The part that explains at least half the excess.
     explained: Option<TailPart>,
+    /// The per-request join's account of the tail, when the records and packets were joined.
+    joined: Option<JoinedTail>,
+}
+
+/// The kept per-request records of a run, when the app layer has them.
+fn run_records(run: &AppRun) -> Option<&[RequestRecord]> {
+    run.records.as_ref().map(|r| r.records.as_slice())
 }
 
 /// The run with the largest tail that is a finding, with its parts; `None` when no run's
@@ -110,13 +118,24 @@ pub(super) fn assess<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
         .filter(|r| is_finding(r.waited().p50_us, r.waited().p99_us, x.rtt_us))
         .max_by_key(|r| r.waited().p99_us - r.waited().p50_us)?;
     let excess_us = run.waited().p99_us - run.waited().p50_us;
-    let parts = parts(x, run, excess_us);
-    let explained = parts.first().filter(|p| p.share >= EXPLAINS).cloned();
+    let join = x
+        .packets
+        .and_then(|p| p.joins.iter().find(|j| j.concurrency == run.concurrency));
+    let joined = tail_join::joined(run_records(run), join, PERCENTILE);
+    let parts = match &joined {
+        Some(j) => j.parts.clone(),
+        None => parts(x, run, excess_us),
+    };
+    let explained = parts
+        .first()
+        .filter(|p| p.share >= EXPLAINS && p.cause != Cause::UnexplainedTail)
+        .cloned();
     Some(TailFinding {
         run,
         excess_us,
         parts,
         explained,
+        joined,
     })
 }
 
@@ -203,14 +222,18 @@ impl TailFinding<'_> {
             self.run.concurrency,
             ms(self.run.waited().p99_us)
         );
-        match &self.explained {
-            Some(p) => text.push_str(&format!(
+        match (&self.explained, &self.joined) {
+            (_, Some(j)) => {
+                text.push_str(": ");
+                text.push_str(&j.text());
+            }
+            (Some(p), None) => text.push_str(&format!(
                 ": {} {} (+{})",
                 pct(p.share),
                 part_name(p.cause),
                 ms(p.added_us)
             )),
-            None => text.push_str(": no layer shows what they wait for"),
+            (None, None) => text.push_str(": no layer shows what they wait for"),
         }
         Tail {
             percentile: PERCENTILE,
@@ -288,7 +311,11 @@ pub(super) fn judge(
     let mut finding_layers = vec![LayerName::App];
     let (summary, confidence, added_us, fix) = match &t.explained {
         Some(p) => {
-            evidence.push(sup(LayerName::Packets, cause, part_line(p, t.excess_us)));
+            let line = match &t.joined {
+                Some(j) => j.line(),
+                None => part_line(p, t.excess_us),
+            };
+            evidence.push(sup(LayerName::Packets, cause, line));
             finding_layers.push(LayerName::Packets);
             let r = rule(cause);
             let summary = r.map_or("", |r| r.summary()).to_owned();
@@ -309,13 +336,22 @@ pub(super) fn judge(
                 let c = Candidate::new(cause, p.added_us, above(), finding_layers.clone());
                 r.map(|r| r.fixes(&c, x, target)).unwrap_or_default()
             };
-            // Direct evidence, but summaries of the same run rather than the slow requests'
-            // own packets: medium until the per-request join.
-            (summary, Confidence::Medium, p.added_us, fix)
+            // The slow requests' own packets, every one of them seen: high. Summaries of the
+            // same run rather than the slow requests' own packets: medium.
+            let confidence = match &t.joined {
+                Some(j) if j.split.slow_matched == j.split.slow => Confidence::High,
+                _ => Confidence::Medium,
+            };
+            (summary, confidence, p.added_us, fix)
         }
         None => {
-            for p in &t.parts {
-                evidence.push(note(LayerName::Packets, part_line(p, t.excess_us)));
+            match &t.joined {
+                Some(j) => evidence.push(note(LayerName::Packets, j.line())),
+                None => {
+                    for p in &t.parts {
+                        evidence.push(note(LayerName::Packets, part_line(p, t.excess_us)));
+                    }
+                }
             }
             let confidence = if x.packets.is_some() {
                 Confidence::Medium
@@ -369,7 +405,7 @@ pub(super) fn judge(
             confidence,
             summary,
             cost,
-            mechanism: None,
+            mechanism: t.explained.as_ref().and_then(|p| p.mechanism),
             tail: Some(tail),
             fix,
         },

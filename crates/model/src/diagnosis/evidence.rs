@@ -475,6 +475,58 @@ pub struct PacketEvidence {
     /// A representative connection, preferably one with the main finding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub example_flow: Option<Flow>,
+    /// The app layer's kept per-request records of each run, joined with these packets
+    /// (empty without records).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joins: Vec<RequestJoin>,
+}
+
+/// One load run's kept per-request records, each joined with its packets and its wait
+/// decomposed from timestamps (`lagtrace_diagnose::join`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct RequestJoin {
+    /// The run (by its connections) whose `records` these follow, one for one, in order.
+    pub concurrency: u32,
+    /// The capture's clock less the records' clock, µs, estimated from the matches (none
+    /// when nothing matched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_us: Option<i64>,
+    /// How far the offset may be off, µs (half the interval every match allows).
+    pub offset_uncertainty_us: u64,
+    /// Whether every match's bounds on the offset agreed (a capture on the client's path).
+    pub offset_consistent: bool,
+    /// Records matched to a transaction.
+    pub matched: u64,
+    /// One per record.
+    pub requests: Vec<RequestParts>,
+}
+
+/// Where one request's wait went, µs; each component from two timestamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct RequestParts {
+    /// The capture's stream, when the request was matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<u32>,
+    /// Connection setup in this request's wait.
+    pub connect_us: u64,
+    /// SYN retransmissions of the connect it waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syn_retransmits: Option<u32>,
+    /// Request delivery to the capture point.
+    pub delivery_us: u64,
+    /// The server's time: request's last byte to response's first byte, at the capture.
+    pub server_us: u64,
+    /// Data held before the wire (Nagle, delayed ACK, cork, window).
+    pub hold_us: u64,
+    /// Which hold, when there was one: a finding kind (`nagle-delayed-ack`, `tcp-cork`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_kind: Option<crate::FindingKind>,
+    /// Loss recovery.
+    pub loss_us: u64,
+    /// Response transfer to the last byte read.
+    pub transfer_us: u64,
+    /// The wait outside every component (negative within the clock offset's uncertainty).
+    pub unexplained_us: i64,
 }
 
 impl PacketEvidence {

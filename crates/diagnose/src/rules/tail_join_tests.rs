@@ -1,0 +1,158 @@
+//! The joined tail on constructed runs: the cause and the mechanism come from what the slow
+//! requests' own parts show.
+
+use lagtrace_model::diagnosis::evidence::{RequestJoin, RequestParts};
+use lagtrace_model::{Cause, FindingKind, RequestRecord};
+
+use super::*;
+use crate::verdict::Mechanism;
+
+/// A closed loop of `conns` keep-alive connections for 2 s; `part(conn, index, t)` gives the
+/// parts of a request starting at `t` (delivery and transfer are added).
+fn run(
+    conns: u64,
+    part: &dyn Fn(u64, u32, u64) -> RequestParts,
+) -> (Vec<RequestRecord>, RequestJoin) {
+    let (mut rs, mut ps) = (Vec::new(), Vec::new());
+    let mut seed = 5u64;
+    for c in 0..conns {
+        let (mut t, mut i) = (c * 41, 0u32);
+        while t < 2_000_000 {
+            let mut p = part(c, i, t);
+            p.stream = Some(c as u32);
+            p.delivery_us = 20;
+            p.transfer_us = 30;
+            let wait = 50 + p.server_us + p.hold_us + p.loss_us + p.connect_us;
+            rs.push(RequestRecord {
+                conn: c,
+                local: None,
+                remote: "10.0.0.2:80".parse().unwrap(),
+                index: i,
+                start_us: t,
+                wait_us: wait,
+                connect_start_us: 0,
+                connect_end_us: Some(0),
+                syn_retransmits: Some(0),
+                intended_us: None,
+                sent_first_us: Some(t),
+                sent_last_us: Some(t),
+                first_byte_us: Some(t + wait - 30),
+                last_byte_us: Some(t + wait),
+                bytes: 10,
+                status: Some(200),
+                error: None,
+                pending: false,
+                slow: false,
+                weight: 1.0,
+            });
+            ps.push(p);
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            t += wait + 10 + (seed >> 33) % 100;
+            i += 1;
+        }
+    }
+    let j = RequestJoin {
+        concurrency: conns as u32,
+        matched: ps.len() as u64,
+        requests: ps,
+        ..RequestJoin::default()
+    };
+    (rs, j)
+}
+
+fn server(us: u64) -> RequestParts {
+    RequestParts {
+        server_us: us,
+        ..RequestParts::default()
+    }
+}
+
+#[test]
+fn every_nth_server_time_names_slow_server_with_its_mechanism() {
+    let (rs, j) = run(4, &|_, i, _| server(if i % 10 == 9 { 40_000 } else { 100 }));
+    let t = joined(Some(&rs), Some(&j), 99.0).unwrap();
+    assert_eq!(t.parts[0].cause, Cause::SlowServer);
+    assert_eq!(t.parts[0].mechanism, Some(Mechanism::EveryNth));
+    assert!(t.parts[0].share > 0.95, "{t:?}");
+    assert_eq!(
+        t.text(),
+        format!(
+            "{} server time (+{}), on every 10th request of a connection",
+            pct(t.parts[0].share),
+            ms(t.parts[0].added_us)
+        )
+    );
+    assert!(t.line().contains("seen in the capture"), "{}", t.line());
+}
+
+#[test]
+fn a_periodic_pause_names_slow_server_with_its_period() {
+    let (rs, j) = run(6, &|_, _, t| {
+        let k = t % 250_000;
+        server(if (50_000..100_000).contains(&k) {
+            100_000 - k + 100
+        } else {
+            100
+        })
+    });
+    let t = joined(Some(&rs), Some(&j), 99.0).unwrap();
+    assert_eq!(t.parts[0].cause, Cause::SlowServer);
+    assert_eq!(t.parts[0].mechanism, Some(Mechanism::PeriodicPause));
+    let text = t.text();
+    assert!(text.contains("process-wide pauses every 25"), "{text}");
+}
+
+#[test]
+fn held_responses_name_the_holds_cause_and_no_mechanism() {
+    let (rs, j) = run(4, &|c, i, _| {
+        if (i + c as u32) % 37 == 5 {
+            RequestParts {
+                hold_us: 200_000,
+                hold_kind: Some(FindingKind::TcpCork),
+                ..server(100)
+            }
+        } else {
+            server(100)
+        }
+    });
+    let t = joined(Some(&rs), Some(&j), 99.0).unwrap();
+    assert_eq!(t.parts[0].cause, Cause::TcpCork);
+    assert_eq!(t.parts[0].mechanism, None);
+    assert!(t.mechanism.is_none());
+}
+
+#[test]
+fn a_tail_outside_every_component_is_unexplained() {
+    let (mut rs, j) = run(2, &|_, _, _| server(100));
+    for r in rs.iter_mut().step_by(53) {
+        r.wait_us += 80_000;
+    }
+    // The parts no longer add up to those waits: the remainder is what they waited for.
+    let mut j = j;
+    for (r, p) in rs.iter().zip(j.requests.iter_mut()) {
+        let sum =
+            p.connect_us + p.delivery_us + p.server_us + p.hold_us + p.loss_us + p.transfer_us;
+        p.unexplained_us = r.wait_us as i64 - sum as i64;
+    }
+    let t = joined(Some(&rs), Some(&j), 99.0).unwrap();
+    assert_eq!(t.parts[0].cause, Cause::UnexplainedTail);
+}
+
+#[test]
+fn without_records_or_with_a_join_of_other_records_there_is_none() {
+    let (rs, j) = run(2, &|_, _, _| server(100));
+    assert!(joined(None, Some(&j), 99.0).is_none());
+    assert!(joined(Some(&rs), None, 99.0).is_none());
+    assert!(joined(Some(&rs[1..]), Some(&j), 99.0).is_none());
+}
+
+#[test]
+fn ordinals() {
+    let v: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 101].map(ordinal).into();
+    assert_eq!(
+        v,
+        [
+            "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st"
+        ]
+    );
+}
