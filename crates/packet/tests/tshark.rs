@@ -211,3 +211,69 @@ fn pcapng_with_two_interfaces_and_link_types() {
         an.warnings
     );
 }
+
+/// Per-transaction timings on the reference case: every time is the tshark time of the
+/// transaction's frame, the handshake is tshark's SYN, and every request after the first on
+/// a connection holds its response's body until the delayed ACK, the first none.
+#[test]
+fn timings_are_the_frames_times_and_the_nagle_hold_on_the_reference_case() {
+    let file = case_file("nagle-delayed-ack.pcap");
+    let opts = AnalyzeOptions {
+        timings: true,
+        ..AnalyzeOptions::default()
+    };
+    let an = analyze_file(&file, &opts).unwrap();
+    assert_eq!(an.timings.len(), an.transactions.len());
+    // tshark's relative time of every frame, µs.
+    let times: Vec<i64> = tshark_fields(&file, None, &["frame.time_relative"])
+        .iter()
+        .map(|r| (r[0].parse::<f64>().unwrap() * 1e6).round() as i64)
+        .collect();
+    let at = |f: Option<u64>| f.map(|f| times[f as usize - 1]);
+    let syns: BTreeMap<u32, i64> = tshark_fields(
+        &file,
+        Some("tcp.flags.syn == 1 && tcp.flags.ack == 0"),
+        &["tcp.stream", "frame.time_relative"],
+    )
+    .iter()
+    .map(|r| {
+        (
+            r[0].parse().unwrap(),
+            (r[1].parse::<f64>().unwrap() * 1e6).round() as i64,
+        )
+    })
+    .collect();
+    let mut held = 0;
+    for (t, tx) in an.timings.iter().zip(&an.transactions) {
+        assert_eq!((t.stream, t.index), (tx.stream, tx.index));
+        let close = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (Some(a), Some(b)) => (a - b).abs() <= 1,
+            (a, b) => a == b,
+        };
+        for (mine, frame) in [
+            (t.request_first_at_us, tx.request_first_frame),
+            (t.request_last_at_us, tx.request_last_frame),
+            (t.response_first_at_us, tx.response_first_frame),
+            (t.response_last_at_us, tx.response_last_frame),
+        ] {
+            assert!(close(mine, at(frame)), "{t:?} frame {frame:?}");
+        }
+        assert!(close(t.syn_at_us, syns.get(&t.stream).copied()), "{t:?}");
+        assert_eq!(t.syn_retransmits, 0);
+        if t.index == 0 || tx.response_first_frame.is_none() {
+            assert_eq!(t.hold_response_us, 0, "{t:?}");
+        } else if t.response_last_at_us > t.response_first_at_us {
+            // Held from the headers until the body left: all of the response's time on the
+            // wire but the path's.
+            let span = t.response_last_at_us.unwrap() - t.response_first_at_us.unwrap();
+            let hold = t.hold_response_us as i64;
+            assert!(
+                hold >= 20_000 && hold <= span && hold >= span - 1_000,
+                "{t:?}"
+            );
+            held += 1;
+        }
+        assert_eq!((t.loss_request_us, t.loss_response_us), (0, 0), "{t:?}");
+    }
+    assert!(held >= 20, "{held} held responses");
+}
