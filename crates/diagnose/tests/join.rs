@@ -12,9 +12,10 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use lagtrace_diagnose::join::join;
 use lagtrace_diagnose::join::tail::{Component, split};
+use lagtrace_diagnose::join::{Join, join};
 use lagtrace_load::{LoadOptions, RecordOptions};
+use lagtrace_model::RequestRecords;
 use lagtrace_packet::{AnalyzeOptions, analyze_file};
 use lagtrace_testkit::net::VethNs;
 use lagtrace_testkit::tcpdump::{stop_tcpdump, tcpdump_on};
@@ -49,8 +50,11 @@ while True:
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 "#;
 
-/// A namespace behind a veth, the server started in it (owned by the guard).
-fn lab(every: u32, slow_ms: u32) -> (VethNs, SocketAddr) {
+/// One load at a time: two on 2 cores would measure each other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A namespace behind a veth, the server started in it (owned by the guard); its pid.
+fn lab(every: u32, slow_ms: u32) -> (VethNs, SocketAddr, u32) {
     let pid = std::process::id();
     let net = format!("10.{}.{}", 180 + pid % 40, (pid / 40) % 250 + 1);
     let mut g = VethNs::up("join", &format!("{net}.1/30"), &format!("{net}.2/30"), true);
@@ -66,6 +70,8 @@ fn lab(every: u32, slow_ms: u32) -> (VethNs, SocketAddr) {
         .stderr(Stdio::null())
         .spawn()
         .expect("python3");
+    // `ip netns exec` execs the program: the child is the server.
+    let pid = child.id();
     g.guard.own_child(child);
     let addr: SocketAddr = format!("{net}.2:{port}").parse().unwrap();
     let t = Instant::now();
@@ -76,7 +82,31 @@ fn lab(every: u32, slow_ms: u32) -> (VethNs, SocketAddr) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    (g, addr)
+    (g, addr, pid)
+}
+
+/// A load of `c` connections for `ms` with records, captured on the host's veth: the
+/// records, the capture's analysis with timings, and their join.
+fn load_and_join(g: &VethNs, addr: SocketAddr, c: usize, ms: u64) -> (RequestRecords, Join) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("join.pcap");
+    let td = tcpdump_on(None, &g.veth, &file, addr.port());
+    let mut o = LoadOptions::new(&format!("http://{addr}/"));
+    o.connections = c;
+    o.threads = 2;
+    o.duration = Some(Duration::from_millis(ms));
+    o.records = Some(RecordOptions::default());
+    let report = lagtrace_load::run(&o, None, &AtomicBool::new(false)).expect("load runs");
+    std::thread::sleep(Duration::from_millis(300));
+    stop_tcpdump(td);
+    let recs = report.records.expect("records");
+    let opts = AnalyzeOptions {
+        timings: true,
+        ..AnalyzeOptions::default()
+    };
+    let an = analyze_file(&file, &opts).unwrap();
+    let j = join(&recs, an.first_ts_ns, &an.timings);
+    (recs, j)
 }
 
 #[test]
@@ -84,7 +114,8 @@ fn lab(every: u32, slow_ms: u32) -> (VethNs, SocketAddr) {
 fn every_request_joins_its_packets_and_the_slow_ones_are_server_time() {
     const EVERY: u32 = 7;
     const SLOW_MS: u32 = 30;
-    let (g, addr) = lab(EVERY, SLOW_MS);
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (g, addr, _) = lab(EVERY, SLOW_MS);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("join.pcap");
     let td = tcpdump_on(None, &g.veth, &file, addr.port());
@@ -177,4 +208,43 @@ fn every_request_joins_its_packets_and_the_slow_ones_are_server_time() {
     let e = t.every_nth.expect("every-nth");
     assert_eq!((e.n, e.residue), (EVERY, EVERY - 1), "{e:?}");
     assert!(t.pause.is_none(), "{t:?}");
+}
+
+/// The server process stopped (SIGSTOP) for `STOP_MS` every `PERIOD_MS` by this test, as a
+/// GC or a global lock would: the tail is server time in process-wide pauses, on that
+/// period, released on every connection at once; not every-nth.
+#[test]
+#[ignore = "needs root"]
+fn a_server_stopped_periodically_is_server_time_in_periodic_pauses() {
+    const PERIOD_MS: u64 = 250;
+    const STOP_MS: u64 = 40;
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (g, addr, pid) = lab(1_000_000_000, 0);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let pauser = std::thread::spawn(move || {
+        let pid = pid as libc::pid_t;
+        while !s2.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(PERIOD_MS - STOP_MS));
+            // SAFETY: signalling the server process this test started (owned by its guard).
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_millis(STOP_MS));
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    });
+    let (recs, j) = load_and_join(&g, addr, 6, 2_000);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    pauser.join().unwrap();
+    let t = split(&recs.records, &j.parts(), &j.seen(), 99.0).expect("a split");
+    eprintln!("{t:?}");
+    // At the p99 the pause's requests (one per connection per pause, ~0.2 % here) share the
+    // tail with the loaded machine's scheduling of the client; server time still names it.
+    assert_eq!(t.parts[0].component, Component::Server, "{t:?}");
+    assert!(t.parts[0].share >= 0.5, "{t:?}");
+    assert!(t.every_nth.is_none(), "{t:?}");
+    let p = t.pause.expect("a pause");
+    let period = PERIOD_MS as i64 * 1000;
+    assert!((p.period_us as i64 - period).abs() <= period / 10, "{p:?}");
+    assert!(p.connections >= 3, "{p:?}");
 }

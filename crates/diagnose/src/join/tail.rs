@@ -13,15 +13,17 @@
 //!
 //! ## Mechanisms (only with the evidence that shows them)
 //! A request is *hit* when the tail's largest component is at least half its tail part above
-//! the typical mean: it paid the cost, whether or not it reached the p99.
+//! the typical mean, and at least half the median of such requests' (the cost itself): it
+//! paid the cost, whether or not it reached the p99. When no pattern shows at that bar, the
+//! p99.9 set's (half its mean): a rarer, longer cost stands out there.
 //! - every-nth: the hits' index on their connection lines up: one residue modulo `n`
 //!   holds ≥ [`LINE_UP`] of the hits, at least half of all requests at that position are hit
 //!   and at most [`STRAY`] elsewhere, and the hits repeat along the connections (at least two
 //!   positions `r`, `r + n`, … are hit). The largest such `n` ≤ [`MAX_N`] (its divisors
 //!   would spread the hits over several residues).
 //! - periodic-pause: the hits of different connections end (their first response byte is
-//!   read) at the same instant: hits whose ends lie within [`SAME_INSTANT_US`] of the
-//!   previous one form a stall; stalls spanning at least [`PAUSE_CONNS`] connections hold
+//!   read) at the same instant: hits whose ends lie within [`SAME_INSTANT_US`] (or an
+//!   eighth of the cost, the work queued behind a pause) of the previous one form a stall; stalls spanning at least [`PAUSE_CONNS`] connections hold
 //!   ≥ [`LINE_UP`] of the hits; there are at least [`MIN_STALLS`]; the period is the median
 //!   gap between their starts, called periodic when ≥ [`LINE_UP`] of the gaps lie within
 //!   [`PERIOD_SLACK`] of a whole multiple of it (a pause no request met leaves a double gap).
@@ -240,23 +242,24 @@ pub fn split(
         })
         .collect();
     pieces.sort_by_key(|p| std::cmp::Reverse(p.added_us));
-    let hit: Vec<bool> = match pieces.first() {
+    // The bars a hit must reach: half the tail part above the typical mean at the
+    // percentile, then half the p99.9 set's mean (where a rarer, longer cost stands out).
+    let (hits, nth, pause) = match pieces.first() {
         Some(top) => {
             let i = Component::ALL
                 .iter()
                 .position(|&c| c == top.component)
                 .unwrap_or(0);
-            let bar = mt[i] + top.added_us as f64 / 2.0;
-            (0..n)
-                .map(|k| top.component.of(&parts[k]) as f64 >= bar)
-                .collect()
+            let at999 = q(0.999);
+            let top999: Vec<usize> = (0..n).filter(|&k| rs[k].wait_us >= at999).collect();
+            let bars = [
+                mt[i] + top.added_us as f64 / 2.0,
+                means(rs, parts, &top999).1[i] / 2.0,
+            ];
+            patterns(rs, parts, top.component, &bars)
         }
-        None => vec![false; n],
+        None => (0, None, None),
     };
-    let nth = every_nth(rs, &hit);
-    // Connections in lockstep pay an every-nth cost at the same instants too; the order on
-    // the connection is the stronger evidence (a pause does not follow it).
-    let pause = if nth.is_none() { pause(rs, &hit) } else { None };
     Some(TailSplit {
         percentile,
         p50_us,
@@ -265,10 +268,52 @@ pub fn split(
         slow_matched: slow.iter().filter(|&&k| seen[k]).count(),
         excess_us: excess as u64,
         parts: pieces,
-        hits: hit.iter().filter(|&&h| h).count(),
+        hits,
         every_nth: nth,
         pause,
     })
+}
+
+/// The requests that paid the component's cost: at least `bar`, then at least half the
+/// median of those (the cost itself: a tail set by a few long waits also holds many short
+/// ones, which scheduling spreads at random and which would hide the pattern); and that
+/// cost, µs.
+fn hits(c: Component, parts: &[Parts], bar: f64) -> (Vec<bool>, u64) {
+    let vals: Vec<i64> = parts.iter().map(|p| c.of(p)).collect();
+    let mut above: Vec<i64> = vals.iter().copied().filter(|&v| v as f64 >= bar).collect();
+    above.sort_unstable();
+    let cost = above.get(above.len() / 2).copied().unwrap_or(0);
+    let bar = bar.max(cost as f64 / 2.0);
+    let hit = vals.iter().map(|&v| v as f64 >= bar).collect();
+    (hit, u64::try_from(cost).unwrap_or(0))
+}
+
+/// The hits at each bar in turn, and the first bar's patterns found (its hit count, else
+/// the first bar's).
+fn patterns(
+    rs: &[RequestRecord],
+    parts: &[Parts],
+    c: Component,
+    bars: &[f64],
+) -> (usize, Option<EveryNth>, Option<Pause>) {
+    let mut first = None;
+    for &bar in bars {
+        let (hit, cost) = hits(c, parts, bar);
+        let count = hit.iter().filter(|&&h| h).count();
+        first.get_or_insert(count);
+        let nth = every_nth(rs, &hit);
+        // Connections in lockstep pay an every-nth cost at the same instants too; the order
+        // on the connection is the stronger evidence (a pause does not follow it).
+        let pause = if nth.is_none() {
+            pause(rs, &hit, cost)
+        } else {
+            None
+        };
+        if nth.is_some() || pause.is_some() {
+            return (count, nth, pause);
+        }
+    }
+    (first.unwrap_or(0), None, None)
 }
 
 /// Every-nth: the hits' index on their connection lines up (see the module docs).
@@ -331,7 +376,10 @@ fn every_nth(rs: &[RequestRecord], hit: &[bool]) -> Option<EveryNth> {
 }
 
 /// Periodic-pause: hits of several connections end at the same instant, on a period.
-fn pause(rs: &[RequestRecord], hit: &[bool]) -> Option<Pause> {
+fn pause(rs: &[RequestRecord], hit: &[bool], cost_us: u64) -> Option<Pause> {
+    // The released requests are answered one after another: their ends spread with the
+    // work queued behind the pause, a small part of it.
+    let same = SAME_INSTANT_US.max(cost_us / 8);
     let mut ends: Vec<(u64, u64)> = rs
         .iter()
         .zip(hit)
@@ -347,7 +395,7 @@ fn pause(rs: &[RequestRecord], hit: &[bool]) -> Option<Pause> {
     let mut prev = None;
     for &(t, conn) in &ends {
         match stalls.last_mut() {
-            Some(s) if prev.is_some_and(|p| t - p <= SAME_INSTANT_US) => {
+            Some(s) if prev.is_some_and(|p| t - p <= same) => {
                 s.1.insert(conn);
                 s.2 += 1;
             }
