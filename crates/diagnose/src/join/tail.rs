@@ -23,7 +23,8 @@
 //!   would spread the hits over several residues).
 //! - periodic-pause: the hits of different connections end (their first response byte is
 //!   read) at the same instant: hits whose ends lie within [`SAME_INSTANT_US`] (or an
-//!   eighth of the cost, the work queued behind a pause) of the previous one form a stall; stalls spanning at least [`PAUSE_CONNS`] connections hold
+//!   eighth of the cost, the work queued behind a pause, up to [`SAME_INSTANT_MAX_US`]) of
+//!   the previous one form a stall; stalls spanning at least [`PAUSE_CONNS`] connections hold
 //!   ≥ [`LINE_UP`] of the hits; there are at least [`MIN_STALLS`]; the period is the median
 //!   gap between their starts, called periodic when ≥ [`LINE_UP`] of the gaps lie within
 //!   [`PERIOD_SLACK`] of a whole multiple of it (a pause no request met leaves a double gap).
@@ -45,6 +46,10 @@ pub const STRAY: f64 = 0.1;
 pub const MAX_N: u32 = 64;
 /// Ends within this of each other are one instant (µs): scheduling of the woken threads.
 pub const SAME_INSTANT_US: u64 = 2_000;
+/// ... or within an eighth of the cost (the work queued behind a pause), up to this (µs):
+/// wider, independent waits of a few connections (RTOs after random drops) would chain into
+/// stalls by coincidence.
+pub const SAME_INSTANT_MAX_US: u64 = 5_000;
 /// Connections a stall must span to be process-wide.
 pub const PAUSE_CONNS: usize = 2;
 /// Stalls needed to call them periodic.
@@ -379,7 +384,7 @@ fn every_nth(rs: &[RequestRecord], hit: &[bool]) -> Option<EveryNth> {
 fn pause(rs: &[RequestRecord], hit: &[bool], cost_us: u64) -> Option<Pause> {
     // The released requests are answered one after another: their ends spread with the
     // work queued behind the pause, a small part of it.
-    let same = SAME_INSTANT_US.max(cost_us / 8);
+    let same = (cost_us / 8).clamp(SAME_INSTANT_US, SAME_INSTANT_MAX_US);
     let mut ends: Vec<(u64, u64)> = rs
         .iter()
         .zip(hit)
