@@ -35,8 +35,10 @@
 //! - `hold`: data held before the wire (Nagle, delayed ACK, cork, window), request and
 //!   response, as the packet detectors measured it;
 //! - `loss`: waits for retransmissions, request and response;
-//! - `transfer`: the response's first byte seen to the last byte read, less its holds and
+//! - `transfer`: the response's first byte seen to its last byte seen, less its holds and
 //!   losses;
+//! - `client_read`: the response's last byte seen to the last byte read: the whole response
+//!   had reached the client, which had not read it yet (its own scheduling, a busy CPU);
 //! - `unexplained`: what the request waited outside all of these (queued before its write
 //!   under `--rate`, between the connect and the first write, or no packets matched) — an
 //!   explicit remainder, never folded into a component.
@@ -281,15 +283,25 @@ fn decompose(k: usize, r: &RequestRecord, t: Option<(usize, &TxnTiming)>, shift:
         let q = t.request_last_at_us.map_or(w, rec).clamp(w, end.max(w));
         let f = t.response_first_at_us.map_or(end, rec).clamp(q, end.max(q));
         let e = end.max(f);
+        // The response's last byte on the wire; after it, the client had all of it and had
+        // not read it yet (its own scheduling, not the path's or the server's).
+        let l = t.response_last_at_us.map_or(e, rec).clamp(f, e);
         let (hq, lq) = capped(u(q - w), t.hold_request_us, t.loss_request_us);
-        let (hs, ls) = capped(u(e - f), t.hold_response_us, t.loss_response_us);
+        let (hs, ls) = capped(u(l - f), t.hold_response_us, t.loss_response_us);
         p.delivery_us = u(q - w) - hq - lq;
         p.server_us = u(f - q);
-        p.transfer_us = u(e - f) - hs - ls;
+        p.transfer_us = u(l - f) - hs - ls;
+        p.client_read_us = u(e - l);
         p.hold_us = hq + hs;
         p.loss_us = lq + ls;
     }
-    let sum = p.connect_us + p.delivery_us + p.server_us + p.hold_us + p.loss_us + p.transfer_us;
+    let sum = p.connect_us
+        + p.delivery_us
+        + p.server_us
+        + p.hold_us
+        + p.loss_us
+        + p.transfer_us
+        + p.client_read_us;
     p.unexplained_us = i(r.wait_us) - i(sum);
     Joined {
         record: k,

@@ -72,19 +72,22 @@ pub enum Component {
     Loss,
     /// Response transfer.
     Transfer,
+    /// The client's read of a response already on the wire.
+    ClientRead,
     /// Outside every measured component.
     Unexplained,
 }
 
 impl Component {
     /// All, in order.
-    pub const ALL: [Component; 7] = [
+    pub const ALL: [Component; 8] = [
         Component::Connect,
         Component::Delivery,
         Component::Server,
         Component::Hold,
         Component::Loss,
         Component::Transfer,
+        Component::ClientRead,
         Component::Unexplained,
     ];
 
@@ -98,6 +101,7 @@ impl Component {
             Component::Hold => u(p.hold_us),
             Component::Loss => u(p.loss_us),
             Component::Transfer => u(p.transfer_us),
+            Component::ClientRead => u(p.client_read_us),
             Component::Unexplained => p.unexplained_us,
         }
     }
@@ -111,6 +115,7 @@ impl Component {
             Component::Hold => "data held before the wire",
             Component::Loss => "loss recovery",
             Component::Transfer => "response transfer",
+            Component::ClientRead => "the client's read (response already received)",
             Component::Unexplained => "unexplained",
         }
     }
@@ -198,8 +203,8 @@ fn quantile(sorted: &[(u64, f64)], q: f64) -> u64 {
 }
 
 /// The weighted mean of each component over the records `set`.
-fn means(rs: &[RequestRecord], parts: &[Parts], set: &[usize]) -> (f64, [f64; 7]) {
-    let mut m = [0.0; 7];
+fn means(rs: &[RequestRecord], parts: &[Parts], set: &[usize]) -> (f64, [f64; 8]) {
+    let mut m = [0.0; 8];
     let mut wait = 0.0;
     let total: f64 = set.iter().map(|&k| rs[k].weight).sum::<f64>().max(1e-9);
     for &k in set {

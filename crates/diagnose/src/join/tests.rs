@@ -183,7 +183,9 @@ fn each_request_splits_into_its_measured_components() {
     let p = parts(0);
     assert_eq!(p.connect_us, 200);
     assert_eq!((p.delivery_us, p.server_us), (WIRE, 100));
-    assert_eq!(p.transfer_us, 10 + WIRE);
+    // The response's last byte reached the client at least a wire's time before it was read.
+    assert_eq!(p.transfer_us + p.client_read_us, 10 + WIRE);
+    assert!(p.client_read_us >= WIRE, "{p:?}");
     // Between the handshake's end and the first write: outside every component.
     assert_eq!(p.unexplained_us, 100);
     // The slow request is server time.
@@ -194,10 +196,13 @@ fn each_request_splits_into_its_measured_components() {
     );
     // The Nagle hold and the RTO wait are their own components, out of the transfer.
     let p = parts(2);
-    assert_eq!((p.hold_us, p.transfer_us), (40_000, 100 + WIRE));
+    assert_eq!(
+        (p.hold_us, p.transfer_us + p.client_read_us),
+        (40_000, 100 + WIRE)
+    );
     let p = parts(4);
     assert_eq!(
-        (p.loss_us, p.transfer_us, p.hold_us),
+        (p.loss_us, p.transfer_us + p.client_read_us, p.hold_us),
         (204_000, 1_000 + WIRE, 0)
     );
     for (k, jr) in j.requests.iter().enumerate() {
@@ -206,7 +211,7 @@ fn each_request_splits_into_its_measured_components() {
         let p = jr.parts;
         let sum = p.connect_us + p.delivery_us + p.server_us + p.hold_us + p.loss_us;
         assert_eq!(
-            (sum + p.transfer_us) as i64 + p.unexplained_us,
+            (sum + p.transfer_us + p.client_read_us) as i64 + p.unexplained_us,
             records.records[k].wait_us as i64
         );
     }

@@ -28,6 +28,11 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
         .iter()
         .flat_map(|c| c.evidence.iter().cloned())
         .collect();
+    // The tail's mechanism, when the join shows one for the cause that wins.
+    let mechanism = tail.as_ref().and_then(|t| t.mechanism_for(primary.cause));
+    if let Some((_, line)) = &mechanism {
+        evidence.push(line.clone());
+    }
     evidence.extend(rule_outs(&x, &cands));
     evidence.extend(missing_layers(layers));
     let mut finding_layers: Vec<LayerName> = cands
@@ -51,7 +56,7 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
             confidence: confidence(primary),
             summary,
             cost,
-            mechanism: None,
+            mechanism: mechanism.map(|m| m.0),
             tail: tail.map(|t| t.tail()),
             fix,
         },

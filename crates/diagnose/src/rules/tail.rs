@@ -64,7 +64,9 @@ use super::judge::{missing_layers, rule_outs};
 use super::tail_join::{self, JoinedTail};
 use super::{Candidate, Judgement, MATERIAL_LOSS_SHARE, ms, note, pct, rule, sup};
 use crate::evidence::{AppRun, LayerName, Layers, Target};
-use crate::verdict::{Confidence, Cost, Fix, FixSide, Tail, TailPart, Verdict};
+use crate::verdict::{
+    Confidence, Cost, EvidenceLine, Fix, FixSide, Mechanism, Tail, TailPart, Verdict,
+};
 
 /// Round trips the slowest healthy request may spend on the path beyond the median one.
 pub const PATH_ROUNDS: u64 = 3;
@@ -242,6 +244,15 @@ impl TailFinding<'_> {
             parts: self.parts.clone(),
             text,
         }
+    }
+
+    /// The mechanism the join shows for `cause` (the tail's largest part is that cause and
+    /// carries one), with the packets' line that shows it: for a verdict another rule named.
+    pub(super) fn mechanism_for(&self, cause: Cause) -> Option<(Mechanism, EvidenceLine)> {
+        let j = self.joined.as_ref()?;
+        let p = self.explained.as_ref().filter(|p| p.cause == cause)?;
+        let m = p.mechanism?;
+        Some((m, sup(LayerName::Packets, cause, j.line())))
     }
 
     /// The app layer's line stating the tail.

@@ -44,7 +44,7 @@ fn cause_of(c: Component, hold: Option<FindingKind>) -> Option<Cause> {
             _ => Cause::NagleDelayedAck,
         },
         Component::Unexplained => Cause::UnexplainedTail,
-        Component::Delivery | Component::Transfer => return None,
+        Component::Delivery | Component::Transfer | Component::ClientRead => return None,
     })
 }
 

@@ -523,8 +523,12 @@ pub struct RequestParts {
     pub hold_kind: Option<crate::FindingKind>,
     /// Loss recovery.
     pub loss_us: u64,
-    /// Response transfer to the last byte read.
+    /// Response transfer: the response's first byte to its last byte on the wire.
     pub transfer_us: u64,
+    /// The client's read: the response's last byte on the wire to the last byte read (the
+    /// whole response had reached the client, which had not read it yet).
+    #[serde(default)]
+    pub client_read_us: u64,
     /// The wait outside every component (negative within the clock offset's uncertainty).
     pub unexplained_us: i64,
 }
