@@ -51,6 +51,7 @@
 #![deny(missing_docs)]
 
 pub mod adapters;
+pub mod client_cpu;
 mod error;
 pub mod join;
 pub mod rules;

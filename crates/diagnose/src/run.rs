@@ -416,9 +416,13 @@ fn app_c1(
         "app: c=1, sequential keep-alive requests for {:.1} s",
         c1_dur.as_secs_f64()
     )));
-    match lagtrace_load::run(lo, None, stop) {
+    let cpu = crate::client_cpu::Sampler::start();
+    let loaded = lagtrace_load::run(lo, None, stop);
+    let client_cpu = cpu.stop();
+    match loaded {
         Ok(r) => {
-            let run = adapters::app::run(1, &r);
+            let mut run = adapters::app::run(1, &r);
+            run.client_cpu = client_cpu;
             let ended = if run.requests > 0 {
                 C1::Completed
             } else if r.connections_opened > 0 {
@@ -543,9 +547,13 @@ fn app_cn(
     stop: &AtomicBool,
     progress: &dyn Fn(Step),
 ) -> AppRun {
-    match lagtrace_load::run(lo, None, stop) {
+    let cpu = crate::client_cpu::Sampler::start();
+    let loaded = lagtrace_load::run(lo, None, stop);
+    let client_cpu = cpu.stop();
+    match loaded {
         Ok(r) => {
-            let run = adapters::app::run(concurrency, &r);
+            let mut run = adapters::app::run(concurrency, &r);
+            run.client_cpu = client_cpu;
             progress(Step::Done(format!(
                 "app: c={} p50 {} p99 {}, {:.0} req/s",
                 concurrency,

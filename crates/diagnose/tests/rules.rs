@@ -948,6 +948,65 @@ fn a_tail_nothing_explains_is_unexplained_never_healthy() {
     );
 }
 
+/// The load generator's host measured CPU-busy: `k` runnable tasks per CPU on 2 CPUs.
+fn busy(k: u32) -> ClientCpu {
+    ClientCpu {
+        cpus: 2,
+        samples: 100,
+        runnable_p50: 2 * k,
+        // The sampler itself is one of them.
+        runnable_p90: 2 * k + 1,
+        psi_some_us: Some(1_500_000),
+        run_delay_us: Some(90_000),
+        span_us: 2_000_000,
+    }
+}
+
+/// A c=1 tail of +9 ms (13× the p50) on a host with 5 runnable tasks per CPU: a woken
+/// thread may wait 4 slices on the client and 4 on the server, +24 ms. The verdict does
+/// not blame the server: healthy at medium, the client's contention and the tail said.
+/// The same tail without the measurement is unexplained; beyond the measured contention
+/// it is unexplained too; an idle host's measurement changes nothing.
+#[test]
+fn a_tail_within_the_clients_measured_cpu_contention_is_not_the_servers() {
+    let layers = |cpu: Option<ClientCpu>, p99: u64| {
+        let mut l = healthy_layers();
+        let mut c1 = run(1, 700, p99, 1_000.0);
+        c1.client_cpu = cpu;
+        l.app = Layer::ran(AppEvidence {
+            c1: Some(c1),
+            cn: Some(run(32, 1_400, 6_000, 22_000.0)),
+        });
+        l
+    };
+    let j = judge(&target(), &layers(Some(busy(5)), 9_700));
+    let v = &j.verdict;
+    assert_eq!(
+        (v.cause, v.confidence),
+        (Cause::Healthy, Confidence::Medium),
+        "{}",
+        texts(&j)
+    );
+    assert!(v.tail.is_some());
+    let t = texts(&j);
+    assert!(t.contains("CPU-busy") && t.contains("within it"), "{t}");
+    assert!(t.contains("up to +24."), "{t}");
+    // Not measured: nothing explains it.
+    let v = judge(&target(), &layers(None, 9_700)).verdict;
+    assert_eq!(v.cause, Cause::UnexplainedTail);
+    // Far beyond what 5 tasks per CPU explain.
+    let v = judge(&target(), &layers(Some(busy(5)), 80_000)).verdict;
+    assert_eq!(v.cause, Cause::UnexplainedTail);
+    // One task per CPU: the host was not busy.
+    let v = judge(&target(), &layers(Some(busy(1)), 9_700)).verdict;
+    assert_eq!(v.cause, Cause::UnexplainedTail);
+    // Busy by the run queue but PSI saw (almost) no waiting: not busy.
+    let mut quiet = busy(5);
+    quiet.psi_some_us = Some(10_000);
+    let v = judge(&target(), &layers(Some(quiet), 9_700)).verdict;
+    assert_eq!(v.cause, Cause::UnexplainedTail);
+}
+
 /// A cause the other rules name keeps its verdict; the tail is added to it.
 #[test]
 fn a_named_cause_keeps_its_verdict_and_gains_the_tail() {

@@ -95,6 +95,7 @@ impl Synth {
             waits: None,
             connects: None,
             records: None,
+            client_cpu: None,
         }
     }
 

@@ -60,6 +60,7 @@ pub fn run(concurrency: u32, r: &LoadReport) -> AppRun {
             .records
             .as_ref()
             .map(|x| trim(x, waits(&x.records).p99_us)),
+        client_cpu: None,
     }
 }
 

@@ -20,6 +20,7 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
     let cands = rank(&x);
     let Some(primary) = cands.first() else {
         return match &tail {
+            Some(t) if t.client.is_some() => tail::judge_client(layers, &x, t),
             Some(t) => tail::judge(layers, &x, target, t),
             None => healthy::judge(layers, &x),
         };

@@ -57,11 +57,13 @@
 //! were captured (the network causes were looked for and are not there) and low otherwise,
 //! with the distribution and the excess in its evidence.
 
+use lagtrace_model::diagnosis::evidence::ClientCpu;
 use lagtrace_model::{Cause, FindingKind, RequestRecord};
 
 use super::facts::Facts;
 use super::judge::{missing_layers, rule_outs};
 use super::tail_join::{self, JoinedTail};
+use crate::join::tail::Component;
 use super::{Candidate, Judgement, MATERIAL_LOSS_SHARE, ms, note, pct, rule, sup};
 use crate::evidence::{AppRun, LayerName, Layers, Target};
 use crate::verdict::{
@@ -90,6 +92,25 @@ pub fn noise_us(rtt_us: u64) -> u64 {
     PATH_ROUNDS * rtt_us + 2 * SCHED_SLICE_US
 }
 
+/// Share of the run some task must wait for a CPU (PSI `some`) to call the host busy.
+const BUSY_PRESSURE: f64 = 0.05;
+
+/// Runnable tasks per CPU on the load generator's host during a run, when it was busy: at
+/// least two per CPU at the 90th percentile sample (the sampler itself left out) and, with
+/// PSI, some task waiting for a CPU at least [`BUSY_PRESSURE`] of the run.
+pub fn busy_per_cpu(c: &ClientCpu) -> Option<u64> {
+    let k = u64::from(c.runnable_p90.saturating_sub(1)).div_ceil(u64::from(c.cpus.max(1)));
+    (k >= 2 && c.pressure().is_none_or(|p| p >= BUSY_PRESSURE)).then_some(k)
+}
+
+/// What the path and a CPU-busy host can add to the slowest requests (µs), with `k`
+/// runnable tasks per CPU: a woken thread waits behind the `k − 1` others for a slice each
+/// (the fair scheduler runs every runnable task once per period), on each of the two
+/// processes a request wakes. `k = 2` is [`noise_us`]'s one other task.
+pub fn contention_us(rtt_us: u64, k: u64) -> u64 {
+    PATH_ROUNDS * rtt_us + 2 * k.saturating_sub(1).max(1) * SCHED_SLICE_US
+}
+
 /// Whether a run with this p50 and p99 has a tail that is a finding, on a path of `rtt_us`.
 pub fn is_finding(p50_us: u64, p99_us: u64, rtt_us: u64) -> bool {
     p99_us.saturating_sub(p50_us) >= noise_us(rtt_us) && p99_us as f64 >= spread() * p50_us as f64
@@ -104,6 +125,10 @@ pub(super) struct TailFinding<'a> {
     explained: Option<TailPart>,
     /// The per-request join's account of the tail, when the records and packets were joined.
     joined: Option<JoinedTail>,
+    /// When the tail is the load generator's own host being CPU-busy (within what its
+    /// measured contention explains, with no pattern showing a cause; or the slow requests
+    /// waiting mostly for the client to read a response already received): the evidence.
+    pub(super) client: Option<String>,
 }
 
 /// The kept per-request records of a run, when the app layer has them.
@@ -132,13 +157,68 @@ pub(super) fn assess<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
         .first()
         .filter(|p| p.share >= EXPLAINS && p.cause != Cause::UnexplainedTail)
         .cloned();
+    let client = client_busy(x, run, excess_us, joined.as_ref(), explained.is_some());
     Some(TailFinding {
         run,
         excess_us,
         parts,
         explained,
         joined,
+        client,
     })
+}
+
+/// The client-side account of a tail (see [`TailFinding::client`]), as an evidence line.
+fn client_busy(
+    x: &Facts<'_>,
+    run: &AppRun,
+    excess_us: u64,
+    joined: Option<&JoinedTail>,
+    explained: bool,
+) -> Option<String> {
+    let patterned = joined.is_some_and(|j| j.mechanism.is_some());
+    let read = joined
+        .and_then(|j| j.split.parts.first())
+        .filter(|p| p.component == Component::ClientRead && p.share >= EXPLAINS);
+    let cpu = run.client_cpu.as_ref();
+    let busy = cpu.and_then(|c| busy_per_cpu(c).map(|k| (c, k)));
+    let within = busy.filter(|&(_, k)| excess_us <= contention_us(x.rtt_us, k));
+    let mut text = match busy {
+        Some((c, k)) => format!(
+            "the load generator's host was CPU-busy during c={}: {} runnable tasks on {} \
+             CPUs at the p90 sample (≈{k} per CPU){}{}; a woken thread may wait behind the \
+             {} others for a {} slice each, on the client and the server: up to +{} with \
+             the path",
+            run.concurrency,
+            c.runnable_p90,
+            c.cpus,
+            c.pressure()
+                .map(|p| format!(", some task waiting for a CPU {} of the run", pct(p)))
+                .unwrap_or_default(),
+            c.run_delay_us
+                .map(|d| format!(", the load threads waited {} for a CPU", ms(d)))
+                .unwrap_or_default(),
+            k - 1,
+            ms(SCHED_SLICE_US),
+            ms(contention_us(x.rtt_us, k))
+        ),
+        None => String::new(),
+    };
+    if within.is_some() && !patterned {
+        text.push_str(&format!("; the tail (+{}) is within it", ms(excess_us)));
+        return Some(text);
+    }
+    let p = read.filter(|_| !explained)?;
+    if !text.is_empty() {
+        text.push_str("; ");
+    }
+    text.push_str(&format!(
+        "the slowest requests wait +{} ({}) after their whole response was on the wire, \
+         before the client read it: the client's own scheduling, not the server or the path",
+        ms(p.added_us),
+        pct(p.share)
+    ));
+    Some(text)
 }
 
 /// The extra latency each layer shows at its own p99, capped at the excess, largest first.
@@ -235,6 +315,9 @@ impl TailFinding<'_> {
                 part_name(p.cause),
                 ms(p.added_us)
             )),
+            (None, None) if self.client.is_some() => {
+                text.push_str(": the load generator's own host (CPU-busy), not the server")
+            }
             (None, None) => text.push_str(": no layer shows what they wait for"),
         }
         Tail {
@@ -304,6 +387,30 @@ fn part_line(p: &TailPart, excess_us: u64) -> String {
         pct(p.share),
         ms(excess_us)
     )
+}
+
+/// The judgement when no other rule names a cause and the tail is the load generator's own
+/// host ([`TailFinding::client`]): `healthy` as far as the server and the path go, never
+/// with high confidence over that tail, with the client's contention and the tail stated.
+pub(super) fn judge_client(layers: &Layers, x: &Facts<'_>, t: &TailFinding<'_>) -> Judgement {
+    let mut j = super::healthy::judge(layers, x);
+    if j.verdict.confidence == Confidence::High {
+        j.verdict.confidence = Confidence::Medium;
+    }
+    let mut lines = vec![t.app_line(x, Cause::Healthy)];
+    lines[0].stance = crate::verdict::Stance::Note;
+    lines[0].cause = None;
+    if let Some(c) = &t.client {
+        lines.push(note(LayerName::App, c.clone()));
+    }
+    if let Some(jt) = &t.joined {
+        lines.push(note(LayerName::Packets, jt.line()));
+    }
+    // After healthy's own line on the main run.
+    let at = usize::from(x.main_run().is_some()).min(j.evidence.len());
+    j.evidence.splice(at..at, lines);
+    j.verdict.tail = Some(t.tail());
+    j
 }
 
 /// The judgement when no other rule names a cause but the tail is a finding.

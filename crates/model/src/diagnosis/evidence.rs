@@ -311,6 +311,50 @@ pub struct AppRun {
     /// Absent without records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub records: Option<crate::RequestRecords>,
+    /// How CPU-busy the load generator's own host was during the run (sampled while it
+    /// ran). Absent when not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cpu: Option<ClientCpu>,
+}
+
+/// The load generator's host CPU contention during one load run: what its threads waited
+/// for a CPU, and how many tasks were runnable. A measurement, read by the tail rule to
+/// bound how much of the tail the client's own scheduling explains.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct ClientCpu {
+    /// CPUs online.
+    pub cpus: u32,
+    /// Samples of `procs_running` (`/proc/stat`) taken during the run.
+    pub samples: u32,
+    /// Runnable tasks on the host (`procs_running`, the sampler included): median sample.
+    pub runnable_p50: u32,
+    /// Runnable tasks on the host: 90th percentile sample.
+    pub runnable_p90: u32,
+    /// Time at least one task waited for a CPU (`/proc/pressure/cpu` `some` total, µs)
+    /// during the run; absent without PSI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi_some_us: Option<u64>,
+    /// Run-queue delay of the load process's threads during the run (`schedstat` field 2
+    /// summed over its threads, µs); absent without schedstats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_delay_us: Option<u64>,
+    /// Length of the sampled interval, µs.
+    pub span_us: u64,
+}
+
+impl ClientCpu {
+    /// Runnable tasks per CPU at the 90th percentile sample, rounded up (at least 1).
+    pub fn per_cpu(&self) -> u64 {
+        u64::from(self.runnable_p90)
+            .div_ceil(u64::from(self.cpus.max(1)))
+            .max(1)
+    }
+
+    /// Share of the run during which some task waited for a CPU (PSI `some`), 0–1.
+    pub fn pressure(&self) -> Option<f64> {
+        self.psi_some_us
+            .map(|p| (p as f64 / self.span_us.max(1) as f64).min(1.0))
+    }
 }
 
 /// Connection setup in one load run, counted over every record the load made (weighted
