@@ -21,10 +21,11 @@
 //!   and at most [`STRAY`] elsewhere, and the hits repeat along the connections (at least two
 //!   positions `r`, `r + n`, … are hit). The largest such `n` ≤ [`MAX_N`] (its divisors
 //!   would spread the hits over several residues).
-//! - periodic-pause: the hits of different connections end (their first response byte is
-//!   read) at the same instant: hits whose ends lie within [`SAME_INSTANT_US`] (or an
+//! - periodic-pause: the hits of different connections end (their response leaves the
+//!   server: the last byte read less the client's read and the transfer) at the same instant: hits whose ends lie within [`SAME_INSTANT_US`] (or an
 //!   eighth of the cost, the work queued behind a pause, up to [`SAME_INSTANT_MAX_US`]) of
-//!   the previous one form a stall; stalls spanning at least [`PAUSE_CONNS`] connections hold
+//!   the previous one form a stall (two stalls closer than [`PERIOD_SLACK`] of the median gap
+//!   are one pause seen in two bursts); stalls spanning at least [`PAUSE_CONNS`] connections hold
 //!   ≥ [`LINE_UP`] of the hits; there are at least [`MIN_STALLS`]; the period is the median
 //!   gap between their starts, called periodic when ≥ [`LINE_UP`] of the gaps lie within
 //!   [`PERIOD_SLACK`] of a whole multiple of it (a pause no request met leaves a double gap).
@@ -315,7 +316,7 @@ fn patterns(
         // Connections in lockstep pay an every-nth cost at the same instants too; the order
         // on the connection is the stronger evidence (a pause does not follow it).
         let pause = if nth.is_none() {
-            pause(rs, &hit, cost)
+            pause(rs, parts, &hit, cost)
         } else {
             None
         };
@@ -386,15 +387,23 @@ fn every_nth(rs: &[RequestRecord], hit: &[bool]) -> Option<EveryNth> {
 }
 
 /// Periodic-pause: hits of several connections end at the same instant, on a period.
-fn pause(rs: &[RequestRecord], hit: &[bool], cost_us: u64) -> Option<Pause> {
+fn pause(rs: &[RequestRecord], parts: &[Parts], hit: &[bool], cost_us: u64) -> Option<Pause> {
     // The released requests are answered one after another: their ends spread with the
     // work queued behind the pause, a small part of it.
     let same = (cost_us / 8).clamp(SAME_INSTANT_US, SAME_INSTANT_MAX_US);
+    // A stall ends when the server answers: the response on the wire, i.e. the last byte
+    // read less the client's read and the transfer (a CPU-busy client reads the released
+    // responses milliseconds apart, which would split one stall in two).
+    let end = |r: &RequestRecord, p: &Parts| match r.last_byte_us {
+        Some(e) => Some(e.saturating_sub(p.client_read_us + p.transfer_us)),
+        None => r.first_byte_us,
+    };
     let mut ends: Vec<(u64, u64)> = rs
         .iter()
+        .zip(parts)
         .zip(hit)
         .filter(|(_, h)| **h)
-        .filter_map(|(r, _)| Some((r.first_byte_us.or(r.last_byte_us)?, r.conn)))
+        .filter_map(|((r, p), _)| Some((end(r, p)?, r.conn)))
         .collect();
     if ends.len() < MIN_STALLS * PAUSE_CONNS {
         return None;
@@ -421,6 +430,14 @@ fn pause(rs: &[RequestRecord], hit: &[bool], cost_us: u64) -> Option<Pause> {
     }
     let mut gaps: Vec<u64> = stalls.windows(2).map(|w| w[1].0 - w[0].0).collect();
     gaps.sort_unstable();
+    // One pause seen as two bursts (on a CPU-busy machine the released connections are not
+    // all answered at once): a gap far shorter than the period is no gap.
+    let first = gaps[gaps.len() / 2];
+    gaps.retain(|&g| g as f64 >= PERIOD_SLACK * first as f64);
+    let pauses = gaps.len() + 1;
+    if pauses < MIN_STALLS {
+        return None;
+    }
     let period_us = gaps[gaps.len() / 2];
     let on = gaps
         .iter()
@@ -436,7 +453,7 @@ fn pause(rs: &[RequestRecord], hit: &[bool], cost_us: u64) -> Option<Pause> {
     let mut conns: Vec<usize> = stalls.iter().map(|s| s.1.len()).collect();
     conns.sort_unstable();
     Some(Pause {
-        stalls: stalls.len(),
+        stalls: pauses,
         connections: conns[conns.len() / 2],
         lined_up,
         period_us,

@@ -57,15 +57,15 @@
 //! were captured (the network causes were looked for and are not there) and low otherwise,
 //! with the distribution and the excess in its evidence.
 
-use lagtrace_model::diagnosis::evidence::ClientCpu;
+use lagtrace_model::diagnosis::evidence::{ClientCpu, RequestJoin};
 use lagtrace_model::{Cause, FindingKind, RequestRecord};
 
 use super::facts::Facts;
 use super::judge::{missing_layers, rule_outs};
 use super::tail_join::{self, JoinedTail};
-use crate::join::tail::Component;
 use super::{Candidate, Judgement, MATERIAL_LOSS_SHARE, ms, note, pct, rule, sup};
 use crate::evidence::{AppRun, LayerName, Layers, Target};
+use crate::join::tail::Component;
 use crate::verdict::{
     Confidence, Cost, EvidenceLine, Fix, FixSide, Mechanism, Tail, TailPart, Verdict,
 };
@@ -119,6 +119,8 @@ pub fn is_finding(p50_us: u64, p99_us: u64, rtt_us: u64) -> bool {
 /// A tail that is a finding, and what the layers say it is made of.
 pub(super) struct TailFinding<'a> {
     run: &'a AppRun,
+    /// The percentile judged (99.0, or 99.9 for a rare cost: [`rare`]).
+    percentile: f64,
     excess_us: u64,
     parts: Vec<TailPart>,
     /// The part that explains at least half the excess.
@@ -136,36 +138,99 @@ fn run_records(run: &AppRun) -> Option<&[RequestRecord]> {
     run.records.as_ref().map(|r| r.records.as_slice())
 }
 
+/// The packets' join of a run's records, when the capture covered it.
+fn join_of<'a>(x: &Facts<'a>, run: &AppRun) -> Option<&'a RequestJoin> {
+    let recs = run.records.as_ref()?;
+    x.packets?
+        .joins
+        .iter()
+        .find(|j| j.concurrency == run.concurrency && j.requests.len() == recs.records.len())
+}
+
 /// The run with the largest tail that is a finding, with its parts; `None` when no run's
-/// tail is a finding.
+/// tail is a finding. The p99 first; where no run's p99 is a finding, the p99.9 of a joined
+/// run large enough to have one ([`RARE_MIN_REQUESTS`]) when the join shows a cause *and*
+/// its mechanism there (a rare, long cost such as a process-wide pause hitting one request
+/// per connection per pause: [`rare`]).
 pub(super) fn assess<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
-    let run = [x.c1, x.cn]
+    let found = [x.c1, x.cn]
         .into_iter()
         .flatten()
         .filter(|r| is_finding(r.waited().p50_us, r.waited().p99_us, x.rtt_us))
-        .max_by_key(|r| r.waited().p99_us - r.waited().p50_us)?;
+        // The run the capture covered and joined first (its slow requests' own packets),
+        // then the larger excess.
+        .max_by_key(|r| {
+            (
+                join_of(x, r).is_some(),
+                r.waited().p99_us - r.waited().p50_us,
+            )
+        });
+    let Some(run) = found else {
+        return rare(x);
+    };
     let excess_us = run.waited().p99_us - run.waited().p50_us;
-    let join = x
-        .packets
-        .and_then(|p| p.joins.iter().find(|j| j.concurrency == run.concurrency));
-    let joined = tail_join::joined(run_records(run), join, PERCENTILE);
+    let joined = tail_join::joined(run_records(run), join_of(x, run), PERCENTILE);
     let parts = match &joined {
         Some(j) => j.parts.clone(),
         None => parts(x, run, excess_us),
     };
+    let f = finding(x, run, PERCENTILE, excess_us, parts, joined);
+    // A p99 nothing names (or the client's own scheduling) may hide a rarer cost the join
+    // names with its mechanism.
+    if (f.explained.is_none() || f.client.is_some())
+        && let Some(r) = rare(x)
+    {
+        return Some(r);
+    }
+    Some(f)
+}
+
+/// Requests a run needs before its p99.9 is judged (at least 10 requests above it).
+pub const RARE_MIN_REQUESTS: u64 = 10_000;
+
+/// The p99.9 tail of a joined run, when its p99 is not a finding but its p99.9 is (the same
+/// bounds, the spread one decade further: `log2(10⁴)` × the p50) and the join names a cause
+/// with its mechanism at that percentile. Without a mechanism a p99.9 spread is left alone:
+/// one request in a thousand meets every hiccup of a shared machine.
+fn rare<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
+    const P999: f64 = 99.9;
+    let (run, joined) = [x.cn, x.c1].into_iter().flatten().find_map(|r| {
+        let w = r.waited();
+        let ok = w.count >= RARE_MIN_REQUESTS
+            && w.p999_us.saturating_sub(w.p50_us) >= noise_us(x.rtt_us)
+            && w.p999_us as f64 >= 10_000f64.log2() * w.p50_us as f64;
+        let j = tail_join::joined(run_records(r), join_of(x, r).filter(|_| ok), P999)?;
+        let top = j.parts.first()?;
+        (top.mechanism.is_some() && top.share >= EXPLAINS).then_some((r, j))
+    })?;
+    let excess_us = run.waited().p999_us - run.waited().p50_us;
+    let parts = joined.parts.clone();
+    Some(finding(x, run, P999, excess_us, parts, Some(joined)))
+}
+
+/// The finding at `percentile` from its parts.
+fn finding<'a>(
+    x: &Facts<'a>,
+    run: &'a AppRun,
+    percentile: f64,
+    excess_us: u64,
+    parts: Vec<TailPart>,
+    joined: Option<JoinedTail>,
+) -> TailFinding<'a> {
     let explained = parts
         .first()
         .filter(|p| p.share >= EXPLAINS && p.cause != Cause::UnexplainedTail)
         .cloned();
     let client = client_busy(x, run, excess_us, joined.as_ref(), explained.is_some());
-    Some(TailFinding {
+    TailFinding {
         run,
+        percentile,
         excess_us,
         parts,
         explained,
         joined,
         client,
-    })
+    }
 }
 
 /// The client-side account of a tail (see [`TailFinding::client`]), as an evidence line.
@@ -288,21 +353,32 @@ fn parts(x: &Facts<'_>, run: &AppRun, excess_us: u64) -> Vec<TailPart> {
     parts
 }
 
-/// The share of requests the percentile leaves above it (0.01 for the p99).
-fn above() -> f64 {
-    (100.0 - PERCENTILE) / 100.0
-}
-
 impl TailFinding<'_> {
+    /// The share of requests the percentile leaves above it (0.01 for the p99).
+    fn above(&self) -> f64 {
+        (100.0 - self.percentile) / 100.0
+    }
+
+    /// The run's wait at the percentile, µs.
+    fn at_us(&self) -> u64 {
+        let w = self.run.waited();
+        if self.percentile > 99.0 {
+            w.p999_us
+        } else {
+            w.p99_us
+        }
+    }
+
     /// The verdict's `tail`.
     pub(super) fn tail(&self) -> Tail {
         let mut text = format!(
-            "the slowest {} wait +{} over the p50 ({} at c={}, p99 {})",
-            pct(above()),
+            "the slowest {} wait +{} over the p50 ({} at c={}, p{} {})",
+            pct(self.above()),
             ms(self.excess_us),
             ms(self.run.waited().p50_us),
             self.run.concurrency,
-            ms(self.run.waited().p99_us)
+            self.percentile,
+            ms(self.at_us())
         );
         match (&self.explained, &self.joined) {
             (_, Some(j)) => {
@@ -321,8 +397,8 @@ impl TailFinding<'_> {
             (None, None) => text.push_str(": no layer shows what they wait for"),
         }
         Tail {
-            percentile: PERCENTILE,
-            latency_us: self.run.waited().p99_us,
+            percentile: self.percentile,
+            latency_us: self.at_us(),
             excess_us: self.excess_us,
             parts: self.parts.clone(),
             text,
@@ -345,9 +421,9 @@ impl TailFinding<'_> {
             LayerName::App,
             cause,
             format!(
-                "c={}: {} requests, p50 {}, p90 {}, p99 {}, p99.9 {}, max {}: the p99 is {:.0}× \
-                 the p50 and {} above it, beyond what contention ({:.1}× the p50) and the \
-                 path and scheduler ({}) explain",
+                "c={}: {} requests, p50 {}, p90 {}, p99 {}, p99.9 {}, max {}: the p{} is \
+                 {:.0}× the p50 and {} above it, beyond what contention ({:.1}× the p50) and \
+                 the path and scheduler ({}) explain",
                 self.run.concurrency,
                 self.run.requests,
                 ms(l.p50_us),
@@ -355,9 +431,14 @@ impl TailFinding<'_> {
                 ms(l.p99_us),
                 ms(l.p999_us),
                 ms(l.max_us),
-                l.p99_us as f64 / l.p50_us.max(1) as f64,
+                self.percentile,
+                self.at_us() as f64 / l.p50_us.max(1) as f64,
                 ms(self.excess_us),
-                spread(),
+                if self.percentile > 99.0 {
+                    10_000f64.log2()
+                } else {
+                    spread()
+                },
                 ms(noise_us(x.rtt_us))
             ),
         )
@@ -451,7 +532,7 @@ pub(super) fn judge(
                     tradeoff: None,
                 }]
             } else {
-                let c = Candidate::new(cause, p.added_us, above(), finding_layers.clone());
+                let c = Candidate::new(cause, p.added_us, t.above(), finding_layers.clone());
                 r.map(|r| r.fixes(&c, x, target)).unwrap_or_default()
             };
             // The slow requests' own packets, every one of them seen: high. Summaries of the
@@ -482,7 +563,7 @@ pub(super) fn judge(
                 change: format!(
                     "the slowest {} of requests wait +{} and neither the path nor the packets \
                      show why: look inside {} (per-request timings, pauses, locks, CPU quota)",
-                    pct(above()),
+                    pct(t.above()),
                     ms(t.excess_us),
                     x.server_name()
                 ),
@@ -501,14 +582,14 @@ pub(super) fn judge(
     let chosen = t
         .explained
         .as_ref()
-        .map(|p| vec![Candidate::new(p.cause, p.added_us, above(), Vec::new())])
+        .map(|p| vec![Candidate::new(p.cause, p.added_us, t.above(), Vec::new())])
         .unwrap_or_default();
     evidence.extend(rule_outs(x, &chosen));
     evidence.extend(missing_layers(layers));
     let run = x.main_run();
     let cost = Cost {
         added_us,
-        share: above(),
+        share: t.above(),
         affected: None,
         of: None,
         p50_us: run.map(|r| r.latency.p50_us),

@@ -130,8 +130,13 @@ fn a_tail_outside_every_component_is_unexplained() {
     // The parts no longer add up to those waits: the remainder is what they waited for.
     let mut j = j;
     for (r, p) in rs.iter().zip(j.requests.iter_mut()) {
-        let sum =
-            p.connect_us + p.delivery_us + p.server_us + p.hold_us + p.loss_us + p.transfer_us + p.client_read_us;
+        let sum = p.connect_us
+            + p.delivery_us
+            + p.server_us
+            + p.hold_us
+            + p.loss_us
+            + p.transfer_us
+            + p.client_read_us;
         p.unexplained_us = r.wait_us as i64 - sum as i64;
     }
     let t = joined(Some(&rs), Some(&j), 99.0).unwrap();

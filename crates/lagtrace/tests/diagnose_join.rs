@@ -1,0 +1,239 @@
+//! `lagtrace diagnose` end to end with the per-request join (needs root), on servers and
+//! faults lagtrace did not write, while this test keeps the client's host CPU-busy with
+//! shell busy loops it starts (bounded: each stops itself after 90 s, and the namespace
+//! guard kills it): a Python server slow on every Nth request of a connection is
+//! slow-server / every-nth; the same server SIGSTOPped periodically is slow-server /
+//! periodic-pause; a healthy server is not blamed for the client's own scheduling (healthy,
+//! never `high` over a tail). Three runs each, the same cause every time.
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use lagtrace_testkit::net::VethNs;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+
+/// Keep-alive HTTP/1.1, one thread per connection, TCP_NODELAY on, each response one write;
+/// the `EVERY`-th request of each connection sleeps `SLOW` seconds first.
+const SERVER: &str = r#"
+import socket, sys, threading, time
+PORT, EVERY, SLOW = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+def serve(c):
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf, k = b"", 0
+    while True:
+        while b"\r\n\r\n" not in buf:
+            d = c.recv(4096)
+            if not d:
+                c.close()
+                return
+            buf += d
+        buf = buf.split(b"\r\n\r\n", 1)[1]
+        k += 1
+        if k % EVERY == 0:
+            time.sleep(SLOW)
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhello\n")
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", PORT))
+s.listen(512)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+/// Busy loops on the client's side (this namespace), as many as the machine has CPUs and
+/// two more: each stops itself after 90 s.
+const BURNERS: usize = 4;
+const BURN: &str = "while [ $SECONDS -lt 90 ]; do :; done";
+
+/// One diagnosis at a time: two on 2 cores would measure each other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A namespace behind a veth with the server started in it and `BURNERS` busy loops here,
+/// all owned by the guard; the server's address and pid.
+fn lab(tag: &str, every: u32, slow_ms: u32) -> (VethNs, SocketAddr, u32) {
+    let pid = std::process::id();
+    let k = lagtrace_testkit::unique();
+    let net = format!("10.{}.{}", 140 + pid % 40, (pid / 40 + k) % 250 + 1);
+    let mut g = VethNs::up(tag, &format!("{net}.1/30"), &format!("{net}.2/30"), true);
+    let port: u16 = 20_000 + ((pid + k) % 5000) as u16;
+    let child = Command::new("ip")
+        .args(["netns", "exec", &g.netns, "python3", "-c", SERVER])
+        .args([
+            port.to_string(),
+            every.to_string(),
+            format!("{}", f64::from(slow_ms) / 1000.0),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    // `ip netns exec` execs the program: the child is the server.
+    let spid = child.id();
+    g.guard.own_child(child);
+    let addr: SocketAddr = format!("{net}.2:{port}").parse().unwrap();
+    let t = Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for _ in 0..BURNERS {
+        let b = Command::new("bash")
+            .args(["-c", BURN])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("bash");
+        g.guard.own_child(b);
+    }
+    (g, addr, spid)
+}
+
+/// `lagtrace diagnose URL -d 2s -c 4 --json`.
+fn diagnose(addr: SocketAddr) -> Value {
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .args(["diagnose", &format!("http://{addr}/"), "--json", "-q"])
+        .args(["-d", "2s", "-c", "4"])
+        .env("XDG_STATE_HOME", home.path())
+        .output()
+        .expect("run lagtrace");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn show(j: &Value) -> String {
+    let ev: String = j["evidence"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| format!("{} {} {}\n", e["stance"], e["layer"], e["text"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    let cpu = &j["layers"]["app"]["data"]["cn"]["client_cpu"];
+    serde_json::to_string_pretty(&j["verdict"]).unwrap_or_default()
+        + "\n"
+        + &ev
+        + &format!("client_cpu {cpu}\n")
+}
+
+/// The c=N run was measured CPU-busy on the client's side, and its records were joined.
+fn check_measured(j: &Value) {
+    let cn = &j["layers"]["app"]["data"]["cn"];
+    let cpu = &cn["client_cpu"];
+    assert!(cpu["samples"].as_u64().unwrap_or(0) >= 10, "{}", show(j));
+    // The burners and the load: more runnable tasks than CPUs.
+    assert!(
+        cpu["runnable_p90"].as_u64().unwrap_or(0) > cpu["cpus"].as_u64().unwrap_or(99),
+        "{}",
+        show(j)
+    );
+    let joins = &j["layers"]["packets"]["data"]["joins"];
+    let recs = cn["records"]["records"].as_array().map_or(0, Vec::len);
+    assert_eq!(
+        joins[0]["requests"].as_array().map_or(0, Vec::len),
+        recs,
+        "{}",
+        show(j)
+    );
+    assert!(joins[0]["matched"].as_u64().unwrap_or(0) > 0, "{}", show(j));
+}
+
+/// Every 7th request of a connection takes 60 ms: slow-server, every-nth with n = 7.
+#[test]
+#[ignore = "needs root"]
+fn every_nth_request_slow_is_slow_server_every_nth_with_a_busy_client() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_g, addr, _) = lab("jnth", 7, 60);
+    for run in 0..3 {
+        let j = diagnose(addr);
+        check_measured(&j);
+        let v = &j["verdict"];
+        assert_eq!(v["cause"], "slow-server", "run {run}: {}", show(&j));
+        assert_eq!(v["mechanism"], "every-nth", "run {run}: {}", show(&j));
+        let ev = show(&j);
+        assert!(ev.contains("every 7th request of a connection"), "{ev}");
+        eprintln!(
+            "run {run}: {} / {}: {}",
+            v["cause"], v["mechanism"], v["tail"]["text"]
+        );
+    }
+}
+
+/// The server process SIGSTOPped 50 ms every 300 ms by this test (a GC, a global lock):
+/// slow-server, periodic-pause with the period measured.
+#[test]
+#[ignore = "needs root"]
+fn a_periodically_stopped_server_is_slow_server_periodic_pause_with_a_busy_client() {
+    const PERIOD_MS: u64 = 300;
+    const STOP_MS: u64 = 50;
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_g, addr, pid) = lab("jpause", 1_000_000_000, 0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let pauser = std::thread::spawn(move || {
+        let pid = pid as libc::pid_t;
+        while !s2.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(PERIOD_MS - STOP_MS));
+            // SAFETY: signalling the server process this test started (owned by its guard).
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_millis(STOP_MS));
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    });
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(diagnose(addr));
+    }
+    stop.store(true, Ordering::SeqCst);
+    pauser.join().unwrap();
+    for (run, j) in seen.iter().enumerate() {
+        if let Ok(d) = std::env::var("LAGTRACE_TEST_DUMP") {
+            let _ = std::fs::write(format!("{d}/pause{run}.json"), j.to_string());
+        }
+        check_measured(j);
+        let v = &j["verdict"];
+        assert_eq!(v["cause"], "slow-server", "run {run}: {}", show(j));
+        assert_eq!(v["mechanism"], "periodic-pause", "run {run}: {}", show(j));
+        eprintln!(
+            "run {run}: {} / {}: {}",
+            v["cause"], v["mechanism"], v["tail"]["text"]
+        );
+    }
+}
+
+/// A server with nothing slow, the client's host CPU-busy: never the server's fault, never
+/// `healthy, high` over a tail.
+#[test]
+#[ignore = "needs root"]
+fn a_healthy_server_is_not_blamed_for_the_clients_busy_cpu() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_g, addr, _) = lab("jbusy", 1_000_000_000, 0);
+    for run in 0..3 {
+        let j = diagnose(addr);
+        check_measured(&j);
+        let v = &j["verdict"];
+        assert_eq!(v["cause"], "healthy", "run {run}: {}", show(&j));
+        if v.get("tail").is_some() {
+            assert_eq!(v["confidence"], "medium", "run {run}: {}", show(&j));
+        }
+        eprintln!(
+            "run {run}: {} ({}): {}",
+            v["cause"], v["confidence"], v["tail"]["text"]
+        );
+    }
+}
