@@ -47,8 +47,23 @@
 //! A part's `share` is how much of the excess it can account for on its own; the parts
 //! overlap (they are measured over the same requests, not per request) so their shares are
 //! not added. The part covering at least half the excess names the cause. No `mechanism`
-//! is set here: every-nth and periodic pauses need the request index and time of each slow
-//! request (per-request records, the next step), and a mechanism is never assumed.
+//! is set from these summaries: every-nth and periodic pauses need the request index and
+//! time of each slow request, and a mechanism is never assumed. When the c=N run's kept
+//! records were joined with the capture (`layers.packets.data.joins`), that run is judged
+//! from the join instead (`tail_join`), with its mechanism when the join shows one; where no
+//! p99 is a finding (or only the client's own), the p99.9 of a joined run of at least
+//! [`RARE_MIN_REQUESTS`] is judged when the join names a cause *with* its mechanism there.
+//!
+//! ## The client's own host
+//! The load generator shares the machine (its CPUs) with whatever else runs there, and on a
+//! lab with the server too. Each load phase measures it (`app.*.client_cpu`: runnable
+//! tasks, PSI, the load threads' run-queue delay). With `k` runnable tasks per CPU a woken
+//! thread waits behind the `k − 1` others, a slice each, on the client and on the server:
+//! [`contention_us`] (`k = 2` is the idle bound's two slices). A tail within that, with no
+//! pattern naming a cause, or one the slow requests spend reading responses already
+//! received (the join's `client_read`), is the client's: `healthy` at medium confidence
+//! with the measurement and the tail in its evidence — neither the server's fault nor
+//! `healthy, high`.
 //!
 //! ## When nothing explains it: `unexplained-tail`
 //! No stable code fits a tail no layer explains: `slow-server` claims the server's time,
