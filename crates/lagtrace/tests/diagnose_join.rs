@@ -51,9 +51,6 @@ while True:
 const BURNERS: usize = 4;
 const BURN: &str = "while [ $SECONDS -lt 90 ]; do :; done";
 
-/// One diagnosis at a time: two on 2 cores would measure each other.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// A namespace behind a veth with the server started in it and `BURNERS` busy loops here,
 /// all owned by the guard; the server's address and pid.
 fn lab(tag: &str, every: u32, slow_ms: u32) -> (VethNs, SocketAddr, u32) {
@@ -156,7 +153,8 @@ fn check_measured(j: &Value) {
 #[test]
 #[ignore = "needs root"]
 fn every_nth_request_slow_is_slow_server_every_nth_with_a_busy_client() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // One diagnosis at a time across test binaries: two on 2 cores would measure each other.
+    let _turn = lagtrace_testkit::measuring();
     let (_g, addr, _) = lab("jnth", 7, 60);
     for run in 0..3 {
         let j = diagnose(addr);
@@ -180,7 +178,8 @@ fn every_nth_request_slow_is_slow_server_every_nth_with_a_busy_client() {
 fn a_periodically_stopped_server_is_slow_server_periodic_pause_with_a_busy_client() {
     const PERIOD_MS: u64 = 300;
     const STOP_MS: u64 = 50;
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // One diagnosis at a time across test binaries: two on 2 cores would measure each other.
+    let _turn = lagtrace_testkit::measuring();
     let (_g, addr, pid) = lab("jpause", 1_000_000_000, 0);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
@@ -221,7 +220,8 @@ fn a_periodically_stopped_server_is_slow_server_periodic_pause_with_a_busy_clien
 #[test]
 #[ignore = "needs root"]
 fn a_healthy_server_is_not_blamed_for_the_clients_busy_cpu() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // One diagnosis at a time across test binaries: two on 2 cores would measure each other.
+    let _turn = lagtrace_testkit::measuring();
     let (_g, addr, _) = lab("jbusy", 1_000_000_000, 0);
     for run in 0..3 {
         let j = diagnose(addr);
