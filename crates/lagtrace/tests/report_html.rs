@@ -58,7 +58,15 @@ fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
     let html = dir.path().join("report.html");
     let turn = lagtrace_testkit::measuring();
     let out = Command::new(BIN)
-        .args(["diagnose", &lab.latency_url(), "-q", "-d", "4s", "--report"])
+        .args([
+            "diagnose",
+            &lab.latency_url(),
+            "-q",
+            "--json",
+            "-d",
+            "4s",
+            "--report",
+        ])
         .arg(&html)
         .env("XDG_STATE_HOME", dir.path())
         .output()
@@ -86,6 +94,10 @@ fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
     assert!(dom.contains("class=\"stall\""));
     assert!(dom.contains("stall: Nagle holds the segment until the client"));
     assert!(dom.contains("GET /"));
+    tail_charts(
+        &dom,
+        &serde_json::from_slice(&out.stdout).expect("diagnose --json"),
+    );
     // The screenshot is a drawn page, not a blank one.
     let shot = dir.path().join("shot.png");
     chromium(&[format!("--screenshot={}", shot.display()), url]);
@@ -96,4 +108,45 @@ fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
         "screenshot of {} bytes: blank?",
         png.len()
     );
+}
+
+/// The per-request timelines and the tail's decomposition in the rendered page agree with
+/// the diagnosis's JSON: one mark per kept record of each run, one colour per connection
+/// (of the twelve), and the tail's parts as bars when the verdict has a tail.
+fn tail_charts(dom: &str, d: &serde_json::Value) {
+    let mut timelines = 0;
+    for run in ["c1", "cn"] {
+        let r = &d["layers"]["app"]["data"][run];
+        let Some(recs) = r["records"]["records"].as_array() else {
+            continue;
+        };
+        let id = format!("id=\"timeline-c{}\"", r["concurrency"]);
+        let at = dom.find(&id).unwrap_or_else(|| panic!("{id} missing"));
+        let svg = &dom[at..at + dom[at..].find("</svg>").unwrap()];
+        assert_eq!(svg.matches("class=\"rec ").count(), recs.len(), "{id}");
+        let conns: std::collections::BTreeSet<u64> =
+            recs.iter().map(|x| x["conn"].as_u64().unwrap()).collect();
+        let colours: std::collections::BTreeSet<&str> = svg
+            .split("class=\"rec ")
+            .skip(1)
+            .filter_map(|m| m.split("stroke=\"").nth(1))
+            .filter_map(|m| m.split('"').next())
+            .collect();
+        assert_eq!(colours.len(), conns.len().min(12), "{id}: {colours:?}");
+        let slow = recs.iter().filter(|x| x["slow"] == true).count();
+        assert!(dom.contains(&format!("slowest {slow} kept exactly + sample of")));
+        timelines += 1;
+    }
+    assert_eq!(timelines, 2, "c=1 and c=32 kept records");
+    match d["verdict"]["tail"]["parts"].as_array() {
+        Some(parts) => {
+            let at = dom.find("id=\"tail-decomposition\"").expect("tail chart");
+            let svg = &dom[at..at + dom[at..].find("</svg>").unwrap()];
+            assert_eq!(svg.matches("class=\"part\"").count(), parts.len() + 2);
+            for p in parts {
+                assert!(svg.contains(p["cause"].as_str().unwrap()));
+            }
+        }
+        None => assert!(!dom.contains("tail-decomposition")),
+    }
 }

@@ -9,6 +9,7 @@ use lagtrace_model::diagnosis::evidence::{LayerName, LayerStatus};
 use lagtrace_model::diagnosis::verdict::{FixSide, Stance};
 
 use crate::svg::{Series, esc, flow_ladder, percentile_chart};
+use crate::tail::{tail_bar, timeline, timeline_caption};
 use crate::text::layer_summary;
 
 const CSS: &str = r#"
@@ -41,6 +42,7 @@ code{font-family:ui-monospace,"DejaVu Sans Mono",monospace;background:#eef0f4;pa
 .chart .time{font-size:10.5px;fill:#666;font-family:ui-monospace,monospace}
 .chart .stall-label{font-size:12px;font-weight:700;fill:#b03a2e}
 .better{color:#1e8449;font-weight:600}.worse{color:#b03a2e;font-weight:600}
+.charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:8px 0}
 footer{color:#888;font-size:12px;margin-top:30px}
 "#;
 
@@ -224,11 +226,59 @@ fn chart(o: &mut String, d: &Diagnosis) {
             ));
         }
     }
-    o.push_str("<h2>Latency by percentile</h2>");
+    o.push_str("<h2>Latency by percentile</h2><div class=\"charts\">");
     if series.is_empty() {
         o.push_str("<p class=\"sub\">no request completed: nothing to chart</p>");
     } else {
         o.push_str(&percentile_chart(&series));
+    }
+    tail_decomposition(o, d);
+    o.push_str("</div>");
+    timelines(o, d);
+}
+
+/// The verdict's tail as a stacked bar next to the percentile chart, when there is one.
+fn tail_decomposition(o: &mut String, d: &Diagnosis) {
+    let Some(t) = &d.verdict.tail else {
+        return;
+    };
+    let p50 = t.latency_us.saturating_sub(t.excess_us);
+    let _ = write!(
+        o,
+        "<figure id=\"tail\"><figcaption class=\"sub\">what the p{} requests wait for beyond the p50: {}</figcaption>{}</figure>",
+        t.percentile,
+        esc(&t.text),
+        tail_bar(t, p50)
+    );
+}
+
+/// One timeline per load run that kept per-request records.
+fn timelines(o: &mut String, d: &Diagnosis) {
+    let Some(a) = d.layers.app.get() else {
+        return;
+    };
+    let runs: Vec<_> = [a.c1.as_ref(), a.cn.as_ref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut head = false;
+    for r in runs {
+        let Some(recs) = r.records.as_ref() else {
+            continue;
+        };
+        let label = format!("c={}", r.concurrency);
+        let Some(svg) = timeline(&label, recs) else {
+            continue;
+        };
+        if !head {
+            o.push_str("<h2>Requests over time</h2>");
+            head = true;
+        }
+        let _ = write!(
+            o,
+            "<figure><figcaption class=\"sub\">{}</figcaption>{svg}</figure>",
+            esc(&timeline_caption(&label, recs))
+        );
     }
 }
 

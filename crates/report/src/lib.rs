@@ -6,12 +6,14 @@
 
 mod html;
 mod svg;
+mod tail;
 mod text;
 
 use lagtrace_model::diagnosis::Diagnosis;
 
 pub use html::html;
 pub use svg::{Series, flow_ladder, percentile_chart};
+pub use tail::{tail_bar, timeline, timeline_caption};
 pub use text::text;
 
 /// The stable JSON form (pretty-printed): `verdict`, `layers`, `evidence`, ...

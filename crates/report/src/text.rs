@@ -84,11 +84,19 @@ fn app_summary(a: &AppEvidence) -> String {
                 r.concurrency, r.errors.connect, r.errors.timeout, r.errors.read
             );
         }
+        // The p99 the verdict reads: every request's wait, slow and failed connects
+        // included, when records were kept and it differs from the completed requests'.
+        let p99 = match &r.waits {
+            Some(w) if w.p99_us != r.latency.p99_us => {
+                format!("{} incl. connects", ms(w.p99_us))
+            }
+            _ => ms(r.latency.p99_us),
+        };
         format!(
             "c={} p50 {} p99 {} {:.0} req/s{}",
             r.concurrency,
             ms(r.latency.p50_us),
-            ms(r.latency.p99_us),
+            p99,
             r.requests_per_sec,
             if r.errors.total() > 0 {
                 format!(", {} errors", r.errors.total())
@@ -254,4 +262,58 @@ pub fn text(d: &Diagnosis) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use lagtrace_model::diagnosis::evidence::{AppEvidence, Percentiles};
+
+    use super::*;
+
+    fn run(p99: u64, waits: Option<u64>) -> AppRun {
+        let p = |p99_us| Percentiles {
+            count: 1000,
+            min_us: 100,
+            mean_us: 300,
+            p50_us: 300,
+            p90_us: 400,
+            p99_us,
+            p999_us: p99_us * 2,
+            max_us: p99_us * 3,
+        };
+        AppRun {
+            concurrency: 32,
+            requests: 1000,
+            duration_us: 4_000_000,
+            requests_per_sec: 250.0,
+            latency: p(p99),
+            distribution: vec![],
+            errors: Default::default(),
+            first_request: None,
+            bytes: 0,
+            later_requests: None,
+            waits: waits.map(p),
+            connects: None,
+            records: None,
+        }
+    }
+
+    #[test]
+    fn the_app_row_shows_the_p99_the_verdict_reads() {
+        let row = |r| {
+            app_summary(&AppEvidence {
+                c1: None,
+                cn: Some(r),
+            })
+        };
+        // The backlog case: completed requests' p99 14 ms, every wait's 46 ms.
+        let s = row(run(14_000, Some(46_000)));
+        assert!(s.contains("p99 46"), "{s}");
+        assert!(s.contains("incl. connects"), "{s}");
+        assert!(!s.contains("p99 14"), "{s}");
+        // Without records, or when they agree, the row is what it was.
+        let plain = row(run(14_000, None));
+        assert_eq!(row(run(14_000, Some(14_000))), plain);
+        assert!(!plain.contains("incl."), "{plain}");
+    }
 }
