@@ -150,3 +150,79 @@ fn tail_charts(dom: &str, d: &serde_json::Value) {
         None => assert!(!dom.contains("tail-decomposition")),
     }
 }
+
+/// A real tail: a Python server on loopback (one write per response, TCP_NODELAY on) whose
+/// every 20th request takes a 60 ms slow path. The verdict has a tail, and the page draws its decomposition next to the
+/// percentile chart (one bar per part, agreeing with the JSON) and both runs' timelines.
+#[test]
+#[ignore = "needs root"]
+fn report_of_an_every_nth_tail_draws_its_decomposition() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let script = format!(
+        r#"
+import http.server, itertools, threading, time
+n = itertools.count(1)
+lock = threading.Lock()
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_GET(self):
+        with lock:
+            k = next(n)
+        if k % 20 == 0:
+            time.sleep(0.06)
+        body = b"x" * 200
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+        self.wfile.write(head + body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", {port}), H).serve_forever()
+"#
+    );
+    let mut server = Command::new("python3")
+        .args(["-c", &script])
+        .spawn()
+        .expect("python3");
+    let t = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "python server not up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("report.html");
+    let turn = lagtrace_testkit::measuring();
+    let out = Command::new(BIN)
+        .args([
+            "diagnose",
+            &format!("http://127.0.0.1:{port}/"),
+            "-q",
+            "--json",
+        ])
+        .args(["-d", "3s", "-c", "8", "--report"])
+        .arg(&html)
+        .env("XDG_STATE_HOME", dir.path())
+        .output()
+        .unwrap();
+    drop(turn);
+    let _ = server.kill();
+    let _ = server.wait();
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(
+        d["verdict"]["tail"].is_object(),
+        "a 60 ms slow path on every 20th request is a tail: {}",
+        d["verdict"]
+    );
+    let url = format!("file://{}", html.display());
+    let (dom, log) = chromium(&["--dump-dom".into(), url]);
+    for bad in ["Uncaught", "CONSOLE(", "net::ERR_"] {
+        assert!(!log.contains(bad), "{bad}: {log}");
+    }
+    assert!(dom.contains("id=\"tail-decomposition\""));
+    tail_charts(&dom, &d);
+}

@@ -125,7 +125,8 @@ pub fn timeline_caption(label: &str, recs: &RequestRecords) -> String {
 pub fn tail_bar(tail: &Tail, p50_us: u64) -> String {
     let rows = tail.parts.len() as f64;
     let (w, h) = (760.0, 70.0 + 26.0 * rows.max(1.0));
-    let (l, lw, rm) = (10.0, 150.0, 10.0);
+    // Left: the part's name; right: room for its time and share after the longest bar.
+    let (l, lw, rm) = (10.0, 150.0, 190.0);
     let pw = w - l - lw - rm;
     let x0 = l + lw;
     let scale = tail
