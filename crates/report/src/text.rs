@@ -295,6 +295,7 @@ mod tests {
             waits: waits.map(p),
             connects: None,
             records: None,
+            client_cpu: None,
         }
     }
 
