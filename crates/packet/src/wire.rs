@@ -58,6 +58,9 @@ pub struct TcpOptions {
     pub sack_permitted: bool,
     /// Timestamps option present.
     pub timestamps: bool,
+    /// The first SACK block `(left, right)`, raw sequence numbers: below the ACK it
+    /// reports data received twice (a D-SACK, RFC 2883).
+    pub first_sack: Option<(u32, u32)>,
 }
 
 /// One decoded TCP segment, borrowing the frame.
@@ -298,6 +301,9 @@ pub fn parse_options(mut o: &[u8]) -> TcpOptions {
                     (3, 3) => out.wscale = Some(o[2].min(14)),
                     (4, 2) => out.sack_permitted = true,
                     (8, 10) => out.timestamps = true,
+                    (5, l) if l >= 10 && out.first_sack.is_none() => {
+                        out.first_sack = Some((be32(o, 2), be32(o, 6)));
+                    }
                     _ => {}
                 }
                 o = &o[len..];

@@ -20,6 +20,7 @@
 
 mod copies;
 mod cork;
+mod dsack;
 mod event;
 mod http;
 mod loss;
@@ -161,6 +162,8 @@ pub struct Analyzer {
     unheld: HashMap<(usize, usize), nagle::Unheld>,
     servers: ServerTimes,
     retrans_frames: Vec<u64>,
+    /// Retransmissions the receiver may yet report as received twice.
+    dsack: dsack::Dsack,
     /// `(frame, ack_rtt)`, the RTT in seconds (as Wireshark's `tcp.analysis.ack_rtt`).
     ack_rtts: Vec<(u64, f64)>,
     stream_packets: Vec<PacketRecord>,
@@ -193,6 +196,7 @@ impl Analyzer {
             timings: Vec::new(),
             servers: ServerTimes::default(),
             retrans_frames: Vec::new(),
+            dsack: dsack::Dsack::default(),
             ack_rtts: Vec::new(),
             stream_packets: Vec::new(),
             skipped: Skipped::default(),
@@ -297,8 +301,21 @@ impl Analyzer {
             self.keep_packet(&ev, first_ts);
         }
         for f in found {
+            if f.kind == FindingKind::Retransmission && f.cost_us > 0 {
+                let (finding, cost) = self.rec.next_slots(f.kind);
+                let slots = dsack::Dsack::slots(finding, cost);
+                self.dsack
+                    .resent(i, ev.dir, seg.seq, seg.payload_len, slots);
+            }
             let open = self.table.det_mut(i).and_then(|d| d.http.open.as_mut());
             self.rec.found(i, sender, f, late, open);
+        }
+        if let Some(block) = seg.options.first_sack
+            && seg.flags & crate::wire::flags::ACK != 0
+        {
+            for r in self.dsack.reported(i, 1 - ev.dir, block, seg.ack) {
+                self.rec.spurious(r.slots);
+            }
         }
     }
 

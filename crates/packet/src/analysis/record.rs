@@ -103,6 +103,36 @@ impl Recorder {
         }
     }
 
+    /// Where the next recorded finding of `kind` and its cost would go (None: not kept).
+    pub fn next_slots(&self, kind: FindingKind) -> (Option<usize>, Option<usize>) {
+        let k = kind.index();
+        (
+            (self.findings.len() < self.max_findings).then_some(self.findings.len()),
+            (self.costs[k].len() < 1_000_000).then_some(self.costs[k].len()),
+        )
+    }
+
+    /// A retransmission recorded at `slots` that the receiver reported receiving twice
+    /// (D-SACK): spurious, free.
+    pub fn spurious(&mut self, slots: (Option<usize>, Option<usize>)) {
+        let k = FindingKind::Retransmission.index();
+        if let Some(c) = slots.1.and_then(|c| self.costs[k].get_mut(c)) {
+            *c = 0;
+        }
+        if let Some(f) = slots
+            .0
+            .and_then(|i| self.findings.get_mut(i))
+            .filter(|f| f.kind == FindingKind::Retransmission)
+        {
+            f.explanation.push_str(
+                "; the receiver reported it received this data twice (D-SACK): the \
+                 original arrived, only its ACK was late — spurious, it cost nothing",
+            );
+            f.detail = Some("spurious".into());
+            f.cost_us = 0;
+        }
+    }
+
     /// The stalls released late, each with how many stalls its sender had released at once.
     pub fn take_late(&mut self) -> Vec<(usize, u64, Finding)> {
         std::mem::take(&mut self.late_pending)
