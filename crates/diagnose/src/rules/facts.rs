@@ -67,9 +67,12 @@ impl<'a> Facts<'a> {
     /// server time; the smaller of the two (c=N server time includes queueing on the path
     /// and in the server; c=1 latency includes transfer time).
     pub(super) fn server_own_us(&self) -> Option<u64> {
-        let from_c1 = self
-            .c1
-            .map(|r| r.latency.p50_us.saturating_sub(self.rtt_us));
+        let from_c1 = self.c1.map(|r| {
+            r.latency
+                .p50_us
+                .saturating_sub(self.rtt_us)
+                .saturating_sub(self.link_transfer_us(r))
+        });
         let from_pk = self
             .packets
             .and_then(|p| p.server_time.as_ref())
@@ -121,6 +124,21 @@ impl<'a> Facts<'a> {
         let size = run.bytes as f64 / run.requests as f64;
         let rate = cn.bytes as f64 / (cn.duration_us as f64 / 1e6);
         (size / rate * 1e6) as u64
+    }
+
+    /// The part of a `run` request's time that moving its response takes when responses
+    /// cross at path speed: the c=N throughput, when it is at least [`PACED_BPS`] (a rate a
+    /// paced sender does not reach). A 4 MB body takes milliseconds on a 10 Gbit/s veth
+    /// however quick the server is: that is transfer, not the server's own time.
+    pub(super) fn link_transfer_us(&self, run: &AppRun) -> u64 {
+        let Some(cn) = self.cn.filter(|cn| cn.duration_us > 0) else {
+            return 0;
+        };
+        let bps = cn.bytes as f64 * 8.0 / (cn.duration_us as f64 / 1e6);
+        if bps < PACED_BPS {
+            return 0;
+        }
+        self.bottleneck_transfer_us(run)
     }
 
     pub(super) fn queue_rise_us(&self) -> Option<(u64, u64, u64)> {

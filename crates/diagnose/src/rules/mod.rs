@@ -68,6 +68,19 @@ pub const PACED_BPS: f64 = 100e6;
 /// application must feel it): well above what a busy CPU adds to one probe.
 pub const QUEUE_RISE_US: u64 = 10_000;
 
+/// A packet finding names the cause only when what it adds per request on average (share ×
+/// median added latency) is at least this share of the typical request's latency (the main
+/// run's p50). Below it the requests take their time for another reason: a bulk transfer's
+/// brief window-full while its reader waits for a CPU is a side effect of the load, not where
+/// the latency comes from.
+pub const EXPLAINS_SHARE: f64 = 0.1;
+
+/// Whether finding `f` accounts for [`EXPLAINS_SHARE`] of the typical request's time.
+fn explains_typical(x: &Facts<'_>, f: &FindingSummary) -> bool {
+    let p50 = x.main_run().map(|r| r.latency.p50_us).unwrap_or(0);
+    f.share * f.median_added_us as f64 >= EXPLAINS_SHARE * p50 as f64
+}
+
 /// The verdict, its evidence, and which layers hold a finding.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judgement {

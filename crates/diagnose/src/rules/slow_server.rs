@@ -124,6 +124,18 @@ impl CauseRule for SlowServer {
                     st,
                     m.cause
                 ),
+                _ if own < 100
+                    && let Some(c1) = x.c1
+                    && x.link_transfer_us(c1) > 0 =>
+                {
+                    format!(
+                        "c=1 p50 {} is the path RTT and moving each ~{} B response at the \
+                         path's speed (~{}){st}: not the application",
+                        ms(c1.latency.p50_us),
+                        c1.bytes / c1.requests.max(1),
+                        ms(x.link_transfer_us(c1))
+                    )
+                }
                 _ if own < 100 => format!(
                     "the server's own time is negligible (c=1 p50 within the path RTT){st}: \
                      not the application"

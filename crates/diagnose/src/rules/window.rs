@@ -4,7 +4,9 @@
 use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
-use super::{Candidate, CauseRule, MATERIAL_SHARE, finding_text, material, ms, pct, sup};
+use super::{
+    Candidate, CauseRule, MATERIAL_SHARE, explains_typical, finding_text, material, ms, pct, sup,
+};
 use crate::evidence::{LayerName, Target};
 use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
 
@@ -25,7 +27,7 @@ impl CauseRule for Window {
         let f = [FindingKind::ZeroWindow, FindingKind::WindowFull]
             .into_iter()
             .filter_map(|k| x.finding(k))
-            .find(|f| material(f, MATERIAL_SHARE))?;
+            .find(|f| material(f, MATERIAL_SHARE) && explains_typical(x, f))?;
         let mut c = Candidate::new(CAUSE, f.median_added_us, f.share, vec![LayerName::Packets]);
         c.counted = Some((f.transactions, Some(x.transactions())));
         c.evidence.push(sup(
