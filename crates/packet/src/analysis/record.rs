@@ -113,7 +113,7 @@ impl Recorder {
     }
 
     /// A retransmission recorded at `slots` that the receiver reported receiving twice
-    /// (D-SACK): spurious, free.
+    /// (D-SACK): it cost nothing.
     pub fn spurious(&mut self, slots: (Option<usize>, Option<usize>)) {
         let k = FindingKind::Retransmission.index();
         if let Some(c) = slots.1.and_then(|c| self.costs[k].get_mut(c)) {
@@ -128,7 +128,7 @@ impl Recorder {
                 "; the receiver reported it received this data twice (D-SACK): the \
                  original arrived, only its ACK was late — spurious, it cost nothing",
             );
-            f.detail = Some("spurious".into());
+            // `detail` stays Wireshark's kind (what the sender did); the cost is what changed.
             f.cost_us = 0;
         }
     }
