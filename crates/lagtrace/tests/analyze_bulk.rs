@@ -387,7 +387,9 @@ fn bulk_transfers_from_a_healthy_nginx_show_no_ack_stalls_and_no_copies() {
     );
     let r = b.run("1m-c8-tbf", "1m.bin", 8, "2s");
     r.check_consistent();
-    r.check_no_ack_stalls(false);
+    // Behind tbf the worker's sendfile tails wait on the client's delayed ACK as at 16 MB
+    // c=32 (see check_no_ack_stalls); with ~25 transactions 4 such waits are 15 %.
+    r.check_no_ack_stalls(true);
 }
 
 #[test]
