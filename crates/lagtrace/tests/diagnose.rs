@@ -88,6 +88,8 @@ fn lab_latency_nginx_is_nagle_with_the_config_line_and_the_fix_verifies() {
     let lab = Lab::up(&LabOptions::new(&name("ngx"))).expect("lab up");
     let dir = tempfile::tempdir().unwrap();
     let before = dir.path().join("before.json");
+    // Our turn first, so the time measured is the diagnose's, not the wait for it.
+    let _turn = lagtrace_testkit::measuring();
     let t = Instant::now();
     let (code, j, err) = diagnose(&lab.latency_url(), &["--save", before.to_str().unwrap()]);
     let wall = t.elapsed();
@@ -233,6 +235,8 @@ fn builtin_short_think_time_that_dominates_is_slow_server() {
 fn https_to_a_plain_http_port_says_the_tls_handshake_fails() {
     let lab = Lab::up(&LabOptions::new(&name("tls")).server(ServerKind::Builtin)).expect("lab up");
     let url = format!("https://{}:{}/", lab.server_addr(), lagtrace_lab::GOOD_PORT);
+    // Our turn first, so the time measured is the diagnose's, not the wait for it.
+    let _turn = lagtrace_testkit::measuring();
     let t0 = Instant::now();
     let (code, j, err) = diagnose(&url, &[]);
     assert_eq!(cause(&j), "unreachable", "{err}\n{}", show(&j));
@@ -323,6 +327,8 @@ fn builtin_healthy_is_healthy() {
 #[ignore = "needs root"]
 fn closed_port_is_unreachable_quickly_with_the_rst() {
     let lab = Lab::up(&LabOptions::new(&name("closed")).server(ServerKind::Builtin)).unwrap();
+    // Our turn first, so the time measured is the diagnose's, not the wait for it.
+    let _turn = lagtrace_testkit::measuring();
     let t = Instant::now();
     let (code, j, err) = diagnose(&format!("http://{}:9/", lab.server_addr()), &[]);
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
@@ -350,6 +356,8 @@ fn silent_address_is_unreachable_quickly_with_path_evidence() {
     let silent = Ipv4Addr::from(u32::from(lab.server_addr()) & mask);
     assert_ne!(silent, lab.server_addr());
     assert_ne!(silent, lab.client_addr());
+    // Our turn first, so the time measured is the diagnose's, not the wait for it.
+    let _turn = lagtrace_testkit::measuring();
     let t = Instant::now();
     let (code, j, err) = diagnose(&format!("http://{silent}:8080/"), &[]);
     assert!(t.elapsed() < Duration::from_secs(12), "{:?}", t.elapsed());

@@ -146,8 +146,10 @@ pub fn unique_name(prefix: &str, max: usize) -> String {
 /// Held while a test measures latency (a `lagtrace diagnose` or `load` whose verdict or
 /// figures it asserts); dropping it lets the next one run.
 pub struct Measuring {
-    _lock: std::fs::File,
+    _lock: Option<std::fs::File>,
 }
+
+thread_local!(static MEASURING_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
 
 /// Waits until no other test, in this process or another test binary, is measuring, and
 /// holds that until the guard drops. Verdicts judge the tail of real runs: two diagnoses
@@ -155,6 +157,12 @@ pub struct Measuring {
 /// tests that assert a verdict take turns while the rest of the suite stays parallel.
 pub fn measuring() -> Measuring {
     use std::os::fd::AsRawFd;
+    // Re-entrant on one thread: a test that holds its turn (to time a diagnose from before it
+    // starts) may call a helper that takes it again.
+    if MEASURING_DEPTH.with(|h| h.get()) > 0 {
+        MEASURING_DEPTH.with(|h| h.set(h.get() + 1));
+        return Measuring { _lock: None };
+    }
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -165,5 +173,12 @@ pub fn measuring() -> Measuring {
     // and is released when the file is closed (the guard drops).
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
-    Measuring { _lock: f }
+    MEASURING_DEPTH.with(|h| h.set(1));
+    Measuring { _lock: Some(f) }
+}
+
+impl Drop for Measuring {
+    fn drop(&mut self) {
+        MEASURING_DEPTH.with(|h| h.set(h.get().saturating_sub(1)));
+    }
 }

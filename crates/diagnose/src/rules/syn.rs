@@ -119,7 +119,9 @@ pub(super) fn tail_connect_us(run: &AppRun) -> Option<u64> {
         .iter()
         .filter(|r| r.wait_us >= p99)
         .map(|r| {
-            if is_connect(r) {
+            // Only a connect that waited a SYN retransmission is the SYN's drop; a slower
+            // first connect of a burst (the accept of 32 at once) is not.
+            if is_connect(r) && syn_retransmitted(r) {
                 connect_time_us(r).saturating_sub(typical)
             } else {
                 0
