@@ -355,6 +355,7 @@ pub(crate) fn run_thread(
     }
     let last_interval = w.run()?;
     w.r.ended = Instant::now();
+    w.count_established();
     w.record_pending(w.r.ended);
     if let Some(rec) = w.rec.take() {
         let (seen, pending) = (rec.seen, rec.pending);
@@ -824,6 +825,20 @@ impl Worker<'_, '_> {
                 St::Connecting => self.connect_failed(i, now, RequestError::ConnectTimeout),
                 St::Sending | St::Receiving => self.fail(i, Kind::Timeout),
                 _ => {}
+            }
+        }
+    }
+
+    /// At the run's end: a connect whose handshake completed before its event was read (the
+    /// run stopped first) was still opened; the server accepted it, so count it.
+    fn count_established(&mut self) {
+        for c in &self.conns {
+            if c.st == St::Connecting
+                && let Some(io) = &c.io
+                && matches!(io.sock.take_error(), Ok(None))
+                && io.sock.peer_addr().is_ok()
+            {
+                self.r.connects += 1;
             }
         }
     }
