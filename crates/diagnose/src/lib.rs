@@ -24,7 +24,7 @@
 //!              tail?: {percentile, latency_us, excess_us,
 //!                      parts: [{cause, mechanism?, added_us, share}], text},
 //!              fix: [{side: server|client|path, location?, change, tradeoff?}]}
-//! layers      {path, app, packets, sockets}, each
+//! layers      {path, app, packets, sockets, host}, each
 //!             {status: ok|finding|skipped|unavailable|error, reason?, data?}
 //!   path.data    {method: tcp-syn|tcp-connect|udp|icmp, idle: rtt?, under_load: rtt?,
 //!                 hops: [{ttl, addr?, rtt_us?}], reached, port_open, notes}
@@ -44,6 +44,9 @@
 //!   sockets.data {client: {nodelay, quickack, note}, server: {pid, comm, netns}?, established,
 //!                 nodelay: {on, off, unknown}, cork: {on, off, unknown},
 //!                 config: [{name, value, file, line, default}], notes}
+//!   host.data    `lagtrace host --json`'s report over the c=N run (schemas/host.schema.json):
+//!                {scope, window_us, counters, listeners, cgroup (with its throttling
+//!                 timeline), threads, qdiscs, sockstat, drops, cost}
 //! evidence    [{layer, stance: supports|rules-out|note, cause?, text}]
 //! verify      {baseline, before_cause, after_cause, before_app,
 //!              rows: [{run, metric: p50|p99|req/s, before, after, improvement}]}?
@@ -102,6 +105,7 @@ pub fn assemble(
             LayerName::App => &mut layers.app.status,
             LayerName::Packets => &mut layers.packets.status,
             LayerName::Sockets => &mut layers.sockets.status,
+            LayerName::Host => &mut layers.host.status,
         };
         if *st == LayerStatus::Ok {
             *st = LayerStatus::Finding;

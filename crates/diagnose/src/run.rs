@@ -60,6 +60,9 @@ pub struct DiagnoseOptions {
     pub stop: Arc<AtomicBool>,
     /// https: accept any certificate (self-signed, wrong name), like `lagtrace load --insecure`.
     pub insecure: bool,
+    /// The server's process for the host layer; `None`: the owner of the listener on the
+    /// target port, where the target's namespace can be entered.
+    pub server_pid: Option<u32>,
 }
 
 impl DiagnoseOptions {
@@ -72,6 +75,7 @@ impl DiagnoseOptions {
             timeout: Duration::from_secs(2),
             stop: Arc::new(AtomicBool::new(false)),
             insecure: false,
+            server_pid: None,
         }
     }
 }
@@ -268,7 +272,7 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
         C1::NoConnection => !quick_fail,
         C1::NoRequest => false,
     };
-    let (packets, sockets) = if !go_on || stop.load(Ordering::Relaxed) {
+    let (packets, sockets, host) = if !go_on || stop.load(Ordering::Relaxed) {
         let why = if stop.load(Ordering::Relaxed) {
             "interrupted".to_string()
         } else if quick_fail || c1 == C1::NoConnection {
@@ -276,13 +280,17 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
         } else {
             "no request completed at c=1 on the connections it made".into()
         };
-        (Layer::skipped(why.clone()), Layer::skipped(why))
+        (
+            Layer::skipped(why.clone()),
+            Layer::skipped(why.clone()),
+            Layer::skipped(why),
+        )
     } else {
         let u = under_load(opts, &lo, budget.cn, &location, sa, progress);
         app.cn = Some(u.cn);
         path.under_load = u.ping;
         path.notes.extend(u.notes);
-        (u.packets, u.sockets)
+        (u.packets, u.sockets, u.host)
     };
 
     let path_layer = match path_err {
@@ -301,6 +309,7 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
         app: app_layer,
         packets,
         sockets,
+        host,
     };
     Ok(assemble(opts, target, layers, t0))
 }
@@ -464,6 +473,7 @@ struct UnderLoad {
     notes: Vec<String>,
     packets: Layer<PacketEvidence>,
     sockets: Layer<SocketEvidence>,
+    host: Layer<lagtrace_model::host::HostReport>,
 }
 
 /// Steps 3+4: the c=N load with the capture, the SYN ping under load and the socket
@@ -486,6 +496,7 @@ fn under_load(
             ping(sa, 10, 300, &ps)
         })
     };
+    let host = start_host(opts, location, sa.port(), cn_dur);
     let insp: Arc<Mutex<Option<Layer<SocketEvidence>>>> = Arc::new(Mutex::new(None));
     let inspector = {
         let loc = location.clone();
@@ -531,13 +542,37 @@ fn under_load(
     let packets = finish_capture(capture, &cn);
     progress(Step::Done(packets_line(&packets)));
     progress(Step::Done(sockets_line(&sockets)));
+    let host = host
+        .join()
+        .unwrap_or_else(|_| Layer::error("the host layer's thread panicked"));
+    progress(Step::Done(format!(
+        "host: {}{}",
+        host.status.name(),
+        host.reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    )));
     UnderLoad {
         cn,
         ping,
         notes,
         packets,
         sockets,
+        host,
     }
+}
+
+/// Layer 5 on its own thread, over the c=N run: the server host's kernel evidence.
+fn start_host(
+    opts: &DiagnoseOptions,
+    location: &ServerLocation,
+    port: u16,
+    window: Duration,
+) -> std::thread::JoinHandle<Layer<lagtrace_model::host::HostReport>> {
+    let loc = location.clone();
+    let pid = opts.server_pid;
+    std::thread::spawn(move || adapters::host::measure(&loc, port, pid, window))
 }
 
 /// The c=N load itself.

@@ -15,6 +15,7 @@ fn packets_only(p: PacketEvidence) -> Layers {
         app: Layer::unavailable("not run: a capture file"),
         packets: Layer::ran(p),
         sockets: Layer::skipped("not run: a capture file"),
+        host: Layer::skipped("not run: a capture file"),
     }
 }
 

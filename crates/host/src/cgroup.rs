@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use lagtrace_model::host::CgroupCpu;
+use lagtrace_model::host::{CgroupCpu, ThrottleSample};
 
 /// Where a process's CPU accounting lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,7 +164,20 @@ pub fn delta(dirs: &CgroupDirs, before: &CpuReading, after: &CpuReading) -> Cgro
             .usage_us
             .zip(before.usage_us)
             .map(|(a, b)| a.saturating_sub(b)),
+        timeline: Vec::new(),
     }
+}
+
+/// The throttling counters of timed readings (`(t_unix_us, reading)`), relative to `first`.
+pub fn timeline(first: &CpuReading, readings: &[(u64, CpuReading)]) -> Vec<ThrottleSample> {
+    readings
+        .iter()
+        .map(|(t, r)| ThrottleSample {
+            t_unix_us: *t,
+            throttled_periods: r.throttled.saturating_sub(first.throttled),
+            throttled_us: r.throttled_us.saturating_sub(first.throttled_us),
+        })
+        .collect()
 }
 
 #[cfg(test)]

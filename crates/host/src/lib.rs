@@ -168,6 +168,11 @@ fn window(o: &HostOptions) -> HostReport {
     let started = Instant::now();
     let first = read_ends(o.pid, dirs.as_ref().and_then(|d| d.as_ref().ok()));
     let mut listen_err = track.sample().err();
+    let cg_dirs = dirs.as_ref().and_then(|d| d.as_ref().ok());
+    let mut timeline = Vec::new();
+    if let Some(Ok(r)) = &first.cgroup {
+        timeline.push((unix_us(), r.clone()));
+    }
     let deadline = started + o.duration;
     loop {
         let now = Instant::now();
@@ -178,11 +183,14 @@ fn window(o: &HostOptions) -> HostReport {
         if let Err(e) = track.sample() {
             listen_err.get_or_insert(e);
         }
+        if let Some(Ok(r)) = cg_dirs.map(cgroup::read) {
+            timeline.push((unix_us(), r));
+        }
         if let Some(Ok(t)) = tracer.as_mut() {
             t.drain();
         }
     }
-    let last = read_ends(o.pid, dirs.as_ref().and_then(|d| d.as_ref().ok()));
+    let last = read_ends(o.pid, cg_dirs);
     let window_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     let pids = match o.pid {
         Some(pid) => vec![pid],
@@ -200,7 +208,7 @@ fn window(o: &HostOptions) -> HostReport {
             (Err(e), _) | (_, Err(e)) => err_layer("reading /proc/net/netstat and snmp", e),
         },
         listeners,
-        cgroup: cgroup_layer(dirs, &first, &last),
+        cgroup: cgroup_layer(dirs, &first, &last, &timeline),
         threads: match (&first.threads, &last.threads) {
             (Some(Ok(a)), Some(Ok(b))) => Layer::ran(sched::delta(a, b)),
             (Some(Err(e)), _) | (_, Some(Err(e))) => err_layer("reading the threads' schedstat", e),
@@ -247,12 +255,17 @@ fn cgroup_layer(
     dirs: Option<Result<cgroup::CgroupDirs, String>>,
     first: &Ends,
     last: &Ends,
+    timeline: &[(u64, cgroup::CpuReading)],
 ) -> Layer<lagtrace_model::host::CgroupCpu> {
     match (dirs, &first.cgroup, &last.cgroup) {
         (None, _, _) => Layer::skipped("cgroup CPU accounting is per process: give --pid"),
         (Some(Err(e)), _, _) => Layer::unavailable(e),
         (Some(Ok(d)), Some(Ok(a)), Some(Ok(b))) => {
-            let mut l = Layer::ran(cgroup::delta(&d, a, b));
+            let mut cpu = cgroup::delta(&d, a, b);
+            if b.has_bandwidth {
+                cpu.timeline = cgroup::timeline(a, timeline);
+            }
+            let mut l = Layer::ran(cpu);
             if !b.has_bandwidth {
                 l.reason = Some(format!(
                     "{} has no cpu controller: usage only, no throttling accounting",
@@ -266,6 +279,13 @@ fn cgroup_layer(
         }
         (Some(Ok(_)), _, _) => Layer::error("cgroup reading missing"),
     }
+}
+
+/// Now on `CLOCK_REALTIME`, µs since the Unix epoch.
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// This process's user + system CPU time (`/proc/self/stat` utime + stime), µs.

@@ -115,6 +115,22 @@ pub struct CgroupCpu {
     /// CPU time the cgroup used (`cpuacct.usage` / `usage_usec`), where readable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_us: Option<u64>,
+    /// The throttling counters read at every sampling tick of the window (~100 ms apart),
+    /// so throttled periods can be placed in time; empty when not sampled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<ThrottleSample>,
+}
+
+/// One reading of a cgroup's throttling counters within the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ThrottleSample {
+    /// When it was read, µs since the Unix epoch (`CLOCK_REALTIME`, the clock the load's
+    /// records' `start_unix_us` and a pcap use).
+    pub t_unix_us: u64,
+    /// `nr_throttled` since the window's start.
+    pub throttled_periods: u64,
+    /// Throttled time since the window's start, µs.
+    pub throttled_us: u64,
 }
 
 /// The process's threads' scheduler accounting (`/proc/PID/task/*/schedstat`) over the window.

@@ -19,6 +19,7 @@ pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
         LayerName::Path => layers.path.get().map_or_else(missing, path_summary),
         LayerName::App => layers.app.get().map_or_else(missing, app_summary),
         LayerName::Packets => layers.packets.get().map_or_else(missing, packets_summary),
+        LayerName::Host => layers.host.get().map_or_else(missing, host_summary),
         LayerName::Sockets => match layers.sockets.get() {
             None => format!(
                 "{}; client lagtrace: TCP_NODELAY on, delayed ACK on (like wrk, browsers)",
@@ -134,6 +135,54 @@ fn packets_summary(p: &PacketEvidence) -> String {
     }
     if p.findings.is_empty() {
         s.push_str("; no findings");
+    }
+    s
+}
+
+/// The host layer in one line: what moved on the server's host over the c=N run.
+fn host_summary(h: &lagtrace_model::host::HostReport) -> String {
+    let mut s = match (&h.scope.comm, h.scope.pid) {
+        (Some(c), Some(p)) => format!("{c} (pid {p})"),
+        _ => "namespace only".into(),
+    };
+    for l in h.listeners.get().into_iter().flatten() {
+        if l.drops.unwrap_or(0) > 0 || l.full_samples > 0 {
+            let _ = write!(
+                s,
+                "; listener {} dropped {} (queue peak {} of {}, full in {} samples)",
+                l.local,
+                l.drops.unwrap_or(0),
+                l.peak,
+                l.max,
+                l.full_samples
+            );
+        }
+    }
+    match h.cgroup.get() {
+        Some(c) if c.throttled_periods > 0 => {
+            let _ = write!(
+                s,
+                "; cgroup throttled in {} of {} periods ({:.0}%), {} held",
+                c.throttled_periods,
+                c.periods,
+                c.throttled_share * 100.0,
+                ms(c.throttled_us)
+            );
+        }
+        Some(_) => s.push_str("; cgroup not throttled"),
+        None => {}
+    }
+    if let Some(t) = h.threads.get() {
+        let _ = write!(
+            s,
+            "; {} threads waited {} for a CPU ({:.0}%)",
+            t.threads,
+            ms(t.wait_us),
+            t.wait_share * 100.0
+        );
+    }
+    for q in h.qdiscs.get().into_iter().flatten().filter(|q| q.drops > 0) {
+        let _ = write!(s, "; qdisc {} on {} dropped {}", q.kind, q.dev, q.drops);
     }
     s
 }

@@ -2,6 +2,7 @@
 //! The rules never see an engine's types, so an engine can change without touching them.
 
 pub mod app;
+pub mod host;
 pub mod packets;
 pub mod path;
 pub mod sockets;

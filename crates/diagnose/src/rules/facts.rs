@@ -20,6 +20,8 @@ pub(super) struct Facts<'a> {
     pub(super) runs: Vec<&'a AppRun>,
     /// Idle path RTT (SYN ping median, else the handshake RTT seen in packets).
     pub(super) rtt_us: u64,
+    /// The server host's kernel evidence over the c=N run.
+    pub(super) host: Option<&'a lagtrace_model::host::HostReport>,
 }
 
 impl<'a> Facts<'a> {
@@ -47,6 +49,7 @@ impl<'a> Facts<'a> {
                 .map(|a| a.c1.iter().chain(a.cn.iter()).collect())
                 .unwrap_or_default(),
             rtt_us,
+            host: layers.host.get(),
         }
     }
 

@@ -5,7 +5,8 @@ use lagtrace_model::Cause;
 
 use super::facts::Facts;
 use super::{
-    Candidate, Judgement, RULE_OUTS, RULES, SLOW_SERVER_US, healthy, note, rule, tail, unreachable,
+    Candidate, Judgement, RULE_OUTS, RULES, SLOW_SERVER_US, healthy, host, note, rule, tail,
+    unreachable,
 };
 use crate::evidence::{LayerName, LayerStatus, Layers, Target};
 use crate::verdict::{Confidence, Cost, EvidenceLine, Verdict};
@@ -17,7 +18,8 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
         return j;
     }
     let tail = tail::assess(&x);
-    let cands = rank(&x);
+    let mut cands = rank(&x);
+    host::adopt(&x, target, &mut cands);
     let Some(primary) = cands.first() else {
         return match &tail {
             Some(t) if t.client.is_some() => tail::judge_client(layers, &x, t),
@@ -29,12 +31,14 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
         .iter()
         .flat_map(|c| c.evidence.iter().cloned())
         .collect();
-    // The tail's mechanism, when the join shows one for the cause that wins.
+    // The tail's mechanism, when the join shows one for the cause that wins (its line is
+    // listed even when a layer's direct evidence names the mechanism instead).
     let mechanism = tail.as_ref().and_then(|t| t.mechanism_for(primary.cause));
     if let Some((_, line)) = &mechanism {
         evidence.push(line.clone());
     }
     evidence.extend(rule_outs(&x, &cands));
+    evidence.extend(x.host.and_then(host::busy_note));
     evidence.extend(missing_layers(layers));
     let mut finding_layers: Vec<LayerName> = cands
         .iter()
@@ -42,7 +46,7 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
         .collect();
     finding_layers.sort();
     finding_layers.dedup();
-    let (summary, cost, fix) = match rule(primary.cause) {
+    let (summary, cost, mut fix) = match rule(primary.cause) {
         Some(r) => (
             r.summary().to_owned(),
             r.cost(primary, &x),
@@ -50,6 +54,13 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
         ),
         None => (String::new(), Cost::default(), Vec::new()),
     };
+    if let Some(f) = &primary.host_fix {
+        fix.insert(0, f.clone());
+    }
+    let mut cost = cost;
+    if let Some(t) = host::cost_text(primary) {
+        cost.text = t;
+    }
     Judgement {
         verdict: Verdict {
             cause: primary.cause,
@@ -57,7 +68,9 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
             confidence: confidence(primary),
             summary,
             cost,
-            mechanism: mechanism.map(|m| m.0),
+            // Direct evidence (a layer that saw the mechanism) wins over the join's pattern;
+            // both evidence lines are listed.
+            mechanism: primary.mechanism.or(mechanism.map(|m| m.0)),
             tail: tail.map(|t| t.tail()),
             fix,
         },
@@ -194,6 +207,9 @@ pub(super) fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
         LayerName::ALL
             .into_iter()
             .filter(|l| !matches!(layers.status(*l), LayerStatus::Ok | LayerStatus::Finding))
+            // A skipped host layer (server elsewhere, or a diagnosis recorded before it)
+            // changes nothing the other layers say; its reason stays in the layer itself.
+            .filter(|l| !(*l == LayerName::Host && layers.status(*l) == LayerStatus::Skipped))
             .map(|l| {
                 note(
                     l,

@@ -26,6 +26,7 @@
 mod cork;
 mod facts;
 mod healthy;
+mod host;
 mod judge;
 mod loss;
 mod nagle;
@@ -40,7 +41,7 @@ mod window;
 use lagtrace_model::{Cause, Micros};
 
 use crate::evidence::{FindingSummary, LayerName, Target};
-use crate::verdict::{Cost, EvidenceLine, Fix, Stance, Verdict};
+use crate::verdict::{Cost, EvidenceLine, Fix, Mechanism, Stance, Verdict};
 use facts::Facts;
 
 pub use judge::judge;
@@ -108,6 +109,10 @@ struct Candidate {
     /// When `share` comes from a count: (affected, out of how many, when known).
     counted: Option<(u64, Option<u64>)>,
     evidence: Vec<EvidenceLine>,
+    /// How, when the host layer shows it directly.
+    mechanism: Option<Mechanism>,
+    /// The fix the host layer's evidence points to (goes first).
+    host_fix: Option<Fix>,
 }
 
 impl Candidate {
@@ -122,6 +127,8 @@ impl Candidate {
             direct: true,
             counted: None,
             evidence: Vec::new(),
+            mechanism: None,
+            host_fix: None,
         }
     }
 

@@ -201,6 +201,7 @@ fn diagnose(
         save: None,
         baseline: None,
         verify: false,
+        server_pid: None,
         quiet: false,
     };
     let mut d = super::diagnose::diagnose(&args)?;

@@ -32,6 +32,10 @@ The client is lagtrace's own load generator: TCP_NODELAY on, delayed ACK on, lik
 browsers. Root gives every layer: SYN probes and the capture need CAP_NET_RAW, the server's
 namespace and socket options CAP_SYS_ADMIN / CAP_SYS_PTRACE; without them those layers say
 \"unavailable\" and the verdict comes from the rest.
+The host layer reads the server host's kernel (listen-queue overflows, the cgroup's CPU
+throttling timeline, run-queue delay, counters, qdiscs) during the c=N run, for the process
+holding the listener on the target port (or --server-pid PID) when the server is on this
+machine; a server elsewhere leaves it \"skipped\".
 Exit status: 0 healthy, 1 a cause was found (or unreachable), 2 the diagnosis could not run.")]
 pub struct Args {
     /// Target URL, http://host[:port]/path
@@ -64,6 +68,12 @@ pub struct Args {
     /// Compare with the previous run against the same host:port (before/after p50, p99, req/s)
     #[arg(long)]
     pub verify: bool,
+    /// The server's process for the host layer (its cgroup CPU throttling, run-queue delay,
+    /// listen queues, namespace counters). Default: the process holding the listener on the
+    /// target port, found when the target address is this namespace's (loopback) or a
+    /// namespace's under /run/netns; otherwise the host layer is skipped
+    #[arg(long, value_name = "PID")]
+    pub server_pid: Option<u32>,
     /// No progress lines on stderr
     #[arg(short, long)]
     pub quiet: bool,
@@ -198,6 +208,7 @@ pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
     o.duration = args.duration;
     o.timeout = args.timeout;
     o.insecure = args.insecure;
+    o.server_pid = args.server_pid;
     o.stop = stop;
     let quiet = args.quiet;
     let tty = std::io::stderr().is_terminal();

@@ -23,15 +23,19 @@ pub enum LayerName {
     Packets,
     /// Layer 4: the server's sockets and configuration; the client's own options.
     Sockets,
+    /// Layer 5: the server host's kernel evidence during the c=N run (listen queues, cgroup
+    /// CPU throttling, run-queue delay, counters, qdiscs).
+    Host,
 }
 
 impl LayerName {
     /// All layers in the order the method runs them.
-    pub const ALL: [LayerName; 4] = [
+    pub const ALL: [LayerName; 5] = [
         LayerName::Path,
         LayerName::App,
         LayerName::Packets,
         LayerName::Sockets,
+        LayerName::Host,
     ];
     /// The stable lower-case name.
     pub fn name(self) -> &'static str {
@@ -40,6 +44,7 @@ impl LayerName {
             LayerName::App => "app",
             LayerName::Packets => "packets",
             LayerName::Sockets => "sockets",
+            LayerName::Host => "host",
         }
     }
 }
@@ -75,6 +80,8 @@ impl LayerStatus {
 
 /// One layer's outcome: its status, why (when not `ok`), and its data when it ran.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+// `data`'s `default` is `None`: no `T: Default` bound (the host report has no default).
+#[serde(bound(deserialize = "T: Deserialize<'de>"))]
 pub struct Layer<T> {
     /// `ok`, `finding`, `skipped`, `unavailable` or `error`.
     pub status: LayerStatus,
@@ -689,6 +696,14 @@ pub struct Layers {
     pub packets: Layer<PacketEvidence>,
     /// Layer 4.
     pub sockets: Layer<SocketEvidence>,
+    /// Layer 5: `lagtrace host`'s report on the server's process and namespace over the c=N
+    /// run. Absent in diagnoses recorded before it existed (then `skipped`).
+    #[serde(default = "host_not_recorded")]
+    pub host: Layer<crate::host::HostReport>,
+}
+
+fn host_not_recorded() -> Layer<crate::host::HostReport> {
+    Layer::skipped("not recorded (a diagnosis from before the host layer)")
 }
 
 impl Layers {
@@ -699,6 +714,7 @@ impl Layers {
             LayerName::App => self.app.status,
             LayerName::Packets => self.packets.status,
             LayerName::Sockets => self.sockets.status,
+            LayerName::Host => self.host.status,
         }
     }
     /// The reason of one layer (when not ok).
@@ -708,6 +724,7 @@ impl Layers {
             LayerName::App => self.app.reason.as_deref(),
             LayerName::Packets => self.packets.reason.as_deref(),
             LayerName::Sockets => self.sockets.reason.as_deref(),
+            LayerName::Host => self.host.reason.as_deref(),
         }
     }
 }

@@ -1,0 +1,276 @@
+//! The host layer as direct evidence: a kernel counter of the server's host names the
+//! mechanism of a cause only when its timing and volume account for the slow requests,
+//! never merely for being above zero.
+//!
+//! - `cpu-throttled` (cause `slow-server`): the server's cgroup ran out of CPU quota in
+//!   periods that overlap most of the c=N run's slowest requests (those at or above its p99),
+//!   each throttled period held the cgroup for a material time, and a material share of the
+//!   periods were throttled.
+//! - `accept-queue-overflow` (cause `syn-drop`): the listener on the target port dropped
+//!   connections over the run (its own `sk_drops`), at least as many as half the connects
+//!   that waited for a SYN retransmission (each such connect needs one drop), and it was
+//!   seen full while sampled or the namespace's `ListenOverflows` moved.
+//! - run-queue delay beyond what throttling explains: a note that the host is busy.
+
+use lagtrace_model::Cause;
+use lagtrace_model::host::{CgroupCpu, HostReport, ListenerQueue};
+
+use super::facts::Facts;
+use super::{Candidate, MATERIAL_ADDED_US, ms, note, pct, sup};
+use crate::evidence::{AppRun, LayerName, Target};
+use crate::verdict::{EvidenceLine, Fix, FixSide, Mechanism};
+
+/// A throttled share of the cgroup's periods below this is no explanation for a tail.
+pub(super) const MIN_THROTTLED_SHARE: f64 = 0.05;
+/// The share of the slowest requests that must overlap a throttled interval.
+pub(super) const MIN_ALIGNED_SHARE: f64 = 0.5;
+
+/// What the host layer shows directly.
+pub(super) struct Direct {
+    pub(super) cause: Cause,
+    pub(super) mechanism: Mechanism,
+    pub(super) evidence: Vec<EvidenceLine>,
+    pub(super) fix: Fix,
+    /// Median added latency of the requests it explains, and their share of the run.
+    pub(super) added_us: u64,
+    pub(super) share: f64,
+    pub(super) counted: Option<(u64, Option<u64>)>,
+}
+
+/// The slowest requests of `run` (at or above its p99), as `[start, end)` on the realtime
+/// clock, and the run's p50.
+fn slow_intervals(run: &AppRun) -> Option<(Vec<(u64, u64)>, u64)> {
+    let waits = run.waits.as_ref()?;
+    let recs = run.records.as_ref()?;
+    let v: Vec<(u64, u64)> = recs
+        .records
+        .iter()
+        .filter(|r| r.wait_us >= waits.p99_us)
+        .map(|r| {
+            let s = recs.start_unix_us + r.start_us;
+            (s, s + r.wait_us)
+        })
+        .collect();
+    (!v.is_empty()).then_some((v, waits.p50_us))
+}
+
+/// The intervals between successive throttling samples in which the cgroup was throttled.
+fn throttled_intervals(cg: &CgroupCpu) -> Vec<(u64, u64)> {
+    cg.timeline
+        .windows(2)
+        .filter(|w| w[1].throttled_periods > w[0].throttled_periods)
+        .map(|w| (w[0].t_unix_us, w[1].t_unix_us))
+        .collect()
+}
+
+/// `cpu-throttled`: throttled periods aligned with the slowest requests.
+pub(super) fn throttled(x: &Facts<'_>, host: &HostReport) -> Option<Direct> {
+    let cg = host.cgroup.get()?;
+    let run = x.cn?;
+    if cg.throttled_periods == 0 || cg.throttled_share < MIN_THROTTLED_SHARE {
+        return None;
+    }
+    let stall_us = cg.throttled_us / cg.throttled_periods;
+    if stall_us < MATERIAL_ADDED_US / 5 {
+        return None;
+    }
+    let throttled = throttled_intervals(cg);
+    let (slow, p50) = slow_intervals(run)?;
+    let aligned = slow
+        .iter()
+        .filter(|(s, e)| throttled.iter().any(|(a, b)| s < b && e > a))
+        .count();
+    let share = aligned as f64 / slow.len() as f64;
+    let sampled_us = cg
+        .timeline
+        .last()
+        .zip(cg.timeline.first())
+        .map_or(0, |(l, f)| l.t_unix_us.saturating_sub(f.t_unix_us));
+    let covered_us: u64 = throttled.iter().map(|(a, b)| b - a).sum();
+    let mut excess: Vec<u64> = slow
+        .iter()
+        .map(|(s, e)| (e - s).saturating_sub(p50))
+        .collect();
+    excess.sort_unstable();
+    let added_us = excess.get(excess.len() / 2).copied().unwrap_or(0);
+    if share < MIN_ALIGNED_SHARE || added_us < MATERIAL_ADDED_US {
+        return None;
+    }
+    let limit = match (cg.quota_us, cg.period_us) {
+        (Some(q), Some(p)) => format!(" (quota {} per {} period)", ms(q), ms(p)),
+        _ => String::new(),
+    };
+    let total = run.waits.as_ref().map_or(0, |w| w.count);
+    let text = format!(
+        "cgroup {}{limit}: throttled in {} of {} periods ({}), held {} in all, ~{} per \
+         throttled period; {aligned} of the {} slowest requests (≥ p99) overlap a throttled \
+         interval (throttling covered {} of the {} sampled), median +{} over the p50",
+        cg.path,
+        cg.throttled_periods,
+        cg.periods,
+        pct(cg.throttled_share),
+        ms(cg.throttled_us),
+        ms(stall_us),
+        slow.len(),
+        ms(covered_us),
+        ms(sampled_us),
+        ms(added_us)
+    );
+    Some(Direct {
+        cause: Cause::SlowServer,
+        mechanism: Mechanism::CpuThrottled,
+        evidence: vec![sup(LayerName::Host, Cause::SlowServer, text)],
+        fix: Fix {
+            side: FixSide::Server,
+            location: Some(cg.path.clone()),
+            change: "raise the cgroup's CPU limit (cpu.max / cpu.cfs_quota_us), or make the \
+                     server need less CPU per request"
+                .into(),
+            tradeoff: Some("a higher limit lets the service take more of the host's CPU".into()),
+        },
+        added_us,
+        share: aligned as f64 / total.max(1) as f64,
+        counted: Some((aligned as u64, Some(total))),
+    })
+}
+
+/// The listener on the target's port.
+fn target_listener<'a>(host: &'a HostReport, port: u16) -> Option<&'a ListenerQueue> {
+    let suffix = format!(":{port}");
+    host.listeners
+        .get()?
+        .iter()
+        .filter(|l| l.local.ends_with(&suffix))
+        .max_by_key(|l| l.drops.unwrap_or(0))
+}
+
+/// The namespace's counter `name`'s delta over the window.
+fn counter(host: &HostReport, name: &str) -> i64 {
+    host.counters
+        .get()
+        .and_then(|c| c.iter().find(|d| d.name == name))
+        .map_or(0, |d| d.delta)
+}
+
+/// `accept-queue-overflow`: the target's listener dropped as many connections as connects
+/// waited for a SYN retransmission.
+pub(super) fn overflow(x: &Facts<'_>, host: &HostReport, target: &Target) -> Option<Direct> {
+    let l = target_listener(host, target.port)?;
+    let drops = l.drops.unwrap_or(0);
+    let overflows = counter(host, "TcpExt.ListenOverflows");
+    let run = x.cn?;
+    let c = run.connects.as_ref()?;
+    let waited = c.syn_retransmitted + c.failed;
+    if drops == 0 || waited == 0 || drops * 2 < waited {
+        return None;
+    }
+    if l.full_samples == 0 && overflows == 0 {
+        return None;
+    }
+    let text = format!(
+        "listener {} (accept queue limit {}, peak {}, full in {} of {} samples) dropped {} \
+         connections during the c={} run (namespace TcpExt.ListenOverflows +{}): enough for \
+         the {} connects that waited for a SYN retransmission or failed",
+        l.local,
+        l.max,
+        l.peak,
+        l.full_samples,
+        l.samples,
+        drops,
+        run.concurrency,
+        overflows,
+        waited
+    );
+    Some(Direct {
+        cause: Cause::SynDrop,
+        mechanism: Mechanism::AcceptQueueOverflow,
+        evidence: vec![sup(LayerName::Host, Cause::SynDrop, text)],
+        fix: Fix {
+            side: FixSide::Server,
+            location: Some(l.local.clone()),
+            change: format!(
+                "the accept queue of {} (limit {}) overflows: raise the server's listen \
+                 backlog and net.core.somaxconn, and accept faster (more acceptor \
+                 threads/workers)",
+                l.local, l.max
+            ),
+            tradeoff: None,
+        },
+        added_us: c.time.p99_us,
+        share: waited as f64 / c.attempts.max(1) as f64,
+        counted: Some((waited, Some(c.attempts))),
+    })
+}
+
+/// Run-queue delay of the server's threads beyond the time the cgroup was throttled: a
+/// busy host, as a note (it slows every request a little, not a tail on its own).
+pub(super) fn busy_note(host: &HostReport) -> Option<EvidenceLine> {
+    let t = host.threads.get()?;
+    let throttled = host.cgroup.get().map_or(0, |c| c.throttled_us);
+    let wait = t.wait_us.saturating_sub(throttled);
+    let share = wait as f64 / (t.run_us + wait).max(1) as f64;
+    (wait >= host.window_us / 100 && share >= 0.05).then(|| {
+        note(
+            LayerName::Host,
+            format!(
+                "the server's {} threads waited {} for a CPU beyond cgroup throttling ({} of \
+                 their runnable time): the host is busy",
+                t.threads,
+                ms(wait),
+                pct(share)
+            ),
+        )
+    })
+}
+
+/// Merges what the host layer shows into the candidates: the mechanism, its evidence and its
+/// fix go to the candidate of the same cause, or become one.
+pub(super) fn adopt(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>) {
+    let Some(host) = x.host else {
+        return;
+    };
+    let direct = [throttled(x, host), overflow(x, host, target)];
+    for d in direct.into_iter().flatten() {
+        match cands.iter_mut().find(|c| c.cause == d.cause) {
+            Some(c) => {
+                c.evidence.extend(d.evidence);
+                c.layers.push(LayerName::Host);
+                c.direct = true;
+                c.mechanism = Some(d.mechanism);
+                c.host_fix = Some(d.fix);
+            }
+            None => {
+                let mut c = Candidate::new(d.cause, d.added_us, d.share, vec![LayerName::Host]);
+                c.counted = d.counted;
+                c.evidence = d.evidence;
+                c.mechanism = Some(d.mechanism);
+                c.host_fix = Some(d.fix);
+                cands.push(c);
+            }
+        }
+    }
+    cands.sort_by(|a, b| b.impact_us.total_cmp(&a.impact_us));
+}
+
+/// The cost in the user's terms of a candidate only the host layer shows.
+pub(super) fn cost_text(c: &Candidate) -> Option<String> {
+    if c.layers != [LayerName::Host] {
+        return None;
+    }
+    let (n, of) = c.counted?;
+    Some(match c.mechanism? {
+        Mechanism::CpuThrottled => format!(
+            "{n} of {} requests (the slowest) wait ~{} more while the server's cgroup is \
+             throttled",
+            of.unwrap_or(0),
+            ms(c.added_us)
+        ),
+        Mechanism::AcceptQueueOverflow => format!(
+            "{n} of {} connects wait for a SYN retransmission or fail: the accept queue \
+             overflows (p99 connect {})",
+            of.unwrap_or(0),
+            ms(c.added_us)
+        ),
+        _ => return None,
+    })
+}
