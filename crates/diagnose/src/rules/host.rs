@@ -197,7 +197,8 @@ pub(super) fn overflow(x: &Facts<'_>, host: &HostReport, target: &Target) -> Opt
             tradeoff: None,
         },
         added_us: c.time.p99_us,
-        share: waited as f64 / c.attempts.max(1) as f64,
+        // Weighed by requests, like the records' SYN waits: a connect is one request.
+        share: waited as f64 / run.waits.as_ref().map_or(c.attempts, |w| w.count).max(1) as f64,
         counted: Some((waited, Some(c.attempts))),
     })
 }

@@ -1,0 +1,320 @@
+//! `lagtrace diagnose` with the host layer on real kernel mechanisms (needs root): a Python
+//! server in the lab's namespace under a cgroup v1 CPU quota is `slow-server` with mechanism
+//! `cpu-throttled`; a server whose listen backlog overflows is `syn-drop` with mechanism
+//! `accept-queue-overflow`. Negative controls: the quota on another process, an overflowing
+//! listener on another port, and a healthy nginx are not blamed. Lab, servers and cgroups
+//! are removed by guards, also when a test fails.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lagtrace_lab::{Lab, LabOptions, ServerKind};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+
+/// HTTP/1.1 keep-alive, a thread per connection, TCP_NODELAY on. argv: port, CPU work per
+/// request in ms (a busy loop), listen backlog, delay before each accept in ms.
+const SERVER: &str = r#"
+import sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+PORT, WORK, BACKLOG, ACCEPT = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_GET(self):
+        end = time.thread_time() + WORK / 1000
+        while time.thread_time() < end:
+            pass
+        body = b"hello\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+class S(ThreadingHTTPServer):
+    request_queue_size = BACKLOG
+    daemon_threads = True
+    def get_request(self):
+        time.sleep(ACCEPT / 1000)
+        return super().get_request()
+S(("0.0.0.0", PORT), H).serve_forever()
+"#;
+
+fn name(test: &str) -> String {
+    format!("hl{test}{}", std::process::id())
+}
+
+/// A process, killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the server in the lab's namespace and waits until `port` answers (a listener
+/// with a tiny backlog still answers the first connect).
+fn server(lab: &Lab, port: u16, work_ms: f64, backlog: u32, accept_ms: u32) -> Proc {
+    let child = Command::new("ip")
+        .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
+        .args(["python3", "-c", SERVER])
+        .args([
+            port.to_string(),
+            work_ms.to_string(),
+            backlog.to_string(),
+            accept_ms.to_string(),
+        ])
+        .current_dir(Path::new("/"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server");
+    let p = Proc(child);
+    let addr = SocketAddr::from((lab.server_addr(), port));
+    let t = Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    p
+}
+
+/// A v1 `cpu` cgroup with a quota per 100 ms period, removed (after moving its processes
+/// back to the root) on drop.
+struct Cgroup(PathBuf);
+
+impl Cgroup {
+    fn new(quota_us: u64) -> Cgroup {
+        let dir = Path::new("/sys/fs/cgroup/cpu").join(lagtrace_testkit::unique_name("lt-dh-", 40));
+        std::fs::create_dir(&dir).expect("mkdir v1 cpu cgroup");
+        std::fs::write(dir.join("cpu.cfs_period_us"), "100000").expect("period");
+        std::fs::write(dir.join("cpu.cfs_quota_us"), quota_us.to_string()).expect("quota");
+        Cgroup(dir)
+    }
+    /// Moves a process (all its threads) into the group.
+    fn add(&self, pid: u32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).expect("cgroup.procs");
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        if let Ok(p) = std::fs::read_to_string(self.0.join("cgroup.procs")) {
+            for pid in p.lines() {
+                let _ = std::fs::write("/sys/fs/cgroup/cpu/cgroup.procs", pid);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// A CPU-bound process (bounded to 60 s).
+fn busy() -> Proc {
+    Proc(
+        Command::new("python3")
+            .args([
+                "-c",
+                "import time\nend = time.time() + 60\nwhile time.time() < end: pass",
+            ])
+            .spawn()
+            .expect("python3"),
+    )
+}
+
+/// Runs `lagtrace diagnose URL ARGS --json`.
+fn diagnose(url: &str, args: &[&str]) -> (Value, String) {
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .args(["diagnose", url, "--json", "-q"])
+        .args(args)
+        .env("XDG_STATE_HOME", home.path())
+        .output()
+        .expect("run lagtrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "diagnose {url}: not JSON ({e}): {}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (j, stderr)
+}
+
+fn show(j: &Value) -> String {
+    let ev: String = j["evidence"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| format!("{} {} {}\n", e["stance"], e["layer"], e["text"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut h = j["layers"]["host"].clone();
+    if let Some(c) = h.pointer_mut("/data/cgroup/data/timeline") {
+        *c = Value::String("…".into());
+    }
+    serde_json::to_string_pretty(&j["verdict"]).unwrap_or_default()
+        + "\n"
+        + &ev
+        + &serde_json::to_string(&h["data"]["cgroup"]).unwrap_or_default()
+        + "\n"
+        + &serde_json::to_string(&h["data"]["listeners"]).unwrap_or_default()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_server_under_a_cpu_quota_is_slow_server_cpu_throttled() {
+    let lab = Lab::up(&LabOptions::new(&name("cpu")).server(ServerKind::Builtin)).expect("lab");
+    let py = server(&lab, 9011, 2.0, 512, 0);
+    let cg = Cgroup::new(10_000);
+    cg.add(py.0.id());
+    let url = format!("http://{}:9011/", lab.server_addr());
+    let mut causes = Vec::new();
+    for _ in 0..3 {
+        let (j, err) = diagnose(&url, &["-d", "3s", "-c", "8"]);
+        let v = &j["verdict"];
+        let host = &j["layers"]["host"];
+        assert_eq!(
+            host["data"]["scope"]["pid"],
+            py.0.id(),
+            "{err}\n{}",
+            show(&j)
+        );
+        assert_eq!(v["cause"], "slow-server", "{err}\n{}", show(&j));
+        assert_eq!(v["mechanism"], "cpu-throttled", "{}", show(&j));
+        assert_eq!(host["status"], "finding", "{}", show(&j));
+        assert!(
+            v["fix"][0]["change"]
+                .as_str()
+                .is_some_and(|c| c.contains("cpu.cfs_quota_us")),
+            "{}",
+            show(&j)
+        );
+        let cgd = &host["data"]["cgroup"]["data"];
+        assert!(
+            cgd["throttled_periods"].as_u64().unwrap_or(0) >= 5,
+            "{}",
+            show(&j)
+        );
+        eprintln!("{} / {}: {}", v["cause"], v["mechanism"], v["cost"]["text"]);
+        causes.push(v["cause"].to_string());
+    }
+    causes.dedup();
+    assert_eq!(causes.len(), 1, "{causes:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_quota_on_another_process_is_not_blamed() {
+    let lab = Lab::up(&LabOptions::new(&name("cpx")).server(ServerKind::Builtin)).expect("lab");
+    let _py = server(&lab, 9012, 2.0, 512, 0);
+    let cg = Cgroup::new(10_000);
+    let other = busy();
+    cg.add(other.0.id());
+    let url = format!("http://{}:9012/", lab.server_addr());
+    let (j, err) = diagnose(&url, &["-d", "3s", "-c", "8"]);
+    let cgd = &j["layers"]["host"]["data"]["cgroup"]["data"];
+    assert_eq!(cgd["throttled_periods"], 0, "{err}\n{}", show(&j));
+    assert!(j["verdict"].get("mechanism").is_none(), "{}", show(&j));
+    // The other group really was throttled meanwhile.
+    let stat = std::fs::read_to_string(cg.0.join("cpu.stat")).expect("cpu.stat");
+    assert!(!stat.contains("nr_throttled 0\n"), "{stat}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_small_listen_backlog_is_syn_drop_accept_queue_overflow() {
+    let lab = Lab::up(&LabOptions::new(&name("aq")).server(ServerKind::Builtin)).expect("lab");
+    let _py = server(&lab, 9013, 0.0, 1, 30);
+    let url = format!("http://{}:9013/", lab.server_addr());
+    let mut causes = Vec::new();
+    for _ in 0..3 {
+        let (j, err) = diagnose(&url, &["-d", "3s", "-c", "64"]);
+        let v = &j["verdict"];
+        assert_eq!(v["cause"], "syn-drop", "{err}\n{}", show(&j));
+        assert_eq!(v["mechanism"], "accept-queue-overflow", "{}", show(&j));
+        let l = &j["layers"]["host"]["data"]["listeners"]["data"];
+        let target = l
+            .as_array()
+            .and_then(|a| {
+                a.iter()
+                    .find(|q| q["local"].as_str().is_some_and(|s| s.ends_with(":9013")))
+            })
+            .unwrap_or_else(|| panic!("no target listener: {}", show(&j)));
+        assert!(target["drops"].as_u64().unwrap_or(0) >= 2, "{}", show(&j));
+        assert!(
+            v["fix"][0]["change"]
+                .as_str()
+                .is_some_and(|c| c.contains("somaxconn")),
+            "{}",
+            show(&j)
+        );
+        eprintln!("{} / {}: {}", v["cause"], v["mechanism"], v["cost"]["text"]);
+        causes.push(v["cause"].to_string());
+    }
+    causes.dedup();
+    assert_eq!(causes.len(), 1, "{causes:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn an_overflowing_listener_on_another_port_is_not_blamed() {
+    let lab = Lab::up(&LabOptions::new(&name("aqx")).server(ServerKind::Builtin)).expect("lab");
+    let _good = server(&lab, 9014, 0.0, 512, 0);
+    let _full = server(&lab, 9015, 0.0, 1, 1000);
+    // Fill the other listener's queue meanwhile (bounded: 64 connects, 5 s each at most).
+    let addr = SocketAddr::from((lab.server_addr(), 9015));
+    let filler = std::thread::spawn(move || {
+        let socks: Vec<_> = (0..64)
+            .filter_map(|_| {
+                let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                    .ok()?;
+                s.set_nonblocking(true).ok()?;
+                let _ = s.connect(&addr.into());
+                Some(s)
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(4));
+        drop(socks);
+    });
+    let url = format!("http://{}:9014/", lab.server_addr());
+    let (j, err) = diagnose(&url, &["-d", "3s", "-c", "8"]);
+    let _ = filler.join();
+    assert!(
+        j["verdict"].get("mechanism").is_none(),
+        "{err}\n{}",
+        show(&j)
+    );
+    assert_ne!(j["verdict"]["cause"], "syn-drop", "{}", show(&j));
+    let l = &j["layers"]["host"]["data"]["listeners"]["data"];
+    assert!(
+        l.as_array().is_some_and(|a| a
+            .iter()
+            .all(|q| q["local"].as_str().is_some_and(|s| s.ends_with(":9014")))),
+        "the host layer watches the server's own listeners: {}",
+        show(&j)
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn healthy_nginx_stays_healthy_with_the_host_layer() {
+    let lab = Lab::up(&LabOptions::new(&name("ngx"))).expect("lab up");
+    let (j, err) = diagnose(&lab.good_url(), &["-d", "3s"]);
+    assert_eq!(j["layers"]["host"]["status"], "ok", "{err}\n{}", show(&j));
+    assert!(
+        j["layers"]["host"]["data"]["scope"]["pid"].is_u64(),
+        "{}",
+        show(&j)
+    );
+    assert_eq!(j["verdict"]["cause"], "healthy", "{}", show(&j));
+}
