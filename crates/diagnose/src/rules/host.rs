@@ -54,12 +54,16 @@ fn slow_intervals(run: &AppRun) -> Option<(Vec<(u64, u64)>, u64)> {
     (!v.is_empty()).then_some((v, waits.p50_us))
 }
 
-/// The intervals between successive throttling samples in which the cgroup was throttled.
-fn throttled_intervals(cg: &CgroupCpu) -> Vec<(u64, u64)> {
+/// The intervals between successive throttling samples in which the cgroup was throttled,
+/// with the time it was held in each.
+fn throttled_intervals(cg: &CgroupCpu) -> Vec<(u64, u64, u64)> {
     cg.timeline
         .windows(2)
         .filter(|w| w[1].throttled_periods > w[0].throttled_periods)
-        .map(|w| (w[0].t_unix_us, w[1].t_unix_us))
+        .map(|w| {
+            let held = w[1].throttled_us.saturating_sub(w[0].throttled_us);
+            (w[0].t_unix_us, w[1].t_unix_us, held)
+        })
         .collect()
 }
 
@@ -71,14 +75,20 @@ pub(super) fn throttled(x: &Facts<'_>, host: &HostReport) -> Option<Direct> {
         return None;
     }
     let stall_us = cg.throttled_us / cg.throttled_periods;
-    if stall_us < MATERIAL_ADDED_US / 5 {
-        return None;
-    }
     let throttled = throttled_intervals(cg);
     let (slow, p50) = slow_intervals(run)?;
+    // A slow request is accounted for when the intervals it overlaps held the cgroup for
+    // at least half of what it waited beyond the p50 (timing and volume, per request).
     let aligned = slow
         .iter()
-        .filter(|(s, e)| throttled.iter().any(|(a, b)| s < b && e > a))
+        .filter(|(s, e)| {
+            let held: u64 = throttled
+                .iter()
+                .filter(|(a, b, _)| s < b && e > a)
+                .map(|t| t.2)
+                .sum();
+            held > 0 && held * 2 >= (e - s).saturating_sub(p50)
+        })
         .count();
     let share = aligned as f64 / slow.len() as f64;
     let sampled_us = cg
@@ -86,7 +96,7 @@ pub(super) fn throttled(x: &Facts<'_>, host: &HostReport) -> Option<Direct> {
         .last()
         .zip(cg.timeline.first())
         .map_or(0, |(l, f)| l.t_unix_us.saturating_sub(f.t_unix_us));
-    let covered_us: u64 = throttled.iter().map(|(a, b)| b - a).sum();
+    let covered_us: u64 = throttled.iter().map(|(a, b, _)| b - a).sum();
     let mut excess: Vec<u64> = slow
         .iter()
         .map(|(s, e)| (e - s).saturating_sub(p50))
@@ -103,8 +113,9 @@ pub(super) fn throttled(x: &Facts<'_>, host: &HostReport) -> Option<Direct> {
     let total = run.waits.as_ref().map_or(0, |w| w.count);
     let text = format!(
         "cgroup {}{limit}: throttled in {} of {} periods ({}), held {} in all, ~{} per \
-         throttled period; {aligned} of the {} slowest requests (≥ p99) overlap a throttled \
-         interval (throttling covered {} of the {} sampled), median +{} over the p50",
+         throttled period; {aligned} of the {} slowest requests (≥ p99) overlap throttled \
+         intervals that held it at least half their excess (throttling covered {} of the {} \
+         sampled), median +{} over the p50",
         cg.path,
         cg.throttled_periods,
         cg.periods,
@@ -135,7 +146,7 @@ pub(super) fn throttled(x: &Facts<'_>, host: &HostReport) -> Option<Direct> {
 }
 
 /// The listener on the target's port.
-fn target_listener<'a>(host: &'a HostReport, port: u16) -> Option<&'a ListenerQueue> {
+fn target_listener(host: &HostReport, port: u16) -> Option<&ListenerQueue> {
     let suffix = format!(":{port}");
     host.listeners
         .get()?

@@ -1,0 +1,172 @@
+//! The host layer's rules on constructed evidence: a counter names a mechanism only when its
+//! timing and volume account for the slow requests, never merely for being above zero.
+
+use lagtrace_diagnose::evidence::*;
+use lagtrace_diagnose::{Mechanism, judge};
+use lagtrace_model::host::HostReport;
+use lagtrace_model::{Cause, RequestRecord, RequestRecords};
+use lagtrace_testkit::layers::{Synth, target};
+use serde_json::json;
+
+const T0: u64 = 1_700_000_000_000_000;
+
+/// A request of the c=N run starting at `start_us` (run clock) that waited `wait_us`.
+fn rec(conn: u64, start_us: u64, wait_us: u64) -> RequestRecord {
+    RequestRecord {
+        conn,
+        local: None,
+        remote: "10.77.0.2:8080".parse().unwrap(),
+        index: 1,
+        start_us,
+        wait_us,
+        connect_start_us: 0,
+        connect_end_us: Some(100),
+        syn_retransmits: Some(0),
+        intended_us: None,
+        sent_first_us: Some(start_us),
+        sent_last_us: Some(start_us),
+        first_byte_us: Some(start_us + wait_us),
+        last_byte_us: Some(start_us + wait_us),
+        bytes: 100,
+        status: Some(200),
+        error: None,
+        pending: false,
+        slow: true,
+        weight: 1.0,
+    }
+}
+
+/// A healthy lab whose c=N run (p50 1 ms, p99 60 ms) has its slowest 10 requests at the
+/// given start times (µs into the run), each waiting 80 ms.
+fn layers_with_tail(slow_starts: &[u64]) -> Layers {
+    let mut l = Synth::RULES.healthy_layers();
+    let app = l.app.data.as_mut().unwrap();
+    let cn = app.cn.as_mut().unwrap();
+    cn.latency = Synth::RULES.pct(10_000, 1_000, 60_000);
+    cn.waits = Some(cn.latency.clone());
+    cn.records = Some(RequestRecords {
+        start_unix_us: T0,
+        threads: 2,
+        slow_cap: 4096,
+        sample_cap: 4096,
+        seen: 10_000,
+        pending: 0,
+        records: slow_starts
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| rec(i as u64, s, 80_000))
+            .collect(),
+    });
+    l
+}
+
+/// A host report whose cgroup (quota 10 ms per 100 ms) was throttled in the 100 ms
+/// sampling intervals starting at `throttled` (ms into the run), over 2 s.
+fn host_throttled(throttled_ms: &[u64]) -> HostReport {
+    let mut n = 0u64;
+    let timeline: Vec<_> = (0..=20u64)
+        .map(|i| {
+            if i > 0 && throttled_ms.contains(&((i - 1) * 100)) {
+                n += 1;
+            }
+            json!({"t_unix_us": T0 + i * 100_000, "throttled_periods": n, "throttled_us": n * 90_000})
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "scope": {"pid": 4242, "comm": "python3", "netns_inode": 1},
+        "window_us": 2_000_000,
+        "counters": {"status": "ok", "data": []},
+        "listeners": {"status": "ok", "data": []},
+        "cgroup": {"status": "ok", "data": {
+            "version": 1, "path": "/sys/fs/cgroup/cpu/svc", "quota_us": 10_000,
+            "period_us": 100_000, "periods": 20, "throttled_periods": n,
+            "throttled_us": n * 90_000, "throttled_share": n as f64 / 20.0,
+            "timeline": timeline}},
+        "threads": {"status": "skipped", "reason": "x"},
+        "qdiscs": {"status": "ok", "data": []},
+        "sockstat": {"status": "skipped", "reason": "x"},
+        "drops": {"status": "skipped", "reason": "x"},
+        "cost": {"cpu_us": 0, "cpu_share": 0.0}
+    }))
+    .expect("host report")
+}
+
+#[test]
+fn throttled_periods_overlapping_the_slowest_requests_name_cpu_throttled() {
+    let starts: Vec<u64> = (0..10).map(|i| 300_000 + i * 100_000 + 10_000).collect();
+    let mut l = layers_with_tail(&starts);
+    l.host = Layer::ran(host_throttled(&[
+        300, 400, 500, 600, 700, 800, 900, 1000, 1100, 1200,
+    ]));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::CpuThrottled), "{j:#?}");
+    assert!(
+        j.verdict.fix[0].change.contains("cpu.cfs_quota_us"),
+        "{j:#?}"
+    );
+    assert!(j.finding_layers.contains(&LayerName::Host), "{j:#?}");
+}
+
+#[test]
+fn throttling_elsewhere_in_time_or_too_rare_names_nothing() {
+    // The same amount of throttling, but in the second half while the slow requests were
+    // in the first: not aligned.
+    let starts: Vec<u64> = (0..10).map(|i| 10_000 + i * 90_000).collect();
+    let mut l = layers_with_tail(&starts);
+    l.host = Layer::ran(host_throttled(&[
+        1000, 1100, 1200, 1300, 1400, 1500, 1600, 1700, 1800, 1900,
+    ]));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.mechanism, None, "{j:#?}");
+    assert_ne!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    // Aligned, but each throttled period held the cgroup 2 ms: no account of 80 ms waits.
+    let mut l = layers_with_tail(&[310_000; 10]);
+    let mut h = host_throttled(&[300, 400, 500]);
+    let cg = h.cgroup.data.as_mut().unwrap();
+    for s in &mut cg.timeline {
+        s.throttled_us = s.throttled_periods * 2_000;
+    }
+    cg.throttled_us = 6_000;
+    l.host = Layer::ran(h);
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.mechanism, None, "{j:#?}");
+}
+
+#[test]
+fn listener_drops_on_the_target_port_must_match_the_waiting_connects() {
+    let mk = |port: u16, drops: u64| {
+        let mut l = Synth::RULES.healthy_layers();
+        let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+        cn.waits = Some(cn.latency.clone());
+        cn.connects = Some(ConnectStats {
+            attempts: 32,
+            syn_retransmitted: 20,
+            failed: 0,
+            pending: 0,
+            time: Synth::RULES.pct(32, 200, 1_030_000),
+        });
+        let mut h = host_throttled(&[]);
+        h.listeners = Layer::ran(
+            serde_json::from_value(json!([{
+                "local": format!("0.0.0.0:{port}"), "inode": 7, "owners": [], "max": 1,
+                "current": 0, "peak": 2, "samples": 20, "full_samples": 5, "drops": drops}]))
+            .unwrap(),
+        );
+        l.host = Layer::ran(h);
+        judge(&target(), &l)
+    };
+    let j = mk(8080, 25);
+    assert_eq!(j.verdict.cause, Cause::SynDrop, "{j:#?}");
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::AcceptQueueOverflow),
+        "{j:#?}"
+    );
+    assert!(j.verdict.fix[0].change.contains("somaxconn"), "{j:#?}");
+    // Another port's listener, or too few drops for the waiting connects: no mechanism.
+    for (port, drops) in [(9090, 25), (8080, 3)] {
+        let j = mk(port, drops);
+        assert_eq!(j.verdict.mechanism, None, "{port} {drops}: {j:#?}");
+    }
+}
