@@ -105,19 +105,24 @@ pub fn measure(o: &HostOptions) -> Result<HostReport, HostError> {
         comm: o.pid.and_then(lagtrace_sockets::procfs::comm),
         netns_inode: inode,
     };
-    let cpu0 = self_cpu_us();
     let started = Instant::now();
-    let mut report = ns.run(|| window(o)).map_err(|e| match e {
-        lagtrace_netns::Error::Privilege(_) => HostError::Privilege(Privilege::new(
-            Capability::SysAdmin,
-            "entering another network namespace",
-            " (run as root; without it, watch this namespace: no --netns/--pid)",
-        )),
-        e => HostError::Netns(e.into()),
-    })?;
+    // The window's own thread's CPU: inside diagnose the process also runs the load.
+    let (mut report, cpu_us) = ns
+        .run(|| {
+            let cpu0 = thread_cpu_us();
+            let r = window(o);
+            (r, thread_cpu_us().saturating_sub(cpu0))
+        })
+        .map_err(|e| match e {
+            lagtrace_netns::Error::Privilege(_) => HostError::Privilege(Privilege::new(
+                Capability::SysAdmin,
+                "entering another network namespace",
+                " (run as root; without it, watch this namespace: no --netns/--pid)",
+            )),
+            e => HostError::Netns(e.into()),
+        })?;
     report.scope = scope;
     let wall = started.elapsed();
-    let cpu_us = self_cpu_us().saturating_sub(cpu0);
     report.cost = HostCost {
         cpu_us,
         cpu_share: cpu_us as f64 / (wall.as_micros().max(1) as f64),
@@ -286,6 +291,20 @@ fn unix_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), µs.
+pub fn thread_cpu_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000
+        + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1000
 }
 
 /// This process's user + system CPU time (`/proc/self/stat` utime + stime), µs.

@@ -234,10 +234,11 @@ pub struct DropReasonCount {
     pub count: u64,
 }
 
-/// CPU the host layer itself used over the window (its own `/proc/self/stat`).
+/// CPU the host layer itself used over the window (its measuring thread's CPU clock).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct HostCost {
-    /// User + system CPU time of this process over the window.
+    /// User + system CPU time of the measuring thread over the window (inside `diagnose`
+    /// the process's other threads run the load, which this does not count).
     pub cpu_us: u64,
     /// `cpu / window`, as a share of one core, 0–1.
     pub cpu_share: f64,
