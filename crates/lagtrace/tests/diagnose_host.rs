@@ -132,6 +132,7 @@ fn busy() -> Proc {
 
 /// Runs `lagtrace diagnose URL ARGS --json`.
 fn diagnose(url: &str, args: &[&str]) -> (Value, String) {
+    let _turn = lagtrace_testkit::measuring();
     let home = tempfile::tempdir().expect("tempdir");
     let out = Command::new(BIN)
         .args(["diagnose", url, "--json", "-q"])
