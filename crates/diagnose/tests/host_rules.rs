@@ -5,7 +5,7 @@ use lagtrace_diagnose::evidence::*;
 use lagtrace_diagnose::{Mechanism, judge};
 use lagtrace_model::host::HostReport;
 use lagtrace_model::{Cause, RequestRecord, RequestRecords};
-use lagtrace_testkit::layers::{Synth, target};
+use lagtrace_testkit::layers::{Synth, finding, options, target};
 use serde_json::json;
 
 const T0: u64 = 1_700_000_000_000_000;
@@ -169,4 +169,45 @@ fn listener_drops_on_the_target_port_must_match_the_waiting_connects() {
         let j = mk(port, drops);
         assert_eq!(j.verdict.mechanism, None, "{port} {drops}: {j:#?}");
     }
+}
+
+/// The slow requests aligned with throttling, and the packets' cork detector seeing the
+/// late responses as held to the 200 ms ceiling (as on a real quota'd Python server).
+fn throttled_with_cork_finding() -> Layers {
+    let starts: Vec<u64> = (0..10).map(|i| 300_000 + i * 100_000 + 10_000).collect();
+    let mut l = layers_with_tail(&starts);
+    l.host = Layer::ran(host_throttled(&[
+        300, 400, 500, 600, 700, 800, 900, 1000, 1100, 1200,
+    ]));
+    let p = l.packets.data.as_mut().unwrap();
+    p.findings = vec![finding("tcp-cork", 300, 1_000, 200_000)];
+    l
+}
+
+#[test]
+fn a_cork_seen_only_in_packets_yields_to_aligned_throttling() {
+    // Sockets read, TCP_CORK off on all of them: the cork is only an inference.
+    let l = throttled_with_cork_finding();
+    assert_eq!(l.sockets.data.as_ref().unwrap().cork.on, 0);
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::CpuThrottled), "{j:#?}");
+    assert!(
+        j.evidence.iter().any(|e| e.text.contains("look corked")),
+        "{j:#?}"
+    );
+    // Sockets not read at all: still only an inference.
+    let mut l = throttled_with_cork_finding();
+    l.sockets = Layer::skipped("not root");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::CpuThrottled), "{j:#?}");
+}
+
+#[test]
+fn a_cork_read_on_the_sockets_is_not_overruled_by_throttling() {
+    let mut l = throttled_with_cork_finding();
+    l.sockets.data.as_mut().unwrap().cork = options(32, 0);
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::TcpCork, "{j:#?}");
 }

@@ -11,12 +11,14 @@
 //!   that waited for a SYN retransmission (each such connect needs one drop), and it was
 //!   seen full while sampled or the namespace's `ListenOverflows` moved.
 //! - run-queue delay beyond what throttling explains: a note that the host is busy.
+//! - direct evidence wins: a `tcp-cork` inferred from packets alone (TCP_CORK not read on
+//!   the server's sockets) yields to `cpu-throttled`; never the reverse.
 
 use lagtrace_model::Cause;
 use lagtrace_model::host::{CgroupCpu, HostReport, ListenerQueue};
 
 use super::facts::Facts;
-use super::{Candidate, MATERIAL_ADDED_US, ms, note, pct, sup};
+use super::{Candidate, MATERIAL_ADDED_US, ms, note, out, pct, sup};
 use crate::evidence::{AppRun, LayerName, Target};
 use crate::verdict::{EvidenceLine, Fix, FixSide, Mechanism};
 
@@ -261,7 +263,42 @@ pub(super) fn adopt(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>) 
             }
         }
     }
+    yield_inferred_cork(cands);
     cands.sort_by(|a, b| b.impact_us.total_cmp(&a.impact_us));
+}
+
+/// Direct evidence wins: a `tcp-cork` candidate inferred from packets alone (the sockets
+/// layer did not read TCP_CORK on) yields to the host's throttling aligned with the slow
+/// requests. A throttled server answers late, and a response it writes in pieces after a
+/// stall looks held like a cork's; TCP_CORK read on the sockets is itself direct, and then
+/// the cork candidate keeps its place.
+fn yield_inferred_cork(cands: &mut Vec<Candidate>) {
+    let throttled = cands
+        .iter()
+        .any(|c| c.cause == Cause::SlowServer && c.mechanism == Some(Mechanism::CpuThrottled));
+    let Some(i) = cands
+        .iter()
+        .position(|c| c.cause == Cause::TcpCork && !c.layers.contains(&LayerName::Sockets))
+    else {
+        return;
+    };
+    if !throttled {
+        return;
+    }
+    let cork = cands.remove(i);
+    let Some(slow) = cands.iter_mut().find(|c| c.cause == Cause::SlowServer) else {
+        return;
+    };
+    slow.evidence.push(out(
+        LayerName::Packets,
+        Cause::TcpCork,
+        format!(
+            "responses held ~{} look corked in the packets, but the server's sockets were not \
+             seen with TCP_CORK on and its cgroup was throttled while the slowest requests \
+             waited: the throttling holds them",
+            ms(cork.added_us)
+        ),
+    ));
 }
 
 /// The cost in the user's terms of a candidate only the host layer shows.
