@@ -3,6 +3,8 @@
 //! a server lagtrace cannot inspect. Every lab, route, qdisc, nft table and process is
 //! removed by a guard, also when a test fails.
 
+mod common;
+
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -14,7 +16,7 @@ use lagtrace_testkit::net::NetGuard;
 use lagtrace_testkit::sh;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+use common::{BIN, Foreground};
 
 fn name(test: &str) -> String {
     format!("dg{test}{}", std::process::id())
@@ -22,23 +24,7 @@ fn name(test: &str) -> String {
 
 /// Runs `lagtrace diagnose URL --json -q ARGS` and returns (exit code, JSON, stderr).
 fn diagnose(url: &str, args: &[&str]) -> (i32, Value, String) {
-    let _turn = lagtrace_testkit::measuring();
-    let home = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(BIN)
-        .args(["diagnose", url, "--json", "-q"])
-        .args(args)
-        // --verify's state goes to a private directory, not the user's.
-        .env("XDG_STATE_HOME", home.path())
-        .output()
-        .expect("run lagtrace");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "diagnose {url}: not JSON ({e}): {}\n{stderr}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
-    (out.status.code().unwrap_or(-1), json, stderr)
+    common::diagnose_json(url, args)
 }
 
 fn cause(j: &Value) -> &str {
@@ -623,16 +609,6 @@ fn a_target_two_routers_away_gets_its_route_and_its_server_is_found_in_its_names
         .as_str()
         .unwrap();
     assert!(point.contains(chain.server_ns()), "{point}");
-}
-
-/// A real nginx run in the foreground (`daemon off; master_process off;`), killed on drop.
-struct Foreground(Child);
-
-impl Drop for Foreground {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// nginx `limit_rate 400k` serving 100 KB: it answers at once, then paces the body over

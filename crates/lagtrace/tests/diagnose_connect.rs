@@ -6,9 +6,9 @@
 //! nginx that closes every connection stays healthy. Labs, servers and nft tables go with
 //! their guards (the tables live in the lab's namespace), also when a test fails.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lagtrace_lab::{Lab, LabOptions, ServerKind};
@@ -16,7 +16,7 @@ use lagtrace_testkit::net::nft_load;
 use lagtrace_testkit::nginx::{Nginx, free_port};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+use common::Foreground;
 
 /// HTTP/1.0 (a new connection per request), one thread that accepts, answers and closes,
 /// with the listen backlog (`request_queue_size`) the test gives: a short backlog overflows
@@ -43,43 +43,11 @@ fn name(test: &str) -> String {
     format!("cn{test}{}", std::process::id())
 }
 
-/// A server process in the lab's namespace, killed when dropped.
-struct Foreground(Child);
-
-impl Drop for Foreground {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts the Python server in the lab's namespace with `backlog` and waits until it answers.
 fn python_in_lab(lab: &Lab, port: u16, backlog: u32) -> Foreground {
-    let child = Command::new("ip")
-        .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
-        .args([
-            "python3",
-            "-c",
-            SERVER,
-            &port.to_string(),
-            &backlog.to_string(),
-        ])
-        .current_dir(Path::new("/"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3");
-    let fg = Foreground(child);
-    let addr = SocketAddr::from((lab.server_addr(), port));
-    let t = Instant::now();
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "python did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    fg
+    let (port_s, backlog_s) = (port.to_string(), backlog.to_string());
+    let cmd = ["python3", "-c", SERVER, &port_s, &backlog_s];
+    common::start_in_lab(lab, Path::new("/"), &cmd, port)
 }
 
 /// Loads `rules` into the lab's namespace (removed with it).
@@ -89,23 +57,11 @@ fn nft_in_lab(lab: &Lab, rules: &str) {
 
 /// Runs `lagtrace diagnose URL ARGS --json`; returns the JSON, stderr and the wall time.
 fn diagnose(url: &str, args: &[&str]) -> (Value, String, Duration) {
+    // Our turn first (re-entrant), so the wall time is the diagnose's, not the wait for it.
     let _turn = lagtrace_testkit::measuring();
-    let home = tempfile::tempdir().expect("tempdir");
     let t = Instant::now();
-    let out = Command::new(BIN)
-        .args(["diagnose", url, "--json", "-q"])
-        .args(args)
-        .env("XDG_STATE_HOME", home.path())
-        .output()
-        .expect("run lagtrace");
+    let (_, j, stderr) = common::diagnose_json(url, args);
     let wall = t.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "diagnose {url}: not JSON ({e}): {}\n{stderr}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
     eprintln!("diagnose {url} {args:?}: {:.1} s", wall.as_secs_f64());
     (j, stderr, wall)
 }

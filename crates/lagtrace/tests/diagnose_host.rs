@@ -5,15 +5,17 @@
 //! listener on another port, and a healthy nginx get no host finding. Lab, servers and cgroups
 //! are removed by guards, also when a test fails.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use lagtrace_lab::{Lab, LabOptions, ServerKind};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+use common::Foreground;
 
 /// HTTP/1.1 keep-alive, a thread per connection, TCP_NODELAY on. argv: port, CPU work per
 /// request in ms (a busy loop), listen backlog, delay before each accept in ms.
@@ -48,44 +50,18 @@ fn name(test: &str) -> String {
     format!("hl{test}{}", std::process::id())
 }
 
-/// A process, killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts the server in the lab's namespace and waits until `port` answers (a listener
 /// with a tiny backlog still answers the first connect).
-fn server(lab: &Lab, port: u16, work_ms: f64, backlog: u32, accept_ms: u32) -> Proc {
-    let child = Command::new("ip")
-        .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
-        .args(["python3", "-c", SERVER])
-        .args([
-            port.to_string(),
-            work_ms.to_string(),
-            backlog.to_string(),
-            accept_ms.to_string(),
-        ])
-        .current_dir(Path::new("/"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("server");
-    let p = Proc(child);
-    let addr = SocketAddr::from((lab.server_addr(), port));
-    let t = Instant::now();
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    p
+fn server(lab: &Lab, port: u16, work_ms: f64, backlog: u32, accept_ms: u32) -> Foreground {
+    let args = [
+        port.to_string(),
+        work_ms.to_string(),
+        backlog.to_string(),
+        accept_ms.to_string(),
+    ];
+    let mut cmd = vec!["python3", "-c", SERVER];
+    cmd.extend(args.iter().map(String::as_str));
+    common::start_in_lab(lab, Path::new("/"), &cmd, port)
 }
 
 /// A v1 `cpu` cgroup with a quota per 100 ms period, removed (after moving its processes
@@ -118,8 +94,8 @@ impl Drop for Cgroup {
 }
 
 /// A CPU-bound process (bounded to 60 s).
-fn busy() -> Proc {
-    Proc(
+fn busy() -> Foreground {
+    Foreground(
         Command::new("python3")
             .args([
                 "-c",
@@ -132,21 +108,7 @@ fn busy() -> Proc {
 
 /// Runs `lagtrace diagnose URL ARGS --json`.
 fn diagnose(url: &str, args: &[&str]) -> (Value, String) {
-    let _turn = lagtrace_testkit::measuring();
-    let home = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(BIN)
-        .args(["diagnose", url, "--json", "-q"])
-        .args(args)
-        .env("XDG_STATE_HOME", home.path())
-        .output()
-        .expect("run lagtrace");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "diagnose {url}: not JSON ({e}): {}\n{stderr}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
+    let (_, j, stderr) = common::diagnose_json(url, args);
     (j, stderr)
 }
 

@@ -3,15 +3,15 @@
 //! tail line, and repeated runs name the same cause; a healthy nginx stays healthy with no
 //! tail. The lab and the server are removed by guards, also when a test fails.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use lagtrace_lab::{Lab, LabOptions, ServerKind};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+use common::{BIN, Foreground};
 
 /// Every `EVERY`-th request (counted over the whole server) sleeps `SLOW` seconds before it
 /// answers; the others answer at once. HTTP/1.1 keep-alive, one thread per connection, and
@@ -49,56 +49,14 @@ fn name(test: &str) -> String {
     format!("tl{test}{}", std::process::id())
 }
 
-/// A server process in the lab's namespace, killed when dropped.
-struct Foreground(Child);
-
-impl Drop for Foreground {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `CMD` in the lab's namespace and waits until `port` answers.
 fn in_lab(lab: &Lab, cmd: &[&str], port: u16) -> Foreground {
-    let child = Command::new("ip")
-        .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
-        .args(cmd)
-        .current_dir(Path::new("/"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("server");
-    let fg = Foreground(child);
-    let addr = SocketAddr::from((lab.server_addr(), port));
-    let t = Instant::now();
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "{cmd:?} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    fg
+    common::start_in_lab(lab, Path::new("/"), cmd, port)
 }
 
-/// Runs `lagtrace diagnose URL ARGS` once with `--json` and once as text.
+/// Runs `lagtrace diagnose URL ARGS` with `--json`.
 fn diagnose(url: &str, args: &[&str]) -> (Value, String) {
-    let _turn = lagtrace_testkit::measuring();
-    let home = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(BIN)
-        .args(["diagnose", url, "--json", "-q"])
-        .args(args)
-        .env("XDG_STATE_HOME", home.path())
-        .output()
-        .expect("run lagtrace");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "diagnose {url}: not JSON ({e}): {}\n{stderr}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
+    let (_, j, stderr) = common::diagnose_json(url, args);
     (j, stderr)
 }
 

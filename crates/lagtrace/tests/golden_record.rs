@@ -9,14 +9,16 @@
 //! `LAGTRACE_RECORD_GOLDEN=nginx-limit-rate,python-backlog` records only those. Without it
 //! nothing is recorded (a `--include-ignored` test run must not rewrite committed data).
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use lagtrace_lab::serve::ServeOptions;
 use lagtrace_lab::{Lab, LabOptions, ServerKind};
 
-const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+use common::{BIN, Foreground};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../diagnose/tests/golden")
@@ -32,37 +34,9 @@ fn wanted(golden: &str) -> bool {
         .is_ok_and(|v| v == "all" || v == "1" || v.split(',').any(|n| n == golden))
 }
 
-/// A server process in the lab's namespace, killed when dropped.
-struct Foreground(Child);
-
-impl Drop for Foreground {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `CMD ARGS` in the lab's namespace (in `dir`) and waits until `port` answers.
 fn in_lab(lab: &Lab, dir: &Path, cmd: &[&str], port: u16) -> Foreground {
-    let child = Command::new("ip")
-        .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
-        .args(cmd)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("server");
-    let fg = Foreground(child);
-    let addr = std::net::SocketAddr::from((lab.server_addr(), port));
-    let t = std::time::Instant::now();
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "{cmd:?} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    fg
+    common::start_in_lab(lab, dir, cmd, port)
 }
 
 /// Runs `lagtrace diagnose URL --json -q ARGS` and writes its stdout to golden/NAME.json.

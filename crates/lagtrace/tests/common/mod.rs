@@ -1,6 +1,6 @@
-//! What the `analyze*` integration tests share beyond the test kit (`lagtrace-testkit`):
-//! a tiny HTTP helper and the `lagtrace analyze --json` wrapper. Not every test file uses
-//! every item.
+//! What the binary's integration tests share beyond the test kit (`lagtrace-testkit`): a
+//! tiny HTTP helper, the `lagtrace analyze --json` and `lagtrace diagnose --json` wrappers,
+//! and a server process started in a lab's namespace. Not every test file uses every item.
 #![allow(dead_code)]
 
 use std::io::Read;
@@ -51,4 +51,64 @@ pub fn kinds(an: &serde_json::Value) -> Vec<(String, u64, u64)> {
             )
         })
         .collect()
+}
+
+/// The `lagtrace` binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
+
+/// A server process the test started, killed (and reaped) when dropped.
+pub struct Foreground(pub std::process::Child);
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `cmd` in `lab`'s namespace, in directory `dir`, and waits (at most 10 s) until
+/// the lab's server address answers on `port`.
+pub fn start_in_lab(lab: &lagtrace_lab::Lab, dir: &Path, cmd: &[&str], port: u16) -> Foreground {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let child = Command::new("ip")
+        .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
+        .args(cmd)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the server");
+    let fg = Foreground(child);
+    let addr = std::net::SocketAddr::from((lab.server_addr(), port));
+    let t = Instant::now();
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{cmd:?} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    fg
+}
+
+/// Runs `lagtrace diagnose URL --json -q ARGS` (its saved state in a private directory,
+/// taking its measuring turn); returns the exit code, the JSON and stderr.
+pub fn diagnose_json(url: &str, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let _turn = lagtrace_testkit::measuring();
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .args(["diagnose", url, "--json", "-q"])
+        .args(args)
+        .env("XDG_STATE_HOME", home.path())
+        .output()
+        .expect("run lagtrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "diagnose {url}: not JSON ({e}): {}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (out.status.code().unwrap_or(-1), j, stderr)
 }
