@@ -8,9 +8,8 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lagtrace_diagnose::join::tail::{Component, split};
 use lagtrace_diagnose::join::{Join, join};
@@ -18,37 +17,9 @@ use lagtrace_load::{LoadOptions, RecordOptions};
 use lagtrace_model::RequestRecords;
 use lagtrace_packet::{AnalyzeOptions, analyze_file};
 use lagtrace_testkit::net::VethNs;
+use lagtrace_testkit::pyserver::every_nth;
 use lagtrace_testkit::tcpdump::{stop_tcpdump, tcpdump_on};
 use lagtrace_testkit::tshark_fields_first;
-
-/// Keep-alive HTTP/1.1, one thread per connection, TCP_NODELAY on, each response one write;
-/// the `EVERY`-th request of each connection sleeps `SLOW` seconds first.
-const SERVER: &str = r#"
-import socket, sys, threading, time
-PORT, EVERY, SLOW = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-def serve(c):
-    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    buf, k = b"", 0
-    while True:
-        while b"\r\n\r\n" not in buf:
-            d = c.recv(4096)
-            if not d:
-                c.close()
-                return
-            buf += d
-        buf = buf.split(b"\r\n\r\n", 1)[1]
-        k += 1
-        if k % EVERY == 0:
-            time.sleep(SLOW)
-        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhello\n")
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", PORT))
-s.listen(512)
-while True:
-    c, _ = s.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-"#;
 
 /// One load at a time: two on 2 cores would measure each other.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -59,29 +30,8 @@ fn lab(every: u32, slow_ms: u32) -> (VethNs, SocketAddr, u32) {
     let net = format!("10.{}.{}", 180 + pid % 40, (pid / 40) % 250 + 1);
     let mut g = VethNs::up("join", &format!("{net}.1/30"), &format!("{net}.2/30"), true);
     let port: u16 = 20_000 + (pid % 5000) as u16;
-    let child = Command::new("ip")
-        .args(["netns", "exec", &g.netns, "python3", "-c", SERVER])
-        .args([
-            port.to_string(),
-            every.to_string(),
-            format!("{}", f64::from(slow_ms) / 1000.0),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3");
-    // `ip netns exec` execs the program: the child is the server.
-    let pid = child.id();
-    g.guard.own_child(child);
     let addr: SocketAddr = format!("{net}.2:{port}").parse().unwrap();
-    let t = Instant::now();
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let pid = every_nth(&mut g, addr, every, slow_ms);
     (g, addr, pid)
 }
 

@@ -1,5 +1,5 @@
 //! Qdisc statistics of the reading thread's namespace through rtnetlink (`RTM_GETQDISC`
-//! dump), built by hand: a 16-byte `nlmsghdr`, a 20-byte `tcmsg`, then attributes —
+//! dump; the socket and header through `lagtrace_sockets::netlink`), built by hand: a 16-byte `nlmsghdr`, a 20-byte `tcmsg`, then attributes —
 //! `TCA_KIND` and the nested `TCA_STATS2` (`TCA_STATS_BASIC`: bytes, packets;
 //! `TCA_STATS_QUEUE`: qlen, backlog, drops, requeues, overlimits). `tc -s qdisc` reads
 //! the same attributes.
@@ -8,14 +8,12 @@ use std::collections::BTreeMap;
 use std::io;
 
 use lagtrace_model::host::QdiscDelta;
+use lagtrace_sockets::netlink::{self, NLMSG_HDRLEN};
 
 const RTM_NEWQDISC: u16 = 36;
 const RTM_GETQDISC: u16 = 38;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_DUMP: u16 = 0x300;
-const NLMSG_HDRLEN: usize = 16;
 const TCMSG_LEN: usize = 20;
 const TCA_KIND: u16 = 1;
 const TCA_STATS2: u16 = 7;
@@ -114,68 +112,13 @@ pub fn parse_qdisc(b: &[u8]) -> Option<QdiscStats> {
     Some(q)
 }
 
-struct Fd(i32);
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: closing a descriptor we own.
-        unsafe { libc::close(self.0) };
-    }
-}
-
 /// Every qdisc of the calling thread's namespace.
 pub fn dump() -> io::Result<Vec<QdiscStats>> {
-    // SAFETY: plain socket(2) call.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let sock = Fd(fd);
-    let len = NLMSG_HDRLEN + TCMSG_LEN;
-    let mut req = Vec::with_capacity(len);
-    req.extend_from_slice(&(len as u32).to_ne_bytes());
-    req.extend_from_slice(&RTM_GETQDISC.to_ne_bytes());
-    req.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    req.extend_from_slice(&1u32.to_ne_bytes());
-    req.extend_from_slice(&0u32.to_ne_bytes());
-    req.extend_from_slice(&[0u8; TCMSG_LEN]); // AF_UNSPEC, every device
-    // SAFETY: the kernel is the destination (zeroed sockaddr_nl); req is a valid buffer.
-    let sent = unsafe {
-        let mut sa: libc::sockaddr_nl = std::mem::zeroed();
-        sa.nl_family = libc::AF_NETLINK as u16;
-        libc::sendto(
-            sock.0,
-            req.as_ptr().cast(),
-            req.len(),
-            0,
-            (&raw const sa).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as u32,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        // SAFETY: buf is valid for its length.
-        let n = unsafe { libc::recv(sock.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 || parse_batch(&buf[..n as usize], &mut out)? {
-            return Ok(out);
-        }
-    }
+    // struct tcmsg, zeroed: AF_UNSPEC, every device.
+    let req = netlink::dump_request(RTM_GETQDISC, 1, &[0u8; TCMSG_LEN]);
+    netlink::dump(libc::NETLINK_ROUTE, &req, |b| parse_batch(b, &mut out))?;
+    Ok(out)
 }
 
 /// Parses one datagram of the dump into `out`; whether the dump is over.

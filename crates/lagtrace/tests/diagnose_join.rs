@@ -10,41 +10,13 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lagtrace_testkit::net::VethNs;
+use lagtrace_testkit::pyserver::every_nth;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_lagtrace");
-
-/// Keep-alive HTTP/1.1, one thread per connection, TCP_NODELAY on, each response one write;
-/// the `EVERY`-th request of each connection sleeps `SLOW` seconds first.
-const SERVER: &str = r#"
-import socket, sys, threading, time
-PORT, EVERY, SLOW = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-def serve(c):
-    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    buf, k = b"", 0
-    while True:
-        while b"\r\n\r\n" not in buf:
-            d = c.recv(4096)
-            if not d:
-                c.close()
-                return
-            buf += d
-        buf = buf.split(b"\r\n\r\n", 1)[1]
-        k += 1
-        if k % EVERY == 0:
-            time.sleep(SLOW)
-        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhello\n")
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", PORT))
-s.listen(512)
-while True:
-    c, _ = s.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-"#;
+mod common;
 
 /// Busy loops on the client's side (this namespace), as many as the machine has CPUs and
 /// two more: each stops itself after 90 s.
@@ -59,29 +31,8 @@ fn lab(tag: &str, every: u32, slow_ms: u32) -> (VethNs, SocketAddr, u32) {
     let net = format!("10.{}.{}", 140 + pid % 40, (pid / 40 + k) % 250 + 1);
     let mut g = VethNs::up(tag, &format!("{net}.1/30"), &format!("{net}.2/30"), true);
     let port: u16 = 20_000 + ((pid + k) % 5000) as u16;
-    let child = Command::new("ip")
-        .args(["netns", "exec", &g.netns, "python3", "-c", SERVER])
-        .args([
-            port.to_string(),
-            every.to_string(),
-            format!("{}", f64::from(slow_ms) / 1000.0),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3");
-    // `ip netns exec` execs the program: the child is the server.
-    let spid = child.id();
-    g.guard.own_child(child);
     let addr: SocketAddr = format!("{net}.2:{port}").parse().unwrap();
-    let t = Instant::now();
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let spid = every_nth(&mut g, addr, every, slow_ms);
     for _ in 0..BURNERS {
         let b = Command::new("bash")
             .args(["-c", BURN])
@@ -95,20 +46,7 @@ fn lab(tag: &str, every: u32, slow_ms: u32) -> (VethNs, SocketAddr, u32) {
 
 /// `lagtrace diagnose URL -d 2s -c 4 --json`.
 fn diagnose(addr: SocketAddr) -> Value {
-    let home = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(BIN)
-        .args(["diagnose", &format!("http://{addr}/"), "--json", "-q"])
-        .args(["-d", "2s", "-c", "4"])
-        .env("XDG_STATE_HOME", home.path())
-        .output()
-        .expect("run lagtrace");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    common::diagnose_json(&format!("http://{addr}/"), &["-d", "2s", "-c", "4"]).1
 }
 
 fn show(j: &Value) -> String {

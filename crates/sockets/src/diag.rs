@@ -8,18 +8,17 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
+use crate::netlink::{self, NLMSG_HDRLEN};
+
 const NETLINK_SOCK_DIAG: i32 = 4;
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_DUMP: u16 = 0x300;
 
 const INET_DIAG_INFO: u16 = 2;
 const INET_DIAG_CONG: u16 = 4;
 const INET_DIAG_SKMEMINFO: u16 = 7;
 
-const NLMSG_HDRLEN: usize = 16;
 const INET_DIAG_MSG_LEN: usize = 72;
 
 /// TCP states as numbered by the kernel (`include/net/tcp_states.h`).
@@ -199,23 +198,8 @@ impl TcpInfo {
     }
 }
 
-struct NlSocket(i32);
-
-impl Drop for NlSocket {
-    fn drop(&mut self) {
-        // SAFETY: closing a descriptor we own.
-        unsafe { libc::close(self.0) };
-    }
-}
-
 fn build_request(family: u8, states: u32, seq: u32) -> Vec<u8> {
-    let len = NLMSG_HDRLEN + 56;
-    let mut m = Vec::with_capacity(len);
-    m.extend_from_slice(&(len as u32).to_ne_bytes());
-    m.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    m.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    m.extend_from_slice(&seq.to_ne_bytes());
-    m.extend_from_slice(&0u32.to_ne_bytes());
+    let mut m = Vec::with_capacity(56);
     // inet_diag_req_v2
     m.push(family);
     m.push(libc::IPPROTO_TCP as u8);
@@ -226,7 +210,7 @@ fn build_request(family: u8, states: u32, seq: u32) -> Vec<u8> {
     m.push(0);
     m.extend_from_slice(&states.to_ne_bytes());
     m.extend_from_slice(&[0u8; 48]); // inet_diag_sockid: match everything
-    m
+    netlink::dump_request(SOCK_DIAG_BY_FAMILY, seq, &m)
 }
 
 fn addr(family: u8, raw: &[u8], port_be: &[u8]) -> SocketAddr {
@@ -303,52 +287,10 @@ pub fn parse_diag_msg(b: &[u8]) -> Option<DiagSocket> {
 /// Dumps every TCP socket of one address family in the calling thread's network namespace.
 /// `states` is a bit mask of `1 << state`.
 pub fn dump(family: u8, states: u32) -> io::Result<Vec<DiagSocket>> {
-    // SAFETY: plain socket(2) call.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            NETLINK_SOCK_DIAG,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let sock = NlSocket(fd);
-    let req = build_request(family, states, 1);
-    // SAFETY: the kernel is the destination (zeroed sockaddr_nl); req is a valid buffer.
-    let sent = unsafe {
-        let mut sa: libc::sockaddr_nl = std::mem::zeroed();
-        sa.nl_family = libc::AF_NETLINK as u16;
-        libc::sendto(
-            sock.0,
-            req.as_ptr().cast(),
-            req.len(),
-            0,
-            (&raw const sa).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as u32,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        // SAFETY: buf is valid for its length.
-        let n = unsafe { libc::recv(sock.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        let n = n as usize;
-        if n == 0 || parse_batch(&buf[..n], &mut out)? {
-            return Ok(out);
-        }
-    }
+    let req = build_request(family, states, 1);
+    netlink::dump(NETLINK_SOCK_DIAG, &req, |b| parse_batch(b, &mut out))?;
+    Ok(out)
 }
 
 /// Parses one datagram of a sock_diag dump into `out`. Returns whether the dump is over

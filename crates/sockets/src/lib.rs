@@ -12,6 +12,7 @@
 
 pub mod diag;
 pub mod lens;
+pub mod netlink;
 pub mod opts;
 pub mod procfs;
 pub mod record;

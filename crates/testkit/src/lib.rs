@@ -6,6 +6,7 @@
 //! - [`chain`]: `client → r1 → r2 → server` through two routers, for path tests;
 //! - [`ns_lab`]: a namespace with a tiny TCP server inside, for capture tests;
 //! - [`nginx`] and [`server`]: a real nginx, and in-test HTTP servers on 127.0.0.1;
+//! - [`pyserver`]: Python servers inside a [`net::VethNs`] (faults lagtrace did not write);
 //! - [`tcpdump`]: start/stop a tcpdump that has flushed its file;
 //! - [`layers`]: constructed diagnosis evidence (`lagtrace-model` types) for the verdict and
 //!   renderer tests;
@@ -20,6 +21,7 @@ pub mod layers;
 pub mod net;
 pub mod nginx;
 pub mod ns_lab;
+pub mod pyserver;
 pub mod server;
 pub mod tcpdump;
 
