@@ -22,6 +22,8 @@ pub struct NetGuard {
 impl NetGuard {
     /// An empty guard.
     pub fn new() -> NetGuard {
+        static SWEEP: std::sync::Once = std::sync::Once::new();
+        SWEEP.call_once(sweep_dead_owners);
         NetGuard::default()
     }
 
@@ -35,6 +37,7 @@ impl NetGuard {
     /// Creates the namespace `name` (the caller made the name unique) with loopback up.
     pub fn add_ns_named(&mut self, name: &str) {
         sh(&["ip", "netns", "add", name]);
+        note_owner(name);
         self.namespaces.push(name.to_string());
         in_ns(name, &["ip", "link", "set", "lo", "up"]);
     }
@@ -64,6 +67,43 @@ impl NetGuard {
     }
 }
 
+/// Where the kit notes which process made each test namespace (a file per namespace holding
+/// the maker's pid), so that the namespaces of a test binary killed before its guards ran
+/// can be told from anyone else's.
+const OWNERS: &str = "/run/lagtrace-testkit";
+
+fn note_owner(ns: &str) {
+    let _ = std::fs::create_dir_all(OWNERS);
+    let _ = std::fs::write(format!("{OWNERS}/{ns}"), std::process::id().to_string());
+}
+
+/// Removes the test namespaces whose maker is gone (SIGKILL, a CI timeout), with the
+/// processes still running inside them — which only a test of that binary started. Only
+/// namespaces this kit noted are touched; one whose maker still lives is left alone.
+fn sweep_dead_owners() {
+    let Ok(dir) = std::fs::read_dir(OWNERS) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let pid = pid.trim();
+        if pid.parse::<u32>().is_ok() && std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Ok(o) = Command::new("ip").args(["netns", "pids", &name]).output() {
+            for p in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", p]).status();
+            }
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_file(e.path());
+    }
+}
+
 impl Drop for NetGuard {
     fn drop(&mut self) {
         for c in &mut self.children {
@@ -86,6 +126,7 @@ impl Drop for NetGuard {
         // Deleting a namespace deletes its links, qdiscs and nft tables with it.
         for n in self.namespaces.iter().rev() {
             quiet(&["ip", "netns", "del", n]);
+            let _ = std::fs::remove_file(format!("{OWNERS}/{n}"));
         }
     }
 }
@@ -161,4 +202,35 @@ pub fn enter_netns(netns: &str) {
     // SAFETY: setns on a valid namespace fd only changes this thread's network namespace.
     let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
     assert_eq!(rc, 0, "setns");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs root"]
+    fn a_namespace_whose_maker_died_is_swept_and_a_living_makers_is_kept() {
+        let dead = Command::new("true").spawn().unwrap();
+        let dead_pid = dead.id();
+        let _ = { dead }.wait();
+        let (gone, kept) = (unique_name("lt-swept-", 64), unique_name("lt-kept-", 64));
+        let mut g = NetGuard::new();
+        g.add_ns_named(&kept);
+        sh(&["ip", "netns", "add", &gone]);
+        std::fs::write(format!("{OWNERS}/{gone}"), dead_pid.to_string()).unwrap();
+        // Not noted by the kit: never touched, whoever made it.
+        let foreign = unique_name("lt-foreign-", 64);
+        sh(&["ip", "netns", "add", &foreign]);
+        sweep_dead_owners();
+        let list = sh(&["ip", "netns", "list"]);
+        let _ = Command::new("ip").args(["netns", "del", &foreign]).status();
+        let names: Vec<&str> = list
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert!(!names.contains(&gone.as_str()), "{list}");
+        assert!(names.contains(&kept.as_str()), "{list}");
+        assert!(names.contains(&foreign.as_str()), "{list}");
+    }
 }
