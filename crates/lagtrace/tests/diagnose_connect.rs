@@ -67,14 +67,7 @@ fn diagnose(url: &str, args: &[&str]) -> (Value, String, Duration) {
 }
 
 fn show(j: &Value) -> String {
-    let ev: String = j["evidence"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| format!("{} {} {}\n", e["stance"], e["layer"], e["text"]))
-                .collect()
-        })
-        .unwrap_or_default();
+    let ev = common::evidence_lines(j);
     let connects = |r: &str| j["layers"]["app"]["data"][r]["connects"].to_string();
     let waits = |r: &str| j["layers"]["app"]["data"][r]["waits"].to_string();
     format!(

@@ -113,14 +113,7 @@ fn diagnose(url: &str, args: &[&str]) -> (Value, String) {
 }
 
 fn show(j: &Value) -> String {
-    let ev: String = j["evidence"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| format!("{} {} {}\n", e["stance"], e["layer"], e["text"]))
-                .collect()
-        })
-        .unwrap_or_default();
+    let ev = common::evidence_lines(j);
     let mut h = j["layers"]["host"].clone();
     if let Some(c) = h.pointer_mut("/data/cgroup/data/timeline") {
         *c = Value::String("…".into());

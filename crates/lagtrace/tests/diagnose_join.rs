@@ -50,14 +50,7 @@ fn diagnose(addr: SocketAddr) -> Value {
 }
 
 fn show(j: &Value) -> String {
-    let ev: String = j["evidence"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| format!("{} {} {}\n", e["stance"], e["layer"], e["text"]))
-                .collect()
-        })
-        .unwrap_or_default();
+    let ev = common::evidence_lines(j);
     let cpu = &j["layers"]["app"]["data"]["cn"]["client_cpu"];
     serde_json::to_string_pretty(&j["verdict"]).unwrap_or_default()
         + "\n"

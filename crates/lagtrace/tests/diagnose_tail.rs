@@ -61,14 +61,7 @@ fn diagnose(url: &str, args: &[&str]) -> (Value, String) {
 }
 
 fn show(j: &Value) -> String {
-    let ev: String = j["evidence"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| format!("{} {} {}\n", e["stance"], e["layer"], e["text"]))
-                .collect()
-        })
-        .unwrap_or_default();
+    let ev = common::evidence_lines(j);
     serde_json::to_string_pretty(&j["verdict"]).unwrap_or_default() + "\n" + &ev
 }
 

@@ -116,6 +116,17 @@ fn the_text_names_an_overflowing_listener_and_what_it_means() {
     assert!(text.contains("cost:"), "{text}");
 }
 
+/// `lagtrace ARGS` as user nobody (uid/gid 65534): no capability at all.
+fn as_nobody(args: &[&str]) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    Command::new(BIN)
+        .args(args)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap()
+}
+
 /// Without privilege (as `nobody`): the tracepoint part says `unavailable` and names
 /// CAP_PERFMON, the other parts still run; entering another namespace is refused naming
 /// CAP_SYS_ADMIN.
@@ -123,12 +134,7 @@ fn the_text_names_an_overflowing_listener_and_what_it_means() {
 #[ignore = "needs root"]
 fn without_privilege_the_parts_that_need_it_say_which_capability() {
     use std::os::unix::process::CommandExt;
-    let out = Command::new(BIN)
-        .args(["host", "-d", "300ms", "--json"])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
+    let out = as_nobody(&["host", "-d", "300ms", "--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -147,12 +153,7 @@ fn without_privilege_the_parts_that_need_it_say_which_capability() {
     }
     // Another user's process: reading its namespace is refused, naming CAP_SYS_PTRACE.
     let me = std::process::id().to_string();
-    let out = Command::new(BIN)
-        .args(["host", "--pid", &me, "-d", "300ms"])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
+    let out = as_nobody(&["host", "--pid", &me, "-d", "300ms"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("CAP_SYS_PTRACE"), "{err}");
@@ -164,12 +165,7 @@ fn without_privilege_the_parts_that_need_it_say_which_capability() {
         .spawn()
         .unwrap();
     let pid = own.id().to_string();
-    let out = Command::new(BIN)
-        .args(["host", "--pid", &pid, "-d", "300ms", "--json"])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
+    let out = as_nobody(&["host", "--pid", &pid, "-d", "300ms", "--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -182,12 +178,7 @@ fn without_privilege_the_parts_that_need_it_say_which_capability() {
     assert_eq!(v["cgroup"]["status"], "ok", "{}", v["cgroup"]);
     let mut g = NetGuard::new();
     let ns = g.add_ns("host-priv");
-    let out = Command::new(BIN)
-        .args(["host", "--netns", &ns, "-d", "300ms"])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
+    let out = as_nobody(&["host", "--netns", &ns, "-d", "300ms"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(

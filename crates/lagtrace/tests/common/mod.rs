@@ -112,3 +112,15 @@ pub fn diagnose_json(url: &str, args: &[&str]) -> (i32, serde_json::Value, Strin
     });
     (out.status.code().unwrap_or(-1), j, stderr)
 }
+
+/// A diagnose JSON's evidence, one `stance layer text` line each, for failure messages.
+pub fn evidence_lines(j: &serde_json::Value) -> String {
+    j["evidence"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| format!("{} {} {}\n", e["stance"], e["layer"], e["text"]))
+                .collect()
+        })
+        .unwrap_or_default()
+}
