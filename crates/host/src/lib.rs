@@ -16,6 +16,8 @@ pub mod sched;
 pub mod sockstat;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use lagtrace_model::diagnosis::evidence::Layer;
@@ -50,6 +52,47 @@ impl Default for HostOptions {
     }
 }
 
+/// Tells when a window is armed (every counter read, the drop tracer open) and ends it
+/// before its duration on demand — for a caller that drives traffic against the window and
+/// must neither start before it counts nor stop before the last packet is counted.
+#[derive(Debug, Clone, Default)]
+pub struct WindowControl(Arc<Control>);
+
+#[derive(Debug, Default)]
+struct Control {
+    armed: Mutex<bool>,
+    cv: Condvar,
+    stop: AtomicBool,
+}
+
+impl WindowControl {
+    /// Waits until the window is armed; false after `timeout` (or if it never arms: the
+    /// measurement failed before, and says why).
+    pub fn wait_armed(&self, timeout: Duration) -> bool {
+        let g = self.0.armed.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, _) = self
+            .0
+            .cv
+            .wait_timeout_while(g, timeout, |armed| !*armed)
+            .unwrap_or_else(|p| p.into_inner());
+        *g
+    }
+
+    /// Ends the window at its next sample (within one interval).
+    pub fn stop(&self) {
+        self.0.stop.store(true, Ordering::Release);
+    }
+
+    fn arm(&self) {
+        *self.0.armed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.0.cv.notify_all();
+    }
+
+    fn stopped(&self) -> bool {
+        self.0.stop.load(Ordering::Acquire)
+    }
+}
+
 /// Why the host layer could not run at all.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -69,6 +112,11 @@ pub enum HostError {
 
 /// Measures the host over `o.duration`.
 pub fn measure(o: &HostOptions) -> Result<HostReport, HostError> {
+    measure_with(o, &WindowControl::default())
+}
+
+/// Measures the host over `o.duration` or until `ctl` stops it, telling `ctl` when armed.
+pub fn measure_with(o: &HostOptions, ctl: &WindowControl) -> Result<HostReport, HostError> {
     let ns = match (o.pid, &o.netns) {
         (Some(pid), _) => {
             if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
@@ -110,7 +158,7 @@ pub fn measure(o: &HostOptions) -> Result<HostReport, HostError> {
     let (mut report, cpu_us) = ns
         .run(|| {
             let cpu0 = thread_cpu_us();
-            let r = window(o);
+            let r = window(o, ctl);
             (r, thread_cpu_us().saturating_sub(cpu0))
         })
         .map_err(|e| match e {
@@ -157,7 +205,7 @@ fn read_ends(pid: Option<u32>, dirs: Option<&cgroup::CgroupDirs>) -> Ends {
 }
 
 /// The window, on a thread inside the watched namespace.
-fn window(o: &HostOptions) -> HostReport {
+fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
     let dirs = o.pid.map(|pid| {
         let pc = std::fs::read_to_string(format!("/proc/{pid}/cgroup"));
         let mi = std::fs::read_to_string("/proc/self/mountinfo");
@@ -179,9 +227,10 @@ fn window(o: &HostOptions) -> HostReport {
         timeline.push((unix_us(), r.clone()));
     }
     let deadline = started + o.duration;
+    ctl.arm();
     loop {
         let now = Instant::now();
-        if now >= deadline {
+        if now >= deadline || ctl.stopped() {
             break;
         }
         std::thread::sleep(o.interval.min(deadline - now));

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use lagtrace_host::{HostOptions, measure};
+use lagtrace_host::{HostOptions, WindowControl, measure_with};
 use lagtrace_model::host::HostReport;
 use lagtrace_testkit::net::{NetGuard, enter_netns};
 use lagtrace_testkit::{in_ns, unique_name};
@@ -59,8 +59,37 @@ else:
     time.sleep(30)
 "#;
 
-fn window(o: HostOptions) -> std::thread::JoinHandle<HostReport> {
-    std::thread::spawn(move || measure(&o).expect("host measure"))
+/// The bound of a window that the test ends itself once its traffic is done.
+const BOUND: Duration = Duration::from_secs(15);
+
+/// A window on its own thread, armed (counters read, tracer open) before `window` returns:
+/// traffic sent after it is counted, whatever the scheduling of the test's threads.
+struct Window {
+    h: std::thread::JoinHandle<HostReport>,
+    ctl: WindowControl,
+}
+
+fn window(o: HostOptions) -> Window {
+    let ctl = WindowControl::default();
+    let h = std::thread::spawn({
+        let ctl = ctl.clone();
+        move || measure_with(&o, &ctl).expect("host measure")
+    });
+    assert!(ctl.wait_armed(BOUND), "window not armed");
+    Window { h, ctl }
+}
+
+impl Window {
+    /// Ends the window now (the test's traffic is over) and returns its report.
+    fn end(self) -> HostReport {
+        self.ctl.stop();
+        self.join()
+    }
+
+    /// Lets the window run its whole duration.
+    fn join(self) -> HostReport {
+        self.h.join().unwrap()
+    }
 }
 
 fn counter(r: &HostReport, name: &str) -> i64 {
@@ -72,12 +101,12 @@ fn counter(r: &HostReport, name: &str) -> i64 {
         .map_or(0, |c| c.delta)
 }
 
-/// `n` connects to 127.0.0.1:port from inside `ns`, held for `hold`, then reset
-/// (SO_LINGER 0) so that nothing moves after.
-fn clients(ns: String, port: u16, n: usize, hold: Duration) -> std::thread::JoinHandle<()> {
+/// `n` non-blocking connects to 127.0.0.1:port from inside `ns`, with SO_LINGER 0: the
+/// caller holds them, and dropping them resets them so that nothing moves after.
+fn connects(ns: &str, port: u16, n: usize) -> Vec<socket2::Socket> {
+    let ns = ns.to_string();
     std::thread::spawn(move || {
         enter_netns(&ns);
-        std::thread::sleep(Duration::from_millis(200));
         let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut socks = Vec::new();
         for _ in 0..n {
@@ -88,9 +117,10 @@ fn clients(ns: String, port: u16, n: usize, hold: Duration) -> std::thread::Join
             s.set_linger(Some(Duration::ZERO)).unwrap();
             socks.push(s);
         }
-        std::thread::sleep(hold);
-        drop(socks);
+        socks
     })
+    .join()
+    .unwrap()
 }
 
 #[test]
@@ -109,22 +139,21 @@ fn an_accept_queue_overflow_shows_on_its_listener_only() {
     let (full_pid, ok_pid) = (full.id(), ok.id());
     g.own_child(full);
     g.own_child(ok);
-    let d = Duration::from_millis(2500);
     let target = window(HostOptions {
         pid: Some(full_pid),
-        duration: d,
+        duration: BOUND,
         ..Default::default()
     });
     let control = window(HostOptions {
         pid: Some(ok_pid),
-        duration: d,
+        duration: BOUND,
         ..Default::default()
     });
-    let c1 = clients(ns.clone(), full_port, 30, Duration::from_millis(1500));
-    let c2 = clients(ns.clone(), ok_port, 30, Duration::from_millis(1500));
-    c1.join().unwrap();
-    c2.join().unwrap();
-    let (t, c) = (target.join().unwrap(), control.join().unwrap());
+    // Held 1.5 s (the queue sampled full), then reset, then the windows end.
+    let held = (connects(&ns, full_port, 30), connects(&ns, ok_port, 30));
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(held);
+    let (t, c) = (target.end(), control.end());
 
     let ls = t.listeners.get().unwrap();
     assert_eq!(ls.len(), 1, "only the process's own listener: {ls:?}");
@@ -228,7 +257,7 @@ fn a_cpu_quota_throttles_its_own_process_only() {
         duration: d,
         ..Default::default()
     });
-    let (t, c) = (target.join().unwrap(), control.join().unwrap());
+    let (t, c) = (target.join(), control.join());
 
     let cg = t.cgroup.get().unwrap();
     assert_eq!(
@@ -334,7 +363,7 @@ fn a_dropping_tbf_qdisc_is_counted_as_tc_counts_it() {
     }
     let target = window(HostOptions {
         netns: Some(ns.clone()),
-        duration: Duration::from_millis(1500),
+        duration: BOUND,
         ..Default::default()
     });
     let dst = format!("{net}.{third}.2:9");
@@ -342,7 +371,6 @@ fn a_dropping_tbf_qdisc_is_counted_as_tc_counts_it() {
         let ns = ns.clone();
         move || {
             enter_netns(&ns);
-            std::thread::sleep(Duration::from_millis(200));
             let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
             for _ in 0..400 {
                 let _ = s.send_to(&[0u8; 1200], &dst);
@@ -350,7 +378,9 @@ fn a_dropping_tbf_qdisc_is_counted_as_tc_counts_it() {
         }
     });
     sender.join().unwrap();
-    let r = target.join().unwrap();
+    // tbf releases what it queued within its 5 kB at 1 Mbit/s (40 ms): let it drain.
+    std::thread::sleep(Duration::from_millis(200));
+    let r = target.end();
     let qs = r.qdiscs.get().unwrap();
     let q = qs.iter().find(|q| q.dev == "lthd0").expect("lthd0 qdisc");
     assert_eq!(
@@ -405,18 +435,22 @@ fn netfilter_drops_are_counted_by_reason_as_the_rule_counts_them() {
             "table inet lthost {{\n chain out {{\n type filter hook output priority 0;\n tcp dport {dropped} counter drop\n }}\n}}\n"
         ),
     );
-    let r = window(HostOptions {
+    let w = window(HostOptions {
         netns: Some(ns.clone()),
-        duration: Duration::from_millis(2500),
+        duration: BOUND,
         ..Default::default()
     });
-    // SYNs to `dropped` die in the output hook (and are retransmitted after 1 s); SYNs to
-    // `open` are answered by a RST (no listener): not a netfilter drop.
-    let c1 = clients(ns.clone(), dropped, 5, Duration::from_millis(1500));
-    let c2 = clients(ns.clone(), open, 5, Duration::from_millis(1500));
-    c1.join().unwrap();
-    c2.join().unwrap();
-    let r = r.join().unwrap();
+    // SYNs to `dropped` die in the output hook and are retransmitted after 1 s; SYNs to
+    // `open` are answered by a RST (no listener): not a netfilter drop. The window ends
+    // once the rule has counted both rounds and the sockets are reset.
+    let held = (connects(&ns, dropped, 5), connects(&ns, open, 5));
+    let t0 = std::time::Instant::now();
+    while nft_counter(&ns, "inet", "lthost") < 10 {
+        assert!(t0.elapsed() < BOUND, "the SYNs were not retransmitted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(held);
+    let r = w.end();
     let rule = nft_counter(&ns, "inet", "lthost");
     assert!(rule >= 10, "5 SYNs and their retransmits: {rule}");
     let d = r.drops.get().unwrap_or_else(|| panic!("{:?}", r.drops));
@@ -475,18 +509,16 @@ fn a_syn_flood_with_syncookies_off_fills_the_syn_queue_of_its_listener() {
     let (a_pid, b_pid) = (a.id(), b.id());
     g.own_child(a);
     g.own_child(b);
-    let d = Duration::from_millis(2000);
     let target = window(HostOptions {
         pid: Some(a_pid),
-        duration: d,
+        duration: BOUND,
         ..Default::default()
     });
     let control = window(HostOptions {
         pid: Some(b_pid),
-        duration: d,
+        duration: BOUND,
         ..Default::default()
     });
-    std::thread::sleep(Duration::from_millis(200));
     // 200 SYNs from one spoofed address in the listener's subnet (hping3 moves the source
     // port each time), 1 ms apart (bounded). The SYN-ACKs leave through lthd0 to no one.
     in_ns(
@@ -506,7 +538,9 @@ fn a_syn_flood_with_syncookies_off_fills_the_syn_queue_of_its_listener() {
             &format!("{net}.1"),
         ],
     );
-    let (t, c) = (target.join().unwrap(), control.join().unwrap());
+    // The listener's queue sampled (every 100 ms) after the last SYN.
+    std::thread::sleep(Duration::from_millis(300));
+    let (t, c) = (target.end(), control.end());
     let qfull = counter(&t, "TcpExt.TCPReqQFullDrop");
     assert!(qfull > 0, "SYN queue full, no syncookies: {:?}", t.counters);
     let ls = t.listeners.get().unwrap();
