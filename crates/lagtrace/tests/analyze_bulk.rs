@@ -256,14 +256,15 @@ fn counts(an: &serde_json::Value) -> BTreeMap<String, u64> {
 }
 
 /// Wire segments the retransmission findings of an analysis resent (a retransmitted
-/// super-segment counts as the MSS-sized segments the kernel counts).
+/// super-segment counts as the MSS-sized segments the kernel counts; a resent SYN or
+/// SYN-ACK as one).
 fn retrans_segments(an: &serde_json::Value) -> u64 {
     let mss = 1448;
     an["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|f| f["kind"] == "retransmission")
+        .filter(|f| f["kind"] == "retransmission" || f["kind"] == "syn-retransmit")
         .map(|f| {
             let e = f["explanation"].as_str().unwrap();
             let bytes: u64 = e
@@ -279,7 +280,7 @@ fn retrans_segments(an: &serde_json::Value) -> u64 {
 
 impl Run {
     /// The two captures agree, and their retransmissions are the kernel's.
-    fn check_consistent(&self) {
+    fn check_consistent(&self, shaped: bool) {
         let (a, v) = (counts(&self.any), counts(&self.veth));
         // The two tcpdumps start and stop a moment apart (a transaction at either edge may
         // be in one file only) and stamp the same packet microseconds apart: counts agree up
@@ -311,17 +312,31 @@ impl Run {
         }
         let tx = |an: &serde_json::Value| an["transactions_total"].as_u64().unwrap();
         assert!(close(tx(&self.any), tx(&self.veth), 5), "{}", self.tag);
-        // Against the senders' own counters: printed, not asserted. Most runs match
-        // exactly (105 of 105, 11 of 11, 3 of 3 segments), but a 16 MB c=1 run showed 404
-        // resent segments against the kernel's 182 on both captures alike: not a copy (the
-        // veth capture has none), still to be explained (issue 14, open).
-        eprintln!(
-            "{}: retransmitted segments: any {}, veth {}, kernel {}",
-            self.tag,
-            retrans_segments(&self.any),
-            retrans_segments(&self.veth),
-            self.kernel_retrans
-        );
+        // Against the senders' own counters. A resend the capture cannot miss counts as the
+        // kernel counts it (per wire segment; a resend right after its original on a
+        // reordering path too: the IPv4 identifications tell it from the original arriving
+        // late — one 16 MB c=1 run had 409 by the kernel, 184 by Wireshark's time rule).
+        // Never more than the kernel (a copy or a late original counted as a resend). Behind
+        // a shaper that drops before the capture point, a resend of a dropped original may
+        // look like first data: then only the bound holds.
+        for (w, an) in [("any", &self.any), ("veth", &self.veth)] {
+            let ours = retrans_segments(an);
+            let k = self.kernel_retrans;
+            eprintln!(
+                "{}: retransmitted segments on {w}: {ours}, kernel {k}",
+                self.tag
+            );
+            assert!(
+                ours <= k,
+                "{}: {w}: {ours} resent segments, the kernel {k}",
+                self.tag
+            );
+            assert!(
+                shaped || k - ours <= (k / 20).max(2),
+                "{}: {w}: {ours} resent segments, the kernel {k}",
+                self.tag
+            );
+        }
         // The `any` capture did see the copies (else this test tests nothing).
         assert!(
             self.any["warnings"]
@@ -373,7 +388,7 @@ fn bulk_transfers_from_a_healthy_nginx_show_no_ack_stalls_and_no_copies() {
     let mut b = Bench::up(true);
     for (mb, c) in [(1, 1), (1, 32), (16, 1), (16, 32)] {
         let r = b.run(&format!("{mb}m-c{c}"), &format!("{mb}m.bin"), c, "1500ms");
-        r.check_consistent();
+        r.check_consistent(false);
         r.check_no_ack_stalls(mb == 16 && c == 32);
     }
     // Behind a tbf shaper (100 Mbit/s, 64 KB queue) on the server's egress.
@@ -386,7 +401,7 @@ fn bulk_transfers_from_a_healthy_nginx_show_no_ack_stalls_and_no_copies() {
         ],
     );
     let r = b.run("1m-c8-tbf", "1m.bin", 8, "2s");
-    r.check_consistent();
+    r.check_consistent(true);
     // Behind tbf the worker's sendfile tails wait on the client's delayed ACK as at 16 MB
     // c=32 (see check_no_ack_stalls); with ~25 transactions 4 such waits are 15 %.
     r.check_no_ack_stalls(true);
@@ -399,7 +414,7 @@ fn nagle_and_loss_keep_their_findings_through_the_copies() {
     // nginx with tcp_nodelay off, the reference page, a few keep-alive connections.
     let mut b = Bench::up(false);
     let r = b.run("nodelay-off", "index.html", 3, "1s");
-    r.check_consistent();
+    r.check_consistent(false);
     for an in [&r.any, &r.veth] {
         let n = counts(an).get("nagle-delayed-ack").copied().unwrap_or(0);
         assert!(n >= 10, "{}: {:?}", r.tag, counts(an));
@@ -416,7 +431,8 @@ fn nagle_and_loss_keep_their_findings_through_the_copies() {
         ),
     );
     let r = b.run("drop1", "1m.bin", 4, "1500ms");
-    r.check_consistent();
+    // Dropped after the capture point (the tap runs before the netdev hook): seen whole.
+    r.check_consistent(false);
     for an in [&r.any, &r.veth] {
         let n = counts(an).get("retransmission").copied().unwrap_or(0);
         assert!(n > 0, "{}: {:?}", r.tag, counts(an));

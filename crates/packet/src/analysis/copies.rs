@@ -38,6 +38,18 @@ struct Sent {
     peer_seen: u64,
 }
 
+/// What a segment is to the segments its direction already sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// A second capture of a segment already seen: not traffic.
+    Copy,
+    /// Bytes already seen in a segment with an older IPv4 identification: the sender wrote
+    /// them again (a retransmission).
+    Rewrite,
+    /// Neither (new data, or no identification to tell).
+    New,
+}
+
 /// Per-connection state: the recent segments of each direction.
 #[derive(Default)]
 pub(super) struct Copies {
@@ -65,7 +77,7 @@ impl Copies {
     /// Whether `seg`, of direction `d` seen at `ts`, repeats a segment this direction
     /// already sent (whole, or as a piece of a super-segment, or the pieces joined); if
     /// not, it is remembered. `mss`: the payload of one wire segment, to number pieces.
-    pub fn is_copy(&mut self, d: usize, ts: i64, seg: &TcpSegment<'_>, mss: u32) -> bool {
+    pub fn is_copy(&mut self, d: usize, ts: i64, seg: &TcpSegment<'_>, mss: u32) -> Seen {
         let q = &mut self.dirs[d];
         while q.front().is_some_and(|s| ts - s.ts > COPY_WINDOW_ID_NS) {
             q.pop_front();
@@ -84,15 +96,42 @@ impl Copies {
         } else {
             covered(q, &new, mss.max(1))
         };
-        if !copy {
-            if q.len() >= KEEP {
-                q.pop_front();
-            }
-            q.push_back(new);
-            self.seen[d] += 1;
+        if copy {
+            return Seen::Copy;
         }
-        copy
+        let rewrite = seg.payload_len > 0 && rewritten(q, &new, mss.max(1));
+        if q.len() >= KEEP {
+            q.pop_front();
+        }
+        q.push_back(new);
+        self.seen[d] += 1;
+        if rewrite { Seen::Rewrite } else { Seen::New }
     }
+}
+
+/// Whether some of the bytes of `new` were in a remembered segment written before it: Linux
+/// numbers the segments a socket writes on (a super-segment takes one identification per
+/// wire segment), so an overlapping segment with an older identification than `new`'s own
+/// numbering (which a copy, or a piece of the same super-segment, would carry) means the
+/// sender wrote those bytes twice. Only with identifications on both.
+fn rewritten(q: &VecDeque<Sent>, new: &Sent, mss: u32) -> bool {
+    new.id != 0
+        && q.iter().any(|s| {
+            let overlap = seq_lt(s.seq, new.end) && seq_lt(new.seq, s.end);
+            // What `new`'s identification would be as a piece of `s` (or `s` of `new`).
+            let piece_id = if seq_le(s.seq, new.seq) {
+                s.id.wrapping_add((new.seq.wrapping_sub(s.seq) / mss) as u16)
+            } else {
+                s.id.wrapping_sub((s.seq.wrapping_sub(new.seq) / mss) as u16)
+            };
+            overlap && s.id != 0 && id_older(piece_id, new.id)
+        })
+}
+
+/// Whether identification `a` was given out before `b` (16-bit serial arithmetic: the two
+/// are close in a sender's numbering).
+pub(super) fn id_older(a: u16, b: u16) -> bool {
+    (b.wrapping_sub(a) as i16) > 0
 }
 
 /// Whether `s` is recent enough for `new` to be its copy. With IPv4 identifications, the
@@ -219,6 +258,64 @@ mod tests {
         s.server_resend(1_400, 2000, 1000);
         s.copy_last(1_402);
         assert_eq!(kinds(&s.finish()), [FindingKind::Retransmission]);
+    }
+
+    /// Server segments of 1000 B at offsets `offs` (from its first byte) with the given
+    /// identifications, 5 µs apart from 1.2 ms on (well within the 100 µs RTT of each other).
+    fn server_writes(writes: &[(u32, u16)]) -> lagtrace_model::analyze::Analysis {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        let ack = 1_041;
+        for (k, &(off, id)) in writes.iter().enumerate() {
+            s.ip_id = id;
+            let fl = flags::PSH | flags::ACK;
+            s.raw(
+                1_200 + 5 * k as u64,
+                false,
+                fl,
+                5_000 + off,
+                ack,
+                &[b'y'; 1000],
+            );
+        }
+        s.finish()
+    }
+
+    #[test]
+    fn bytes_written_twice_right_away_are_a_retransmission_not_reordering() {
+        // A (id 50), B (id 51), A again (id 52) 5 µs after B: a reordering path made the
+        // receiver SACK B and the sender resend A at once. Linux counts that resend; by
+        // Wireshark's rule alone (within one RTT of B) it would be out of order.
+        let an = server_writes(&[(0, 50), (1000, 51), (0, 52)]);
+        assert_eq!(kinds(&an), [FindingKind::Retransmission]);
+        assert_eq!(an.streams[0].retransmissions, 1);
+        // The resend passed its original on the way: B, A again (52), then A (50): one
+        // retransmission, the resend, written after B.
+        let an = server_writes(&[(1000, 51), (0, 52), (0, 50)]);
+        assert_eq!(kinds(&an), [FindingKind::Retransmission]);
+        assert_eq!(an.findings[0].frames, [6], "{:?}", an.findings);
+        // Reordering alone (B before A, each written once) is no retransmission, however
+        // late A comes (past one RTT Wireshark's rule would call it one).
+        let an = server_writes(&[(1000, 51), (0, 50)]);
+        assert!(an.findings.is_empty(), "{:?}", an.findings);
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        for (t, off, id) in [(1_200, 1000, 51), (1_700, 0, 50)] {
+            s.ip_id = id;
+            s.raw(
+                t,
+                false,
+                flags::PSH | flags::ACK,
+                5_000 + off,
+                1_041,
+                &[b'y'; 1000],
+            );
+        }
+        let an = s.finish();
+        assert!(an.findings.is_empty(), "{:?}", an.findings);
+        // Without identifications Wireshark's rule stands: out of order.
+        let an = server_writes(&[(0, 0), (1000, 0), (0, 0)]);
+        assert!(an.findings.is_empty(), "{:?}", an.findings);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use lagtrace_model::analyze::{StreamSummary, SynOptions};
 
-use super::copies::Copies;
+use super::copies::{Copies, Seen, id_older};
 use super::event::{AckAdvance, DataInfo, DataSeg, Retrans, RetransKind, Seg};
 use super::us;
 use crate::wire::{TcpSegment, flags};
@@ -45,6 +45,11 @@ struct Dir {
     syn_ts: Option<i64>,
     next_seq: Option<u32>,
     next_seq_time: i64,
+    /// IPv4 identification of the segment that last advanced `next_seq` (0: none).
+    next_seq_id: u16,
+    /// This sender's identifications have not followed its sequence numbers (random or
+    /// rewritten): they cannot order its writes.
+    ids_unordered: bool,
     last_ack: Option<u32>,
     last_ack_time: i64,
     dupacks: u32,
@@ -103,6 +108,9 @@ pub(super) struct Conn {
     pub closed_at: Option<i64>,
     /// Recent segments, to recognise a second capture of one.
     copies: Copies,
+    /// The segment just checked by [`Conn::is_copy`] repeats bytes its sender already
+    /// wrote under another IPv4 identification.
+    rewrite: bool,
 }
 
 impl Conn {
@@ -119,6 +127,7 @@ impl Conn {
             last_data_dir: None,
             closed_at: None,
             copies: Copies::default(),
+            rewrite: false,
         }
     }
 
@@ -126,7 +135,9 @@ impl Conn {
     /// it is not analyzed again).
     pub fn is_copy(&mut self, d: usize, ts: i64, seg: &TcpSegment<'_>) -> bool {
         let mss = self.dirs[d].mss(&self.dirs[1 - d]);
-        self.copies.is_copy(d, ts, seg, mss)
+        let seen = self.copies.is_copy(d, ts, seg, mss);
+        self.rewrite = seen == Seen::Rewrite;
+        seen == Seen::Copy
     }
 
     /// Whether a pure SYN with this sequence number from direction `d` belongs to this
@@ -284,6 +295,7 @@ impl Conn {
         let (f, len, seq) = (seg.flags, seg.payload_len, seg.seq);
         let syn_fin = f & (flags::SYN | flags::FIN) != 0;
         let rtt_us = self.rtt_us;
+        let rewrite = std::mem::take(&mut self.rewrite);
         let [a, b] = &mut self.dirs;
         let (fw, rv) = if d == 0 { (a, b) } else { (b, a) };
         let keep_alive = len <= 1
@@ -300,16 +312,33 @@ impl Conn {
             let since_dupack = ts - rv.last_ack_time;
             let ooo_thres: i64 = rtt_us.map_or(3_000_000, |r| (r as i64) * 1000);
             let ooo_thres = if ooo_thres == 0 { 3_000_000 } else { ooo_thres };
-            if rv.dupacks >= 2 && rv.last_ack == Some(seq) && since_dupack < 20_000_000 {
+            // The sender's own numbering orders its writes, where it has one: a segment
+            // behind the newest data, written before it and repeating nothing seen, is that
+            // data's predecessor arriving late (a reordering path), not a resend.
+            let by_id = seg.ip_id != 0 && fw.next_seq_id != 0 && !fw.ids_unordered;
+            let first_write = by_id && !rewrite && id_older(seg.ip_id, fw.next_seq_id);
+            let soon = ts - fw.next_seq_time < ooo_thres && n != seq.wrapping_add(len);
+            if first_write {
+                // out of order: written once, reordered before the capture point
+            } else if rv.dupacks >= 2 && rv.last_ack == Some(seq) && since_dupack < 20_000_000 {
                 retrans = Some(RetransKind::Fast);
-            } else if ts - fw.next_seq_time < ooo_thres && n != seq.wrapping_add(len) {
-                // out of order, not a retransmission
+            } else if soon && !by_id {
+                // Out of order, not a retransmission (Wireshark's rule: within one RTT of
+                // the sender's newest data). Only without identifications: with them, a
+                // segment written after the newest data is a resend however soon (a path
+                // that reorders — a veth fed from several CPUs — makes the receiver SACK
+                // around a late segment and the sender resend it at once), and Linux counts
+                // it (`TcpRetransSegs`) like any other.
             } else if len > 0
                 && rv
                     .last_ack
                     .is_some_and(|a| seq_le(seq.wrapping_add(len), a))
             {
                 retrans = Some(RetransKind::Spurious);
+            } else if soon {
+                // Written again within one RTT of the newest data: no timer ran out, the
+                // peer's SACKs drove it (Linux's RACK recovery).
+                retrans = Some(RetransKind::Fast);
             } else {
                 retrans = Some(RetransKind::Rto);
             }
@@ -345,6 +374,10 @@ impl Conn {
         if !zwp && fw.next_seq.is_none_or(|n| seq_lt(n, nextseq)) {
             fw.next_seq = Some(nextseq);
             fw.next_seq_time = ts;
+            if fw.next_seq_id != 0 && !id_older(fw.next_seq_id, seg.ip_id) {
+                fw.ids_unordered = true;
+            }
+            fw.next_seq_id = seg.ip_id;
         }
         if f & flags::ACK != 0 {
             fw.last_ack = Some(seg.ack);
