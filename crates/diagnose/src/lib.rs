@@ -57,6 +57,7 @@ pub mod adapters;
 pub mod client_cpu;
 mod error;
 pub mod join;
+mod partial;
 pub mod rules;
 pub mod run;
 

@@ -85,8 +85,20 @@ impl DiagnoseOptions {
 pub enum Step {
     /// A layer step starts (one line: what it does).
     Start(String),
-    /// A layer step ended (one line: what it found, or why it did not run).
+    /// A layer step ended with data (one line: what it found).
     Done(String),
+    /// A layer did not measure: skipped, unavailable or failed (one line: why).
+    NotRun(String),
+}
+
+/// The step line of a layer that ended: `Done` when it has data, else `NotRun`.
+fn ended<T>(layer: &Layer<T>, line: String) -> Step {
+    use crate::evidence::LayerStatus;
+    if matches!(layer.status, LayerStatus::Ok | LayerStatus::Finding) {
+        Step::Done(line)
+    } else {
+        Step::NotRun(line)
+    }
 }
 
 /// Where the server behind the target address lives, as far as this machine can tell.
@@ -274,7 +286,7 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     };
     let (packets, sockets, host) = if !go_on || stop.load(Ordering::Relaxed) {
         let why = if stop.load(Ordering::Relaxed) {
-            "interrupted".to_string()
+            INTERRUPTED.to_string()
         } else if quick_fail || c1 == C1::NoConnection {
             "no connection could be made (the path layer saw the port closed or silent)".into()
         } else {
@@ -314,6 +326,38 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     Ok(assemble(opts, target, layers, t0))
 }
 
+/// The reason a layer gives when Ctrl-C ended the run before it measured.
+const INTERRUPTED: &str = "interrupted";
+
+/// Sleeps `d` unless `stop` is set first (checked every 20 ms); true when stopped.
+fn nap(d: Duration, stop: &AtomicBool) -> bool {
+    let end = Instant::now() + d;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= end {
+            return false;
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(20)));
+    }
+}
+
+/// Joins `h`, unless `stop` is set while it still runs (then gives up on it).
+fn join_unless_stopped<T>(
+    h: std::thread::JoinHandle<T>,
+    stop: &AtomicBool,
+) -> Option<std::thread::Result<T>> {
+    while !h.is_finished() {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(h.join())
+}
+
 /// The load budget split between the phases: c=1 gets 30 % (at least 300 ms), c=N the rest
 /// (at least 500 ms).
 #[derive(Debug, Clone, Copy)]
@@ -350,7 +394,7 @@ fn path_idle(
                 path.notes.push(n.clone());
             }
             let hops = adapters::path::hops_away(&r);
-            if !path.reached || hops.is_some_and(|h| h > 0) {
+            if (!path.reached || hops.is_some_and(|h| h > 0)) && !stop.load(Ordering::Relaxed) {
                 progress(Step::Start(format!("path: route to {}", sa.ip())));
                 let mut ro = lagtrace_probe::RouteOptions::new(sa.ip());
                 ro.port = sa.port();
@@ -380,7 +424,11 @@ fn path_idle(
         ),
         _ => "path: no reply".into(),
     };
-    progress(Step::Done(idle_line));
+    progress(if path_err.is_some() {
+        Step::NotRun(idle_line)
+    } else {
+        Step::Done(idle_line)
+    });
     (path, path_err)
 }
 
@@ -458,7 +506,7 @@ fn app_c1(
         Err(e) => {
             app.c1 = Some(adapters::app::failed(1));
             let msg = format!("{e:#}");
-            progress(Step::Done(format!("app: no connection: {msg}")));
+            progress(Step::NotRun(format!("app: no connection: {msg}")));
             (C1::NoConnection, Some(msg))
         }
     }
@@ -492,7 +540,7 @@ fn under_load(
     let pinger = {
         let ps = ping_stop.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(400));
+            nap(Duration::from_millis(400), &ps);
             ping(sa, 10, 300, &ps)
         })
     };
@@ -502,9 +550,13 @@ fn under_load(
         let loc = location.clone();
         let insp = insp.clone();
         let port = sa.port();
+        let stop = opts.stop.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(1200));
-            let l = inspect_server(&loc, port);
+            let l = if nap(Duration::from_millis(1200), &stop) {
+                Layer::skipped(INTERRUPTED)
+            } else {
+                inspect_server(&loc, port)
+            };
             *insp.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
         })
     };
@@ -540,19 +592,25 @@ fn under_load(
         .unwrap_or_else(|| Layer::error("the inspection thread did not finish"));
     progress(Step::Start("packets: analysing the capture".into()));
     let packets = finish_capture(capture, &cn);
-    progress(Step::Done(packets_line(&packets)));
-    progress(Step::Done(sockets_line(&sockets)));
-    let host = host
-        .join()
-        .unwrap_or_else(|_| Layer::error("the host layer's thread panicked"));
-    progress(Step::Done(format!(
-        "host: {}{}",
-        host.status.name(),
-        host.reason
-            .as_deref()
-            .map(|r| format!(": {r}"))
-            .unwrap_or_default()
-    )));
+    progress(ended(&packets, packets_line(&packets)));
+    progress(ended(&sockets, sockets_line(&sockets)));
+    let host = match join_unless_stopped(host, stop) {
+        Some(Ok(l)) => l,
+        Some(Err(_)) => Layer::error("the host layer's thread panicked"),
+        // Its window runs on; the process ends without it.
+        None => Layer::skipped(format!("{INTERRUPTED} before its window closed")),
+    };
+    progress(ended(
+        &host,
+        format!(
+            "host: {}{}",
+            host.status.name(),
+            host.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ),
+    ));
     UnderLoad {
         cn,
         ping,
@@ -599,7 +657,7 @@ fn app_cn(
             run
         }
         Err(e) => {
-            progress(Step::Done(format!("app: c={concurrency}: {e:#}")));
+            progress(Step::NotRun(format!("app: c={concurrency}: {e:#}")));
             adapters::app::failed(concurrency)
         }
     }
@@ -650,25 +708,12 @@ fn assemble(opts: &DiagnoseOptions, target: Target, layers: Layers, t0: Instant)
         concurrency: opts.concurrency,
         duration_us: opts.duration.as_micros() as u64,
     };
-    let mut d = Diagnosis::assemble(target, settings, layers, t0.elapsed().as_micros() as u64);
+    let d = Diagnosis::assemble(target, settings, layers, t0.elapsed().as_micros() as u64);
     if opts.stop.load(Ordering::Relaxed) {
-        // A partial run must say so wherever it is read (text, JSON, HTML).
-        d.evidence.insert(
-            0,
-            crate::verdict::EvidenceLine {
-                layer: crate::evidence::LayerName::App,
-                stance: crate::verdict::Stance::Note,
-                cause: None,
-                text: format!(
-                    "interrupted after {:.1} s of a {:.1} s load budget: the layers cover only \
-                     what ran, the verdict is from partial data",
-                    t0.elapsed().as_secs_f64(),
-                    opts.duration.as_secs_f64()
-                ),
-            },
-        );
+        crate::partial::mark(d)
+    } else {
+        d
     }
-    d
 }
 
 struct RunningCapture {

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod interrupt;
 mod logger;
 
 /// Find where network request latency comes from, layer by layer, and say why.
@@ -25,7 +26,8 @@ Start with `lagtrace demo` to see the reference case (nginx `tcp_nodelay off`, a
 Nagle/delayed-ACK stall) found, fixed and verified end to end on this machine.
 
 Exit status: 0 success; 1 the command ran and found a problem (e.g. loss, a non-healthy
-verdict); 2 the command could not run (bad usage, missing privilege, unreachable input).")]
+verdict); 2 the command could not run (bad usage, missing privilege, unreachable input);
+130 interrupted (Ctrl-C: the command stops and prints what it measured).")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,6 +62,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logger::install();
+    interrupt::install();
     let result = match cli.command {
         Command::Ping(a) => cmd::ping::run(a),
         Command::Route(a) => cmd::route::run(a),
@@ -73,8 +76,14 @@ fn main() -> ExitCode {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Demo(a) => cmd::demo::run(a),
     };
-    match result {
+    let code = match result {
         Ok(code) => code,
         Err(err) => cmd::report_error(&err),
+    };
+    // An interrupted run exits 130 whatever it printed (README, "Exit status").
+    if interrupt::interrupted() {
+        ExitCode::from(interrupt::EXIT_INTERRUPTED)
+    } else {
+        code
     }
 }

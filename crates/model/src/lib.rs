@@ -62,11 +62,14 @@ pub enum Cause {
     /// The slowest requests wait far longer than the path and scheduling explain, and no
     /// layer shows what for.
     UnexplainedTail,
+    /// The run was interrupted before every layer measured: no cause is claimed; the
+    /// layers show what was measured.
+    Partial,
 }
 
 impl Cause {
     /// Every cause, in the order of DESIGN.md.
-    pub const ALL: [Cause; 10] = [
+    pub const ALL: [Cause; 11] = [
         Cause::Healthy,
         Cause::NagleDelayedAck,
         Cause::SlowServer,
@@ -77,6 +80,7 @@ impl Cause {
         Cause::ReceiveWindow,
         Cause::Unreachable,
         Cause::UnexplainedTail,
+        Cause::Partial,
     ];
 
     /// The stable string code (`nagle-delayed-ack`, ...).
@@ -92,6 +96,7 @@ impl Cause {
             Cause::ReceiveWindow => "receive-window",
             Cause::Unreachable => "unreachable",
             Cause::UnexplainedTail => "unexplained-tail",
+            Cause::Partial => "partial",
         }
     }
 

@@ -51,6 +51,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..AnalyzeOptions::default()
     };
     let an = analyze_file(&args.file, &opts)?;
+    // Cut before its first complete record (a header cut short): nothing to analyze is an
+    // input error, not an empty capture. Cut later, what came before is analyzed (warning).
+    if an.frames == 0
+        && let Some(w) = an.warnings.iter().find(|w| w.contains("truncated"))
+    {
+        bail!("{}: {w}: no complete packet record", args.file.display());
+    }
     if let Some(k) = keep
         && k as usize >= an.streams.len()
     {

@@ -42,20 +42,23 @@ pub struct Args {
     #[arg(long)]
     pub pcapng: bool,
     /// Stop after COUNT packets
-    #[arg(short = 'c', long = "count", value_name = "COUNT")]
+    #[arg(short = 'c', long = "count", value_name = "COUNT",
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
     /// Stop after this long (e.g. 5s, 500ms, 2m)
     #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Bytes kept of each packet (0: the default, as in tcpdump)
-    #[arg(short = 's', long = "snaplen", value_name = "SNAPLEN", default_value_t = DEFAULT_SNAPLEN)]
+    #[arg(short = 's', long = "snaplen", value_name = "SNAPLEN", default_value_t = DEFAULT_SNAPLEN,
+          value_parser = clap::value_parser!(u32).range(0..=DEFAULT_SNAPLEN as i64))]
     pub snaplen: u32,
     /// Capture inside this network namespace (as made by `ip netns add`)
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
     /// Kernel capture buffer in MiB
     #[arg(short = 'B', long = "buffer-mib", value_name = "MIB",
-          default_value_t = DEFAULT_BUFFER_BYTES >> 20)]
+          default_value_t = DEFAULT_BUFFER_BYTES >> 20,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_BUFFER_MIB as i64))]
     pub buffer_mib: u32,
     /// Put the interface in promiscuous mode
     #[arg(long)]
@@ -68,6 +71,10 @@ pub struct Args {
     #[arg(trailing_var_arg = true, value_name = "FILTER")]
     pub expr: Vec<String>,
 }
+
+/// The largest kernel capture buffer `-B` takes, MiB (tcpdump takes any size and the kernel
+/// then fails or pins that much memory; 1 GiB is 60 s of a saturated 10 Gbit/s ring).
+pub const MAX_BUFFER_MIB: u32 = 1024;
 
 /// Parses `5s`, `500ms`, `2m`, `1h`, `100us` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -187,7 +194,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     );
     let stopper = handle.stopper();
     // Ctrl-C / SIGTERM: stop cleanly (drain, flush the file, print the counters).
-    ctrlc::set_handler(move || stopper.stop()).context("installing the Ctrl-C handler")?;
+    crate::interrupt::on_interrupt(move |_| stopper.stop());
     let st = handle.wait()?;
     eprintln!("{} packets captured", st.captured);
     eprintln!("{} packets received by filter", st.received_by_filter);

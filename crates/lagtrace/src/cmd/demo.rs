@@ -51,7 +51,7 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
-    install_ctrlc(stop.clone(), args.name.clone())?;
+    install_ctrlc(stop.clone(), args.name.clone());
     let check = || -> anyhow::Result<()> {
         if stop.load(Ordering::SeqCst) {
             bail!("interrupted; the lab was removed");
@@ -127,17 +127,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// First Ctrl-C: stop the running step, and the guard tears the lab down; second: now.
-fn install_ctrlc(stop: Arc<AtomicBool>, name: String) -> anyhow::Result<()> {
-    ctrlc::set_handler(move || {
-        super::diagnose::request_stop();
-        if stop.swap(true, Ordering::SeqCst) {
+/// (The running diagnosis has its own hook; the process exits 130 after the second.)
+fn install_ctrlc(stop: Arc<AtomicBool>, name: String) {
+    crate::interrupt::on_interrupt(move |press| {
+        if press >= 2 {
             // Second Ctrl-C: tear down now and leave.
             let _ = Lab::down(&name);
-            std::process::exit(130);
+            return;
         }
+        stop.store(true, Ordering::SeqCst);
         eprintln!("lagtrace demo: interrupted, tearing the lab down");
-    })
-    .context("installing the Ctrl-C handler")
+    });
 }
 
 /// nginx when installed (the reference case), else this binary's built-in server.

@@ -48,7 +48,7 @@ pub struct Args {
     #[arg(short = 'd', long, default_value = "7s", value_parser = parse_duration)]
     pub duration: Duration,
     /// Request timeout of the load
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = super::positive_duration)]
     pub timeout: Duration,
     /// https: accept any certificate (self-signed, wrong name)
     #[arg(long)]
@@ -72,7 +72,7 @@ pub struct Args {
     /// listen queues, namespace counters). Default: the process holding the listener on the
     /// target port, found when the target address is this namespace's (loopback) or a
     /// namespace's under /run/netns; otherwise the host layer is skipped
-    #[arg(long, value_name = "PID")]
+    #[arg(long, value_name = "PID", value_parser = super::process_id)]
     pub server_pid: Option<u32>,
     /// No progress lines on stderr
     #[arg(short, long)]
@@ -103,6 +103,31 @@ fn state_file(host: &str, port: u16) -> Option<PathBuf> {
         base.join("lagtrace")
             .join(format!("diagnose-{safe}-{port}.json")),
     )
+}
+
+/// How many targets' last runs the state directory keeps (the most recently written).
+pub const KEEP_STATE: usize = 64;
+
+/// Bounds the state directory: removes all but the `keep` most recent `diagnose-*.json`
+/// files (one per target) in `dir`; other files are left alone. Returns how many went.
+fn prune_state(dir: &Path, keep: usize) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut runs: Vec<(std::time::SystemTime, PathBuf)> = rd
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with("diagnose-") && n.ends_with(".json")
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    runs.sort_by_key(|r| std::cmp::Reverse(r.0));
+    runs.iter()
+        .skip(keep)
+        .filter(|(_, p)| std::fs::remove_file(p).is_ok())
+        .count()
 }
 
 fn load_baseline(p: &Path) -> anyhow::Result<Diagnosis> {
@@ -139,6 +164,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         (None, false) => None,
     };
+    // Output files are checked before any traffic; written after the verdict is printed.
+    if let Some(p) = &args.report {
+        super::check_output("--report", p)?;
+    }
+    if let Some(p) = &args.save {
+        super::check_output("--save", p)?;
+    }
     let d = diagnose(&args)?;
     let d = match baseline {
         Some((b, name)) => {
@@ -148,12 +180,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => d,
     };
-    if let Some(p) = &last
-        && let Err(e) = save(p, &d)
-        && !args.quiet
-    {
-        eprintln!("lagtrace diagnose: could not keep this run for --verify: {e:#}");
+    if let Some(p) = &last {
+        match save(p, &d) {
+            Err(e) if !args.quiet => {
+                eprintln!("lagtrace diagnose: could not keep this run for --verify: {e:#}")
+            }
+            Err(_) => {}
+            Ok(()) => {
+                if let Some(dir) = p.parent() {
+                    prune_state(dir, KEEP_STATE);
+                }
+            }
+        }
     }
+    let out = if args.json {
+        lagtrace_report::json(&d) + "\n"
+    } else {
+        lagtrace_report::text(&d)
+    };
+    std::io::stdout().write_all(out.as_bytes())?;
+    // The verdict is out; a file that cannot be written now is one error line, exit 2.
     if let Some(p) = &args.save {
         save(p, &d)?;
     }
@@ -164,12 +210,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!("report written to {}", p.display());
         }
     }
-    let out = if args.json {
-        lagtrace_report::json(&d) + "\n"
-    } else {
-        lagtrace_report::text(&d)
-    };
-    std::io::stdout().write_all(out.as_bytes())?;
     Ok(if d.verdict.cause == Cause::Healthy {
         ExitCode::SUCCESS
     } else {
@@ -182,14 +222,9 @@ static STOP: AtomicBool = AtomicBool::new(false);
 /// Runs the diagnosis with progress lines on stderr (shared with `demo`).
 pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
     let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // Another command (demo) may own the handler already; then it sets STOP itself.
-        let _ = ctrlc::set_handler(move || {
-            STOP.store(true, Ordering::SeqCst);
-            stop.store(true, Ordering::SeqCst);
-        });
-    }
+    // Once per process (demo runs several diagnoses).
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| crate::interrupt::on_interrupt(|_| STOP.store(true, Ordering::SeqCst)));
     let watcher_stop = stop.clone();
     let done = Arc::new(AtomicBool::new(false));
     let watcher = {
@@ -220,6 +255,8 @@ pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
             Step::Start(t) if tty => eprintln!("  … {t}"),
             Step::Start(_) => {}
             Step::Done(t) => eprintln!("  ✓ {t}"),
+            // Skipped, unavailable or failed: never a check mark.
+            Step::NotRun(t) => eprintln!("  ✗ {t}"),
         }
     };
     let r = lagtrace_diagnose::run(&o, &progress);
@@ -228,7 +265,37 @@ pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
     Ok(r?)
 }
 
-/// Asks a running diagnosis to stop (Ctrl-C from `demo`'s handler).
-pub fn request_stop() {
-    STOP.store(true, Ordering::SeqCst);
+#[cfg(test)]
+mod tests {
+    use super::prune_state;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn the_state_directory_keeps_the_most_recent_runs_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = SystemTime::now() - Duration::from_secs(3600);
+        for i in 0..10u64 {
+            let p = dir.path().join(format!("diagnose-10.0.0.{i}-80.json"));
+            let f = std::fs::File::create(&p).unwrap();
+            f.set_modified(t0 + Duration::from_secs(i)).unwrap();
+        }
+        std::fs::write(dir.path().join("notes.txt"), "kept").unwrap();
+        assert_eq!(prune_state(dir.path(), 4), 6);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "diagnose-10.0.0.6-80.json",
+                "diagnose-10.0.0.7-80.json",
+                "diagnose-10.0.0.8-80.json",
+                "diagnose-10.0.0.9-80.json",
+                "notes.txt"
+            ]
+        );
+        assert_eq!(prune_state(dir.path(), 4), 0);
+    }
 }

@@ -93,7 +93,7 @@ pub enum Server {
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
+    crate::interrupt::on_interrupt(|_| INTERRUPTED.store(true, Ordering::SeqCst));
     match args.command {
         LabCommand::Up { name, server, json } => up(&name, server, json),
         LabCommand::Down { name, all } => {

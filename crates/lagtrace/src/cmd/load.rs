@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use lagtrace_load::{LoadOptions, Progress, parse_duration};
+use lagtrace_load::{LoadOptions, Progress};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -40,7 +40,7 @@ pub struct LoadArgs {
     #[arg(short = 't', long, default_value_t = 2)]
     pub threads: usize,
     /// Duration of the test (10s, 1m, 500ms) [default: 10s; with -n: until N, at most 10m]
-    #[arg(short = 'd', long, value_parser = parse_duration)]
+    #[arg(short = 'd', long, value_parser = super::positive_duration)]
     pub duration: Option<Duration>,
     /// Stop after exactly N requests (responses plus requests that failed: timeout, read,
     /// write)
@@ -54,10 +54,10 @@ pub struct LoadArgs {
     #[arg(long, requires = "rate")]
     pub uncorrected: bool,
     /// Abandon a request (count a timeout, replace the connection) after this long
-    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    #[arg(long, value_parser = super::positive_duration, default_value = "2s")]
     pub timeout: Duration,
     /// Count a connect error when a connection is not established after this long
-    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    #[arg(long, value_parser = super::positive_duration, default_value = "2s")]
     pub connect_timeout: Duration,
     /// Print the latency distribution (50% .. 99.99%)
     #[arg(long)]
@@ -91,6 +91,9 @@ pub struct LoadArgs {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let args = *args.inner;
+    if let Some(p) = &args.hdr_log {
+        super::check_output("--hdr-log", p)?;
+    }
     let body = match (&args.body, &args.body_file) {
         (Some(b), _) => Some(b.clone().into_bytes()),
         (None, Some(f)) => Some(
@@ -119,7 +122,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     // Ctrl-C stops the run; the report covers what ran. A second Ctrl-C is left to the
     // handler too: the run ends within a few milliseconds of the first.
-    let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
+    crate::interrupt::on_interrupt(|_| STOP.store(true, Ordering::Relaxed));
     // wrk's header, printed once the run has started (so that a target that cannot be
     // reached gets only the error line).
     let header = std::cell::Cell::new(args.json);

@@ -227,7 +227,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ttl: args.ttl as u8,
         fallback_to_connect: true,
     };
-    let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
+    crate::interrupt::on_interrupt(|_| STOP.store(true, Ordering::Relaxed));
     let json = args.json;
     let mut out = std::io::stdout();
     let timeout = opts.timeout;

@@ -73,8 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let server =
         Server::spawn(opts.clone()).with_context(|| format!("listening on {}", args.listen))?;
     let stop = server.stopper();
-    ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
-        .context("installing the Ctrl-C/SIGTERM handler")?;
+    crate::interrupt::on_interrupt(move |_| stop.store(true, Ordering::Relaxed));
     eprintln!(
         "lagtrace serve: listening on {} (pid {}): nodelay {}, {} write(s) per response, think {} ms, cork {}, body {} bytes",
         server.local_addr(),

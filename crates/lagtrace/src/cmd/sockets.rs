@@ -28,10 +28,10 @@ Examples:
   lagtrace sockets --record -- wrk -t1 -c2 -d1s http://127.0.0.1:8080/")]
 pub struct Args {
     /// Only sockets whose local or remote port is P
-    #[arg(long, value_name = "P")]
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..))]
     port: Option<u16>,
     /// Only sockets held by this process id
-    #[arg(long)]
+    #[arg(long, value_parser = super::process_id)]
     pid: Option<u32>,
     /// Only sockets held by processes with this command name (e.g. nginx)
     #[arg(long, value_name = "NAME")]
@@ -266,6 +266,9 @@ fn render_inspection(ins: &Inspection, show_ns: bool) -> String {
 fn run_record(args: Args) -> anyhow::Result<ExitCode> {
     if args.cmd.is_empty() {
         bail!("--record needs a command: lagtrace sockets --record -- CMD ARGS...");
+    }
+    if let Some(p) = &args.output {
+        super::check_output("-o", p)?;
     }
     let live: Box<dyn std::io::Write + Send> = match &args.output {
         Some(p) => Box::new(std::io::BufWriter::new(

@@ -1,0 +1,179 @@
+//! An interrupted diagnosis: the verdict is `partial` and claims no cause; it says what was
+//! measured and what was not, and the layers keep the data they have.
+
+use crate::evidence::{LayerName, LayerStatus};
+use crate::verdict::{Confidence, Cost, EvidenceLine, Stance, Verdict};
+use crate::{Diagnosis, Layers};
+use lagtrace_model::{Cause, Micros};
+
+/// Turns the judged diagnosis of an interrupted run into a `partial` one: no cause, no fix,
+/// no layer marked `finding`; the evidence keeps its measurements (notes) and adds, as a
+/// note, what the data so far points to (never `healthy`: a run cut short cannot show that).
+pub fn mark(mut d: Diagnosis) -> Diagnosis {
+    let judged = d.verdict.cause;
+    let (measured, missing) = coverage(&d.layers);
+    let elapsed = d.elapsed_us as f64 / 1e6;
+    let mut summary = format!(
+        "interrupted {elapsed:.1} s into the run: no cause is claimed from partial data; \
+         measured: {}",
+        if measured.is_empty() {
+            "nothing".to_string()
+        } else {
+            measured.join(", ")
+        }
+    );
+    if !missing.is_empty() {
+        summary.push_str(&format!("; not measured: {}", missing.join(", ")));
+    }
+    for l in LayerName::ALL {
+        let st = status_mut(&mut d.layers, l);
+        if *st == LayerStatus::Finding {
+            *st = LayerStatus::Ok;
+        }
+    }
+    let mut evidence = vec![note(format!(
+        "interrupted {elapsed:.1} s into the run (load budget {:.1} s): the layers cover only \
+         what ran",
+        d.settings.duration_us as f64 / 1e6
+    ))];
+    if !matches!(judged, Cause::Healthy | Cause::Unreachable | Cause::Partial) {
+        evidence.push(note(format!(
+            "the data measured so far points to {judged} (not confirmed: run the diagnosis to \
+             the end)"
+        )));
+    }
+    evidence.extend(
+        d.evidence
+            .drain(..)
+            .filter(|e| e.stance == Stance::Note && e.cause.is_none()),
+    );
+    d.evidence = evidence;
+    d.verdict = Verdict {
+        cause: Cause::Partial,
+        secondary: Vec::new(),
+        confidence: Confidence::Low,
+        summary,
+        cost: Cost {
+            p50_us: d.verdict.cost.p50_us,
+            concurrency: d.verdict.cost.concurrency,
+            ..Cost::default()
+        },
+        mechanism: None,
+        tail: None,
+        fix: Vec::new(),
+    };
+    d
+}
+
+fn note(text: String) -> EvidenceLine {
+    EvidenceLine {
+        layer: LayerName::App,
+        stance: Stance::Note,
+        cause: None,
+        text,
+    }
+}
+
+fn status_mut(layers: &mut Layers, l: LayerName) -> &mut LayerStatus {
+    match l {
+        LayerName::Path => &mut layers.path.status,
+        LayerName::App => &mut layers.app.status,
+        LayerName::Packets => &mut layers.packets.status,
+        LayerName::Sockets => &mut layers.sockets.status,
+        LayerName::Host => &mut layers.host.status,
+    }
+}
+
+/// The layers with data (the app's runs with their request counts), and those without.
+fn coverage(layers: &Layers) -> (Vec<String>, Vec<String>) {
+    let mut measured = Vec::new();
+    let mut missing = Vec::new();
+    for l in LayerName::ALL {
+        let has_data = matches!(layers.status(l), LayerStatus::Ok | LayerStatus::Finding);
+        if !has_data {
+            missing.push(l.name().to_string());
+            continue;
+        }
+        if l != LayerName::App {
+            measured.push(l.name().to_string());
+            continue;
+        }
+        let app = layers.app.get().cloned().unwrap_or_default();
+        let runs: Vec<String> = [app.c1, app.cn]
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                format!(
+                    "c={} {} requests{}",
+                    r.concurrency,
+                    r.requests,
+                    if r.requests > 0 {
+                        format!(", p50 {}", Micros(r.latency.p50_us))
+                    } else {
+                        String::new()
+                    }
+                )
+            })
+            .collect();
+        measured.push(format!("app ({})", runs.join("; ")));
+    }
+    (measured, missing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::{AppEvidence, AppRun, Layer, Target};
+    use crate::{Assemble, Settings};
+
+    fn interrupted(app: AppEvidence) -> Diagnosis {
+        let layers = Layers {
+            path: Layer::unavailable("no CAP_NET_RAW"),
+            app: Layer::ran(app),
+            packets: Layer::skipped("interrupted"),
+            sockets: Layer::skipped("interrupted"),
+            host: Layer::skipped("interrupted"),
+        };
+        let target = Target {
+            url: "http://127.0.0.1:1/".into(),
+            host: "127.0.0.1".into(),
+            addr: "127.0.0.1".into(),
+            port: 1,
+        };
+        let settings = Settings {
+            concurrency: 32,
+            duration_us: 7_000_000,
+        };
+        mark(Diagnosis::assemble(target, settings, layers, 500_000))
+    }
+
+    #[test]
+    fn an_interrupted_run_claims_no_cause_and_says_what_it_measured() {
+        let c1 = AppRun {
+            concurrency: 1,
+            requests: 12,
+            ..AppRun::default()
+        };
+        let d = interrupted(AppEvidence {
+            c1: Some(c1),
+            cn: None,
+        });
+        assert_eq!(d.verdict.cause, Cause::Partial);
+        assert!(d.verdict.fix.is_empty() && d.verdict.secondary.is_empty());
+        assert!(
+            d.verdict.summary.contains("app (c=1 12 requests"),
+            "{}",
+            d.verdict.summary
+        );
+        assert!(
+            d.verdict
+                .summary
+                .contains("not measured: path, packets, sockets, host"),
+            "{}",
+            d.verdict.summary
+        );
+        let all = serde_json::to_string(&d).unwrap();
+        assert!(!all.contains("healthy"), "{all}");
+        assert!(!all.contains("\"finding\""), "{all}");
+    }
+}

@@ -1,0 +1,259 @@
+//! One rule for Ctrl-C and bad input (README, "Exit status"): an interrupted `diagnose`
+//! stops within moments, says `partial` (never `healthy`) and exits 130; an invalid argument
+//! is refused with one error line and a non-zero exit before any packet is sent (a capture
+//! on the lab's interface counts them).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::BIN;
+use lagtrace_testkit::ns_lab::NsLab;
+
+/// A broken HTTP server on its own port in `lab`'s namespace: it accepts and reads each
+/// request, then answers after `delay` — or never (`None`), holding the connection.
+struct Broken {
+    port: u16,
+    stop: Arc<AtomicBool>,
+}
+
+impl Broken {
+    fn start(lab: &NsLab, delay: Option<Duration>) -> Broken {
+        let l = lab
+            .netns()
+            .run(|| TcpListener::bind((lab.server, 0)))
+            .expect("enter the lab namespace")
+            .expect("bind");
+        let port = l.local_addr().unwrap().port();
+        l.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        let st = st.clone();
+                        std::thread::spawn(move || serve(s, delay, &st));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Broken { port, stop }
+    }
+}
+
+impl Drop for Broken {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn serve(mut s: TcpStream, delay: Option<Duration>, stop: &AtomicBool) {
+    s.set_nonblocking(false).unwrap();
+    let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut buf = Vec::new();
+    let mut b = [0u8; 2048];
+    while !stop.load(Ordering::Relaxed) {
+        match s.read(&mut b) {
+            Ok(0) => return,
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
+        }
+        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            buf.drain(..end + 4);
+            let Some(d) = delay else { continue };
+            std::thread::sleep(d);
+            let body = "slow\n";
+            let r = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n{body}",
+                body.len()
+            );
+            if s.write_all(r.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Starts `lagtrace diagnose URL`, sends SIGINT after `after`, and returns the output and
+/// how long the process took to exit after the signal.
+fn interrupt_diagnose(url: &str, after: Duration) -> (Output, Duration) {
+    let home = tempfile::tempdir().unwrap();
+    let child = Command::new(BIN)
+        .args(["diagnose", url, "-d", "7s"])
+        .env("XDG_STATE_HOME", home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run lagtrace");
+    std::thread::sleep(after);
+    let t = Instant::now();
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    (out, t.elapsed())
+}
+
+fn check_partial(out: &Output, took: Duration, when: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("SIGINT {when}: exited {took:?} after the signal\n{stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(130), "{when}: {stdout}{stderr}");
+    assert!(
+        stdout.contains("VERDICT  partial"),
+        "{when}: no partial verdict: {stdout}"
+    );
+    assert!(
+        !stdout.to_lowercase().contains("healthy"),
+        "{when}: an interrupted run claims health: {stdout}"
+    );
+    assert!(stdout.contains("measured: "), "{when}: {stdout}");
+    // Ctrl-C stops any phase within ~200 ms; the bound leaves room for a loaded machine
+    // (the packets are still analysed and the verdict printed).
+    assert!(took < Duration::from_millis(1500), "{when}: took {took:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn sigint_early_into_diagnose_against_a_silent_server_is_partial_and_exits_130() {
+    let lab = NsLab::up("intr", 10);
+    let silent = Broken::start(&lab, None);
+    let url = format!("http://{}:{}/", lab.server, silent.port);
+    let _turn = lagtrace_testkit::measuring();
+    let (out, took) = interrupt_diagnose(&url, Duration::from_millis(500));
+    check_partial(&out, took, "at 0.5 s");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn sigint_in_the_concurrent_phase_against_a_slow_server_is_partial_and_exits_130() {
+    let lab = NsLab::up("ints", 10);
+    // Slow but within the 2 s request timeout: c=1 completes requests, so at 3 s the c=N
+    // phase (capture, host window, socket inspection) runs.
+    let slow = Broken::start(&lab, Some(Duration::from_millis(700)));
+    let url = format!("http://{}:{}/", lab.server, slow.port);
+    let _turn = lagtrace_testkit::measuring();
+    let (out, took) = interrupt_diagnose(&url, Duration::from_secs(3));
+    check_partial(&out, took, "at 3 s");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("c=1 "), "c=1 was measured: {stdout}");
+}
+
+/// Runs lagtrace with `args` (bounded at 20 s).
+fn lagtrace(args: &[&str]) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    Command::new(BIN)
+        .args(args)
+        .env("XDG_STATE_HOME", home.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run lagtrace")
+}
+
+#[test]
+#[ignore = "needs root"]
+fn invalid_arguments_are_refused_before_any_packet() {
+    let lab = NsLab::up("args", 10);
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("wire.pcap");
+    let td = lagtrace_testkit::tcpdump::tcpdump_on(None, &lab.host_iface, &pcap, lab.port);
+    let hp = format!("{}:{}", lab.server, lab.port);
+    let url = format!("http://{hp}/");
+    let no_dir = dir.path().join("no/such/dir/out");
+    let no_dir = no_dir.to_str().unwrap();
+    // pid_max is at most 2^22: this pid never exists.
+    let no_pid = "4194305";
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["diagnose", &url, "--timeout", "0"],
+        vec!["diagnose", &url, "--timeout", "0ms"],
+        vec!["diagnose", &url, "-d", "0"],
+        vec!["diagnose", &url, "-c", "0"],
+        vec!["diagnose", &url, "--server-pid", "0"],
+        vec!["diagnose", &url, "--server-pid", no_pid],
+        vec!["diagnose", &url, "--report", no_dir],
+        vec!["diagnose", &url, "--save", no_dir],
+        vec!["load", &url, "--timeout", "0", "-d", "1s"],
+        vec!["load", &url, "--connect-timeout", "0", "-d", "1s"],
+        vec!["load", &url, "-d", "0"],
+        vec!["load", &url, "-d", "1s", "--hdr-log", no_dir],
+        vec!["ping", &hp, "-c", "0"],
+        vec!["ping", &hp, "-W", "0"],
+        vec!["ping", &hp, "-p", "0"],
+        vec!["ping", &hp, "--ttl", "0"],
+        vec!["sockets", "--pid", "0"],
+        vec!["sockets", "--pid", no_pid],
+        vec!["sockets", "--port", "0"],
+        vec!["sockets", "--record", "-o", no_dir, "--", "true"],
+        vec!["capture", "-i", &lab.host_iface, "-B", "4096", "-c", "1"],
+        vec!["capture", "-i", &lab.host_iface, "-B", "0", "-c", "1"],
+        vec!["capture", "-i", &lab.host_iface, "-c", "0"],
+        vec!["capture", "-i", &lab.host_iface, "-s", "300000", "-c", "1"],
+        vec!["capture", "-i", &lab.host_iface, "-w", no_dir, "-c", "1"],
+    ];
+    for args in &cases {
+        let o = lagtrace(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        let code = o.status.code();
+        assert!(
+            matches!(code, Some(c) if c != 0 && c != 130),
+            "{args:?}: exit {code:?}: {err}"
+        );
+        assert_eq!(code, Some(2), "{args:?}: bad usage is exit 2: {err}");
+        // One line: ours alone, or clap's with its standard hint line after it.
+        let lines: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("For more information"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {err}");
+        assert!(lines[0].contains("error"), "{args:?}: {err}");
+        assert!(
+            o.stdout.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    // Give a late packet time to show up, then count.
+    std::thread::sleep(Duration::from_millis(300));
+    lagtrace_testkit::tcpdump::stop_tcpdump(td);
+    let frames = lagtrace_testkit::tshark_fields(&pcap, None, &["frame.number"]);
+    assert_eq!(
+        frames.len(),
+        0,
+        "packets reached the lab before the arguments were refused"
+    );
+    // The capture is live: one real exchange shows up (the count above can fail).
+    let td = lagtrace_testkit::tcpdump::tcpdump_on(None, &lab.host_iface, &pcap, lab.port);
+    lab.exchange();
+    std::thread::sleep(Duration::from_millis(300));
+    lagtrace_testkit::tcpdump::stop_tcpdump(td);
+    assert!(!lagtrace_testkit::tshark_fields(&pcap, None, &["frame.number"]).is_empty());
+}
+
+#[test]
+fn analyze_refuses_a_capture_cut_in_its_first_record_header() {
+    let src = std::fs::read(lagtrace_testkit::case_pcap("healthy.pcap")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("cut.pcap");
+    // The 24-byte file header and 6 bytes of the first record header.
+    std::fs::write(&f, &src[..30]).unwrap();
+    let o = lagtrace(&["analyze", f.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("truncated"), "{err}");
+    // A file header alone is a valid, empty capture (as tshark reads it).
+    std::fs::write(&f, &src[..24]).unwrap();
+    let o = lagtrace(&["analyze", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+}
