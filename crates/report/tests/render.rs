@@ -457,44 +457,12 @@ fn verified_report_draws_before_and_after_series() {
 
 // ---- labels measured in the browser ---------------------------------------------------
 
-/// Appended to a copy of the report (the report itself runs no script): every SVG label's
-/// rendered box, compared pairwise; the result goes into the DOM that `--dump-dom` prints.
-const MEASURE: &str = r#"<script>
-(() => {
-  const boxes = [...document.querySelectorAll('svg text')].map(t => ({
-    svg: t.closest('svg').id || '?',
-    text: [...t.childNodes].filter(n => n.nodeType === 3).map(n => n.data).join(''),
-    r: t.getBoundingClientRect(),
-  })).filter(b => b.r.width > 0 && b.r.height > 0);
-  const out = [];
-  // Boxes of adjacent lines touch; an overlap is more than a pixel each way.
-  const over = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1 &&
-                         Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 1;
-  for (let i = 0; i < boxes.length; i++)
-    for (let j = i + 1; j < boxes.length; j++)
-      if (over(boxes[i].r, boxes[j].r))
-        out.push(boxes[i].svg + ': "' + boxes[i].text + '" / "' + boxes[j].text + '"');
-  // Labels that leave their chart are cut off.
-  for (const b of boxes) {
-    const s = document.getElementById(b.svg);
-    const c = s && s.getBoundingClientRect();
-    if (c && (b.r.left < c.left - 1 || b.r.right > c.right + 1))
-      out.push(b.svg + ': "' + b.text + '" leaves the chart');
-  }
-  const pre = document.createElement('pre');
-  pre.id = 'label-check';
-  pre.textContent = 'LABELS ' + boxes.length + '\n' + out.join('\n') + '\nEND';
-  document.body.appendChild(pre);
-})();
-</script>"#;
-
 /// The report's SVG labels as Chromium lays them out: how many were measured, and each
 /// pair that overlaps (or label cut off by its chart); and the browser's log.
 fn label_overlaps(html: &str, name: &str) -> (usize, Vec<String>, String) {
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join(format!("{name}.html"));
-    let measured = html.replacen("</main></body>", &format!("</main>{MEASURE}</body>"), 1);
-    assert_ne!(measured, html, "the report ends with </main></body>");
+    let measured = lagtrace_testkit::browser::with_label_check(html);
     std::fs::write(&page, measured).unwrap();
     let prof = tempfile::tempdir().unwrap();
     let mut c = chromium_cmd(prof.path());
@@ -504,18 +472,8 @@ fn label_overlaps(html: &str, name: &str) -> (usize, Vec<String>, String) {
     assert!(out.status.success(), "chromium --dump-dom failed");
     let dom = String::from_utf8_lossy(&out.stdout).into_owned();
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
-    let mark = "<pre id=\"label-check\">LABELS ";
-    let i = dom
-        .find(mark)
-        .unwrap_or_else(|| panic!("the measuring script did not run:\n{log}"))
-        + mark.len();
-    let rest = &dom[i..dom[i..].find("\nEND").map_or(dom.len(), |e| i + e)];
-    let mut lines = rest.lines();
-    let n: usize = lines.next().unwrap().trim().parse().unwrap();
-    let bad = lines
-        .filter(|l| !l.is_empty())
-        .map(|l| l.replace("&quot;", "\"").replace("&amp;", "&"))
-        .collect();
+    let (n, bad) = lagtrace_testkit::browser::label_check_result(&dom)
+        .unwrap_or_else(|| panic!("the measuring script did not run:\n{log}"));
     (n, bad, log)
 }
 
