@@ -118,6 +118,8 @@ pub fn assemble(
         target,
         settings,
         elapsed_us,
+        started_unix_us: 0,
+        lagtrace_version: env!("CARGO_PKG_VERSION").into(),
         verdict: j.verdict,
         layers,
         evidence: j.evidence,

@@ -708,7 +708,12 @@ fn assemble(opts: &DiagnoseOptions, target: Target, layers: Layers, t0: Instant)
         concurrency: opts.concurrency,
         duration_us: opts.duration.as_micros() as u64,
     };
-    let d = Diagnosis::assemble(target, settings, layers, t0.elapsed().as_micros() as u64);
+    let elapsed = t0.elapsed();
+    let mut d = Diagnosis::assemble(target, settings, layers, elapsed.as_micros() as u64);
+    // The report's run date: the wall clock now, less the monotonic time the run took.
+    d.started_unix_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |n| n.saturating_sub(elapsed).as_micros() as u64);
     if opts.stop.load(Ordering::Relaxed) {
         crate::partial::mark(d)
     } else {

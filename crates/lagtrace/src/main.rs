@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod cmd;
 mod interrupt;
@@ -57,6 +57,10 @@ enum Command {
     Serve(cmd::serve::Args),
     /// The reference case end to end: lab up, diagnose, fix, verify, lab down
     Demo(cmd::demo::Args),
+    /// Shell completions for bash, zsh, fish, elvish or PowerShell
+    Completions(cmd::shell::CompletionsArgs),
+    /// Manual pages (roff), generated from the same definitions as --help
+    Man(cmd::shell::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +79,8 @@ fn main() -> ExitCode {
         Command::Lab(a) => cmd::lab::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Completions(a) => cmd::shell::completions(a, Cli::command()),
+        Command::Man(a) => cmd::shell::man(a, Cli::command()),
     };
     let code = match result {
         Ok(code) => code,

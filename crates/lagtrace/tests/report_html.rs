@@ -94,10 +94,17 @@ fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
     assert!(dom.contains("class=\"stall\""));
     assert!(dom.contains("stall: Nagle holds the segment until the client"));
     assert!(dom.contains("GET /"));
-    tail_charts(
-        &dom,
-        &serde_json::from_slice(&out.stdout).expect("diagnose --json"),
-    );
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).expect("diagnose --json");
+    handshake_and_header(&dom, &d);
+    tail_charts(&dom, &d);
+    // Every label of the page (ladder, charts) has room of its own, as Chromium lays it out.
+    let checked = dir.path().join("checked.html");
+    std::fs::write(&checked, lagtrace_testkit::browser::with_label_check(&page)).unwrap();
+    let (cdom, clog) = chromium(&["--dump-dom".into(), format!("file://{}", checked.display())]);
+    let (n, bad) = lagtrace_testkit::browser::label_check_result(&cdom)
+        .unwrap_or_else(|| panic!("the label check did not run: {clog}"));
+    assert!(n >= 20, "only {n} labels measured");
+    assert!(bad.is_empty(), "labels collide:\n{}", bad.join("\n"));
     // The screenshot is a drawn page, not a blank one.
     let shot = dir.path().join("shot.png");
     chromium(&[format!("--screenshot={}", shot.display()), url]);
@@ -113,6 +120,41 @@ fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
 /// The per-request timelines and the tail's decomposition in the rendered page agree with
 /// the diagnosis's JSON: one mark per kept record of each run, one colour per connection
 /// (of the twelve), and the tail's parts as bars when the verdict has a tail.
+/// The ladder opens with the captured connection's handshake (SYN, SYN-ACK, ACK), and the
+/// header names the run's date and the version.
+fn handshake_and_header(dom: &str, d: &serde_json::Value) {
+    let f = &d["layers"]["packets"]["data"]["example_flow"];
+    let flags = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|p| p["flags"].as_str().unwrap_or("").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut opening = flags(&f["handshake"]);
+    if opening.is_empty() {
+        opening = flags(&f["packets"]).into_iter().take(3).collect();
+    }
+    assert_eq!(opening, ["SYN", "SYN,ACK", "ACK"], "{f:#}");
+    assert!(dom.contains("SYN,ACK"));
+    let started = d["started_unix_us"].as_u64().expect("started_unix_us");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    assert!(
+        started < now && now - started < 600_000_000,
+        "{started} vs {now}"
+    );
+    assert!(
+        dom.contains("<div class=\"sub\" id=\"run\">run 20"),
+        "run date in the header"
+    );
+    assert!(dom.contains(&format!("· lagtrace {}</div>", env!("CARGO_PKG_VERSION"))));
+}
+
 fn tail_charts(dom: &str, d: &serde_json::Value) {
     let mut timelines = 0;
     for run in ["c1", "cn"] {

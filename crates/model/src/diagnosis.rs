@@ -70,6 +70,13 @@ pub struct Diagnosis {
     pub settings: Settings,
     /// Wall time of the whole diagnosis.
     pub elapsed_us: u64,
+    /// When the run started, µs since the Unix epoch (0: not recorded, as in diagnoses saved
+    /// before it was).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub started_unix_us: u64,
+    /// The lagtrace version that ran it (empty: not recorded).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lagtrace_version: String,
     /// The conclusion.
     pub verdict: Verdict,
     /// Each layer's status and data.
@@ -79,6 +86,10 @@ pub struct Diagnosis {
     /// Before/after, when verifying against a baseline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<Verify>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl Diagnosis {

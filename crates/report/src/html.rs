@@ -8,7 +8,8 @@ use lagtrace_model::diagnosis::Diagnosis;
 use lagtrace_model::diagnosis::evidence::{LayerName, LayerStatus};
 use lagtrace_model::diagnosis::verdict::{FixSide, Stance};
 
-use crate::svg::{Series, esc, flow_ladder, percentile_chart};
+use crate::ladder::flow_ladder;
+use crate::svg::{Series, esc, percentile_chart};
 use crate::tail::{tail_bar, timeline, timeline_caption};
 use crate::text::layer_summary;
 
@@ -38,8 +39,10 @@ code{font-family:ui-monospace,"DejaVu Sans Mono",monospace;background:#eef0f4;pa
 .chart{background:#fff;border:1px solid #e0e2e8;max-width:100%;height:auto}
 .chart .tick{font-size:11px;fill:#555}.chart .axis{font-size:12px;fill:#333}
 .chart .legend{font-size:12px;fill:#222}.chart .host{font-size:13px;font-weight:600;fill:#222}
+.chart .addr,.chart .pkt-label,.chart .time,.chart .stall-label,.chart .gap{font-family:"DejaVu Sans Mono",ui-monospace,monospace}
+.chart .addr{font-size:11px;fill:#444}.chart .gap{font-size:11px;fill:#888}
 .chart .pkt-label{font-size:11px;fill:#222}.chart .pkt-label.hot{fill:#b03a2e;font-weight:700}
-.chart .time{font-size:10.5px;fill:#666;font-family:ui-monospace,monospace}
+.chart .time{font-size:10.5px;fill:#666}
 .chart .stall-label{font-size:12px;font-weight:700;fill:#b03a2e}
 .better{color:#1e8449;font-weight:600}.worse{color:#b03a2e;font-weight:600}
 .charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:8px 0}
@@ -83,6 +86,44 @@ fn head(o: &mut String, d: &Diagnosis) {
         d.settings.concurrency,
         d.elapsed_us as f64 / 1e6
     );
+    let date = match d.started_unix_us {
+        0 => "run date not recorded".to_string(),
+        us => format!("run {}", utc(us)),
+    };
+    let version = if d.lagtrace_version.is_empty() {
+        env!("CARGO_PKG_VERSION")
+    } else {
+        &d.lagtrace_version
+    };
+    let _ = write!(
+        o,
+        "<div class=\"sub\" id=\"run\">{} · lagtrace {}</div>",
+        esc(&date),
+        esc(version)
+    );
+}
+
+/// `us` since the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC` (the proleptic Gregorian calendar,
+/// Howard Hinnant's days-to-civil algorithm: no time-zone database needed for UTC).
+pub(crate) fn utc(us: u64) -> String {
+    let secs = us / 1_000_000;
+    let days = (secs / 86_400) as i64;
+    let sod = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        sod / 3_600,
+        sod % 3_600 / 60,
+        sod % 60
+    )
 }
 
 /// The verdict box: cause, confidence, summary, cost, tail, secondary causes.
@@ -319,4 +360,17 @@ fn evidence(o: &mut String, d: &Diagnosis) {
         env!("CARGO_PKG_VERSION"),
         d.schema_version
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc;
+
+    #[test]
+    fn utc_dates_match_the_calendar() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        // `date -u -d @951782400` (a leap day) and `date -u -d @1795439696`.
+        assert_eq!(utc(951_782_400_000_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_795_439_696_000_000), "2026-11-23 13:14:56 UTC");
+    }
 }

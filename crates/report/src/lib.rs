@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 
 mod html;
+mod ladder;
 mod svg;
 mod tail;
 mod text;
@@ -12,7 +13,8 @@ mod text;
 use lagtrace_model::diagnosis::Diagnosis;
 
 pub use html::html;
-pub use svg::{Series, flow_ladder, percentile_chart};
+pub use ladder::flow_ladder;
+pub use svg::{Series, percentile_chart};
 pub use tail::{tail_bar, timeline, timeline_caption};
 pub use text::text;
 

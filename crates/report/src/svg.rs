@@ -1,9 +1,9 @@
-//! Inline SVG charts: the latency percentile chart (log-scaled percentile axis, as
-//! HdrHistogram's plots) and the flow ladder of one connection.
+//! Inline SVG: the latency percentile chart (log-scaled percentile axis, as HdrHistogram's
+//! plots); the flow ladder of one connection is in `ladder`.
 
 use std::fmt::Write as _;
 
-use lagtrace_model::diagnosis::evidence::{AppRun, Direction, Flow, PercentilePoint};
+use lagtrace_model::diagnosis::evidence::{AppRun, PercentilePoint};
 
 use crate::ms;
 
@@ -74,6 +74,21 @@ fn px(p: f64) -> f64 {
     // HdrHistogram's plot axis: 1/(1-p) on a log scale, i.e. -log10(1-p).
     let q = (1.0 - p / 100.0).max(10f64.powf(-MAX_X));
     (-q.log10()).clamp(0.0, MAX_X)
+}
+
+/// The vertices of a distribution drawn as the step function it is: between two measured
+/// percentiles p₀ < p₁ the requests took between v₀ and v₁, and v₁ is the level the band
+/// reached, so the line rises at p₀ and runs flat to p₁ (the value at each percentile is
+/// never understated, and no latency between the measured ones is invented by a ramp).
+fn steps(points: &[PercentilePoint]) -> Vec<(f64, u64)> {
+    let mut v = Vec::with_capacity(points.len() * 2);
+    for (i, p) in points.iter().enumerate() {
+        if i > 0 {
+            v.push((points[i - 1].percentile, p.latency_us));
+        }
+        v.push((p.percentile, p.latency_us));
+    }
+    v
 }
 
 /// The percentile chart: x = percentile on HdrHistogram's log axis (0%, 90%, 99%, 99.9%...),
@@ -218,16 +233,15 @@ impl Plot {
         }
     }
 
-    /// One polyline per series, and its legend entry.
+    /// One step line per series, and its legend entry.
     fn series(&self, o: &mut String, series: &[Series]) {
         let Plot { l, t, pw, .. } = *self;
         let x = |p| self.x(p);
         let y = |us| self.y(us);
         for (i, s) in series.iter().enumerate() {
-            let pts: Vec<String> = s
-                .points
-                .iter()
-                .map(|p| format!("{:.1},{:.1}", x(p.percentile), y(p.latency_us)))
+            let pts: Vec<String> = steps(&s.points)
+                .into_iter()
+                .map(|(p, us)| format!("{:.1},{:.1}", x(p), y(us)))
                 .collect();
             let _ = write!(
                 o,
@@ -260,103 +274,6 @@ impl Plot {
     }
 }
 
-/// The flow graph of one connection as a ladder: client and server lines, one arrow per
-/// packet with its time, flags and length; stalls highlighted and labelled.
-pub fn flow_ladder(f: &Flow) -> String {
-    let w = 760.0;
-    let (cx, sx) = (190.0, 590.0);
-    let row: f64 = 30.0;
-    let stall_extra: f64 = 46.0;
-    let top: f64 = 50.0;
-    // Row positions: a stall adds room above the packet that ends it.
-    let mut ys = Vec::with_capacity(f.packets.len());
-    let mut yy = top;
-    for p in &f.packets {
-        if f.stalls.iter().any(|s| s.to_frame == p.frame) {
-            yy += stall_extra;
-        }
-        ys.push(yy);
-        yy += row;
-    }
-    let h = yy + 20.0;
-    let mut o = String::new();
-    let _ = write!(
-        o,
-        r#"<svg class="chart" id="flow-ladder" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="flow graph of stream {}">"#,
-        f.stream
-    );
-    let _ = write!(
-        o,
-        r##"<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker><marker id="arrow-hot" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#c0392b"/></marker></defs>"##
-    );
-    // Stall bands.
-    for s in &f.stalls {
-        let a = f.packets.iter().position(|p| p.frame == s.from_frame);
-        let b = f.packets.iter().position(|p| p.frame == s.to_frame);
-        if let (Some(a), Some(b)) = (a, b) {
-            let (y0, y1) = (ys[a] + 6.0, ys[b] - 6.0);
-            let _ = write!(
-                o,
-                r##"<rect class="stall" x="{}" y="{y0:.1}" width="{}" height="{:.1}" fill="#fdecea" stroke="#c0392b" stroke-dasharray="4 3"/><text x="{}" y="{:.1}" text-anchor="middle" class="stall-label">{} stall: {}</text>"##,
-                cx - 10.0,
-                sx - cx + 20.0,
-                (y1 - y0).max(8.0),
-                (cx + sx) / 2.0,
-                ys[b] - stall_extra / 2.0 + 2.0,
-                esc(&ms(s.gap_us)),
-                esc(&s.label)
-            );
-        }
-    }
-    // Lifelines.
-    let _ = write!(
-        o,
-        r##"<text x="{cx}" y="20" text-anchor="middle" class="host">client {}</text><text x="{sx}" y="20" text-anchor="middle" class="host">server {}</text><line x1="{cx}" x2="{cx}" y1="30" y2="{}" stroke="#333" stroke-width="2"/><line x1="{sx}" x2="{sx}" y1="30" y2="{}" stroke="#333" stroke-width="2"/>"##,
-        esc(&f.client),
-        esc(&f.server),
-        h - 10.0,
-        h - 10.0
-    );
-    let hot: Vec<u64> = f.stalls.iter().map(|s| s.to_frame).collect();
-    for (p, &y0) in f.packets.iter().zip(&ys) {
-        let (x1, x2) = match p.dir {
-            Direction::ToServer => (cx, sx),
-            Direction::ToClient => (sx, cx),
-        };
-        let is_hot = hot.contains(&p.frame);
-        let (stroke, marker) = if is_hot {
-            ("#c0392b", "arrow-hot")
-        } else {
-            ("#444", "arrow")
-        };
-        let _ = write!(
-            o,
-            r#"<line class="pkt" x1="{x1}" y1="{y0:.1}" x2="{x2}" y2="{:.1}" stroke="{stroke}" stroke-width="{}" marker-end="url(#{marker})"/>"#,
-            y0 + 12.0,
-            if is_hot { 2.5 } else { 1.5 }
-        );
-        let label = if p.note.is_empty() {
-            format!("{} len {}", p.flags, p.len)
-        } else {
-            format!("{} len {} · {}", p.flags, p.len, p.note)
-        };
-        let _ = write!(
-            o,
-            r#"<text x="{}" y="{:.1}" text-anchor="middle" class="pkt-label{}">{}</text><text x="{}" y="{:.1}" text-anchor="end" class="time">{:.6} s  #{}</text>"#,
-            (cx + sx) / 2.0,
-            y0 + 2.0,
-            if is_hot { " hot" } else { "" },
-            esc(&label),
-            cx - 16.0,
-            y0 + 10.0,
-            p.t_us as f64 / 1e6,
-            p.frame
-        );
-    }
-    o.push_str("</svg>");
-    o
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +285,29 @@ mod tests {
         assert!((px(99.0) - 2.0).abs() < 1e-9);
         assert!((px(99.9) - 3.0).abs() < 1e-6);
         assert!((px(100.0) - MAX_X).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_distribution_is_drawn_as_steps_rising_at_the_lower_percentile() {
+        let pt = |percentile, latency_us| PercentilePoint {
+            percentile,
+            latency_us,
+        };
+        let s = steps(&[pt(0.0, 100), pt(90.0, 200), pt(99.0, 40_000)]);
+        assert_eq!(
+            s,
+            vec![
+                (0.0, 100),
+                (0.0, 200),
+                (90.0, 200),
+                (90.0, 40_000),
+                (99.0, 40_000)
+            ]
+        );
+        // Every segment is horizontal or vertical: no ramp.
+        for w in s.windows(2) {
+            assert!(w[0].0 == w[1].0 || w[0].1 == w[1].1, "{w:?}");
+        }
     }
 
     #[test]

@@ -34,14 +34,19 @@ fn nagle_case() -> Diagnosis {
         stream: 1,
         client: "10.77.0.1:41234".into(),
         server: "10.77.0.2:8080".into(),
+        handshake: vec![
+            pkt(1, 0, ToServer, "SYN", 0, ""),
+            pkt(2, 71, ToClient, "SYN,ACK", 0, ""),
+            pkt(3, 95, ToServer, "ACK", 0, ""),
+        ],
         packets: vec![
-            pkt(12, 0, ToServer, "PSH,ACK", 41, "GET / (request 1)"),
-            pkt(13, 884, ToClient, "PSH,ACK", 238, "response headers"),
-            pkt(14, 894, ToClient, "PSH,ACK", 615, "body"),
-            pkt(15, 938, ToServer, "PSH,ACK", 41, "GET / (request 2)"),
-            pkt(16, 3_397, ToClient, "PSH,ACK", 238, "headers (writev)"),
-            pkt(17, 44_638, ToServer, "ACK", 0, "delayed ACK"),
-            pkt(18, 44_932, ToClient, "PSH,ACK", 615, "body held by Nagle"),
+            pkt(12, 1_000, ToServer, "PSH,ACK", 41, "GET / (request 1)"),
+            pkt(13, 1_884, ToClient, "PSH,ACK", 238, "response headers"),
+            pkt(14, 1_894, ToClient, "PSH,ACK", 615, "body"),
+            pkt(15, 1_938, ToServer, "PSH,ACK", 41, "GET / (request 2)"),
+            pkt(16, 4_397, ToClient, "PSH,ACK", 238, "headers (writev)"),
+            pkt(17, 45_638, ToServer, "ACK", 0, "delayed ACK"),
+            pkt(18, 45_932, ToClient, "PSH,ACK", 615, "body held by Nagle"),
         ],
         stalls: vec![Stall {
             from_frame: 16,
@@ -89,7 +94,7 @@ fn nagle_case() -> Diagnosis {
         "/run/lagtrace/lab/latency.conf",
         12,
     )];
-    Diagnosis::assemble(
+    let mut d = Diagnosis::assemble(
         target(),
         Settings {
             concurrency: 32,
@@ -97,7 +102,10 @@ fn nagle_case() -> Diagnosis {
         },
         layers,
         11_200_000,
-    )
+    );
+    // `date -u -d @1795439696`: Mon Nov 23 13:14:56 UTC 2026.
+    d.started_unix_us = 1_795_439_696_000_000;
+    d
 }
 
 /// The same after the fix, verified against the first.
@@ -387,6 +395,20 @@ fn html_report_renders_in_headless_chromium_with_charts_and_stall() {
         7,
         "one arrow per packet"
     );
+    assert_eq!(
+        dom.matches("class=\"pkt handshake\"").count(),
+        3,
+        "SYN, SYN-ACK, ACK on the ladder"
+    );
+    assert!(dom.contains("SYN,ACK (handshake)"));
+    assert!(dom.contains("later on the same connection"));
+    assert!(
+        dom.contains(&format!(
+            "run 2026-11-23 13:14:56 UTC · lagtrace {}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "run date and version in the header"
+    );
     assert!(dom.contains("class=\"stall\""));
     assert!(dom.contains("41.53ms stall: Nagle holds the body"));
     // The screenshot is not blank: many colours, and the drawn parts are visible.
@@ -431,4 +453,142 @@ fn verified_report_draws_before_and_after_series() {
     let before = px.iter().filter(|p| near(**p, [0xf1, 0x94, 0x8a])).count();
     assert!(green > 5_000, "green verdict: {green}");
     assert!(before > 100, "before series: {before}");
+}
+
+// ---- labels measured in the browser ---------------------------------------------------
+
+/// The report's SVG labels as Chromium lays them out: how many were measured, and each
+/// pair that overlaps (or label cut off by its chart); and the browser's log.
+fn label_overlaps(html: &str, name: &str) -> (usize, Vec<String>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join(format!("{name}.html"));
+    let measured = lagtrace_testkit::browser::with_label_check(html);
+    std::fs::write(&page, measured).unwrap();
+    let prof = tempfile::tempdir().unwrap();
+    let mut c = chromium_cmd(prof.path());
+    c.arg("--dump-dom")
+        .arg(format!("file://{}", page.display()));
+    let out = run_limited(c);
+    assert!(out.status.success(), "chromium --dump-dom failed");
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    let (n, bad) = lagtrace_testkit::browser::label_check_result(&dom)
+        .unwrap_or_else(|| panic!("the measuring script did not run:\n{log}"));
+    (n, bad, log)
+}
+
+/// A busy connection: IPv6 endpoints, long request lines with several findings marked,
+/// two stalls ending on the same packet and a third overlapping them.
+fn busy_case() -> Diagnosis {
+    use Direction::*;
+    let mut d = nagle_case();
+    let long = "GET /api/v2/search?q=a-very-long-query-string&page=12&sort=relevance HTTP/1.1";
+    let mut packets = Vec::new();
+    for i in 0..40u64 {
+        let (dir, flags, len, note) = match i % 4 {
+            0 => (
+                ToServer,
+                "PSH,ACK",
+                96,
+                format!("{long} · retransmission, dsack"),
+            ),
+            1 => (ToClient, "ACK", 0, String::new()),
+            2 => (
+                ToClient,
+                "PSH,ACK",
+                1448,
+                "HTTP/1.1 200 OK · held-until-ack".into(),
+            ),
+            _ => (
+                ToServer,
+                "FIN,PSH,ACK,ECE,CWR",
+                0,
+                "nagle-delayed-ack".into(),
+            ),
+        };
+        packets.push(pkt(100 + i, 1_000 + i * 50, dir, flags, len, &note));
+    }
+    let stall = |from, to, gap_us, label: &str| Stall {
+        from_frame: from,
+        to_frame: to,
+        gap_us,
+        label: label.into(),
+    };
+    let p = d.layers.packets.data.as_mut().unwrap();
+    p.example_flow = Some(Flow {
+        stream: 7,
+        client: "[2001:db8:ffff:ffff:ffff:ffff:ffff:1]:65535".into(),
+        server: "[2001:db8:ffff:ffff:ffff:ffff:ffff:2]:65535".into(),
+        handshake: vec![
+            pkt(1, 0, ToServer, "SYN", 0, ""),
+            pkt(2, 1_000_000, ToServer, "SYN", 0, "syn-retransmit"),
+            pkt(3, 1_000_071, ToClient, "SYN,ACK", 0, ""),
+            pkt(4, 1_000_095, ToServer, "ACK", 0, ""),
+        ],
+        packets,
+        stalls: vec![
+            stall(
+                104,
+                110,
+                41_535,
+                "Nagle holds the segment until the client's delayed ACK",
+            ),
+            stall(
+                106,
+                110,
+                200_000,
+                "TCP_CORK holds the partial frame until its 200 ms ceiling",
+            ),
+            stall(108, 111, 3_000, "lost: waiting for the retransmission"),
+            stall(
+                120,
+                121,
+                1_000,
+                &"a label far longer than the ladder is wide ".repeat(4),
+            ),
+        ],
+    });
+    d
+}
+
+#[test]
+fn ladder_labels_do_not_overlap_in_the_browser_even_on_a_busy_flow() {
+    // The ladder alone has 4 host labels and 2 per packet (10 and 44 packets here).
+    for (name, d, least) in [("nagle", nagle_case(), 24), ("busy", busy_case(), 92)] {
+        let html = lagtrace_report::html(&d);
+        let (n, bad, log) = label_overlaps(&html, name);
+        assert_clean_console(&log);
+        assert!(n >= least, "{name}: only {n} labels measured");
+        assert!(
+            bad.is_empty(),
+            "{name}: {} labels collide:\n{}",
+            bad.len(),
+            bad.join("\n")
+        );
+    }
+    // A cut label keeps its whole text as a tooltip.
+    let html = lagtrace_report::html(&busy_case());
+    assert!(
+        html.contains("…<") || html.contains("…</text>"),
+        "a long label is cut"
+    );
+    let whole = "a label far longer than the ladder is wide ".repeat(4);
+    assert!(
+        html.contains(&format!("stall: {whole}</title>")),
+        "its whole text stays"
+    );
+}
+
+/// The check itself: two labels drawn on top of each other are reported.
+#[test]
+fn the_label_check_sees_overlapping_labels() {
+    let html = "<!DOCTYPE html><html><body><main><svg id=\"t\" width=\"300\" height=\"60\">\
+        <text x=\"10\" y=\"20\">first label here</text><text x=\"30\" y=\"24\">second</text>\
+        <text x=\"10\" y=\"50\">apart</text></svg></main></body></html>";
+    let (n, bad, _) = label_overlaps(html, "control");
+    assert_eq!(n, 3);
+    assert_eq!(
+        bad,
+        vec!["t: \"first label here\" / \"second\"".to_string()]
+    );
 }

@@ -16,6 +16,7 @@
 //! reason in the message. Tests that need root are marked `#[ignore = "needs root"]` and run
 //! with `cargo test -- --include-ignored` (README's test command does).
 
+pub mod browser;
 pub mod chain;
 pub mod layers;
 pub mod net;

@@ -1,6 +1,6 @@
 //! Layer 3: a `lagtrace_packet` analysis → [`PacketEvidence`], and the flow of one stream.
 
-use lagtrace_packet::{Analysis, FindingKind};
+use lagtrace_packet::{Analysis, FindingKind, PacketRecord};
 
 use super::percentiles_of;
 use crate::evidence::{
@@ -127,42 +127,13 @@ pub fn flow(a: &Analysis, stream: u32, max: usize) -> Option<Flow> {
     };
     let lo = lo.max(hi.saturating_sub(max));
     let win = &pk[lo..hi];
-    let t0 = win.first()?.time_us;
-    let packets = win
-        .iter()
-        .map(|p| {
-            let to_server = p.a_to_b == s.a_is_client;
-            let note = if p.len > 0 && to_server {
-                http_line(&p.payload).unwrap_or_default()
-            } else if p.len > 0 {
-                http_line(&p.payload)
-                    .filter(|l| l.starts_with("HTTP/"))
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
-            let mut note = note;
-            if !p.marks.is_empty() {
-                if !note.is_empty() {
-                    note.push_str(" · ");
-                }
-                let marks: Vec<&str> = p.marks.iter().map(|k| k.as_str()).collect();
-                note.push_str(&marks.join(", "));
-            }
-            FlowPacket {
-                frame: p.frame,
-                t_us: (p.time_us - t0).max(0) as u64,
-                dir: if to_server {
-                    Direction::ToServer
-                } else {
-                    Direction::ToClient
-                },
-                flags: lagtrace_packet::analysis::flags_str(p.flags),
-                len: p.len,
-                note,
-            }
-        })
-        .collect::<Vec<_>>();
+    // The connection's opening, when the window starts later: the SYNs and the ACK after them.
+    let hs_len = handshake_len(pk);
+    let hs = if lo >= hs_len { &pk[..hs_len] } else { &[][..] };
+    let t0 = hs.first().or(win.first())?.time_us;
+    let as_flow = |p: &PacketRecord| flow_packet(p, s.a_is_client, t0);
+    let handshake: Vec<FlowPacket> = hs.iter().map(as_flow).collect();
+    let packets = win.iter().map(as_flow).collect::<Vec<_>>();
     let in_win = |fr: u64| packets.iter().any(|p| p.frame == fr);
     let stalls = finds
         .iter()
@@ -181,9 +152,55 @@ pub fn flow(a: &Analysis, stream: u32, max: usize) -> Option<Flow> {
         stream,
         client: client.to_string(),
         server: server.to_string(),
+        handshake,
         packets,
         stalls,
     })
+}
+
+/// How many packets open the stream: its SYNs (retransmissions included) and the ACK that
+/// completes the handshake; 0 when the capture began after the SYN.
+fn handshake_len(pk: &[PacketRecord]) -> usize {
+    use lagtrace_packet::wire::flags::{ACK, SYN};
+    let syns = pk.iter().take_while(|p| p.flags & SYN != 0).count();
+    let completes = pk
+        .get(syns)
+        .is_some_and(|p| p.flags & ACK != 0 && p.len == 0 && syns > 0);
+    syns + usize::from(completes)
+}
+
+/// One captured packet as a ladder row: direction, flags, length, and a note (the HTTP line
+/// it starts, the findings it is part of).
+fn flow_packet(p: &PacketRecord, a_is_client: bool, t0: i64) -> FlowPacket {
+    let to_server = p.a_to_b == a_is_client;
+    let mut note = if p.len > 0 && to_server {
+        http_line(&p.payload).unwrap_or_default()
+    } else if p.len > 0 {
+        http_line(&p.payload)
+            .filter(|l| l.starts_with("HTTP/"))
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    if !p.marks.is_empty() {
+        if !note.is_empty() {
+            note.push_str(" · ");
+        }
+        let marks: Vec<&str> = p.marks.iter().map(|k| k.as_str()).collect();
+        note.push_str(&marks.join(", "));
+    }
+    FlowPacket {
+        frame: p.frame,
+        t_us: (p.time_us - t0).max(0) as u64,
+        dir: if to_server {
+            Direction::ToServer
+        } else {
+            Direction::ToClient
+        },
+        flags: lagtrace_packet::analysis::flags_str(p.flags),
+        len: p.len,
+        note,
+    }
 }
 
 fn stall_label(k: FindingKind) -> String {
@@ -220,4 +237,44 @@ fn http_line(payload: &[u8]) -> Option<String> {
             .trim_end_matches(" HTTP/1.0")
             .to_string()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lagtrace_packet::wire::flags::{ACK, PSH, SYN};
+
+    fn rec(frame: u64, flags: u8, len: u32) -> PacketRecord {
+        PacketRecord {
+            frame,
+            time_us: frame as i64 * 10,
+            a_to_b: frame % 2 == 1,
+            flags,
+            seq: 0,
+            ack: 0,
+            len,
+            window: 0,
+            gap_us: 0,
+            payload: Vec::new(),
+            marks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_handshake_is_the_syns_and_the_ack_that_completes_them() {
+        let open = [
+            rec(1, SYN, 0),
+            rec(3, SYN, 0), // retransmitted
+            rec(4, SYN | ACK, 0),
+            rec(5, ACK, 0),
+            rec(7, PSH | ACK, 40),
+        ];
+        assert_eq!(handshake_len(&open), 4);
+        // The ACK carries the request already: the SYNs alone.
+        let piggy = [rec(1, SYN, 0), rec(2, SYN | ACK, 0), rec(3, PSH | ACK, 40)];
+        assert_eq!(handshake_len(&piggy), 2);
+        // Capture began mid-stream: no handshake.
+        assert_eq!(handshake_len(&open[4..]), 0);
+        assert_eq!(handshake_len(&[]), 0);
+    }
 }

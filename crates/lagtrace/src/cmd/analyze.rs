@@ -17,7 +17,14 @@ Default output: a table of TCP streams (like `tshark -q -z conv,tcp`), then the 
 summary (nagle-delayed-ack, nagle-stall, delayed-ack, retransmission, syn-retransmit,
 zero-window, window-full, tcp-cork, slow-server) with the transactions each one affects.
 
-Exit status: 0 no finding; 1 findings; 2 could not run.")]
+Exit status: 0 no finding; 1 findings; 2 could not run.
+
+Coming from tcpdump/tshark: -r FILE and -n mean the same here.
+
+Examples:
+  lagtrace analyze case.pcap
+  lagtrace analyze case.pcap --stream 1 --flow
+  lagtrace analyze -n -r case.pcap --json")]
 pub struct Args {
     /// Capture file (pcap or pcapng).
     pub file: PathBuf,
@@ -39,6 +46,12 @@ pub struct Args {
     /// Write the capture back as pcapng with a comment on every packet a finding involves.
     #[arg(long, value_name = "OUT.pcapng")]
     pub annotate: Option<PathBuf>,
+    /// The capture file follows (tcpdump/tshark -r FILE): `-r FILE` is the same as FILE.
+    #[arg(short = 'r')]
+    pub read: bool,
+    /// Do not resolve addresses (tcpdump -n, -nn): always the case here.
+    #[arg(short = 'n', action = clap::ArgAction::Count)]
+    pub numeric: u8,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -17,13 +17,16 @@ use lagtrace_packet::capture::{
 /// Capture packets with libpcap (like tcpdump): to a file with -w, else one line per packet.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
+Needs CAP_NET_RAW (and CAP_SYS_ADMIN for --netns). Stops on -c, --duration or Ctrl-C and
+prints packets captured / received by filter / dropped by kernel, like tcpdump.
+
+Coming from tcpdump: -i, -w, -c, -s, -B, -n (addresses are never resolved) and a trailing
+filter mean the same here; reading a file (-r FILE) is `lagtrace analyze FILE`.
+
 Examples:
   lagtrace capture -i veth0 -w out.pcap tcp port 8080
   lagtrace capture --netns lab-srv -i eth0 -c 100 --pcapng -w out.pcapng
-  lagtrace capture --target 10.0.0.2 --duration 5s
-
-Needs CAP_NET_RAW (and CAP_SYS_ADMIN for --netns). Stops on -c, --duration or Ctrl-C and
-prints packets captured / received by filter / dropped by kernel, like tcpdump.")]
+  lagtrace capture -n --target 10.0.0.2 --duration 5s")]
 pub struct Args {
     /// Interface to capture on ("any" for all); default: the interface of the route to
     /// --target, else "any"
@@ -67,6 +70,12 @@ pub struct Args {
     /// 50 ms; immediate mode drops more under a flood, see bench/capture_drops.sh)
     #[arg(long)]
     pub immediate: bool,
+    /// Do not resolve addresses (tcpdump -n, -nn): always the case here
+    #[arg(short = 'n', action = clap::ArgAction::Count)]
+    pub numeric: u8,
+    /// tcpdump's -r FILE: refused (reading a file is `lagtrace analyze FILE`)
+    #[arg(short = 'r', hide = true, value_name = "FILE", value_parser = super::habits::refuse_read)]
+    pub read: Option<String>,
     /// Filter expression in tcpdump syntax
     #[arg(trailing_var_arg = true, value_name = "FILTER")]
     pub expr: Vec<String>,

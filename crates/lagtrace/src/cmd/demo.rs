@@ -27,6 +27,10 @@ use lagtrace_lab::{Lab, LabOptions, ServerKind};
 ///
 /// Needs root. Takes about 20 s. Leaves nothing behind, also on Ctrl-C.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  lagtrace demo
+  lagtrace demo -d 10s --report demo.html")]
 pub struct Args {
     /// Sequential keep-alive requests in the quick look before the diagnosis
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(2..=1000))]

@@ -24,10 +24,7 @@ use lagtrace_model::Cause;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Every run is also saved to ~/.local/state/lagtrace/ (per host:port) so that `--verify`, after
-a fix, prints before/after against it. Examples:
-  lagtrace diagnose http://10.0.0.2:8080/
-  lagtrace diagnose http://10.0.0.2:8080/ --report report.html
-  (fix the server)  lagtrace diagnose http://10.0.0.2:8080/ --verify
+a fix, prints before/after against it.
 The client is lagtrace's own load generator: TCP_NODELAY on, delayed ACK on, like wrk and
 browsers. Root gives every layer: SYN probes and the capture need CAP_NET_RAW, the server's
 namespace and socket options CAP_SYS_ADMIN / CAP_SYS_PTRACE; without them those layers say
@@ -36,7 +33,12 @@ The host layer reads the server host's kernel (listen-queue overflows, the cgrou
 throttling timeline, run-queue delay, counters, qdiscs) during the c=N run, for the process
 holding the listener on the target port (or --server-pid PID) when the server is on this
 machine; a server elsewhere leaves it \"skipped\".
-Exit status: 0 healthy, 1 a cause was found (or unreachable), 2 the diagnosis could not run.")]
+Exit status: 0 healthy, 1 a cause was found (or unreachable), 2 the diagnosis could not run.
+
+Examples:
+  lagtrace diagnose http://10.0.0.2:8080/
+  lagtrace diagnose http://10.0.0.2:8080/ --report report.html
+  (fix the server)  lagtrace diagnose http://10.0.0.2:8080/ --verify")]
 pub struct Args {
     /// Target URL, http://host[:port]/path
     pub url: String,

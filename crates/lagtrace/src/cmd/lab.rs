@@ -26,6 +26,11 @@ use serde::Serialize;
 ///
 /// Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN). State lives in /run/lagtrace/labs/NAME.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  lagtrace lab up
+  lagtrace lab fix && lagtrace lab status
+  lagtrace lab down --all")]
 pub struct Args {
     #[command(subcommand)]
     pub command: LabCommand,
@@ -35,6 +40,9 @@ pub struct Args {
 #[derive(Debug, Subcommand)]
 pub enum LabCommand {
     /// Create the namespace, veth pair and servers, and print the URLs
+    #[command(
+        after_help = "Examples:\n  lagtrace lab up\n  lagtrace lab up --name b --server builtin --json"
+    )]
     Up {
         /// Lab name ([A-Za-z0-9_-], at most 24 characters)
         #[arg(long, default_value = "default")]
@@ -47,6 +55,7 @@ pub enum LabCommand {
         json: bool,
     },
     /// Stop the lab's processes and remove its namespace, links and state (idempotent)
+    #[command(after_help = "Examples:\n  lagtrace lab down\n  lagtrace lab down --all")]
     Down {
         /// Lab name
         #[arg(long, default_value = "default", conflicts_with = "all")]
@@ -56,6 +65,9 @@ pub enum LabCommand {
         all: bool,
     },
     /// List labs, their servers and whether they answer (exit 1 if --name is not up)
+    #[command(
+        after_help = "Examples:\n  lagtrace lab status\n  lagtrace lab status --name default --json"
+    )]
     Status {
         /// Only this lab
         #[arg(long)]
@@ -65,12 +77,14 @@ pub enum LabCommand {
         json: bool,
     },
     /// Latency server: set tcp_nodelay on and reload it
+    #[command(after_help = "Examples:\n  lagtrace lab fix\n  lagtrace lab fix --name b")]
     Fix {
         /// Lab name
         #[arg(long, default_value = "default")]
         name: String,
     },
     /// Latency server: set tcp_nodelay off again and reload it
+    #[command(after_help = "Examples:\n  lagtrace lab unfix\n  lagtrace lab unfix --name b")]
     Unfix {
         /// Lab name
         #[arg(long, default_value = "default")]

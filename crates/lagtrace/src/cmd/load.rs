@@ -19,6 +19,9 @@ Errors are measurements: connect, read (reset, garbage, closed mid-response), wr
 (request abandoned after --timeout, connection replaced) and status >= 400 are counted in the
 report. A target that cannot be reached at all is an error (exit 2).
 
+Coming from wrk/wrk2: -t, -c, -d, -H, --timeout, --latency and -R mean the same here; Lua
+scripts (-s) are not supported: set the request with -m, -H and --body/--body-file.
+
 Examples:
   lagtrace load -t2 -c100 -d10s --latency http://10.0.0.2/
   lagtrace load -c50 --rate 2000 -d30s --uncorrected --latency http://10.0.0.2:8080/
@@ -26,6 +29,9 @@ Examples:
 pub struct Args {
     #[command(flatten)]
     inner: Box<LoadArgs>,
+    /// wrk's -s script.lua: refused (Lua is not supported; says what to use)
+    #[arg(short = 's', long = "script", hide = true, value_parser = super::habits::refuse_lua)]
+    pub script: Option<String>,
 }
 
 /// The flags of `lagtrace load` (boxed: keeps the command enum small).

@@ -7,12 +7,14 @@ pub mod analyze;
 pub mod capture;
 pub mod demo;
 pub mod diagnose;
+pub mod habits;
 pub mod host;
 pub mod lab;
 pub mod load;
 pub mod ping;
 pub mod route;
 pub mod serve;
+pub mod shell;
 pub mod sockets;
 
 /// Exit status when the command ran and found a problem.

@@ -27,7 +27,15 @@ and are converted to CLOCK_MONOTONIC with one measured offset, so clock domains 
 --json states the source as `timestamp_source`.
 
 Exit status: 0 at least one reply; 1 no reply (100% loss); 2 could not run (bad input, no
-route, missing privilege).")]
+route, missing privilege).
+
+Coming from hping3: -S (SYN, the default), -p, -c, -i (u10000 = 10000 µs), -1 (ICMP) and
+-2 (UDP) mean the same here.
+
+Examples:
+  lagtrace ping -c 5 10.0.0.2:8080
+  lagtrace ping --connect -c 20 -i 200ms example.com:443
+  lagtrace ping -S -p 80 -i u10000 -c 100 10.0.0.2")]
 pub struct Args {
     /// Target: HOST, HOST:PORT, IP:PORT or [IPv6]:PORT
     pub target: String,
@@ -37,8 +45,8 @@ pub struct Args {
     /// Number of probes (1-1000000; Ctrl-C ends early and prints the statistics)
     #[arg(short = 'c', long, default_value_t = 4)]
     pub count: u32,
-    /// Interval between probes: 10ms, 1s, 500us, or seconds (0.2)
-    #[arg(short = 'i', long, default_value = "1s", value_parser = parse_duration)]
+    /// Interval between probes: 10ms, 1s, 500us, seconds (0.2), or hping3's u10000 (µs)
+    #[arg(short = 'i', long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
     /// How long a probe waits for its reply before it counts as lost
     #[arg(short = 'W', long, default_value = "1s", value_parser = parse_duration)]
@@ -46,18 +54,29 @@ pub struct Args {
     /// TTL / hop limit of the probes (1-255)
     #[arg(long, default_value_t = 64)]
     pub ttl: u64,
+    /// TCP SYN probes from a raw socket: the default (hping3 -S)
+    #[arg(short = 'S', long, conflicts_with_all = ["connect", "udp", "icmp"])]
+    pub syn: bool,
     /// Timed connect() instead of raw SYNs (no privilege needed; completes handshakes)
     #[arg(long, conflicts_with_all = ["udp", "icmp"])]
     pub connect: bool,
-    /// UDP probes; the ICMP port unreachable is the reply (needs CAP_NET_RAW)
-    #[arg(long, conflicts_with = "icmp")]
+    /// UDP probes; the ICMP port unreachable is the reply (needs CAP_NET_RAW; hping3 -2)
+    #[arg(short = '2', long, conflicts_with = "icmp")]
     pub udp: bool,
-    /// ICMP echo probes (needs CAP_NET_RAW)
-    #[arg(long)]
+    /// ICMP echo probes (needs CAP_NET_RAW; hping3 -1)
+    #[arg(short = '1', long)]
     pub icmp: bool,
+    /// hping3's --flood: refused (says what to use)
+    #[arg(long, hide = true, num_args = 0, default_missing_value = "true", value_parser = super::habits::refuse_flood)]
+    pub flood: Option<bool>,
     /// Print the report as JSON (samples, stats, timestamp source) instead of text
     #[arg(long)]
     pub json: bool,
+}
+
+/// hping3's `u10000` (µs) or [`parse_duration`]'s forms.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    super::habits::hping_interval(s, parse_duration)
 }
 
 /// Parses `10ms`, `1s`, `500us`, `2m`-less plain seconds `0.5`.

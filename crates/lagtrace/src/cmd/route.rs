@@ -25,13 +25,24 @@ Needs CAP_NET_RAW.
 the sample standard deviation, n - 1, as mtr computes it).
 
 Exit status: 0 the target answered; 1 it did not (the hops show where the path stops);
-2 could not run (bad input, no route, missing privilege).")]
+2 could not run (bad input, no route, missing privilege).
+
+Coming from traceroute: -T (TCP SYN, the default), -I, -p, -q, -m, -n, -w (wait) mean the
+same here. From mtr: -r (report mode, 10 rounds) and -c N (rounds), -T, -n.
+
+Examples:
+  lagtrace route -n 10.0.0.2
+  lagtrace route -T -w 2 -p 443 example.com
+  lagtrace route -r -c 10 10.0.0.2")]
 pub struct Args {
     /// Target host or address (a :PORT suffix sets the port)
     pub target: String,
     /// Destination port (default 80 for TCP, 33434 for UDP)
     #[arg(short = 'p', long)]
     pub port: Option<u64>,
+    /// TCP SYN probes: the default (traceroute -T, mtr -T)
+    #[arg(short = 'T', long, conflicts_with_all = ["udp", "icmp"])]
+    pub tcp: bool,
     /// UDP probes
     #[arg(long, conflicts_with = "icmp")]
     pub udp: bool,
@@ -47,12 +58,23 @@ pub struct Args {
     /// Do not resolve addresses to names (always the case: no reverse DNS is done)
     #[arg(short = 'n')]
     pub numeric: bool,
-    /// How long to wait for replies after the last probe of a round
-    #[arg(short = 'W', long, default_value = "1s", value_parser = parse_duration)]
+    /// How long to wait for replies after the last probe of a round (traceroute's -w)
+    #[arg(short = 'W', visible_short_alias = 'w', long, default_value = "1s", value_parser = parse_duration)]
     pub timeout: Duration,
     /// mtr-style report: run N rounds (1-100000) and print per-hop statistics
     #[arg(long, value_name = "N")]
     pub report: Option<u32>,
+    /// mtr's -r: report mode, 10 rounds unless -c N says otherwise
+    #[arg(short = 'r')]
+    pub mtr_report: bool,
+    /// mtr's -c N: N rounds of the report (the same as --report N)
+    #[arg(
+        short = 'c',
+        long = "count",
+        value_name = "N",
+        conflicts_with = "report"
+    )]
+    pub count: Option<u32>,
     /// Time between rounds in --report mode
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
@@ -181,7 +203,13 @@ pub fn render_report(r: &RouteReport) -> String {
     s
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+    // mtr's -c N: N rounds of the report (with or without -r); -r alone: mtr's 10.
+    if args.count.is_some() {
+        args.report = args.count;
+    } else if args.mtr_report && args.report.is_none() {
+        args.report = Some(10);
+    }
     let (ip, hp) = lagtrace_probe::resolve_target(&args.target)?;
     let proto = if args.udp {
         Proto::Udp

@@ -15,6 +15,11 @@ use lagtrace_netns::NetNs;
 /// the body until the client's delayed ACK); `--nodelay on` is the fix. Runs until
 /// Ctrl-C/SIGTERM and then logs how many requests it answered.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  lagtrace serve --listen 127.0.0.1:8080 --nodelay off --split-writes
+  lagtrace serve --listen 127.0.0.1:8081 --think 5
+  lagtrace serve --listen [::1]:8080 --nodelay on")]
 pub struct Args {
     /// Address and port to listen on
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]

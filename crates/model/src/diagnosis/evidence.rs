@@ -493,6 +493,11 @@ pub struct Flow {
     pub client: String,
     /// Server `addr:port`.
     pub server: String,
+    /// The connection's opening (SYN, SYN-ACK, ACK) when `packets` starts later in the
+    /// stream; empty when `packets` begins with it. Times on the same clock as `packets`
+    /// (µs from the first SYN).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handshake: Vec<FlowPacket>,
     /// Packets in order.
     pub packets: Vec<FlowPacket>,
     /// The stalls in these packets.

@@ -1,0 +1,251 @@
+//! The flow graph of one connection as a ladder: client and server lifelines, the handshake,
+//! one arrow per packet with its time, flags and length; stalls banded and labelled.
+//!
+//! Every label has a place of its own, so none overlaps another however busy the flow: a row
+//! per packet (its label between the lifelines, its time left of the client's), a slot per
+//! stall label above the packet that ends the stall, and labels cut to their slot's width
+//! (the whole text stays in a `<title>` tooltip). Widths are estimated for the monospace font
+//! the labels use (DejaVu Sans Mono's advance is 0.602 em; 0.62 leaves a margin).
+
+use std::fmt::Write as _;
+
+use lagtrace_model::diagnosis::evidence::{Direction, Flow, FlowPacket};
+
+use crate::ms;
+use crate::svg::esc;
+
+const W: f64 = 760.0;
+const CX: f64 = 190.0;
+const SX: f64 = 590.0;
+/// A packet's row.
+const ROW: f64 = 30.0;
+/// Room above a packet that ends one stall; each further stall ending there adds a slot.
+const STALL_ROOM: f64 = 46.0;
+const STALL_SLOT: f64 = 18.0;
+/// The row that separates the handshake from the packets later on the connection.
+const GAP_ROW: f64 = 34.0;
+/// Where the first row starts (below the two-line host headers).
+const TOP: f64 = 62.0;
+/// Average advance of one character of the labels' monospace font, in em.
+const EM_ADVANCE: f64 = 0.62;
+
+/// `s` cut to fit `width_px` at `font_px`, with an ellipsis when cut.
+fn fit(s: &str, width_px: f64, font_px: f64) -> (String, bool) {
+    let max = (width_px / (font_px * EM_ADVANCE)).floor().max(2.0) as usize;
+    if s.chars().count() <= max {
+        return (s.to_string(), false);
+    }
+    let mut t: String = s.chars().take(max - 1).collect();
+    t.push('…');
+    (t, true)
+}
+
+/// One `<text>`: the fitted label, and the whole text as a tooltip when it was cut.
+fn label(o: &mut String, attrs: &str, text: &str, width_px: f64, font_px: f64) {
+    let (shown, cut) = fit(text, width_px, font_px);
+    let title = if cut {
+        format!("<title>{}</title>", esc(text))
+    } else {
+        String::new()
+    };
+    let _ = write!(o, "<text {attrs}>{title}{}</text>", esc(&shown));
+}
+
+/// Vertical positions: one per shown packet (handshake first), the handshake/packets gap
+/// row, and the stall label slots.
+struct Layout<'a> {
+    rows: Vec<(&'a FlowPacket, bool, f64)>,
+    gap_y: Option<f64>,
+    height: f64,
+}
+
+impl<'a> Layout<'a> {
+    fn of(f: &'a Flow) -> Layout<'a> {
+        let mut rows = Vec::with_capacity(f.handshake.len() + f.packets.len());
+        let mut y = TOP;
+        for p in &f.handshake {
+            rows.push((p, true, y));
+            y += ROW;
+        }
+        let mut gap_y = None;
+        if !f.handshake.is_empty() && !f.packets.is_empty() {
+            gap_y = Some(y + 4.0);
+            y += GAP_ROW;
+        }
+        for p in &f.packets {
+            let ending = f.stalls.iter().filter(|s| s.to_frame == p.frame).count();
+            if ending > 0 {
+                y += STALL_ROOM + STALL_SLOT * (ending - 1) as f64;
+            }
+            rows.push((p, false, y));
+            y += ROW;
+        }
+        Layout {
+            rows,
+            gap_y,
+            height: y + 20.0,
+        }
+    }
+
+    /// The row of a frame among the packets after the handshake.
+    fn y_of(&self, frame: u64) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|(p, hs, _)| !hs && p.frame == frame)
+            .map(|r| r.2)
+    }
+}
+
+/// The flow graph of one connection as a ladder.
+pub fn flow_ladder(f: &Flow) -> String {
+    let lay = Layout::of(f);
+    let h = lay.height;
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        r#"<svg class="chart" id="flow-ladder" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="flow graph of stream {}">"#,
+        f.stream
+    );
+    let _ = write!(
+        o,
+        r##"<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker><marker id="arrow-hot" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#c0392b"/></marker><marker id="arrow-hs" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#2471a3"/></marker></defs>"##
+    );
+    stalls(&mut o, f, &lay);
+    lifelines(&mut o, f, h);
+    if let Some(y) = lay.gap_y {
+        let _ = write!(
+            o,
+            r#"<text x="{}" y="{:.1}" text-anchor="middle" class="gap">⋯ later on the same connection ⋯</text>"#,
+            (CX + SX) / 2.0,
+            y + 12.0
+        );
+    }
+    let hot: Vec<u64> = f.stalls.iter().map(|s| s.to_frame).collect();
+    for &(p, hs, y0) in &lay.rows {
+        packet(&mut o, p, y0, hs, !hs && hot.contains(&p.frame));
+    }
+    o.push_str("</svg>");
+    o
+}
+
+/// The stall bands, and their labels stacked in the room above the packet ending them.
+fn stalls(o: &mut String, f: &Flow, lay: &Layout<'_>) {
+    for (i, s) in f.stalls.iter().enumerate() {
+        let (Some(ya), Some(yb)) = (lay.y_of(s.from_frame), lay.y_of(s.to_frame)) else {
+            continue;
+        };
+        let (y0, y1) = (ya + 6.0, yb - 6.0);
+        let _ = write!(
+            o,
+            r##"<rect class="stall" x="{}" y="{y0:.1}" width="{}" height="{:.1}" fill="#fdecea" fill-opacity="0.75" stroke="#c0392b" stroke-dasharray="4 3"/>"##,
+            CX - 10.0,
+            SX - CX + 20.0,
+            (y1 - y0).max(8.0)
+        );
+        // Slot k of the n stalls ending at this packet, top to bottom.
+        let ending: Vec<usize> = (0..f.stalls.len())
+            .filter(|&j| f.stalls[j].to_frame == s.to_frame)
+            .collect();
+        let k = ending.iter().position(|&j| j == i).unwrap_or(0);
+        let below = (ending.len() - 1 - k) as f64;
+        let y = yb - 14.0 - STALL_SLOT * below;
+        let text = format!("{} stall: {}", ms(s.gap_us), s.label);
+        label(
+            o,
+            &format!(
+                r#"x="{}" y="{y:.1}" text-anchor="middle" class="stall-label""#,
+                W / 2.0
+            ),
+            &text,
+            W - 24.0,
+            12.0,
+        );
+    }
+}
+
+/// The two hosts (role above, address below) and their lifelines.
+fn lifelines(o: &mut String, f: &Flow, h: f64) {
+    for (x, role, addr) in [(CX, "client", &f.client), (SX, "server", &f.server)] {
+        let room = 2.0 * (x.min(W - x) - 8.0);
+        let _ = write!(
+            o,
+            r#"<text x="{x}" y="16" text-anchor="middle" class="host">{role}</text>"#
+        );
+        label(
+            o,
+            &format!(r#"x="{x}" y="32" text-anchor="middle" class="addr""#),
+            addr,
+            room,
+            11.0,
+        );
+        let _ = write!(
+            o,
+            r##"<line x1="{x}" x2="{x}" y1="40" y2="{}" stroke="#333" stroke-width="2"/>"##,
+            h - 10.0
+        );
+    }
+}
+
+/// One packet's arrow, its label between the lifelines and its time and frame on the left.
+fn packet(o: &mut String, p: &FlowPacket, y0: f64, handshake: bool, hot: bool) {
+    let (x1, x2) = match p.dir {
+        Direction::ToServer => (CX, SX),
+        Direction::ToClient => (SX, CX),
+    };
+    let (class, stroke, marker, width) = if hot {
+        ("pkt", "#c0392b", "arrow-hot", 2.5)
+    } else if handshake {
+        ("pkt handshake", "#2471a3", "arrow-hs", 1.5)
+    } else {
+        ("pkt", "#444", "arrow", 1.5)
+    };
+    let _ = write!(
+        o,
+        r#"<line class="{class}" x1="{x1}" y1="{y0:.1}" x2="{x2}" y2="{:.1}" stroke="{stroke}" stroke-width="{width}" marker-end="url(#{marker})"/>"#,
+        y0 + 12.0
+    );
+    let text = match (p.note.is_empty(), handshake) {
+        (true, true) => format!("{} (handshake)", p.flags),
+        (true, false) => format!("{} len {}", p.flags, p.len),
+        (false, _) => format!("{} len {} · {}", p.flags, p.len, p.note),
+    };
+    let cls = if hot { "pkt-label hot" } else { "pkt-label" };
+    label(
+        o,
+        &format!(
+            r#"x="{}" y="{:.1}" text-anchor="middle" class="{cls}""#,
+            (CX + SX) / 2.0,
+            y0 + 2.0
+        ),
+        &text,
+        SX - CX - 28.0,
+        11.0,
+    );
+    label(
+        o,
+        &format!(
+            r#"x="{}" y="{:.1}" text-anchor="end" class="time""#,
+            CX - 16.0,
+            y0 + 10.0
+        ),
+        &format!("{:.6} s #{}", p.t_us as f64 / 1e6, p.frame),
+        CX - 24.0,
+        10.5,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_labels_are_cut_to_their_slot_with_an_ellipsis() {
+        let (s, cut) = fit("short", 100.0, 10.0);
+        assert_eq!((s.as_str(), cut), ("short", false));
+        let long = "x".repeat(200);
+        let (s, cut) = fit(&long, 100.0, 10.0);
+        assert!(cut);
+        assert!(s.ends_with('…'));
+        assert!(s.chars().count() as f64 * 10.0 * EM_ADVANCE <= 100.0);
+    }
+}
