@@ -135,7 +135,8 @@ fn throttling_elsewhere_in_time_or_too_rare_names_nothing() {
 
 #[test]
 fn listener_drops_on_the_target_port_must_match_the_waiting_connects() {
-    let mk = |port: u16, drops: u64| {
+    // `drops`: the listener's sk_drops; `ns_drops`: the namespace's TcpExt.ListenDrops.
+    let mk = |port: u16, drops: u64, ns_drops: u64| {
         let mut l = Synth::RULES.healthy_layers();
         let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
         cn.waits = Some(cn.latency.clone());
@@ -147,6 +148,11 @@ fn listener_drops_on_the_target_port_must_match_the_waiting_connects() {
             time: Synth::RULES.pct(32, 200, 1_030_000),
         });
         let mut h = host_throttled(&[]);
+        h.counters = Layer::ran(
+            serde_json::from_value(json!([{
+                "name": "TcpExt.ListenDrops", "before": 0, "after": ns_drops, "delta": ns_drops}]))
+            .unwrap(),
+        );
         h.listeners = Layer::ran(
             serde_json::from_value(json!([{
                 "local": format!("0.0.0.0:{port}"), "inode": 7, "owners": [], "max": 1,
@@ -156,7 +162,7 @@ fn listener_drops_on_the_target_port_must_match_the_waiting_connects() {
         l.host = Layer::ran(h);
         judge(&target(), &l)
     };
-    let j = mk(8080, 25);
+    let j = mk(8080, 25, 25);
     assert_eq!(j.verdict.cause, Cause::SynDrop, "{j:#?}");
     assert_eq!(
         j.verdict.mechanism,
@@ -164,10 +170,15 @@ fn listener_drops_on_the_target_port_must_match_the_waiting_connects() {
         "{j:#?}"
     );
     assert!(j.verdict.fix[0].change.contains("somaxconn"), "{j:#?}");
-    // Another port's listener, or too few drops for the waiting connects: no mechanism.
-    for (port, drops) in [(9090, 25), (8080, 3)] {
-        let j = mk(port, drops);
-        assert_eq!(j.verdict.mechanism, None, "{port} {drops}: {j:#?}");
+    // Another port's listener, too few drops for the waiting connects, or a listener whose
+    // sk_drops rose while the namespace dropped no connection at a listener (the RSTs that
+    // answer SYN probes' SYN-ACKs count there): no mechanism.
+    for (port, drops, ns_drops) in [(9090, 25, 25), (8080, 3, 3), (8080, 25, 0)] {
+        let j = mk(port, drops, ns_drops);
+        assert_eq!(
+            j.verdict.mechanism, None,
+            "{port} {drops} {ns_drops}: {j:#?}"
+        );
     }
 }
 

@@ -116,6 +116,77 @@ fn the_text_names_an_overflowing_listener_and_what_it_means() {
     assert!(text.contains("cost:"), "{text}");
 }
 
+/// SYN probes (hping3's kind, here lagtrace ping's) to a listener that accepts everything:
+/// each SYN-ACK is answered by the prober's RST, which the listener discards and counts in
+/// its sk_drops while the namespace's ListenDrops stays still. The host layer counts no
+/// dropped connection and says no queue overflowed.
+#[test]
+#[ignore = "needs root"]
+fn syn_probes_reset_at_a_listener_are_not_dropped_connections() {
+    let mut g = NetGuard::new();
+    let ns = g.add_ns("host-probe");
+    let port = 27_000 + (std::process::id() % 5000) as u16;
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &ns, "python3", "-c"])
+        .arg(
+            "import socket, sys, time\ns = socket.socket()\n\
+             s.bind(('127.0.0.1', int(sys.argv[1])))\ns.listen(128)\n\
+             print('ready', flush=True)\ntime.sleep(20)",
+        )
+        .arg(port.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    g.own_child(server);
+    let window = |json: bool| {
+        let ns = ns.clone();
+        std::thread::spawn(move || {
+            let mut args = vec!["host", "--netns", &ns, "-d", "2500ms"];
+            if json {
+                args.push("--json");
+            }
+            Command::new(BIN).args(&args).output().unwrap()
+        })
+    };
+    let (j, t) = (window(true), window(false));
+    std::thread::sleep(Duration::from_millis(600));
+    let p = port.to_string();
+    let ping = Command::new("ip")
+        .args(["netns", "exec", &ns, BIN, "ping", "127.0.0.1", "-p", &p])
+        .args(["-c", "6", "-i", "50ms"])
+        .output()
+        .unwrap();
+    assert!(
+        ping.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ping.stderr)
+    );
+    let (j, t) = (j.join().unwrap(), t.join().unwrap());
+    let v: serde_json::Value = serde_json::from_slice(&j.stdout).unwrap();
+    let l = v["listeners"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["local"] == format!("127.0.0.1:{port}"))
+        .unwrap_or_else(|| panic!("{}", v["listeners"]));
+    assert!(l["drops"].as_u64().unwrap_or(0) >= 6, "{l}");
+    let ns_drops = v["counters"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "TcpExt.ListenDrops")
+        .map_or(0, |c| c["delta"].as_i64().unwrap());
+    assert_eq!(ns_drops, 0, "{}", v["counters"]);
+    let text = String::from_utf8_lossy(&t.stdout);
+    assert!(text.contains("other segments discarded"), "{text}");
+    assert!(!text.contains("connections dropped"), "{text}");
+    assert!(!text.contains("the accept queue overflowed"), "{text}");
+}
+
 /// `lagtrace ARGS` as user nobody (uid/gid 65534): no capability at all.
 fn as_nobody(args: &[&str]) -> std::process::Output {
     use std::os::unix::process::CommandExt;

@@ -35,6 +35,28 @@ pub struct HostReport {
     pub cost: HostCost,
 }
 
+impl HostReport {
+    /// The namespace counter `name`'s delta over the window (0 when it did not move or was
+    /// not read), e.g. `TcpExt.ListenDrops`.
+    pub fn counter(&self, name: &str) -> i64 {
+        self.counters
+            .get()
+            .and_then(|c| c.iter().find(|d| d.name == name))
+            .map_or(0, |d| d.delta)
+    }
+
+    /// Connections the listener `l` dropped over the window: its own `sk_drops` — which
+    /// tells which listener — bounded by the namespace's `TcpExt.ListenDrops`, which counts
+    /// only connections dropped at a listener. A listener's `sk_drops` also counts segments
+    /// it discarded for requests that were not connections yet: the RST that answers a
+    /// SYN-ACK sent to a SYN probe (hping3's, or the path layer's) lands on the listener and
+    /// counts there, while ListenDrops does not move.
+    pub fn listen_drops(&self, l: &ListenerQueue) -> u64 {
+        let ns = u64::try_from(self.counter("TcpExt.ListenDrops")).unwrap_or(0);
+        l.drops.unwrap_or(0).min(ns)
+    }
+}
+
 /// Which namespace and process a host report watched.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct HostScope {
@@ -85,8 +107,10 @@ pub struct ListenerQueue {
     /// Samples in which the queue was over its limit (full: the next completed handshake
     /// is dropped).
     pub full_samples: u32,
-    /// Connections this listener dropped over the window (its `sk_drops`: accept-queue
-    /// overflows and other listen drops), where the kernel reports it.
+    /// Segments this listener dropped over the window (its `sk_drops`), where the kernel
+    /// reports it: accept-queue overflows and other listen drops, and also the RSTs that
+    /// end half-open requests (a SYN probe's). [`HostReport::listen_drops`] keeps the
+    /// connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drops: Option<u64>,
 }

@@ -146,15 +146,12 @@ fn host_summary(h: &lagtrace_model::host::HostReport) -> String {
         _ => "namespace only".into(),
     };
     for l in h.listeners.get().into_iter().flatten() {
-        if l.drops.unwrap_or(0) > 0 || l.full_samples > 0 {
+        let dropped = h.listen_drops(l);
+        if dropped > 0 || l.full_samples > 0 {
             let _ = write!(
                 s,
-                "; listener {} dropped {} (queue peak {} of {}, full in {} samples)",
-                l.local,
-                l.drops.unwrap_or(0),
-                l.peak,
-                l.max,
-                l.full_samples
+                "; listener {} dropped {} connections (queue peak {} of {}, full in {} samples)",
+                l.local, dropped, l.peak, l.max, l.full_samples
             );
         }
     }

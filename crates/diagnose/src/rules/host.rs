@@ -154,23 +154,15 @@ fn target_listener(host: &HostReport, port: u16) -> Option<&ListenerQueue> {
         .get()?
         .iter()
         .filter(|l| l.local.ends_with(&suffix))
-        .max_by_key(|l| l.drops.unwrap_or(0))
-}
-
-/// The namespace's counter `name`'s delta over the window.
-fn counter(host: &HostReport, name: &str) -> i64 {
-    host.counters
-        .get()
-        .and_then(|c| c.iter().find(|d| d.name == name))
-        .map_or(0, |d| d.delta)
+        .max_by_key(|l| host.listen_drops(l))
 }
 
 /// `accept-queue-overflow`: the target's listener dropped as many connections as connects
 /// waited for a SYN retransmission.
 pub(super) fn overflow(x: &Facts<'_>, host: &HostReport, target: &Target) -> Option<Direct> {
     let l = target_listener(host, target.port)?;
-    let drops = l.drops.unwrap_or(0);
-    let overflows = counter(host, "TcpExt.ListenOverflows");
+    let drops = host.listen_drops(l);
+    let overflows = host.counter("TcpExt.ListenOverflows");
     let run = x.cn?;
     let c = run.connects.as_ref()?;
     let waited = c.syn_retransmitted + c.failed;

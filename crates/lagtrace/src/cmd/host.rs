@@ -151,7 +151,7 @@ pub fn text(r: &HostReport) -> String {
     if !counters_text(&mut s, r) {
         quiet.push("TCP/IP error counters");
     }
-    if !listeners_text(&mut s, &r.listeners, w) {
+    if !listeners_text(&mut s, r) {
         quiet.push("listen queues");
     }
     if !cgroup_text(&mut s, &r.cgroup) {
@@ -230,13 +230,26 @@ fn counters_text(s: &mut String, r: &HostReport) -> bool {
     !notable.is_empty()
 }
 
-fn listener_line(q: &ListenerQueue, w: u64) -> String {
+fn listener_line(r: &HostReport, q: &ListenerQueue) -> String {
     let mut l = format!("listener {} queue peak {}/{}", q.local, q.peak, q.max);
     if q.full_samples > 0 {
         let _ = write!(l, ", full in {} of {} samples", q.full_samples, q.samples);
     }
-    if let Some(d) = q.drops.filter(|d| *d > 0) {
-        let _ = write!(l, ", {d} dropped ({})", rate(d as f64, w));
+    let dropped = r.listen_drops(q);
+    if dropped > 0 {
+        let _ = write!(
+            l,
+            ", {dropped} connections dropped ({})",
+            rate(dropped as f64, r.window_us)
+        );
+    }
+    let other = q.drops.unwrap_or(0).saturating_sub(dropped);
+    if other > 0 {
+        let _ = write!(
+            l,
+            ", {other} other segments discarded (not connections: e.g. the RSTs that answer \
+             SYN probes)"
+        );
     }
     if !q.owners.is_empty() {
         let _ = write!(l, " [{}]", q.owners.join(" "));
@@ -244,15 +257,17 @@ fn listener_line(q: &ListenerQueue, w: u64) -> String {
     l
 }
 
-fn listeners_text(s: &mut String, l: &Layer<Vec<ListenerQueue>>, w: u64) -> bool {
-    let Some(qs) = l.get() else { return true };
+fn listeners_text(s: &mut String, r: &HostReport) -> bool {
+    let Some(qs) = r.listeners.get() else {
+        return true;
+    };
     let moved: Vec<_> = qs
         .iter()
         .filter(|q| q.peak > 0 || q.drops.is_some_and(|d| d > 0))
         .collect();
     for q in &moved {
-        let _ = writeln!(s, "{}", listener_line(q, w));
-        if q.full_samples > 0 || q.drops.is_some_and(|d| d > 0) {
+        let _ = writeln!(s, "{}", listener_line(r, q));
+        if q.full_samples > 0 || r.listen_drops(q) > 0 {
             let _ = writeln!(
                 s,
                 "  the accept queue overflowed: the application accepts slower than connections complete (raise the backlog / somaxconn, or accept faster)"
