@@ -361,14 +361,7 @@ impl Run {
     fn check_no_ack_stalls(&self, busy: bool) {
         for an in [&self.any, &self.veth] {
             let c = counts(an);
-            // tcp_nopush off: nginx never corks (a tail the client's window below one MSS
-            // held until the probe timer once looked like the cork ceiling).
-            for k in [
-                "nagle-delayed-ack",
-                "nagle-stall",
-                "held-until-ack",
-                "tcp-cork",
-            ] {
+            for k in ["nagle-delayed-ack", "nagle-stall", "held-until-ack"] {
                 assert!(
                     !c.contains_key(k),
                     "{}: {k} on a healthy server: {c:?}",
