@@ -256,8 +256,8 @@ fn counts(an: &serde_json::Value) -> BTreeMap<String, u64> {
 }
 
 /// Wire segments the retransmission findings of an analysis resent (a retransmitted
-/// super-segment counts as the MSS-sized segments the kernel counts; a resent SYN or
-/// SYN-ACK as one).
+/// super-segment counts as the MSS-sized segments the kernel counts; a resent SYN, SYN-ACK
+/// or FIN as one).
 fn retrans_segments(an: &serde_json::Value) -> u64 {
     let mss = 1448;
     an["findings"]
@@ -273,7 +273,8 @@ fn retrans_segments(an: &serde_json::Value) -> u64 {
                 .and_then(|r| r.split(" B").next())
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(1);
-            bytes.div_ceil(mss)
+            // A resent FIN carries no payload and counts one segment.
+            bytes.div_ceil(mss).max(1)
         })
         .sum()
 }
@@ -316,24 +317,26 @@ impl Run {
         // kernel counts it (per wire segment; a resend right after its original on a
         // reordering path too: the IPv4 identifications tell it from the original arriving
         // late — one 16 MB c=1 run had 409 by the kernel, 184 by Wireshark's time rule).
-        // Never more than the kernel (a copy or a late original counted as a resend). Behind
-        // a shaper that drops before the capture point, a resend of a dropped original may
-        // look like first data: then only the bound holds.
-        for (w, an) in [("any", &self.any), ("veth", &self.veth)] {
-            let ours = retrans_segments(an);
-            let k = self.kernel_retrans;
-            eprintln!(
-                "{}: retransmitted segments on {w}: {ours}, kernel {k}",
-                self.tag
-            );
+        // Never more than the kernel (a copy or a late original counted as a resend). Less
+        // only where a capture missed packets: behind a shaper that drops before the capture
+        // point, or when tcpdump dropped some on a loaded machine (then the two captures
+        // disagree: seen 163 on `any` against 188, the veth's count another); when the two
+        // independent captures agree, they saw it all and equal the kernel.
+        let k = self.kernel_retrans;
+        let [on_any, on_veth] = [&self.any, &self.veth].map(retrans_segments);
+        eprintln!(
+            "{}: retransmitted segments: any {on_any}, veth {on_veth}, kernel {k}",
+            self.tag
+        );
+        for (w, ours) in [("any", on_any), ("veth", on_veth)] {
             assert!(
                 ours <= k,
                 "{}: {w}: {ours} resent segments, the kernel {k}",
                 self.tag
             );
             assert!(
-                shaped || k - ours <= (k / 20).max(2),
-                "{}: {w}: {ours} resent segments, the kernel {k}",
+                shaped || on_any != on_veth || ours == k,
+                "{}: {w}: {ours} resent segments (both captures), the kernel {k}",
                 self.tag
             );
         }
