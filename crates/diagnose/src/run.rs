@@ -816,10 +816,14 @@ fn start_capture(
                         .filter(|c| **c != Capability::NetRaw)
                         .map(|c| c.name()),
                 );
-                Err(Box::new(Layer::unavailable(format!(
-                    "capture needs {} (run as root): {msg}",
-                    caps.join(" and ")
-                ))))
+                // Once: the engine's message may name them already.
+                Err(Box::new(Layer::unavailable(
+                    if caps.iter().all(|c| msg.contains(c)) {
+                        msg
+                    } else {
+                        format!("capture needs {} (run as root): {msg}", caps.join(" and "))
+                    },
+                )))
             } else {
                 Err(Box::new(Layer::error(format!("capture on {point}: {msg}"))))
             }
@@ -915,6 +919,21 @@ pub fn inspect_server(loc: &ServerLocation, port: u16) -> Layer<SocketEvidence> 
     };
     match lagtrace_sockets::inspect(&o) {
         Ok(ins) => match adapters::sockets::evidence(&ins, port, &label) {
+            // The listener is there but its process could not be looked into: the layer
+            // keeps what it read (queues, TCP_INFO) and is not `ok` (no socket options).
+            Some(ev)
+                if ev.server.is_none()
+                    && !adapters::held(lagtrace_model::Capability::SysPtrace) =>
+            {
+                let mut l = Layer::ran(ev);
+                l.status = crate::evidence::LayerStatus::Unavailable;
+                l.reason = Some(format!(
+                    "the server's process could not be read, so neither its socket options \
+                     nor its config{}",
+                    adapters::missing(lagtrace_model::Capability::SysPtrace)
+                ));
+                l
+            }
             Some(ev) => Layer::ran(ev),
             None => Layer::skipped(format!(
                 "no listening socket on :{port} in namespace {label}"

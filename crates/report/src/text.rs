@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use lagtrace_model::diagnosis::Diagnosis;
 use lagtrace_model::diagnosis::evidence::{
-    AppEvidence, AppRun, LayerName, PacketEvidence, PathEvidence, SocketEvidence,
+    AppEvidence, AppRun, LayerName, LayerStatus, PacketEvidence, PathEvidence, SocketEvidence,
 };
 use lagtrace_model::diagnosis::verdict::{FixSide, Stance};
 
@@ -15,7 +15,7 @@ use crate::ms;
 pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
     let layers = &d.layers;
     let missing = || layers.reason(l).unwrap_or("").to_string();
-    match l {
+    let s = match l {
         LayerName::Path => layers.path.get().map_or_else(missing, path_summary),
         LayerName::App => layers.app.get().map_or_else(missing, app_summary),
         LayerName::Packets => layers.packets.get().map_or_else(missing, packets_summary),
@@ -27,6 +27,16 @@ pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
             ),
             Some(so) => sockets_summary(so),
         },
+    };
+    // A layer that kept some data but did not fully measure says why first.
+    match layers.reason(l) {
+        Some(r)
+            if !matches!(layers.status(l), LayerStatus::Ok | LayerStatus::Finding)
+                && !s.starts_with(r) =>
+        {
+            format!("{r}; {s}")
+        }
+        _ => s,
     }
 }
 
@@ -251,6 +261,20 @@ pub fn text(d: &Diagnosis) -> String {
     if !d.evidence.is_empty() {
         let _ = writeln!(o, "\nEVIDENCE  (+ supports, - rules out, · note)");
         for e in &d.evidence {
+            // A layer that did not measure says why once, in LAYERS above (JSON keeps both).
+            let l = e.layer;
+            if e.stance == Stance::Note
+                && d.layers.status(l) != LayerStatus::Ok
+                && e.text
+                    == format!(
+                        "{} layer {}: {}",
+                        l.name(),
+                        d.layers.status(l).name(),
+                        d.layers.reason(l).unwrap_or("no reason given")
+                    )
+            {
+                continue;
+            }
             let mark = match e.stance {
                 Stance::Supports => '+',
                 Stance::RulesOut => '-',

@@ -90,8 +90,9 @@ pub fn measure(
             let mut l = Layer::ran(r);
             if found.is_none() {
                 l.reason = Some(format!(
-                    "no process holding a listener on :{port} could be read: namespace \
-                     counters only (no cgroup or run-queue evidence)"
+                    "no process holding a listener on :{port} could be read{}: namespace \
+                     counters only (no cgroup or run-queue evidence)",
+                    super::missing(lagtrace_model::Capability::SysPtrace)
                 ));
             }
             l

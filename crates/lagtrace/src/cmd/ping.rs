@@ -101,6 +101,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v * scale))
 }
 
+/// The timestamp source in a few words; how each is taken is in `--help` and `--json`.
+fn short_times(ts: &str) -> String {
+    match ts.strip_prefix(lagtrace_probe::net::TIMESTAMP_SOURCE_RAW) {
+        Some(rest) => {
+            let run = rest
+                .trim()
+                .trim_start_matches("[this run: ")
+                .replacen(']', "", 1);
+            format!("kernel software timestamps ({run})")
+        }
+        None => ts.to_string(),
+    }
+}
+
 fn mode_label(m: PingMode) -> &'static str {
     match m {
         PingMode::Syn => "tcp-syn, raw socket",
@@ -308,7 +322,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "source {} ({}); times: {}",
             report.source,
             mode_label(report.mode),
-            report.timestamp_source
+            short_times(&report.timestamp_source)
         )?;
     }
     Ok(if report.stats.received > 0 {
