@@ -30,24 +30,32 @@ fn chromium(args: &[String]) -> (String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("chromium (apt-get install chromium; .ci/setup does)");
+    // Drain both pipes while waiting: a DOM larger than a pipe's buffer (64 KiB) would
+    // otherwise block chromium's write until the time limit.
+    let drain = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            String::from_utf8_lossy(&v).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
     let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
         if t.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
+            let _ = child.wait();
             panic!("chromium hung");
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    assert!(status.success(), "{err}");
+    (out, err)
 }
 
 #[test]
