@@ -30,24 +30,32 @@ fn chromium(args: &[String]) -> (String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("chromium (apt-get install chromium; .ci/setup does)");
+    // Drain both pipes while waiting: a DOM larger than a pipe's buffer (64 KiB) would
+    // otherwise block chromium's write until the time limit.
+    let drain = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            String::from_utf8_lossy(&v).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
     let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
         if t.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
+            let _ = child.wait();
             panic!("chromium hung");
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    assert!(status.success(), "{err}");
+    (out, err)
 }
 
 #[test]
@@ -120,8 +128,8 @@ fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
 /// The per-request timelines and the tail's decomposition in the rendered page agree with
 /// the diagnosis's JSON: one mark per kept record of each run, one colour per connection
 /// (of the twelve), and the tail's parts as bars when the verdict has a tail.
-/// The ladder opens with the captured connection's handshake (SYN, SYN-ACK, ACK), and the
-/// header names the run's date and the version.
+/// The ladder opens with the captured connection's handshake, and the header names the run's
+/// date and the version.
 fn handshake_and_header(dom: &str, d: &serde_json::Value) {
     let f = &d["layers"]["packets"]["data"]["example_flow"];
     let flags = |v: &serde_json::Value| -> Vec<String> {
@@ -137,7 +145,13 @@ fn handshake_and_header(dom: &str, d: &serde_json::Value) {
     if opening.is_empty() {
         opening = flags(&f["packets"]).into_iter().take(3).collect();
     }
-    assert_eq!(opening, ["SYN", "SYN,ACK", "ACK"], "{f:#}");
+    // As captured: the kept stream may start at the SYN-ACK (seen once: the client's
+    // SYN is not in the capture), so the ladder opens with what the capture holds.
+    assert!(
+        opening.first().is_some_and(|f| f.starts_with("SYN")),
+        "{f:#}"
+    );
+    assert!(opening.iter().any(|f| f == "SYN,ACK"), "{f:#}");
     assert!(dom.contains("SYN,ACK"));
     let started = d["started_unix_us"].as_u64().expect("started_unix_us");
     let now = std::time::SystemTime::now()
