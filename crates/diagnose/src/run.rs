@@ -400,7 +400,7 @@ fn path_idle(
                 ro.port = sa.port();
                 ro.max_ttl = 16;
                 ro.timeout = Duration::from_millis(800);
-                match lagtrace_probe::route(&ro) {
+                match lagtrace_probe::route_until(&ro, stop) {
                     Ok(rr) => path.hops = adapters::path::hops(&rr),
                     Err(e) => path.notes.push(format!("route: {e:#}")),
                 }

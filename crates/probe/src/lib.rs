@@ -270,6 +270,14 @@ pub fn ping_with(
 
 /// Traces the path to `opts.target`. Needs CAP_NET_RAW.
 pub fn route(opts: &RouteOptions) -> Result<RouteReport> {
+    route_until(opts, &std::sync::atomic::AtomicBool::new(false))
+}
+
+/// [`route`], ending early (with the hops so far) within 50 ms once `stop` is set.
+pub fn route_until(
+    opts: &RouteOptions,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<RouteReport> {
     if opts.max_ttl == 0 {
         bail_usage!("invalid max TTL 0: must be 1-255");
     }
@@ -320,7 +328,7 @@ pub fn route(opts: &RouteOptions) -> Result<RouteReport> {
         seq_base: seq_base(),
     };
     let mut network = net::RawNetwork::open(flow).map_err(Error::raw_open)?;
-    let (hops, reached) = route::run_trace(&mut network, &flow, opts)
+    let (hops, reached) = route::run_trace(&mut network, &flow, opts, stop)
         .map_err(|e| Error::io(format!("tracing {}", opts.target), e))?;
     Ok(RouteReport {
         target: opts.target,

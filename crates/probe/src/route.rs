@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -134,11 +135,37 @@ struct Pending {
     slot: usize,
 }
 
+/// How long a wait for replies runs before it looks at the stop flag again.
+const STOP_CHECK_NS: u64 = 50_000_000;
+
+/// [`Network::recv`] until `deadline_ns`, in slices that look at `stop` in between: `None`
+/// at the deadline or once `stop` is set.
+fn recv_or_stop<N: Network>(
+    net: &mut N,
+    deadline_ns: u64,
+    stop: &AtomicBool,
+) -> io::Result<Option<crate::net::Received>> {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let slice = deadline_ns.min(net.now_ns().saturating_add(STOP_CHECK_NS));
+        match net.recv(slice)? {
+            Some(rx) => return Ok(Some(rx)),
+            None if slice >= deadline_ns => return Ok(None),
+            None => {}
+        }
+    }
+}
+
 /// The trace engine over any [`Network`]. Returns hops 1..=last (the target's TTL if reached).
+/// Once `stop` is set (Ctrl-C) it stops within [`STOP_CHECK_NS`] and returns what it has:
+/// probes still unanswered stay silent.
 pub fn run_trace<N: Network>(
     net: &mut N,
     flow: &Flow,
     opts: &RouteOptions,
+    stop: &AtomicBool,
 ) -> io::Result<(Vec<Hop>, bool)> {
     let timeout = opts.timeout.as_nanos() as u64;
     let mut probes: Vec<Vec<HopProbe>> = vec![Vec::new(); usize::from(opts.max_ttl)];
@@ -146,11 +173,14 @@ pub fn run_trace<N: Network>(
     let mut n: u64 = 0;
     let start = net.now_ns();
     for round in 0..opts.rounds {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         if round > 0 {
             let due = start + u64::from(round) * opts.round_interval.as_nanos() as u64;
-            while net.now_ns() < due {
+            while net.now_ns() < due && !stop.load(Ordering::Relaxed) {
                 // Drain late replies while waiting; they do not count any more.
-                let _ = net.recv(due)?;
+                let _ = recv_or_stop(net, due, stop)?;
             }
         }
         let max = target_ttl.unwrap_or(opts.max_ttl);
@@ -210,7 +240,9 @@ pub fn run_trace<N: Network>(
             if pending.is_empty() {
                 break;
             }
-            let Some(rx) = net.recv(deadline)? else { break };
+            let Some(rx) = recv_or_stop(net, deadline, stop)? else {
+                break;
+            };
             take_reply(
                 flow,
                 &rx,
@@ -330,7 +362,7 @@ mod tests {
             );
             let mut o = RouteOptions::new(f.dst);
             o.proto = proto;
-            let (hops, reached) = run_trace(&mut net, &f, &o).unwrap();
+            let (hops, reached) = run_trace(&mut net, &f, &o, &AtomicBool::new(false)).unwrap();
             assert!(reached, "{proto:?}");
             assert_eq!(hops.len(), 3);
             assert_eq!(hops[0].addrs, [ip("10.9.1.1")]);
@@ -362,7 +394,7 @@ mod tests {
         let mut o = RouteOptions::new(f.dst);
         o.queries = 1;
         o.rounds = 4;
-        let (hops, reached) = run_trace(&mut net, &f, &o).unwrap();
+        let (hops, reached) = run_trace(&mut net, &f, &o, &AtomicBool::new(false)).unwrap();
         assert!(reached);
         assert_eq!(hops.len(), 2);
         assert_eq!(hops[0].stats.sent, 4);
@@ -383,7 +415,13 @@ mod tests {
         );
         // 50 µs per send: the target (hop 2, 200 µs away) answers while TTL 2-3 go out.
         net.send_cost_ns = 50_000;
-        let (hops, reached) = run_trace(&mut net, &f, &RouteOptions::new(f.dst)).unwrap();
+        let (hops, reached) = run_trace(
+            &mut net,
+            &f,
+            &RouteOptions::new(f.dst),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
         assert!(reached);
         assert_eq!(hops.len(), 2);
         assert!(hops.iter().all(|h| h.stats.received == 3));
@@ -401,9 +439,60 @@ mod tests {
         let mut o = RouteOptions::new(f.dst);
         o.max_ttl = 5;
         o.timeout = Duration::from_millis(200);
-        let (hops, reached) = run_trace(&mut net, &f, &o).unwrap();
+        let (hops, reached) = run_trace(&mut net, &f, &o, &AtomicBool::new(false)).unwrap();
         assert!(!reached);
         assert_eq!(hops.len(), 5);
         assert!(hops.iter().all(|h| h.stats.received == 0));
+    }
+
+    /// A network whose clock sets the stop flag (a Ctrl-C) once it passes `at_ns`.
+    struct StopAt<'a> {
+        net: SimNet,
+        at_ns: u64,
+        stop: &'a AtomicBool,
+    }
+
+    impl Network for StopAt<'_> {
+        fn send(&mut self, ttl: u8, probe: &[u8]) -> io::Result<u64> {
+            self.net.send(ttl, probe)
+        }
+        fn recv(&mut self, deadline_ns: u64) -> io::Result<Option<crate::net::Received>> {
+            let r = self.net.recv(deadline_ns);
+            if self.net.now_ns() >= self.at_ns {
+                self.stop.store(true, Ordering::Relaxed);
+            }
+            r
+        }
+        fn now_ns(&self) -> u64 {
+            self.net.now_ns()
+        }
+    }
+
+    #[test]
+    fn a_stop_ends_the_wait_for_silent_hops_within_one_check() {
+        let f = flow(Proto::Tcp);
+        let stop = AtomicBool::new(false);
+        let net = SimNet::with_flow(f, Behaviour::Silent);
+        let t0 = net.now_ns();
+        let mut net = StopAt {
+            net,
+            at_ns: t0 + 100_000_000,
+            stop: &stop,
+        };
+        let mut o = RouteOptions::new(f.dst);
+        o.max_ttl = 5;
+        o.rounds = 3;
+        let (hops, reached) = run_trace(&mut net, &f, &o, &stop).unwrap();
+        assert!(!reached);
+        assert!(hops.iter().all(|h| h.stats.received == 0));
+        // Stopped 100 ms in, not after the 1 s timeout and two more rounds.
+        let waited = net.now_ns() - t0;
+        assert!(waited <= 100_000_000 + STOP_CHECK_NS, "{waited}");
+        assert_eq!(net.net.sent.len(), 15, "one round only");
+        // Set before the start: nothing is sent.
+        let mut net = SimNet::with_flow(f, Behaviour::Silent);
+        let (hops, _) = run_trace(&mut net, &f, &o, &AtomicBool::new(true)).unwrap();
+        assert!(net.sent.is_empty());
+        assert_eq!(hops.len(), 5);
     }
 }
