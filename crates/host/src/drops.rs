@@ -4,7 +4,8 @@
 //! tracepoint's own `format` file (tracefs), so they follow the running kernel.
 //!
 //! The raw record carries skbaddr, location, protocol and reason but no namespace or
-//! device: these counts are machine-wide.
+//! device: these counts are machine-wide. [`DropCounter`] prefers the per-namespace BPF
+//! counter ([`crate::bpf`]) and falls back to them, saying why.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -12,7 +13,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use lagtrace_model::host::{DropReasonCount, DropsByReason};
+use lagtrace_model::host::{DeviceDrops, DropReasonCount, DropsByReason};
+
+use crate::bpf::{BpfError, NsCounts, NsDrops};
 
 const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 const EVENT: &str = "events/skb/kfree_skb";
@@ -302,24 +305,154 @@ impl DropTracer {
     /// Stops, drains, and returns the counts, most first.
     pub fn finish(mut self) -> DropsByReason {
         self.drain();
-        let mut reasons: Vec<DropReasonCount> = self
-            .counts
-            .iter()
-            .map(|(r, &count)| DropReasonCount {
-                reason: self
-                    .format
-                    .names
-                    .get(r)
-                    .cloned()
-                    .unwrap_or_else(|| format!("REASON_{r}")),
-                count,
-            })
-            .collect();
-        reasons.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
         DropsByReason {
             scope: "machine".into(),
-            reasons,
+            scope_reason: None,
+            reasons: by_reason(&self.counts, &self.format.names),
+            devices: Vec::new(),
             lost: self.lost,
+        }
+    }
+}
+
+/// Counts by reason number → named counts, most first.
+fn by_reason(counts: &BTreeMap<u32, u64>, names: &BTreeMap<u32, String>) -> Vec<DropReasonCount> {
+    let mut reasons: Vec<DropReasonCount> = counts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(r, &count)| DropReasonCount {
+            reason: names
+                .get(r)
+                .cloned()
+                .unwrap_or_else(|| format!("REASON_{r}")),
+            count,
+        })
+        .collect();
+    reasons.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
+    reasons
+}
+
+/// The namespace's counts by reason and by device; `name` names an ifindex (in the
+/// namespace: the caller runs there).
+pub fn namespace_drops(
+    c: &NsCounts,
+    names: &BTreeMap<u32, String>,
+    name: impl Fn(u32) -> Option<String>,
+) -> DropsByReason {
+    let mut total: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut per_dev: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
+    for (&(ifindex, reason), &n) in &c.counts {
+        *total.entry(reason).or_default() += n;
+        *per_dev
+            .entry(ifindex)
+            .or_default()
+            .entry(reason)
+            .or_default() += n;
+    }
+    let mut devices: Vec<DeviceDrops> = per_dev
+        .iter()
+        .map(|(&ifindex, reasons)| DeviceDrops {
+            ifindex,
+            device: if ifindex == 0 { None } else { name(ifindex) },
+            count: reasons.values().sum(),
+            reasons: by_reason(reasons, names),
+        })
+        .filter(|d| d.count > 0)
+        .collect();
+    devices.sort_by(|a, b| b.count.cmp(&a.count).then(a.ifindex.cmp(&b.ifindex)));
+    DropsByReason {
+        scope: "namespace".into(),
+        scope_reason: None,
+        reasons: by_reason(&total, names),
+        devices,
+        lost: c.missed,
+    }
+}
+
+/// Why no drop counter could run: `unavailable` (privilege) or an error.
+#[derive(Debug)]
+pub struct NoCounter {
+    /// Missing privilege (else the kernel or the build refused).
+    pub privilege: bool,
+    /// What was tried and why it failed.
+    pub why: String,
+}
+
+/// The drop counter of a window: the watched namespace's (BPF), or machine-wide (perf)
+/// when that cannot run and the caller accepts it.
+pub enum DropCounter {
+    /// Per namespace and device.
+    Namespace {
+        /// The attached program.
+        bpf: NsDrops,
+        /// Reason number → name, from the tracepoint's format (empty if unreadable).
+        names: BTreeMap<u32, String>,
+    },
+    /// Machine-wide, with why not per namespace.
+    Machine(DropTracer, String),
+}
+
+impl DropCounter {
+    /// Starts counting the drops of the namespace with inode `netns` (the caller's); when
+    /// the BPF counter cannot run, machine-wide if `machine`.
+    pub fn start(netns: u64, machine: bool) -> Result<DropCounter, NoCounter> {
+        // tracefs mounted (the program attaches by the tracepoint's id) and the names.
+        let format = find_format()
+            .and_then(std::fs::read_to_string)
+            .ok()
+            .and_then(|t| parse_format(&t));
+        let names = format.map(|f| f.names).unwrap_or_default();
+        let inum = u32::try_from(netns).unwrap_or(0);
+        let (why, privilege) = match NsDrops::start(inum) {
+            Ok(bpf) if inum != 0 => return Ok(DropCounter::Namespace { bpf, names }),
+            Ok(_) => (
+                "the watched namespace's inode is unknown".to_string(),
+                false,
+            ),
+            Err(e) => (e.to_string(), matches!(e, BpfError::Privilege(_))),
+        };
+        if !machine {
+            return Err(NoCounter { privilege, why });
+        }
+        match DropTracer::start() {
+            Ok(t) => Ok(DropCounter::Machine(t, why)),
+            Err(e) => Err(NoCounter {
+                privilege: matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)),
+                why: format!(
+                    "{why}; machine-wide, the skb:kfree_skb tracepoint: {e}{}",
+                    if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) {
+                        " (needs CAP_PERFMON, and CAP_SYS_ADMIN to mount tracefs)"
+                    } else {
+                        ""
+                    }
+                ),
+            }),
+        }
+    }
+
+    /// Reads the perf rings (machine-wide); the BPF counter needs nothing.
+    pub fn drain(&mut self) {
+        if let DropCounter::Machine(t, _) = self {
+            t.drain();
+        }
+    }
+
+    /// Stops and returns the counts; `Err` when the BPF map cannot be read.
+    pub fn finish(self) -> Result<DropsByReason, String> {
+        match self {
+            DropCounter::Namespace { bpf, names } => {
+                let c = bpf.read().map_err(|e| e.to_string())?;
+                let name = |i: u32| {
+                    let n = crate::qdisc::dev_name(i as i32);
+                    (n != format!("if{i}")).then_some(n)
+                };
+                Ok(namespace_drops(&c, &names, name))
+            }
+            DropCounter::Machine(t, why) => {
+                let mut d = t.finish();
+                d.scope_reason = Some(why);
+                Ok(d)
+            }
         }
     }
 }
@@ -341,6 +474,37 @@ print fmt: \"skbaddr=%p reason: %s\", REC->skbaddr, __print_symbolic(REC->reason
         assert_eq!(f.names[&12], "NETFILTER_DROP");
         assert_eq!(f.names.len(), 2);
         assert!(parse_format("name: x\n").is_none());
+    }
+
+    #[test]
+    fn namespace_counts_group_by_reason_and_by_device() {
+        let names = parse_format(FORMAT).unwrap().names;
+        let c = NsCounts {
+            counts: BTreeMap::from([((1, 12), 10), ((3, 12), 2), ((3, 2), 5), ((0, 99), 1)]),
+            missed: 4,
+        };
+        let d = namespace_drops(&c, &names, |i| (i == 1).then(|| "lo".to_string()));
+        assert_eq!((d.scope.as_str(), d.lost), ("namespace", 4));
+        let r: Vec<(&str, u64)> = d
+            .reasons
+            .iter()
+            .map(|c| (c.reason.as_str(), c.count))
+            .collect();
+        assert_eq!(
+            r,
+            [
+                ("NETFILTER_DROP", 12),
+                ("NOT_SPECIFIED", 5),
+                ("REASON_99", 1)
+            ]
+        );
+        let devs: Vec<(u32, Option<&str>, u64)> = d
+            .devices
+            .iter()
+            .map(|x| (x.ifindex, x.device.as_deref(), x.count))
+            .collect();
+        assert_eq!(devs, [(1, Some("lo"), 10), (3, None, 7), (0, None, 1)]);
+        assert_eq!(d.devices[1].reasons[0].reason, "NOT_SPECIFIED");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! Each part that cannot be read says why in its own [`Layer`]; the others still run.
 #![deny(missing_docs)]
 
+pub mod bpf;
 pub mod cgroup;
 pub mod counters;
 pub mod drops;
@@ -36,8 +37,11 @@ pub struct HostOptions {
     pub duration: Duration,
     /// How often the listen queues are sampled within the window.
     pub interval: Duration,
-    /// Count drops by reason (the `skb:kfree_skb` tracepoint, machine-wide).
+    /// Count drops by reason (the `skb:kfree_skb` tracepoint): the namespace's by device.
     pub drops: bool,
+    /// When the per-namespace counter cannot run (no privilege, built without clang),
+    /// count drops machine-wide instead (saying why); else the drop layer is unavailable.
+    pub drops_machine: bool,
 }
 
 impl Default for HostOptions {
@@ -48,6 +52,7 @@ impl Default for HostOptions {
             duration: Duration::from_secs(5),
             interval: Duration::from_millis(100),
             drops: true,
+            drops_machine: true,
         }
     }
 }
@@ -217,7 +222,14 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         }
     });
     let mut track = listen::ListenTrack::new(o.pid);
-    let mut tracer = o.drops.then(drops::DropTracer::start);
+    // This thread's namespace (the watched one: `measure` entered it), not the process's.
+    let netns = std::fs::metadata("/proc/thread-self/ns/net").map_or(0, |m| {
+        use std::os::unix::fs::MetadataExt;
+        m.ino()
+    });
+    let mut tracer = o
+        .drops
+        .then(|| drops::DropCounter::start(netns, o.drops_machine));
     let started = Instant::now();
     let first = read_ends(o.pid, dirs.as_ref().and_then(|d| d.as_ref().ok()));
     let mut listen_err = track.sample().err();
@@ -288,20 +300,14 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         },
         drops: match tracer {
             None => Layer::skipped("not asked for"),
-            Some(Ok(t)) => Layer::ran(t.finish()),
-            Some(Err(e)) => drops_unavailable(&e),
+            Some(Ok(t)) => match t.finish() {
+                Ok(d) => Layer::ran(d),
+                Err(e) => Layer::error(e),
+            },
+            Some(Err(e)) if e.privilege => Layer::unavailable(e.why),
+            Some(Err(e)) => Layer::error(e.why),
         },
         cost: HostCost::default(),
-    }
-}
-
-fn drops_unavailable<T>(e: &std::io::Error) -> Layer<T> {
-    match e.raw_os_error() {
-        Some(libc::EPERM | libc::EACCES) => Layer::unavailable(format!(
-            "the skb:kfree_skb tracepoint: {e}: needs CAP_PERFMON (and CAP_SYS_ADMIN to mount \
-             tracefs); the other parts do not"
-        )),
-        _ => Layer::error(format!("the skb:kfree_skb tracepoint: {e}")),
     }
 }
 

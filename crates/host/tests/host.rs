@@ -399,15 +399,28 @@ fn a_dropping_tbf_qdisc_is_counted_as_tc_counts_it() {
         "tc -s qdisc"
     );
     assert!(q.overlimits > 0, "{q:?}");
-    // The tracepoint saw them as qdisc drops (machine-wide: at least these).
+    // The tracepoint saw them as qdisc drops on that device, as many as tc counts.
     let d = r.drops.get().unwrap_or_else(|| panic!("{:?}", r.drops));
-    let qd: u64 = d
-        .reasons
+    assert_eq!(d.scope, "namespace", "{d:?}");
+    let qdisc_drops = |reasons: &[lagtrace_model::host::DropReasonCount]| -> u64 {
+        reasons
+            .iter()
+            .filter(|c| c.reason.starts_with("QDISC_"))
+            .map(|c| c.count)
+            .sum()
+    };
+    let dev = d
+        .devices
         .iter()
-        .filter(|c| c.reason.starts_with("QDISC_"))
-        .map(|c| c.count)
-        .sum();
-    assert!(qd >= q.drops, "{d:?} vs {q:?}");
+        .find(|x| x.device.as_deref() == Some("lthd0"));
+    assert_eq!(dev.map_or(0, |x| qdisc_drops(&x.reasons)), dropped, "{d:?}");
+    assert_eq!(qdisc_drops(&d.reasons), dropped, "no other device: {d:?}");
+    assert!(
+        !d.devices
+            .iter()
+            .any(|x| x.device.as_deref() == Some("lthd1")),
+        "{d:?}"
+    );
     // The other device carried nothing: not blamed.
     let other = qs.iter().find(|q| q.dev == "lthd1").expect("lthd1 qdisc");
     assert_eq!((other.drops, other.packets), (0, 0), "{other:?}");
@@ -426,15 +439,18 @@ fn nft_counter(ns: &str, family: &str, table: &str) -> u64 {
 #[ignore = "needs root"]
 fn netfilter_drops_are_counted_by_reason_as_the_rule_counts_them() {
     let mut g = NetGuard::new();
-    let ns = g.add_ns("host-nft");
+    // The watched namespace and another one dropping the same way at the same time.
+    let (ns, other) = (g.add_ns("host-nft"), g.add_ns("host-nfb"));
     let base = 30_000 + (std::process::id() % 5000) as u16;
     let (dropped, open) = (base, base + 3);
-    lagtrace_testkit::net::nft_load(
-        Some(&ns),
-        &format!(
-            "table inet lthost {{\n chain out {{\n type filter hook output priority 0;\n tcp dport {dropped} counter drop\n }}\n}}\n"
-        ),
-    );
+    for n in [&ns, &other] {
+        lagtrace_testkit::net::nft_load(
+            Some(n),
+            &format!(
+                "table inet lthost {{\n chain out {{\n type filter hook output priority 0;\n tcp dport {dropped} counter drop\n }}\n}}\n"
+            ),
+        );
+    }
     let w = window(HostOptions {
         netns: Some(ns.clone()),
         duration: BOUND,
@@ -442,10 +458,14 @@ fn netfilter_drops_are_counted_by_reason_as_the_rule_counts_them() {
     });
     // SYNs to `dropped` die in the output hook and are retransmitted after 1 s; SYNs to
     // `open` are answered by a RST (no listener): not a netfilter drop. The window ends
-    // once the rule has counted both rounds and the sockets are reset.
-    let held = (connects(&ns, dropped, 5), connects(&ns, open, 5));
+    // once both rules have counted both rounds and the sockets are reset.
+    let held = (
+        connects(&ns, dropped, 5),
+        connects(&ns, open, 5),
+        connects(&other, dropped, 7),
+    );
     let t0 = std::time::Instant::now();
-    while nft_counter(&ns, "inet", "lthost") < 10 {
+    while nft_counter(&ns, "inet", "lthost") < 10 || nft_counter(&other, "inet", "lthost") < 14 {
         assert!(t0.elapsed() < BOUND, "the SYNs were not retransmitted");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -454,10 +474,14 @@ fn netfilter_drops_are_counted_by_reason_as_the_rule_counts_them() {
     let rule = nft_counter(&ns, "inet", "lthost");
     assert!(rule >= 10, "5 SYNs and their retransmits: {rule}");
     let d = r.drops.get().unwrap_or_else(|| panic!("{:?}", r.drops));
-    assert_eq!(d.lost, 0, "{d:?}");
+    assert_eq!((d.scope.as_str(), d.lost), ("namespace", 0), "{d:?}");
     let nf = d.reasons.iter().find(|c| c.reason == "NETFILTER_DROP");
-    // Machine-wide counts: equal while no other netfilter drop happens on this machine.
+    // Exactly the watched namespace's rule: the other namespace's 14 are not counted.
     assert_eq!(nf.map_or(0, |c| c.count), rule, "{d:?}");
+    // All on the route's device (loopback): dropped before it was set on the packet.
+    let lo = d.devices.iter().find(|x| x.device.as_deref() == Some("lo"));
+    let on_lo = lo.and_then(|x| x.reasons.iter().find(|c| c.reason == "NETFILTER_DROP"));
+    assert_eq!(on_lo.map_or(0, |c| c.count), rule, "{d:?}");
 }
 
 #[test]
@@ -560,5 +584,80 @@ fn a_syn_flood_with_syncookies_off_fills_the_syn_queue_of_its_listener() {
         (cl.len(), cl[0].drops),
         (1, Some(0)),
         "the quiet listener: {cl:?}"
+    );
+}
+
+/// Clears `caps` from the calling thread's effective set (capabilities are per thread).
+fn drop_caps(caps: &[u32]) {
+    // struct __user_cap_header_struct { version, pid } and two __user_cap_data_struct
+    // { effective, permitted, inheritable } (version 3: 64 capabilities).
+    let mut hdr = [0x2008_0522u32, 0];
+    let mut data = [0u32; 6];
+    // SAFETY: capget/capset with a version-3 header and room for two data structs.
+    unsafe {
+        assert_eq!(
+            libc::syscall(libc::SYS_capget, hdr.as_mut_ptr(), data.as_mut_ptr()),
+            0
+        );
+        for &c in caps {
+            data[(c / 32) as usize * 3] &= !(1 << (c % 32));
+        }
+        assert_eq!(
+            libc::syscall(libc::SYS_capset, hdr.as_mut_ptr(), data.as_ptr()),
+            0
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn without_cap_bpf_drops_fall_back_to_machine_wide_and_say_why() {
+    const SYS_ADMIN: u32 = 21;
+    const PERFMON: u32 = 38;
+    const BPF: u32 = 39;
+    let run = |caps: &'static [u32], machine: bool| {
+        std::thread::spawn(move || {
+            drop_caps(caps);
+            measure_with(
+                &HostOptions {
+                    duration: Duration::from_millis(200),
+                    drops_machine: machine,
+                    ..Default::default()
+                },
+                &WindowControl::default(),
+            )
+            .expect("host measure")
+            .drops
+        })
+        .join()
+        .unwrap()
+    };
+    // CAP_PERFMON kept: the machine-wide tracepoint runs, and says why not per namespace.
+    let l = run(&[SYS_ADMIN, BPF], true);
+    let d = l.get().unwrap_or_else(|| panic!("{l:?}"));
+    assert_eq!(d.scope, "machine", "{d:?}");
+    let why = d.scope_reason.as_deref().unwrap_or("");
+    assert!(
+        why.contains("CAP_BPF") && why.contains("CAP_PERFMON"),
+        "{why}"
+    );
+    // Not accepted machine-wide (diagnose): unavailable, naming the privilege.
+    let l = run(&[SYS_ADMIN, BPF], false);
+    assert_eq!(
+        l.status,
+        lagtrace_model::diagnosis::evidence::LayerStatus::Unavailable,
+        "{l:?}"
+    );
+    assert!(
+        l.reason.as_deref().unwrap_or("").contains("CAP_BPF"),
+        "{l:?}"
+    );
+    // Neither: unavailable, naming both.
+    let l = run(&[SYS_ADMIN, BPF, PERFMON], true);
+    assert!(l.get().is_none(), "{l:?}");
+    let why = l.reason.as_deref().unwrap_or("");
+    assert!(
+        why.contains("CAP_BPF") && why.contains("CAP_PERFMON"),
+        "{why}"
     );
 }

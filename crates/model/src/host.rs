@@ -29,7 +29,8 @@ pub struct HostReport {
     pub qdiscs: Layer<Vec<QdiscDelta>>,
     /// `/proc/net/sockstat` at the end of the window.
     pub sockstat: Layer<SockStat>,
-    /// Drops by reason from the `skb:kfree_skb` tracepoint, machine-wide.
+    /// Drops by reason (and device) from the `skb:kfree_skb` tracepoint: the watched
+    /// namespace's, or machine-wide when the per-namespace counter cannot run.
     pub drops: Layer<DropsByReason>,
     /// What the measurement itself cost.
     pub cost: HostCost,
@@ -241,12 +242,38 @@ pub struct SockStat {
 /// Packets the kernel freed as dropped (`skb:kfree_skb`), by reason, over the window.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct DropsByReason {
-    /// What the counts cover: `machine` (the raw tracepoint carries no namespace or device).
+    /// What the counts cover: `namespace` — the watched namespace's drops only (`scope.
+    /// netns_inode`), counted in the kernel by a BPF program that reads each dropped
+    /// packet's namespace and device, split by device in `devices`; or `machine` — every
+    /// namespace's (the raw tracepoint carries no namespace or device), when that program
+    /// cannot run: `scope_reason` says why.
     pub scope: String,
+    /// Why the counts are not per namespace (only with scope `machine`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope_reason: Option<String>,
     /// Reasons that occurred, most first.
     pub reasons: Vec<DropReasonCount>,
-    /// Samples the kernel lost (ring full); counts are then lower bounds.
+    /// The same drops by device (scope `namespace` only), most first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceDrops>,
+    /// Drops not counted (perf ring or BPF map full); counts are then lower bounds.
     pub lost: u64,
+}
+
+/// Drops on one device of the watched namespace: the device a packet was received on or
+/// was leaving by (before the output device is set, e.g. in the output netfilter hook,
+/// its route's device).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DeviceDrops {
+    /// Interface index in the namespace; 0 when the packet had neither device nor route.
+    pub ifindex: u32,
+    /// Its name at the end of the window (absent when it is gone, or for ifindex 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// Drops on it, all reasons.
+    pub count: u64,
+    /// By reason, most first.
+    pub reasons: Vec<DropReasonCount>,
 }
 
 /// One drop reason and how often it occurred.

@@ -82,8 +82,10 @@ pub fn measure(
         pid: found,
         duration: window,
         interval: INTERVAL,
-        // The tracepoint counts drops machine-wide: no evidence about this server.
-        drops: false,
+        // The server's namespace's drops by device and reason (BPF); machine-wide counts
+        // would be no evidence about this server: then none.
+        drops: true,
+        drops_machine: false,
     };
     match lagtrace_host::measure(&o) {
         Ok(r) => {

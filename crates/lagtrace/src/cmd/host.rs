@@ -9,7 +9,9 @@ use anyhow::Context;
 use lagtrace_host::HostOptions;
 use lagtrace_model::Envelope;
 use lagtrace_model::diagnosis::evidence::{Layer, LayerStatus};
-use lagtrace_model::host::{CgroupCpu, HostReport, ListenerQueue, QdiscDelta, ThreadSched};
+use lagtrace_model::host::{
+    CgroupCpu, DropsByReason, HostReport, ListenerQueue, QdiscDelta, ThreadSched,
+};
 
 /// What the server host's kernel saw over a window: the deltas an expert reads with nstat,
 /// ss -lnt, tc -s qdisc, the cgroup's cpu.stat and /proc/PID/task/*/schedstat.
@@ -163,24 +165,8 @@ pub fn text(r: &HostReport) -> String {
     if !qdisc_text(&mut s, &r.qdiscs, w) {
         quiet.push("qdiscs");
     }
-    if let Some(d) = r.drops.get().filter(|d| !d.reasons.is_empty()) {
-        let _ = writeln!(s, "drops by reason ({}):", d.scope);
-        if d.lost > 0 {
-            let _ = writeln!(
-                s,
-                "  ({} samples lost: the counts are lower bounds)",
-                d.lost
-            );
-        }
-        for c in &d.reasons {
-            let _ = writeln!(
-                s,
-                "  {:<28} {:>8}  {}",
-                c.reason,
-                c.count,
-                rate(c.count as f64, w)
-            );
-        }
+    if !drops_text(&mut s, &r.drops, w) {
+        quiet.push("drops");
     }
     if let Some(ss) = r.sockstat.get() {
         if let Some([min, pressure, _]) = ss.tcp_mem_limits.filter(|l| ss.tcp_mem_pages > l[0]) {
@@ -375,4 +361,48 @@ fn qdisc_text(s: &mut String, l: &Layer<Vec<QdiscDelta>>, w: u64) -> bool {
         }
     }
     !moved.is_empty()
+}
+
+/// Drops by reason and, per namespace, by device; the scope always said. False if none.
+fn drops_text(s: &mut String, l: &Layer<DropsByReason>, w: u64) -> bool {
+    let Some(d) = l.get() else {
+        return true;
+    };
+    let scope = match &d.scope_reason {
+        Some(why) => format!("{}, because {why}", d.scope),
+        None => d.scope.clone(),
+    };
+    if d.reasons.is_empty() {
+        if d.scope != "namespace" {
+            let _ = writeln!(s, "drops ({scope}): none");
+            return true;
+        }
+        return false;
+    }
+    let _ = writeln!(s, "drops by reason ({scope}):");
+    if d.lost > 0 {
+        let _ = writeln!(s, "  ({} not counted: the counts are lower bounds)", d.lost);
+    }
+    for c in &d.reasons {
+        let _ = writeln!(
+            s,
+            "  {:<28} {:>8}  {}",
+            c.reason,
+            c.count,
+            rate(c.count as f64, w)
+        );
+    }
+    for dev in &d.devices {
+        let name = dev.device.clone().unwrap_or_else(|| match dev.ifindex {
+            0 => "(no device)".into(),
+            i => format!("(ifindex {i}, gone)"),
+        });
+        let reasons: Vec<String> = dev
+            .reasons
+            .iter()
+            .map(|c| format!("{} {}", c.reason, c.count))
+            .collect();
+        let _ = writeln!(s, "  on {name}: {} ({})", dev.count, reasons.join(", "));
+    }
+    true
 }
