@@ -82,8 +82,9 @@ pub fn measure(
         pid: found,
         duration: window,
         interval: INTERVAL,
-        // The tracepoint counts drops machine-wide: no evidence about this server.
-        drops: false,
+        // Drops by reason: machine-wide from the tracepoint, so weaker evidence — the rules
+        // use them only to name where the target's own held or late segments were dropped.
+        drops: true,
     };
     match lagtrace_host::measure(&o) {
         Ok(r) => {
