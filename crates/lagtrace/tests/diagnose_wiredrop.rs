@@ -4,8 +4,7 @@
 //! output path dropping a small share of its data segments, and a tbf qdisc on its egress
 //! whose queue is too short — each `packet-loss` with mechanism `dropped-before-wire`, the
 //! place named in the fix and a tail line. Negative control: the same nftables drops on
-//! another port and process in the same namespace are not blamed on the target. And
-//! `lagtrace analyze` alone on such a capture does not call the held segments Nagle.
+//! another port and process in the same namespace are not blamed on the target.
 
 mod common;
 
@@ -222,60 +221,4 @@ fn drops_on_another_port_and_process_are_not_blamed_on_the_target() {
     assert!(j["verdict"].get("mechanism").is_none(), "{}", show(&j));
     assert_ne!(j["verdict"]["cause"], "packet-loss", "{}", show(&j));
     drop(other);
-}
-
-#[test]
-#[ignore = "needs root"]
-fn analyze_alone_does_not_call_local_drops_nagle() {
-    let lab = Lab::up(&LabOptions::new(&name("ana"))).expect("lab up");
-    drop_output(&lab, 80, 4);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let pcap = dir.path().join("wd.pcap");
-    let _turn = lagtrace_testkit::measuring();
-    let mut cap = Foreground(
-        Command::new(common::BIN)
-            .args([
-                "capture",
-                "-i",
-                lab.client_iface(),
-                "--duration",
-                "5s",
-                "-w",
-            ])
-            .arg(&pcap)
-            .arg("tcp port 80")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("capture"),
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    let st = Command::new(common::BIN)
-        .args(["load", &lab.good_url(), "-c", "8", "-d", "3s"])
-        .stdout(Stdio::null())
-        .status()
-        .expect("load");
-    assert!(st.success());
-    let _ = cap.0.wait();
-    let an = common::analyze_json(&pcap);
-    let k = common::kinds(&an);
-    let dropped = nft_dropped(&lab);
-    assert!(dropped > 0, "{k:?}");
-    // The late responses are found (a one-segment response dropped before the wire waits
-    // for the probe timer, the timer a cork waits for too: from the packets alone that is
-    // `tcp-cork` or `held-until-ack`, whichever shape it had) ...
-    assert!(
-        k.iter()
-            .any(|f| f.2 >= super_rto_min() && f.0 != "retransmission"),
-        "nft dropped {dropped}: {k:?}"
-    );
-    // ... and never called Nagle: the server's TCP_NODELAY is on.
-    for nagle in ["nagle-delayed-ack", "nagle-stall", "delayed-ack"] {
-        assert!(k.iter().all(|f| f.0 != nagle), "{nagle}: {k:?}");
-    }
-}
-
-/// Linux's TCP_RTO_MIN less the timer wheel's rounding, µs.
-fn super_rto_min() -> u64 {
-    200_000 - 200_000 / 8
 }

@@ -239,7 +239,12 @@ pub(super) fn adopt(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>, 
     let direct = [
         throttled(x, host),
         overflow(x, host, target),
-        super::wiredrop::dropped(x, tail_loss),
+        // The loss is named (by the tail or the packets' retransmissions): the held or
+        // late segments matter however few.
+        super::wiredrop::dropped(
+            x,
+            tail_loss || cands.iter().any(|c| c.cause == Cause::PacketLoss),
+        ),
     ];
     for d in direct.into_iter().flatten() {
         // The layers its evidence comes from (the host's, and the packets' where they show
