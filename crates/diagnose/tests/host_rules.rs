@@ -222,3 +222,134 @@ fn a_cork_read_on_the_sockets_is_not_overruled_by_throttling() {
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::TcpCork, "{j:#?}");
 }
+
+/// A host report with local drops: `nf` NETFILTER_DROP (counted `scope`) and a `tbf` qdisc
+/// on `veth-s` that dropped `qdisc`.
+fn host_drops(nf: u64, scope: &str, qdisc: u64) -> HostReport {
+    let reasons = if nf > 0 {
+        json!([{"reason": "NETFILTER_DROP", "count": nf}, {"reason": "NO_SOCKET", "count": 3}])
+    } else {
+        json!([{"reason": "NO_SOCKET", "count": 3}])
+    };
+    let qdiscs = if qdisc > 0 {
+        json!([{"dev": "veth-s", "kind": "tbf", "handle": "8001:", "parent": "root",
+                "packets": 9000, "bytes": 9_000_000, "drops": qdisc, "overlimits": 40,
+                "requeues": 0, "drops_total": qdisc, "qlen": 0, "backlog_bytes": 0}])
+    } else {
+        json!([{"dev": "veth-s", "kind": "noqueue", "handle": "0:", "parent": "root",
+                "packets": 0, "bytes": 0, "drops": 0, "overlimits": 0,
+                "requeues": 0, "drops_total": 0, "qlen": 0, "backlog_bytes": 0}])
+    };
+    serde_json::from_value(json!({
+        "scope": {"netns": "lt-lab", "pid": 4242, "comm": "nginx", "netns_inode": 1},
+        "window_us": 3_000_000,
+        "counters": {"status": "ok", "data": []},
+        "listeners": {"status": "ok", "data": []},
+        "cgroup": {"status": "skipped", "reason": "x"},
+        "threads": {"status": "skipped", "reason": "x"},
+        "qdiscs": {"status": "ok", "data": qdiscs},
+        "sockstat": {"status": "skipped", "reason": "x"},
+        "drops": {"status": "ok", "data": {"scope": scope, "reasons": reasons, "lost": 0}},
+        "cost": {"cpu_us": 0, "cpu_share": 0.0}
+    }))
+    .expect("host report")
+}
+
+/// A healthy lab whose packets show `held` held-until-ack segments of 10 000 transactions,
+/// each ~40 ms.
+fn layers_held(held: u64) -> Layers {
+    let mut l = Synth::RULES.healthy_layers();
+    if held > 0 {
+        l.packets.data.as_mut().unwrap().findings =
+            vec![finding("held-until-ack", held, 10_000, 40_000)];
+    }
+    l
+}
+
+#[test]
+fn held_segments_with_local_netfilter_drops_are_packet_loss_dropped_before_wire() {
+    let mut l = layers_held(200);
+    l.host = Layer::ran(host_drops(230, "machine", 0));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::PacketLoss, "{j:#?}");
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::DroppedBeforeWire),
+        "{j:#?}"
+    );
+    let f = &j.verdict.fix[0];
+    assert!(
+        f.change.contains("ip netns exec lt-lab nft list ruleset"),
+        "{f:?}"
+    );
+    let host = j
+        .evidence
+        .iter()
+        .find(|e| e.layer == LayerName::Host)
+        .expect("a host line");
+    assert!(host.text.contains("NETFILTER_DROP"), "{}", host.text);
+    assert!(host.text.contains("230 packets"), "{}", host.text);
+    // The held segments with their stream and frames.
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.layer == LayerName::Packets && e.text.contains("frames #41 #44 #45")),
+        "{j:#?}"
+    );
+    assert!(
+        j.verdict.cost.text.contains("dropped before the wire"),
+        "{j:#?}"
+    );
+    assert!(j.finding_layers.contains(&LayerName::Host), "{j:#?}");
+}
+
+#[test]
+fn held_segments_with_qdisc_drops_name_the_qdisc() {
+    let mut l = layers_held(200);
+    l.host = Layer::ran(host_drops(0, "machine", 260));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::PacketLoss, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::DroppedBeforeWire));
+    let f = &j.verdict.fix[0];
+    assert!(
+        f.change
+            .contains("ip netns exec lt-lab tc -s qdisc show dev veth-s"),
+        "{f:?}"
+    );
+    assert_eq!(f.location.as_deref(), Some("tbf qdisc 8001: on veth-s"));
+}
+
+#[test]
+fn local_drops_name_nothing_without_the_targets_held_segments_or_enough_of_them() {
+    // Drops elsewhere (machine-wide) while the target's packets show no holds.
+    let mut l = layers_held(0);
+    l.host = Layer::ran(host_drops(500, "machine", 0));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.mechanism, None, "{j:#?}");
+    assert_ne!(j.verdict.cause, Cause::PacketLoss, "{j:#?}");
+    // Holds, but far fewer drops than held segments: the drops do not account for them.
+    let mut l = layers_held(200);
+    l.host = Layer::ran(host_drops(20, "machine", 0));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.mechanism, None, "{j:#?}");
+    // Holds and no local drops at all: no mechanism.
+    let mut l = layers_held(200);
+    l.host = Layer::ran(host_drops(0, "machine", 0));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.mechanism, None, "{j:#?}");
+}
+
+#[test]
+fn the_namespaces_own_qdisc_drops_win_over_a_larger_machine_wide_netfilter_count() {
+    // Another namespace's nftables rule dropped more (the tracepoint is machine-wide); the
+    // server's own qdisc dropped enough for its held segments.
+    let mut l = layers_held(200);
+    l.host = Layer::ran(host_drops(900, "machine", 150));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::DroppedBeforeWire));
+    assert_eq!(
+        j.verdict.fix[0].location.as_deref(),
+        Some("tbf qdisc 8001: on veth-s"),
+        "{j:#?}"
+    );
+}

@@ -231,22 +231,41 @@ pub(super) fn busy_note(host: &HostReport) -> Option<EvidenceLine> {
 
 /// Merges what the host layer shows into the candidates: the mechanism, its evidence and its
 /// fix go to the candidate of the same cause, or become one.
-pub(super) fn adopt(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>) {
+/// `tail_loss`: the tail's largest part is loss recovery.
+pub(super) fn adopt(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>, tail_loss: bool) {
     let Some(host) = x.host else {
         return;
     };
-    let direct = [throttled(x, host), overflow(x, host, target)];
+    let direct = [
+        throttled(x, host),
+        overflow(x, host, target),
+        // The loss is named (by the tail or the packets' retransmissions): the held or
+        // late segments matter however few.
+        super::wiredrop::dropped(
+            x,
+            tail_loss || cands.iter().any(|c| c.cause == Cause::PacketLoss),
+        ),
+    ];
     for d in direct.into_iter().flatten() {
+        // The layers its evidence comes from (the host's, and the packets' where they show
+        // the same mechanism).
+        let mut layers: Vec<LayerName> = d.evidence.iter().map(|e| e.layer).collect();
+        layers.sort();
+        layers.dedup();
         match cands.iter_mut().find(|c| c.cause == d.cause) {
             Some(c) => {
                 c.evidence.extend(d.evidence);
-                c.layers.push(LayerName::Host);
+                for l in layers {
+                    if !c.layers.contains(&l) {
+                        c.layers.push(l);
+                    }
+                }
                 c.direct = true;
                 c.mechanism = Some(d.mechanism);
                 c.host_fix = Some(d.fix);
             }
             None => {
-                let mut c = Candidate::new(d.cause, d.added_us, d.share, vec![LayerName::Host]);
+                let mut c = Candidate::new(d.cause, d.added_us, d.share, layers);
                 c.counted = d.counted;
                 c.evidence = d.evidence;
                 c.mechanism = Some(d.mechanism);
@@ -261,33 +280,43 @@ pub(super) fn adopt(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>) 
 
 /// Direct evidence wins: a `tcp-cork` candidate inferred from packets alone (the sockets
 /// layer did not read TCP_CORK on) yields to the host's throttling aligned with the slow
-/// requests. A throttled server answers late, and a response it writes in pieces after a
-/// stall looks held like a cork's; TCP_CORK read on the sockets is itself direct, and then
-/// the cork candidate keeps its place.
+/// requests, or to its drops before the wire. A throttled server answers late, and a
+/// response it writes in pieces after a stall looks held like a cork's; a segment dropped
+/// locally waits for the probe timer, the very timer that ends a cork's 200 ms hold.
+/// TCP_CORK read on the sockets is itself direct, and then the cork candidate keeps its
+/// place.
 fn yield_inferred_cork(cands: &mut Vec<Candidate>) {
-    let throttled = cands
-        .iter()
-        .any(|c| c.cause == Cause::SlowServer && c.mechanism == Some(Mechanism::CpuThrottled));
+    let direct = |c: &Candidate| {
+        matches!(
+            c.mechanism,
+            Some(Mechanism::CpuThrottled | Mechanism::DroppedBeforeWire)
+        )
+    };
     let Some(i) = cands
         .iter()
         .position(|c| c.cause == Cause::TcpCork && !c.layers.contains(&LayerName::Sockets))
     else {
         return;
     };
-    if !throttled {
+    if !cands.iter().any(direct) {
         return;
     }
     let cork = cands.remove(i);
-    let Some(slow) = cands.iter_mut().find(|c| c.cause == Cause::SlowServer) else {
+    let Some(w) = cands.iter_mut().find(|c| direct(c)) else {
         return;
     };
-    slow.evidence.push(out(
+    let why = if w.mechanism == Some(Mechanism::CpuThrottled) {
+        "its cgroup was throttled while the slowest requests waited: the throttling holds them"
+    } else {
+        "the host dropped its segments before the wire: a dropped segment waits for the same \
+         probe timer that ends a cork's hold"
+    };
+    w.evidence.push(out(
         LayerName::Packets,
         Cause::TcpCork,
         format!(
             "responses held ~{} look corked in the packets, but the server's sockets were not \
-             seen with TCP_CORK on and its cgroup was throttled while the slowest requests \
-             waited: the throttling holds them",
+             seen with TCP_CORK on and {why}",
             ms(cork.added_us)
         ),
     ));
@@ -295,6 +324,15 @@ fn yield_inferred_cork(cands: &mut Vec<Candidate>) {
 
 /// The cost in the user's terms of a candidate only the host layer shows.
 pub(super) fn cost_text(c: &Candidate) -> Option<String> {
+    if c.mechanism == Some(Mechanism::DroppedBeforeWire) {
+        let (n, of) = c.counted?;
+        let of = of.map(|o| format!(" of {o}")).unwrap_or_default();
+        return Some(format!(
+            "{n}{of} transactions wait ~{} for a segment the server host dropped before the \
+             wire (sent again on the client's next ACK or at the probe timer)",
+            ms(c.added_us)
+        ));
+    }
     if c.layers != [LayerName::Host] {
         return None;
     }

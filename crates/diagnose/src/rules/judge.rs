@@ -6,10 +6,10 @@ use lagtrace_model::Cause;
 use super::facts::Facts;
 use super::{
     Candidate, Judgement, RULE_OUTS, RULES, SLOW_SERVER_US, healthy, host, note, rule, tail,
-    unreachable,
+    unreachable, wiredrop,
 };
 use crate::evidence::{LayerName, LayerStatus, Layers, Target};
-use crate::verdict::{Confidence, Cost, EvidenceLine, Verdict};
+use crate::verdict::{Confidence, Cost, EvidenceLine, Mechanism, Tail, Verdict};
 
 /// Decides the verdict from the evidence of all layers.
 pub fn judge(target: &Target, layers: &Layers) -> Judgement {
@@ -19,7 +19,10 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
     }
     let tail = tail::assess(&x);
     let mut cands = rank(&x);
-    host::adopt(&x, target, &mut cands);
+    let tail_loss = tail
+        .as_ref()
+        .is_some_and(|t| t.explained_cause() == Some(Cause::PacketLoss));
+    host::adopt(&x, target, &mut cands, tail_loss);
     let Some(primary) = cands.first() else {
         return match &tail {
             Some(t) if t.client.is_some() => tail::judge_client(layers, &x, t),
@@ -71,12 +74,31 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
             // Direct evidence (a layer that saw the mechanism) wins over the join's pattern;
             // both evidence lines are listed.
             mechanism: primary.mechanism.or(mechanism.map(|m| m.0)),
-            tail: tail.map(|t| t.tail()),
+            tail: tail.map(|t| with_mechanism(t.tail(), primary, &x)),
             fix,
         },
         evidence,
         finding_layers,
     }
+}
+
+/// The tail with the mechanism a layer showed directly for the primary cause on its parts
+/// of that cause, and where the segments were dropped in its text.
+fn with_mechanism(mut tail: Tail, primary: &Candidate, x: &Facts<'_>) -> Tail {
+    let Some(m) = primary.mechanism else {
+        return tail;
+    };
+    for p in tail.parts.iter_mut().filter(|p| p.cause == primary.cause) {
+        p.mechanism.get_or_insert(m);
+    }
+    if m == Mechanism::DroppedBeforeWire
+        && tail.parts.first().is_some_and(|p| p.cause == primary.cause)
+        && let Some(w) = wiredrop::where_text(x)
+    {
+        tail.text
+            .push_str(&format!(", segments dropped before the wire {w}"));
+    }
+    tail
 }
 
 /// How sure the verdict on `primary` is.

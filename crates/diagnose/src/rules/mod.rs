@@ -37,6 +37,7 @@ pub mod tail;
 mod tail_join;
 mod unreachable;
 mod window;
+mod wiredrop;
 
 use lagtrace_model::{Cause, Micros};
 

@@ -50,7 +50,9 @@
 //! is set from these summaries: every-nth and periodic pauses need the request index and
 //! time of each slow request, and a mechanism is never assumed. When the c=N run's kept
 //! records were joined with the capture (`layers.packets.data.joins`), that run is judged
-//! from the join instead (`tail_join`), with its mechanism when the join shows one; where no
+//! from the join instead (`tail_join`), with its mechanism when the join shows one (a first
+//! response segment dropped before the wire and sent at a retransmission timer counts as
+//! loss there, when the host shows the drops: `wiredrop`); where no
 //! p99 is a finding (or only the client's own), the p99.9 of a joined run of at least
 //! [`RARE_MIN_REQUESTS`] is judged when the join names a cause *with* its mechanism there.
 //!
@@ -78,6 +80,7 @@ use lagtrace_model::{Cause, FindingKind, RequestRecord};
 use super::facts::Facts;
 use super::judge::{missing_layers, rule_outs};
 use super::tail_join::{self, JoinedTail};
+use super::wiredrop;
 use super::{Candidate, Judgement, MATERIAL_LOSS_SHARE, ms, note, pct, rule, sup};
 use crate::evidence::{AppRun, LayerName, Layers, Target};
 use crate::join::tail::Component;
@@ -154,7 +157,7 @@ fn run_records(run: &AppRun) -> Option<&[RequestRecord]> {
 }
 
 /// The packets' join of a run's records, when the capture covered it.
-fn join_of<'a>(x: &Facts<'a>, run: &AppRun) -> Option<&'a RequestJoin> {
+pub(super) fn join_of<'a>(x: &Facts<'a>, run: &AppRun) -> Option<&'a RequestJoin> {
     let recs = run.records.as_ref()?;
     x.packets?
         .joins
@@ -184,7 +187,10 @@ pub(super) fn assess<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
         return rare(x);
     };
     let excess_us = run.waited().p99_us - run.waited().p50_us;
-    let joined = tail_join::joined(run_records(run), join_of(x, run), PERCENTILE);
+    // A first response segment dropped before the wire leaves at the probe timer: its
+    // wait is loss recovery, not the server's time, when the host shows the drops.
+    let join = join_of(x, run).map(|j| wiredrop::reattributed(x, run_records(run), j));
+    let joined = tail_join::joined(run_records(run), join.as_deref(), PERCENTILE);
     let parts = match &joined {
         Some(j) => j.parts.clone(),
         None => parts(x, run, excess_us),
@@ -214,7 +220,10 @@ fn rare<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
         let ok = w.count >= RARE_MIN_REQUESTS
             && w.p999_us.saturating_sub(w.p50_us) >= noise_us(x.rtt_us)
             && w.p999_us as f64 >= 10_000f64.log2() * w.p50_us as f64;
-        let j = tail_join::joined(run_records(r), join_of(x, r).filter(|_| ok), P999)?;
+        let join = join_of(x, r)
+            .filter(|_| ok)
+            .map(|j| wiredrop::reattributed(x, run_records(r), j));
+        let j = tail_join::joined(run_records(r), join.as_deref(), P999)?;
         let top = j.parts.first()?;
         (top.mechanism.is_some() && top.share >= EXPLAINS).then_some((r, j))
     })?;
@@ -418,6 +427,11 @@ impl TailFinding<'_> {
             parts: self.parts.clone(),
             text,
         }
+    }
+
+    /// The cause of the part that explains the tail, when one does.
+    pub(super) fn explained_cause(&self) -> Option<Cause> {
+        self.explained.as_ref().map(|p| p.cause)
     }
 
     /// The mechanism the join shows for `cause` (the tail's largest part is that cause and
