@@ -63,7 +63,7 @@ pub const LATENCY_PORT: u16 = 8080;
 pub const NETNS_PREFIX: &str = "lt-";
 
 /// Which servers run in the lab.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ServerKind {
     /// Real nginx from the Debian package (falls back to `Builtin` when nginx is missing).
@@ -111,7 +111,7 @@ impl LabOptions {
 }
 
 /// One server of the lab, as recorded in its state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServerInfo {
     /// `good`, `latency`, or `extra` for [`Lab::start_builtin`].
     pub role: String,
@@ -132,7 +132,7 @@ pub struct ServerInfo {
 }
 
 /// Everything about a lab, as written to `state.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LabState {
     /// Lab name.
     pub name: String,
@@ -172,6 +172,25 @@ impl LabState {
     pub fn dir(&self) -> PathBuf {
         state_dir(&self.name)
     }
+}
+
+/// What `lagtrace lab status --json` prints (inside the [`lagtrace_model::Envelope`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LabStatusReport {
+    /// The labs that are up.
+    pub labs: Vec<LabStatus>,
+    /// Namespaces named like a lab's (`lt-<name>`) with no lab state: left by a crash.
+    pub orphan_namespaces: Vec<String>,
+}
+
+/// One lab in [`LabStatusReport`]: its state and whether each server answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LabStatus {
+    /// The lab's state, as `lab up --json` printed it.
+    #[serde(flatten)]
+    pub state: LabState,
+    /// Per server of `state.servers`, in order: whether a TCP connect succeeded.
+    pub answering: Vec<bool>,
 }
 
 /// A running lab. Dropping it tears everything down (also during a panic).

@@ -127,3 +127,92 @@ fn live_commands_json_matches_their_schemas() {
     ]);
     assert_valid("diagnose", &d);
 }
+
+/// Runs `lab down` on drop so a failing test leaves no lab behind.
+struct LabDown(String);
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        let _ = Command::new(BIN)
+            .args(["lab", "down", "--name", &self.0])
+            .output();
+    }
+}
+
+/// `lab up`, `lab status`, `sockets` (live, in the lab's namespace and across namespaces) and
+/// `sockets --record` of a real curl: the real nginx of a real lab, each document validated.
+#[test]
+#[ignore = "needs root"]
+fn lab_and_sockets_json_match_their_schemas() {
+    let name = format!("jc-{}", std::process::id());
+    let _down = LabDown(name.clone());
+    let up = json_of(&["lab", "up", "--name", &name, "--json"]);
+    assert_valid("lab-up", &up);
+    assert_eq!(up["command"], "lab up");
+    let good = up["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["role"] == "good")
+        .expect("a good server")
+        .clone();
+    assert_eq!(good["kind"], "nginx", "the lab runs real nginx: {up}");
+    let url = format!(
+        "http://{}:{}/",
+        up["server_addr"].as_str().unwrap(),
+        good["port"]
+    );
+
+    let st = json_of(&["lab", "status", "--name", &name, "--json"]);
+    assert_valid("lab-status", &st);
+    assert_eq!(st["labs"][0]["name"], name.as_str(), "{st}");
+    assert!(st["labs"][0]["answering"][0].as_bool().unwrap(), "{st}");
+
+    // A live connection to nginx, so the view holds more than the listeners.
+    let addr: std::net::SocketAddr = url[7..url.len() - 1].parse().unwrap();
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    std::io::Write::write_all(&mut conn, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let netns = up["netns"].as_str().unwrap();
+    let live = json_of(&["sockets", "--netns", netns, "--json"]);
+    assert_valid("sockets", &live);
+    assert_eq!(live["command"], "sockets");
+    let socks = live["sockets"].as_array().unwrap();
+    assert!(
+        socks
+            .iter()
+            .any(|s| s["state"] != "listen" && s["state"] != "LISTEN"),
+        "the established connection is in the view: {live}"
+    );
+    assert_valid("sockets", &json_of(&["sockets", "--all-netns", "--json"]));
+    drop(conn);
+
+    let rec = json_of(&[
+        "sockets",
+        "--record",
+        "--json",
+        "--",
+        "curl",
+        "-s",
+        "-o",
+        "/dev/null",
+        &url,
+    ]);
+    assert_valid("sockets-record", &rec);
+    assert_eq!(rec["command"], "sockets record");
+    assert!(!rec["sockets"].as_array().unwrap().is_empty(), "{rec}");
+
+    // The new schemas can fail: a wrong type and a missing field are caught.
+    for (schema_name, doc, field) in [
+        ("lab-up", &up, "servers"),
+        ("lab-status", &st, "labs"),
+        ("sockets", &live, "sockets"),
+        ("sockets-record", &rec, "sockets"),
+    ] {
+        let v = jsonschema::validator_for(&schema(schema_name)).unwrap();
+        let mut bad = doc.clone();
+        bad[field] = Value::from("many");
+        assert!(!v.is_valid(&bad), "{schema_name}: a string {field}");
+        let mut bad = doc.clone();
+        bad.as_object_mut().unwrap().remove(field);
+        assert!(!v.is_valid(&bad), "{schema_name}: no {field}");
+    }
+}

@@ -3,12 +3,15 @@
 
 use std::path::PathBuf;
 
+use lagtrace_lab::{LabState, LabStatusReport};
 use lagtrace_model::Envelope;
 use lagtrace_model::analyze::Analysis;
 use lagtrace_model::diagnosis::Diagnosis;
 use lagtrace_model::host::HostReport;
 use lagtrace_model::load::LoadReport;
 use lagtrace_model::probe::{PingReport, RouteReport};
+use lagtrace_sockets::Inspection;
+use lagtrace_sockets::record::Recording;
 
 fn schemas() -> Vec<(&'static str, schemars::Schema)> {
     vec![
@@ -20,6 +23,14 @@ fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         ("load", schemars::schema_for!(Envelope<LoadReport>)),
         ("ping", schemars::schema_for!(Envelope<PingReport>)),
         ("route", schemars::schema_for!(Envelope<RouteReport>)),
+        // `sockets`, `lab`: their types live in lagtrace-sockets / lagtrace-lab.
+        ("sockets", schemars::schema_for!(Envelope<Inspection>)),
+        ("sockets-record", schemars::schema_for!(Envelope<Recording>)),
+        ("lab-up", schemars::schema_for!(Envelope<LabState>)),
+        (
+            "lab-status",
+            schemars::schema_for!(Envelope<LabStatusReport>),
+        ),
     ]
 }
 

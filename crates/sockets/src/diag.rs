@@ -50,7 +50,7 @@ pub fn state_number(name: &str) -> Option<u8> {
 }
 
 /// One TCP socket as sock_diag reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DiagSocket {
     /// Kernel state number (see [`TCP_STATES`]).
     pub state: u8,
@@ -75,7 +75,7 @@ pub struct DiagSocket {
 }
 
 /// `INET_DIAG_SKMEMINFO`: the socket's memory accounting, bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SkMemInfo {
     /// Receive memory in use.
     pub rmem_alloc: u32,
@@ -93,7 +93,7 @@ pub struct SkMemInfo {
 
 /// `struct tcp_info`, the fields that matter for latency. A field is `None` when the
 /// kernel's structure is too short to contain it. Times are microseconds.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TcpInfo {
     /// Retransmission timeout.
     pub rto_us: Option<u32>,

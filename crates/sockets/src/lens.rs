@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::procfs;
 
 /// One directive's effective value in one scope of a server's configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ConfigFinding {
     /// Server software ("nginx").
     pub software: String,
@@ -36,7 +36,7 @@ pub struct ConfigFinding {
 }
 
 /// What a lens found for one server process.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LensReport {
     /// Findings, one per directive and scope.
     pub findings: Vec<ConfigFinding>,

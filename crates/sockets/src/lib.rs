@@ -67,7 +67,7 @@ impl Default for InspectOptions {
 }
 
 /// One TCP socket with everything lagtrace could learn about it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SocketInfo {
     /// Namespace label: "current", a /run/netns name, or "pid N".
     pub netns: String,
@@ -102,7 +102,7 @@ pub struct SocketInfo {
 }
 
 /// Per-process roll-up of its sockets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProcessSummary {
     /// Process id.
     pub pid: u32,
@@ -186,7 +186,7 @@ impl ProcessSummary {
 }
 
 /// The result of [`inspect`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Inspection {
     /// Sockets, sorted by namespace, state and local port.
     pub sockets: Vec<SocketInfo>,
@@ -201,7 +201,7 @@ pub struct Inspection {
 }
 
 /// A process lagtrace could not look into.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Unreadable {
     /// Process id.
     pub pid: u32,

@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use serde::{Deserialize, Serialize};
 
 /// Options only the socket's owner can read. `None`: that getsockopt failed.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SocketOptions {
     /// TCP_NODELAY: Nagle's algorithm is off when true.
     pub nodelay: Option<bool>,

@@ -8,7 +8,7 @@ use std::io;
 use serde::{Deserialize, Serialize};
 
 /// A process holding a socket through one of its descriptors.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Owner {
     /// Process id.
     pub pid: u32,
@@ -149,7 +149,7 @@ pub fn scan_fds(pids: &[u32]) -> FdScan {
 
 /// The delayed-ACK state the kernel prints in /proc/net/tcp: column 15 is
 /// `(icsk_ack.quick << 1) | inet_csk_in_pingpong_mode(sk)` (see `get_tcp4_sock`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AckState {
     /// Quick ACKs left before delayed ACK resumes (0: delayed ACK in force).
     pub quick: u32,

@@ -49,7 +49,7 @@ impl std::fmt::Debug for RecordOptions {
 }
 
 /// One recorded system call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SyscallEvent {
     /// Thread id that made the call.
     pub tid: u32,
@@ -107,7 +107,7 @@ fn ret_text(ret: i64) -> String {
 }
 
 /// An option value set on a socket.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OptionSet {
     /// Level name (`SOL_TCP`).
     pub level: String,
@@ -120,7 +120,7 @@ pub struct OptionSet {
 }
 
 /// A socket the command created, accepted or used.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RecordedSocket {
     /// Index in `Recording::sockets`.
     pub id: usize,
@@ -150,7 +150,7 @@ pub struct RecordedSocket {
 }
 
 /// Sockets that set one option to one value.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OptionCount {
     /// Level name.
     pub level: String,
@@ -163,7 +163,7 @@ pub struct OptionCount {
 }
 
 /// The result of [`record`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Recording {
     /// The command line that was recorded (`argv` in JSON: `command` is the envelope's).
     #[serde(rename = "argv")]

@@ -17,8 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
-use lagtrace_lab::{Lab, LabOptions, LabState, ServerKind};
-use serde::Serialize;
+use lagtrace_lab::{Lab, LabOptions, LabState, LabStatus, LabStatusReport, ServerKind};
 
 /// Build the reference case on this machine: a "server host" network namespace joined to
 /// this one by a veth pair, running real nginx — good on :80 (stock, tcp_nodelay on) and
@@ -212,19 +211,6 @@ fn answers(addr: SocketAddr) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(300)).is_ok()
 }
 
-#[derive(Serialize)]
-struct StatusJson {
-    labs: Vec<LabStatus>,
-    orphan_namespaces: Vec<String>,
-}
-
-#[derive(Serialize)]
-struct LabStatus {
-    #[serde(flatten)]
-    state: LabState,
-    answering: Vec<bool>,
-}
-
 fn status(name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
     if let Some(n) = name {
         lagtrace_lab::validate_name(n)?;
@@ -245,7 +231,7 @@ fn status(name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     };
     if json {
-        let out = StatusJson {
+        let out = LabStatusReport {
             labs: labs
                 .into_iter()
                 .map(|s| {
