@@ -32,14 +32,7 @@ fn cause(j: &Value) -> &str {
 }
 
 fn evidence(j: &Value) -> String {
-    j["evidence"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| format!("{} {} {}\n", e["stance"], e["layer"], e["text"]))
-                .collect()
-        })
-        .unwrap_or_default()
+    common::evidence_lines(j)
 }
 
 fn show(j: &Value) -> String {

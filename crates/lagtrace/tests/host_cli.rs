@@ -52,20 +52,17 @@ fn json_follows_the_contract_and_errors_are_one_line() {
     }
 }
 
-#[test]
-#[ignore = "needs root"]
-fn the_text_names_an_overflowing_listener_and_what_it_means() {
-    let mut g = NetGuard::new();
-    let ns = g.add_ns("host-cli");
-    let port = 24_000 + (std::process::id() % 5000) as u16;
+/// A Python listener on 127.0.0.1:`port` in `ns` with this backlog that never accepts,
+/// owned by the guard; its pid, once it listens.
+fn listener(g: &mut NetGuard, ns: &str, port: u16, backlog: u32) -> u32 {
     let mut server = Command::new("ip")
-        .args(["netns", "exec", &ns, "python3", "-c"])
+        .args(["netns", "exec", ns, "python3", "-c"])
         .arg(
             "import socket, sys, time\ns = socket.socket()\n\
-             s.bind(('127.0.0.1', int(sys.argv[1])))\ns.listen(1)\n\
+             s.bind(('127.0.0.1', int(sys.argv[1])))\ns.listen(int(sys.argv[2]))\n\
              print('ready', flush=True)\ntime.sleep(20)",
         )
-        .arg(port.to_string())
+        .args([port.to_string(), backlog.to_string()])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -75,6 +72,16 @@ fn the_text_names_an_overflowing_listener_and_what_it_means() {
         .unwrap();
     let pid = server.id();
     g.own_child(server);
+    pid
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_text_names_an_overflowing_listener_and_what_it_means() {
+    let mut g = NetGuard::new();
+    let ns = g.add_ns("host-cli");
+    let port = 24_000 + (std::process::id() % 5000) as u16;
+    let pid = listener(&mut g, &ns, port, 1);
     let host = std::thread::spawn(move || {
         Command::new(BIN)
             .args(["host", "--pid", &pid.to_string(), "-d", "2s"])
@@ -126,22 +133,7 @@ fn syn_probes_reset_at_a_listener_are_not_dropped_connections() {
     let mut g = NetGuard::new();
     let ns = g.add_ns("host-probe");
     let port = 27_000 + (std::process::id() % 5000) as u16;
-    let mut server = Command::new("ip")
-        .args(["netns", "exec", &ns, "python3", "-c"])
-        .arg(
-            "import socket, sys, time\ns = socket.socket()\n\
-             s.bind(('127.0.0.1', int(sys.argv[1])))\ns.listen(128)\n\
-             print('ready', flush=True)\ntime.sleep(20)",
-        )
-        .arg(port.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    g.own_child(server);
+    listener(&mut g, &ns, port, 128);
     let window = |json: bool| {
         let ns = ns.clone();
         std::thread::spawn(move || {
