@@ -128,7 +128,12 @@ fn assert_dropped_before_wire(j: &Value, err: &str, fix: &str) {
         "{}",
         show(j)
     );
-    assert!(j["verdict"]["tail"]["text"].is_string(), "{}", show(j));
+    // A tail line when the drops reach the p99: more than 1 % of the requests waited.
+    let cost = &j["verdict"]["cost"];
+    let hit = cost["affected"].as_f64().unwrap_or(0.0) / cost["of"].as_f64().unwrap_or(1.0);
+    if hit > 0.015 {
+        assert!(j["verdict"]["tail"]["text"].is_string(), "{}", show(j));
+    }
 }
 
 #[test]
