@@ -204,6 +204,14 @@ impl Bench {
         }
         // Over the same time as the captures.
         let kernel_retrans = self.retrans_segs() - before;
+        // For a failure's post-mortem: the captures outlive the test's temporary directory.
+        if let Some(keep) = std::env::var_os("LAGTRACE_TEST_KEEP") {
+            let keep = PathBuf::from(keep);
+            std::fs::create_dir_all(&keep).unwrap();
+            for f in &files {
+                std::fs::copy(f, keep.join(f.file_name().unwrap())).unwrap();
+            }
+        }
         let [any, veth] = [&files[0], &files[1]].map(|f| analyze_json(f));
         let r = Run {
             tag: tag.to_string(),
