@@ -5,10 +5,15 @@ use lagtrace_model::{RequestError, RequestRecord, RequestRecords};
 
 use crate::evidence::{AppRun, ConnectStats, Errors, PercentilePoint, Percentiles};
 
-/// The slowest records a run keeps in the diagnosis (those at or above its p99).
-pub const TAIL_KEEP: usize = 200;
-/// The sample of the other records a run keeps in the diagnosis.
-pub const BODY_KEEP: usize = 50;
+/// The slowest records a run keeps in the diagnosis: every one at or above its p99 in runs
+/// of up to 100 000 requests (about 0.6 kB of JSON each with its join). Fewer would cut the
+/// p99 set itself, and the sampled records standing for the rest would then be read as
+/// part of it (a 30 000-request run kept 200 of its 300: the tail split then averaged a
+/// 9 ms request weighing 600 into a 210 ms tail).
+pub const TAIL_KEEP: usize = 1000;
+/// The sample of the other records a run keeps in the diagnosis (the typical request's
+/// parts, and the quantiles the split reads below the tail).
+pub const BODY_KEEP: usize = 200;
 
 fn pct(l: &LatencySummary) -> Percentiles {
     Percentiles {

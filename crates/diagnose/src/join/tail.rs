@@ -218,6 +218,27 @@ fn means(rs: &[RequestRecord], parts: &[Parts], set: &[usize]) -> (f64, [f64; 8]
     (wait, m)
 }
 
+/// The records at or above `at_us`. Records kept exactly (weight 1: the recorder and the
+/// diagnosis keep every request above the p99 up to their caps) stand for themselves; a
+/// sampled record (weight 2 or more) stands for many requests around its rank, nearly all
+/// below the percentile, so it joins the slow set only when no exact record is there (a
+/// run whose kept tail was cut to its slowest: the set is then those, the p99.9's and up).
+/// Also the set's least wait (the percentile as the set reaches it).
+fn slow_set(rs: &[RequestRecord], at_us: u64) -> (Vec<usize>, u64) {
+    let above = |k: &usize| rs[*k].wait_us >= at_us;
+    let exact: Vec<usize> = (0..rs.len())
+        .filter(above)
+        .filter(|&k| rs[k].weight < 2.0)
+        .collect();
+    let set = if exact.is_empty() {
+        (0..rs.len()).filter(above).collect()
+    } else {
+        exact
+    };
+    let least = set.iter().map(|&k| rs[k].wait_us).min().unwrap_or(at_us);
+    (set, least.max(at_us))
+}
+
 /// The split of the tail at `percentile` (99.0 for the p99) of a run's records, with each
 /// record's parts and whether the capture saw it (the same order); `None` without records.
 pub fn split(
@@ -234,8 +255,8 @@ pub fn split(
     let mut sorted: Vec<(u64, f64)> = rs.iter().map(|r| (r.wait_us, r.weight)).collect();
     sorted.sort_by_key(|x| x.0);
     let q = |p: f64| quantile(&sorted, p);
-    let (p50_us, at_us, lo, hi) = (q(0.5), q(percentile / 100.0), q(0.4), q(0.6));
-    let slow: Vec<usize> = (0..n).filter(|&k| rs[k].wait_us >= at_us).collect();
+    let (p50_us, lo, hi) = (q(0.5), q(0.4), q(0.6));
+    let (slow, at_us) = slow_set(rs, q(percentile / 100.0));
     let typical: Vec<usize> = (0..n)
         .filter(|&k| (lo..=hi).contains(&rs[k].wait_us))
         .collect();

@@ -181,3 +181,95 @@ fn the_weighted_quantile_counts_what_a_sampled_record_stands_for() {
     assert_eq!(quantile(&v, 0.99), 20);
     assert_eq!(quantile(&v, 1.0), 1_000);
 }
+
+/// The diagnosis keeps the p99 set exactly and a heavy sample of the rest
+/// ([`crate::adapters::app::trim`]): the split of the kept records must give the same tail
+/// as the split of them all — a sampled record standing for hundreds of fast requests is not
+/// part of the slowest 1 %, also when the run is so long that the kept tail was cut to its
+/// slowest.
+#[test]
+fn the_kept_records_split_like_the_whole_run_however_long_it_is() {
+    for conns in [4, 16] {
+        let mut seed = 5u64;
+        let mut rs = closed_loop(conns, 2_500_000, &|_, _, _| FAST);
+        for r in &mut rs {
+            if lcg(&mut seed) % 50 == 0 {
+                r.loss = 200_000 + lcg(&mut seed) % 20_000;
+            }
+        }
+        let (all, j) = build(&rs);
+        let whole = split(&all.records, &j.parts(), &j.seen(), 99.0).unwrap();
+        let by_key: std::collections::HashMap<(u64, u32), Parts> = all
+            .records
+            .iter()
+            .zip(j.parts())
+            .map(|(r, p)| ((r.conn, r.index), p))
+            .collect();
+        let p99 = whole.at_us;
+        let kept = crate::adapters::app::trim(&all, p99);
+        assert!(
+            kept.records.len() < all.records.len() / 10,
+            "{}",
+            kept.records.len()
+        );
+        let parts: Vec<Parts> = kept
+            .records
+            .iter()
+            .map(|r| by_key[&(r.conn, r.index)])
+            .collect();
+        let seen = vec![true; parts.len()];
+        let s = split(&kept.records, &parts, &seen, 99.0).unwrap();
+        assert_eq!(s.parts[0].component, Component::Loss, "{s:?}");
+        assert!(s.parts[0].share > 0.95, "{s:?}");
+        // The slowest 1 % waited ~210 ms for their retransmission, each of them.
+        assert!(
+            s.parts[0].added_us > 190_000,
+            "{} requests: {s:?}",
+            rs.len()
+        );
+        assert!(s.at_us >= 200_000, "{s:?}");
+    }
+}
+
+/// A sampled record stands for the requests around its rank, not above the percentile: when
+/// the exactly kept tail is less than the percentile's share (a kept tail cut to its
+/// slowest), the quantile falls on a sampled record, which must not join the slow set and
+/// weigh a 9 ms body into a 210 ms tail.
+#[test]
+fn a_heavy_sampled_record_at_the_percentile_is_not_part_of_the_tail() {
+    let mut rs: Vec<R> = (0..100)
+        .map(|k| R {
+            conn: k,
+            index: 0,
+            start: k * 1000,
+            server: FAST,
+            loss: 0,
+        })
+        .collect();
+    rs.push(R {
+        conn: 100,
+        index: 0,
+        start: 0,
+        server: 9_000,
+        loss: 0,
+    });
+    for k in 0..10 {
+        rs.push(R {
+            conn: 200 + k,
+            index: 0,
+            start: k * 1000,
+            server: FAST,
+            loss: 210_000,
+        });
+    }
+    let (mut all, j) = build(&rs);
+    for r in &mut all.records[..100] {
+        r.weight = 100.0;
+    }
+    all.records[100].weight = 600.0;
+    let s = split(&all.records, &j.parts(), &j.seen(), 99.0).unwrap();
+    assert_eq!(s.slow, 10, "{s:?}");
+    assert_eq!(s.parts[0].component, Component::Loss, "{s:?}");
+    assert!(s.parts[0].added_us > 200_000, "{s:?}");
+    assert_eq!(s.at_us, 50 + FAST + 210_000, "{s:?}");
+}
