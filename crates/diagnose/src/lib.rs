@@ -19,8 +19,8 @@
 //! verdict     {cause, secondary: [cause], confidence: high|medium|low, summary,
 //!              cost: {added_us, share (0–1), affected?, of?, p50_us?, concurrency?,
 //!                     p50_without_us?, text},
-//!              mechanism?: every-nth|periodic-pause|cpu-throttled|dropped-before-wire|
-//!                          accept-queue-overflow,
+//!              mechanism?: every-nth|periodic-pause|cpu-throttled|cpu-contention|
+//!                          dropped-before-wire|accept-queue-overflow,
 //!              tail?: {percentile, latency_us, excess_us,
 //!                      parts: [{cause, mechanism?, added_us, share}], text},
 //!              fix: [{side: server|client|path, location?, change, tradeoff?}]}

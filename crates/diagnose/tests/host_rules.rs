@@ -2,7 +2,7 @@
 //! timing and volume account for the slow requests, never merely for being above zero.
 
 use lagtrace_diagnose::evidence::*;
-use lagtrace_diagnose::{Mechanism, judge};
+use lagtrace_diagnose::{Confidence, Mechanism, judge};
 use lagtrace_model::host::HostReport;
 use lagtrace_model::{Cause, RequestRecord, RequestRecords};
 use lagtrace_testkit::layers::{Synth, finding, options, target};
@@ -352,4 +352,120 @@ fn the_namespaces_own_qdisc_drops_win_over_a_larger_machine_wide_netfilter_count
         Some("tbf qdisc 8001: on veth-s"),
         "{j:#?}"
     );
+}
+
+/// A host report whose server threads (one worker) waited for a CPU `wait_ms` of each 100 ms
+/// sampling interval starting at `busy` (ms into the run) and 1 ms of the others, over 2 s;
+/// the host's CPU went to this lagtrace (`own_ms`) and to other tasks (`others_ms`).
+fn host_contended(busy_ms: &[u64], wait_ms: u64, own_ms: u64, others_ms: u64) -> HostReport {
+    let timeline: Vec<_> = (0..20u64)
+        .map(|i| {
+            let w = if busy_ms.contains(&(i * 100)) {
+                wait_ms
+            } else {
+                1
+            };
+            json!({"start_unix_us": T0 + i * 100_000, "end_unix_us": T0 + (i + 1) * 100_000,
+                   "run_us": 20_000, "wait_us": w * 1000, "active": 1})
+        })
+        .collect();
+    let wait: u64 = timeline
+        .iter()
+        .map(|t| t["wait_us"].as_u64().unwrap())
+        .sum();
+    serde_json::from_value(json!({
+        "scope": {"pid": 4242, "comm": "nginx", "netns_inode": 1},
+        "window_us": 2_000_000,
+        "counters": {"status": "ok", "data": []},
+        "listeners": {"status": "ok", "data": []},
+        "cgroup": {"status": "skipped", "reason": "x"},
+        "threads": {"status": "ok", "data": {
+            "threads": 1, "run_us": 400_000, "wait_us": wait,
+            "wait_share": wait as f64 / (400_000 + wait) as f64, "timeslices": 4000,
+            "timeline": timeline}},
+        "cpu": {"status": "ok", "data": {
+            "cpus": 2, "busy_us": (own_ms + others_ms) * 1000 + 400_000, "busy_share": 0.9,
+            "own_us": own_ms * 1000, "watched_us": 400_000, "others_us": others_ms * 1000, "irq_us": 0,
+            "top": [{"pid": 99, "comm": "batch-job", "cpu_us": others_ms * 1000}]}},
+        "qdiscs": {"status": "ok", "data": []},
+        "sockstat": {"status": "skipped", "reason": "x"},
+        "drops": {"status": "skipped", "reason": "x"},
+        "cost": {"cpu_us": 0, "cpu_share": 0.0}
+    }))
+    .expect("host report")
+}
+
+/// The slowest 10 requests (80 ms each) start 10 ms into the intervals 300…1200 ms.
+fn contended_tail() -> (Vec<u64>, [u64; 10]) {
+    let starts = (0..10).map(|i| 300_000 + i * 100_000 + 10_000).collect();
+    (
+        starts,
+        [300, 400, 500, 600, 700, 800, 900, 1000, 1100, 1200],
+    )
+}
+
+#[test]
+fn run_queue_delay_through_the_slow_requests_on_a_host_busy_with_other_work_is_cpu_contention() {
+    let (starts, busy) = contended_tail();
+    let mut l = layers_with_tail(&starts);
+    // 60 ms of each busy 100 ms waiting: ~48 ms within an 80 ms request (excess 79 ms).
+    l.host = Layer::ran(host_contended(&busy, 60, 300, 2_500));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::CpuContention),
+        "{j:#?}"
+    );
+    assert!(j.verdict.fix[0].change.contains("batch-job"), "{j:#?}");
+    assert_eq!(j.verdict.fix.len(), 1, "{j:#?}");
+    assert!(j.finding_layers.contains(&LayerName::Host), "{j:#?}");
+}
+
+#[test]
+fn run_queue_delay_caused_by_the_measurement_itself_is_healthy_at_medium_confidence() {
+    let (starts, busy) = contended_tail();
+    let mut l = layers_with_tail(&starts);
+    l.host = Layer::ran(host_contended(&busy, 60, 1_500, 200));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+    assert_eq!(j.verdict.confidence, Confidence::Medium, "{j:#?}");
+    assert!(
+        j.evidence.iter().any(|e| e
+            .text
+            .contains("CPU contention on the host the server shares")),
+        "{j:#?}"
+    );
+}
+
+#[test]
+fn run_queue_delay_elsewhere_in_time_or_too_short_is_no_contention() {
+    let (starts, _) = contended_tail();
+    // The waits in the second half, the slow requests in the first.
+    let mut l = layers_with_tail(&starts);
+    l.host = Layer::ran(host_contended(
+        &[1300, 1400, 1500, 1600, 1700, 1800, 1900],
+        60,
+        300,
+        2_500,
+    ));
+    let j = judge(&target(), &l);
+    assert_ne!(
+        j.verdict.mechanism,
+        Some(Mechanism::CpuContention),
+        "{j:#?}"
+    );
+    assert_ne!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+    // Aligned, but 20 ms of each 100 ms: ~16 ms of an 80 ms request's 79 ms excess (a
+    // handler that sleeps or waits on a backend is not runnable: its wait is not there).
+    let (starts, busy) = contended_tail();
+    let mut l = layers_with_tail(&starts);
+    l.host = Layer::ran(host_contended(&busy, 20, 300, 2_500));
+    let j = judge(&target(), &l);
+    assert_ne!(
+        j.verdict.mechanism,
+        Some(Mechanism::CpuContention),
+        "{j:#?}"
+    );
+    assert_ne!(j.verdict.cause, Cause::Healthy, "{j:#?}");
 }

@@ -10,6 +10,7 @@
 pub mod bpf;
 pub mod cgroup;
 pub mod counters;
+pub mod cpu;
 pub mod drops;
 pub mod listen;
 pub mod qdisc;
@@ -33,6 +34,9 @@ pub struct HostOptions {
     pub netns: Option<String>,
     /// A process: its namespace, cgroup and threads.
     pub pid: Option<u32>,
+    /// More processes whose threads are accounted with `pid`'s (a pre-forked server's
+    /// master and workers all hold its listener; any of them may serve a request).
+    pub more_pids: Vec<u32>,
     /// The window.
     pub duration: Duration,
     /// How often the listen queues are sampled within the window.
@@ -49,6 +53,7 @@ impl Default for HostOptions {
         HostOptions {
             netns: None,
             pid: None,
+            more_pids: Vec::new(),
             duration: Duration::from_secs(5),
             interval: Duration::from_millis(100),
             drops: true,
@@ -198,15 +203,26 @@ struct Ends {
     qdiscs: std::io::Result<Vec<qdisc::QdiscStats>>,
     cgroup: Option<std::io::Result<cgroup::CpuReading>>,
     threads: Option<std::io::Result<BTreeMap<u32, sched::ThreadReading>>>,
+    cpu: std::io::Result<cpu::CpuReading>,
 }
 
-fn read_ends(pid: Option<u32>, dirs: Option<&cgroup::CgroupDirs>) -> Ends {
+fn read_ends(pids: &[u32], dirs: Option<&cgroup::CgroupDirs>) -> Ends {
     Ends {
         counters: counters::read(),
         qdiscs: qdisc::dump(),
         cgroup: dirs.map(cgroup::read),
-        threads: pid.map(sched::read),
+        threads: (!pids.is_empty()).then(|| sched::read_all(pids)),
+        cpu: cpu::read(),
     }
+}
+
+/// The watched processes: `--pid` first, then the others holding its listener.
+fn watched(o: &HostOptions) -> Vec<u32> {
+    let mut v: Vec<u32> = o.pid.into_iter().collect();
+    if o.pid.is_some() {
+        v.extend(o.more_pids.iter().filter(|p| Some(**p) != o.pid));
+    }
+    v
 }
 
 /// The window, on a thread inside the watched namespace.
@@ -231,7 +247,10 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         .drops
         .then(|| drops::DropCounter::start(netns, o.drops_machine));
     let started = Instant::now();
-    let first = read_ends(o.pid, dirs.as_ref().and_then(|d| d.as_ref().ok()));
+    let pids = watched(o);
+    let first = read_ends(&pids, dirs.as_ref().and_then(|d| d.as_ref().ok()));
+    let mut sched_tick = (unix_us(), sched::read_times(&pids));
+    let mut sched_timeline = Vec::new();
     let mut listen_err = track.sample().err();
     let cg_dirs = dirs.as_ref().and_then(|d| d.as_ref().ok());
     let mut timeline = Vec::new();
@@ -252,19 +271,24 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         if let Some(Ok(r)) = cg_dirs.map(cgroup::read) {
             timeline.push((unix_us(), r));
         }
+        if !pids.is_empty() {
+            let tick = (unix_us(), sched::read_times(&pids));
+            sched_timeline.push(sched::sample(&sched_tick.1, &tick.1, sched_tick.0, tick.0));
+            sched_tick = tick;
+        }
         if let Some(Ok(t)) = tracer.as_mut() {
             t.drain();
         }
     }
-    let last = read_ends(o.pid, cg_dirs);
+    let last = read_ends(&pids, cg_dirs);
     let window_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-    let pids = match o.pid {
-        Some(pid) => vec![pid],
+    let owners = match o.pid {
+        Some(_) => pids.clone(),
         None => lagtrace_sockets::procfs::pids(),
     };
     let listeners = match listen_err {
         Some(e) => err_layer("sock_diag dump of the listeners", &e),
-        None => Layer::ran(track.finish(&listen::owners(&pids))),
+        None => Layer::ran(track.finish(&listen::owners(&owners))),
     };
     HostReport {
         scope: HostScope::default(),
@@ -276,7 +300,10 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         listeners,
         cgroup: cgroup_layer(dirs, &first, &last, &timeline),
         threads: match (&first.threads, &last.threads) {
-            (Some(Ok(a)), Some(Ok(b))) => Layer::ran(sched::delta(a, b)),
+            (Some(Ok(a)), Some(Ok(b))) => Layer::ran(lagtrace_model::host::ThreadSched {
+                timeline: sched_timeline,
+                ..sched::delta(a, b)
+            }),
             (Some(Err(e)), _) | (_, Some(Err(e))) => err_layer("reading the threads' schedstat", e),
             _ => Layer::skipped("run-queue delay is per process: give --pid"),
         },
@@ -293,6 +320,10 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
                 ))
             }
             (Err(e), _) | (_, Err(e)) => err_layer("rtnetlink qdisc dump", e),
+        },
+        cpu: match (&first.cpu, &last.cpu) {
+            (Ok(a), Ok(b)) => Layer::ran(cpu::delta(a, b, std::process::id(), &pids, window_us)),
+            (Err(e), _) | (_, Err(e)) => err_layer("reading /proc/stat", e),
         },
         sockstat: match sockstat::read() {
             Ok(s) => Layer::ran(s),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use lagtrace_model::host::{ThreadSched, ThreadWait};
+use lagtrace_model::host::{SchedSample, ThreadSched, ThreadWait};
 
 /// One thread's reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +53,68 @@ pub fn read(pid: u32) -> std::io::Result<BTreeMap<u32, ThreadReading>> {
     Ok(out)
 }
 
+/// Every thread of each of `pids` (a pre-forked server's master and workers), by tid; an
+/// error only when the first process cannot be read (the others may have exited).
+pub fn read_all(pids: &[u32]) -> std::io::Result<BTreeMap<u32, ThreadReading>> {
+    let mut out = BTreeMap::new();
+    for (i, &pid) in pids.iter().enumerate() {
+        match read(pid) {
+            Ok(m) => out.extend(m),
+            Err(e) if i == 0 => return Err(e),
+            Err(_) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// On-CPU and run-queue time (ns) of every thread of `pids`, without names: a sampling
+/// tick's reading.
+pub fn read_times(pids: &[u32]) -> BTreeMap<u32, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    for pid in pids {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for e in dir.flatten() {
+            let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some((run, wait, _)) = std::fs::read_to_string(e.path().join("schedstat"))
+                .ok()
+                .as_deref()
+                .and_then(parse)
+            {
+                out.insert(tid, (run, wait));
+            }
+        }
+    }
+    out
+}
+
+/// The interval between two ticks' readings: the threads present at both.
+pub fn sample(
+    a: &BTreeMap<u32, (u64, u64)>,
+    b: &BTreeMap<u32, (u64, u64)>,
+    start_unix_us: u64,
+    end_unix_us: u64,
+) -> SchedSample {
+    let mut s = SchedSample {
+        start_unix_us,
+        end_unix_us,
+        ..SchedSample::default()
+    };
+    for (tid, (run, wait)) in b {
+        let Some((r0, w0)) = a.get(tid) else { continue };
+        let (dr, dw) = (run.saturating_sub(*r0), wait.saturating_sub(*w0));
+        s.run_us += dr / 1000;
+        s.wait_us += dw / 1000;
+        if dr + dw > 0 {
+            s.active += 1;
+        }
+    }
+    s
+}
+
 /// The window's accounting over the threads present at both ends.
 pub fn delta(
     before: &BTreeMap<u32, ThreadReading>,
@@ -86,6 +148,7 @@ pub fn delta(
         },
         timeslices: slices,
         worst: worst.filter(|w| w.wait_us > 0),
+        timeline: Vec::new(),
     }
 }
 
@@ -115,6 +178,20 @@ mod tests {
         );
         assert!((d.wait_share - 0.5).abs() < 1e-9);
         assert_eq!(d.worst.unwrap().tid, 2);
+    }
+
+    #[test]
+    fn a_sample_counts_the_threads_that_ran_or_waited() {
+        let a = BTreeMap::from([(1, (0, 0)), (2, (5_000, 5_000)), (3, (0, 0))]);
+        let b = BTreeMap::from([
+            (1, (2_000_000, 6_000_000)),
+            (2, (5_000, 5_000)),
+            (3, (1_000_000, 0)),
+            (4, (9_000_000, 9_000_000)),
+        ]);
+        let s = sample(&a, &b, 10, 20);
+        assert_eq!((s.run_us, s.wait_us, s.active), (3000, 6000, 2));
+        assert_eq!((s.start_unix_us, s.end_unix_us), (10, 20));
     }
 
     #[test]

@@ -293,3 +293,100 @@ fn healthy_nginx_gets_no_host_finding() {
         );
     }
 }
+
+/// A CPU-bound process named `lthog` pinned to the CPUs in `mask` (bounded to 60 s).
+fn hog(mask: &str) -> Foreground {
+    Foreground(
+        Command::new("taskset")
+            .args([
+                mask,
+                "python3",
+                "-c",
+                "import ctypes, time\nctypes.CDLL(None).prctl(15, b'lthog', 0, 0, 0)\n\
+                 end = time.time() + 60\nwhile time.time() < end: pass",
+            ])
+            .spawn()
+            .expect("taskset python3"),
+    )
+}
+
+/// Pins every thread of `pid` to the CPUs in `mask`.
+fn pin(pid: u32, mask: &str) {
+    let ok = Command::new("taskset")
+        .args(["-a", "-p", mask, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("taskset")
+        .success();
+    assert!(ok, "taskset -a -p {mask} {pid}");
+}
+
+/// `lagtrace diagnose URL --json -q ARGS` pinned to the CPUs in `mask`, taking its turn.
+fn diagnose_pinned(mask: &str, url: &str, args: &[&str]) -> (Value, String) {
+    let _turn = lagtrace_testkit::measuring();
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = Command::new("taskset")
+        .args([mask, common::BIN, "diagnose", url, "--json", "-q"])
+        .args(args)
+        .env("XDG_STATE_HOME", home.path())
+        .output()
+        .expect("taskset lagtrace");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let j = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("diagnose {url}: not JSON ({e})\n{err}"));
+    (j, err)
+}
+
+/// A real nginx sharing its CPU with two CPU-bound processes (the load generator on the
+/// other CPU): its worker waits in the run queue while they run, the slowest requests wait
+/// with it — `slow-server` with mechanism `cpu-contention`, the other processes named in
+/// the fix; the same on every run. The same nginx with the CPU to itself is not blamed.
+#[test]
+#[ignore = "needs root"]
+fn nginx_sharing_its_cpu_with_other_work_is_slow_server_cpu_contention() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        cpus >= 2,
+        "needs 2 CPUs: the server's and the load generator's"
+    );
+    let lab = Lab::up(&LabOptions::new(&name("con"))).expect("lab up");
+    // nginx's workers (its master accepts nothing).
+    for p in &lab.server_pids("good") {
+        pin(*p, "1");
+    }
+    let url = lab.good_url();
+    // The control first: the CPU to itself.
+    let (j, err) = diagnose_pinned("2", &url, &["-d", "3s"]);
+    assert_ne!(
+        j["verdict"]["mechanism"],
+        "cpu-contention",
+        "{err}\n{}",
+        show(&j)
+    );
+    let hogs = [hog("1"), hog("1")];
+    let mut causes = Vec::new();
+    for _ in 0..3 {
+        let (j, err) = diagnose_pinned("2", &url, &["-d", "3s"]);
+        let v = &j["verdict"];
+        assert_eq!(v["cause"], "slow-server", "{err}\n{}", show(&j));
+        assert_eq!(v["mechanism"], "cpu-contention", "{}", show(&j));
+        assert!(
+            v["fix"][0]["change"]
+                .as_str()
+                .is_some_and(|c| c.contains("lthog")),
+            "{}",
+            show(&j)
+        );
+        let cpu = &j["layers"]["host"]["data"]["cpu"]["data"];
+        assert!(
+            cpu["top"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|p| p["pid"] == hogs[0].0.id())),
+            "{cpu}"
+        );
+        eprintln!("{} / {}: {}", v["cause"], v["mechanism"], v["cost"]["text"]);
+        causes.push(v["cause"].to_string());
+    }
+    causes.dedup();
+    assert_eq!(causes.len(), 1, "{causes:?}");
+}

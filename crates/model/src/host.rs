@@ -25,6 +25,10 @@ pub struct HostReport {
     pub cgroup: Layer<CgroupCpu>,
     /// The process's threads' run-queue delay (needs `--pid`).
     pub threads: Layer<ThreadSched>,
+    /// Who used the host's CPUs over the window: all of them, the measuring process itself,
+    /// the watched process, and the largest other users.
+    #[serde(default = "not_measured")]
+    pub cpu: Layer<HostCpu>,
     /// The qdiscs of the namespace's devices (rtnetlink).
     pub qdiscs: Layer<Vec<QdiscDelta>>,
     /// `/proc/net/sockstat` at the end of the window.
@@ -175,6 +179,67 @@ pub struct ThreadSched {
     /// The thread that waited longest, and how long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worst: Option<ThreadWait>,
+    /// The same accounting per sampling interval (~100 ms), so run-queue delay can be
+    /// placed next to the slow requests; empty when not sampled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<SchedSample>,
+}
+
+/// A report written before the host's CPU use was measured.
+fn not_measured() -> Layer<HostCpu> {
+    Layer::skipped("not measured (written by an older lagtrace)")
+}
+
+/// The watched threads' scheduler accounting over one sampling interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct SchedSample {
+    /// Start of the interval, µs since the Unix epoch (`CLOCK_REALTIME`).
+    pub start_unix_us: u64,
+    /// End of the interval, µs since the Unix epoch.
+    pub end_unix_us: u64,
+    /// Time on a CPU in the interval, all threads.
+    pub run_us: u64,
+    /// Time runnable but waiting for a CPU in the interval, all threads.
+    pub wait_us: u64,
+    /// Threads that ran or waited in the interval.
+    pub active: u32,
+}
+
+/// Who used the host's CPUs over the window (`/proc/stat`, `/proc/PID/stat`). Tells a
+/// server starved by other work from one starved by the measurement itself (a load
+/// generator on the same host).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct HostCpu {
+    /// CPUs online.
+    pub cpus: u32,
+    /// CPU time spent, all CPUs (everything but idle and iowait).
+    pub busy_us: u64,
+    /// `busy / (cpus × window)`, 0–1.
+    pub busy_share: f64,
+    /// CPU time of the measuring process itself (lagtrace: inside diagnose, the load
+    /// generator and the capture too).
+    pub own_us: u64,
+    /// CPU time of the watched process(es) (the server's threads).
+    pub watched_us: u64,
+    /// Every other process on the host (kernel threads included).
+    pub others_us: u64,
+    /// What no process was charged for: interrupts and softirqs (the network stack's
+    /// receive work, much of it this very traffic's).
+    pub irq_us: u64,
+    /// The other processes that used the most CPU over the window, largest first (at most 5).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top: Vec<ProcCpu>,
+}
+
+/// One process's CPU time over the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ProcCpu {
+    /// Process id.
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// CPU time over the window (user + system, all threads).
+    pub cpu_us: u64,
 }
 
 /// One thread's run-queue delay.

@@ -70,16 +70,21 @@ pub fn measure(
         _ => (NetNs::Current, None),
     };
     // The highest pid of the listener's holders: a pre-forked server's workers (which
-    // serve the requests) come after its master.
+    // serve the requests) come after its master. Every holder's threads are accounted: any
+    // worker may serve a request (one may take every connection while another idles).
+    let holders = listener_pids(&netns, port).unwrap_or_default();
     let found = match pid {
         Some(p) => Some(p),
-        None => listener_pids(&netns, port)
-            .ok()
-            .and_then(|v| v.last().copied()),
+        None => holders.last().copied(),
+    };
+    let more_pids = match pid {
+        Some(p) if !holders.contains(&p) => Vec::new(),
+        _ => holders,
     };
     let o = HostOptions {
         netns: if found.is_some() { None } else { name },
         pid: found,
+        more_pids,
         duration: window,
         interval: INTERVAL,
         // The server's namespace's drops by device and reason (BPF); machine-wide counts

@@ -10,12 +10,21 @@
 //!   connections over the run (its own `sk_drops`), at least as many as half the connects
 //!   that waited for a SYN retransmission (each such connect needs one drop), and it was
 //!   seen full while sampled or the namespace's `ListenOverflows` moved.
+//! - `cpu-contention`: the server's threads waited for a CPU (run-queue delay, sampled
+//!   every ~100 ms) for at least half of what each of most of the slowest requests waited
+//!   beyond the p50 — the host's CPUs were busy when they were slow. Who held the CPUs
+//!   decides the verdict: when every other process together used less CPU than half the
+//!   time the server's threads waited (so most of the wait was behind the measuring process
+//!   itself: the load generator and the capture, on the server's host), the tail is the
+//!   measurement's own contention — `healthy` at medium confidence with that evidence, never
+//!   the server's fault; otherwise the host is busy with other work — `slow-server` with
+//!   mechanism `cpu-contention`, the largest other CPU users named in its fix.
 //! - run-queue delay beyond what throttling explains: a note that the host is busy.
 //! - direct evidence wins: a `tcp-cork` inferred from packets alone (TCP_CORK not read on
 //!   the server's sockets) yields to `cpu-throttled`; never the reverse.
 
 use lagtrace_model::Cause;
-use lagtrace_model::host::{CgroupCpu, HostReport, ListenerQueue};
+use lagtrace_model::host::{CgroupCpu, HostCpu, HostReport, ListenerQueue, SchedSample};
 
 use super::facts::Facts;
 use super::{Candidate, MATERIAL_ADDED_US, ms, note, out, pct, sup};
@@ -147,6 +156,119 @@ pub(super) fn throttled(x: &Facts<'_>, host: &HostReport) -> Option<Direct> {
     })
 }
 
+/// The server's run-queue delay next to the slowest requests ([`contention`]).
+pub(super) struct Contention {
+    /// Every other process together used less CPU than half the time the server's threads
+    /// waited for one: the rest was behind the measuring process (load generator,
+    /// capture) — the contention is the measurement's own.
+    pub(super) own: bool,
+    /// The evidence line's text.
+    pub(super) text: String,
+    /// The cause, mechanism, fix and cost when the host is busy with other work.
+    pub(super) direct: Direct,
+}
+
+/// The server's threads' run-queue delay within `[s, e)`, per thread that ran or waited:
+/// each sampling interval's delay, pro rata of the overlap (a density: the samples are
+/// ~100 ms apart, a slow request a few ms to a few hundred).
+fn waited_within(timeline: &[SchedSample], s: u64, e: u64) -> u64 {
+    timeline
+        .iter()
+        .filter(|t| t.start_unix_us < e && t.end_unix_us > s && t.end_unix_us > t.start_unix_us)
+        .map(|t| {
+            let overlap = e.min(t.end_unix_us) - s.max(t.start_unix_us);
+            let len = t.end_unix_us - t.start_unix_us;
+            (t.wait_us as f64 * overlap as f64 / len as f64 / f64::from(t.active.max(1))) as u64
+        })
+        .sum()
+}
+
+/// `cpu-contention`: the server's threads waited for a CPU through most of the slowest
+/// requests, at least half of each one's excess; `None` when the threads were not sampled,
+/// the cgroup's throttling explains it ([`throttled`] comes first), or the waits do not
+/// line up.
+pub(super) fn contention(x: &Facts<'_>, host: &HostReport) -> Option<Contention> {
+    let th = host.threads.get()?;
+    if th.timeline.is_empty() || throttled(x, host).is_some() {
+        return None;
+    }
+    let run = x.cn?;
+    let (slow, p50) = slow_intervals(run)?;
+    let mut waited: Vec<u64> = Vec::new();
+    let mut excess: Vec<u64> = Vec::new();
+    for &(s, e) in &slow {
+        let ex = (e - s).saturating_sub(p50);
+        excess.push(ex);
+        let w = waited_within(&th.timeline, s, e);
+        if ex > 0 && w * 2 >= ex {
+            waited.push(w);
+        }
+    }
+    let aligned = waited.len();
+    excess.sort_unstable();
+    waited.sort_unstable();
+    let added_us = excess.get(excess.len() / 2).copied().unwrap_or(0);
+    if (aligned as f64) < MIN_ALIGNED_SHARE * slow.len() as f64 || added_us < MATERIAL_ADDED_US {
+        return None;
+    }
+    let cpu = host.cpu.get();
+    // Other processes that could not have held the CPUs for even half the time the
+    // server's threads waited: the rest of the wait was behind this lagtrace itself.
+    let own = cpu.is_none_or(|c| c.others_us * 2 < th.wait_us);
+    let total = run.waits.as_ref().map_or(0, |w| w.count);
+    let text = format!(
+        "the server's {} threads waited {} for a CPU over the window ({} of their runnable time); {aligned} of the {} slowest requests (≥ p99) fall where they waited at least half their excess (median wait in a slow request ~{}, median excess +{}){}",
+        th.threads,
+        ms(th.wait_us),
+        pct(th.wait_share),
+        slow.len(),
+        ms(waited.get(waited.len() / 2).copied().unwrap_or(0)),
+        ms(added_us),
+        cpu.map(cpu_users).unwrap_or_default()
+    );
+    let others = cpu
+        .map(|c| {
+            c.top
+                .iter()
+                .map(|p| format!("{} (pid {}, {})", p.comm, p.pid, ms(p.cpu_us)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .filter(|t| !t.is_empty())
+        .map(|t| format!(" — the largest: {t}"))
+        .unwrap_or_default();
+    let direct = Direct {
+        cause: Cause::SlowServer,
+        mechanism: Mechanism::CpuContention,
+        evidence: vec![sup(LayerName::Host, Cause::SlowServer, text.clone())],
+        fix: Fix {
+            side: FixSide::Server,
+            location: None,
+            change: format!(
+                "other work on the server's host holds the CPUs its threads wait for{others}: give the server CPUs of its own (cpuset, CPUAffinity), lower the others' priority (nice, CPUWeight) or move them to another host"
+            ),
+            tradeoff: Some("CPUs reserved for the server are taken from the rest".into()),
+        },
+        added_us,
+        share: aligned as f64 / total.max(1) as f64,
+        counted: Some((aligned as u64, Some(total))),
+    };
+    Some(Contention { own, text, direct })
+}
+
+/// Who used the host's CPUs, as a clause of the contention line.
+fn cpu_users(c: &HostCpu) -> String {
+    format!(
+        "; the host's {} CPUs were {} busy: this lagtrace (load generator, capture) {}, the server {}, other processes {}, interrupts {}",
+        c.cpus,
+        pct(c.busy_share),
+        ms(c.own_us),
+        ms(c.watched_us),
+        ms(c.others_us),
+        ms(c.irq_us)
+    )
+}
+
 /// The listener on the target's port.
 fn target_listener(host: &HostReport, port: u16) -> Option<&ListenerQueue> {
     let suffix = format!(":{port}");
@@ -247,35 +369,41 @@ pub(super) fn adopt(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>, 
         ),
     ];
     for d in direct.into_iter().flatten() {
-        // The layers its evidence comes from (the host's, and the packets' where they show
-        // the same mechanism).
-        let mut layers: Vec<LayerName> = d.evidence.iter().map(|e| e.layer).collect();
-        layers.sort();
-        layers.dedup();
-        match cands.iter_mut().find(|c| c.cause == d.cause) {
-            Some(c) => {
-                c.evidence.extend(d.evidence);
-                for l in layers {
-                    if !c.layers.contains(&l) {
-                        c.layers.push(l);
-                    }
-                }
-                c.direct = true;
-                c.mechanism = Some(d.mechanism);
-                c.host_fix = Some(d.fix);
-            }
-            None => {
-                let mut c = Candidate::new(d.cause, d.added_us, d.share, layers);
-                c.counted = d.counted;
-                c.evidence = d.evidence;
-                c.mechanism = Some(d.mechanism);
-                c.host_fix = Some(d.fix);
-                cands.push(c);
-            }
-        }
+        merge(cands, d);
     }
     yield_inferred_cork(cands);
     cands.sort_by(|a, b| b.impact_us.total_cmp(&a.impact_us));
+}
+
+/// The mechanism, evidence and fix of `d` go to the candidate of the same cause, or become
+/// one.
+pub(super) fn merge(cands: &mut Vec<Candidate>, d: Direct) {
+    // The layers its evidence comes from (the host's, and the packets' where they show
+    // the same mechanism).
+    let mut layers: Vec<LayerName> = d.evidence.iter().map(|e| e.layer).collect();
+    layers.sort();
+    layers.dedup();
+    match cands.iter_mut().find(|c| c.cause == d.cause) {
+        Some(c) => {
+            c.evidence.extend(d.evidence);
+            for l in layers {
+                if !c.layers.contains(&l) {
+                    c.layers.push(l);
+                }
+            }
+            c.direct = true;
+            c.mechanism = Some(d.mechanism);
+            c.host_fix = Some(d.fix);
+        }
+        None => {
+            let mut c = Candidate::new(d.cause, d.added_us, d.share, layers);
+            c.counted = d.counted;
+            c.evidence = d.evidence;
+            c.mechanism = Some(d.mechanism);
+            c.host_fix = Some(d.fix);
+            cands.push(c);
+        }
+    }
 }
 
 /// Direct evidence wins: a `tcp-cork` candidate inferred from packets alone (the sockets
@@ -347,6 +475,12 @@ pub(super) fn cost_text(c: &Candidate) -> Option<String> {
         Mechanism::AcceptQueueOverflow => format!(
             "{n} of {} connects wait for a SYN retransmission or fail: the accept queue \
              overflows (p99 connect {})",
+            of.unwrap_or(0),
+            ms(c.added_us)
+        ),
+        Mechanism::CpuContention => format!(
+            "{n} of {} requests (the slowest) wait ~{} more while the server's threads wait \
+             for a CPU other work on its host holds",
             of.unwrap_or(0),
             ms(c.added_us)
         ),

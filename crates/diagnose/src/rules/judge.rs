@@ -17,12 +17,25 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
     if let Some(j) = unreachable::judge(target, layers, &x) {
         return j;
     }
-    let tail = tail::assess(&x);
+    let mut tail = tail::assess(&x);
     let mut cands = rank(&x);
     let tail_loss = tail
         .as_ref()
         .is_some_and(|t| t.explained_cause() == Some(Cause::PacketLoss));
     host::adopt(&x, target, &mut cands, tail_loss);
+    // The server's threads waited for a CPU through the slow requests: the measurement's
+    // own contention (healthy, medium) or a host busy with other work (slow-server).
+    if let Some(t) = tail.as_mut().filter(|t| t.server_shaped())
+        && let Some(c) = x.host.and_then(|h| host::contention(&x, h))
+    {
+        if c.own {
+            t.measurement_contention(&c.text);
+            cands.retain(|c| c.cause != Cause::SlowServer || c.mechanism.is_some());
+        } else {
+            host::merge(&mut cands, c.direct);
+            cands.sort_by(|a, b| b.impact_us.total_cmp(&a.impact_us));
+        }
+    }
     let Some(primary) = cands.first() else {
         return match &tail {
             Some(t) if t.client.is_some() => tail::judge_client(layers, &x, t),
@@ -41,7 +54,9 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
         evidence.push(line.clone());
     }
     evidence.extend(rule_outs(&x, &cands));
-    evidence.extend(x.host.and_then(host::busy_note));
+    if primary.mechanism != Some(Mechanism::CpuContention) {
+        evidence.extend(x.host.and_then(host::busy_note));
+    }
     evidence.extend(missing_layers(layers));
     let mut finding_layers: Vec<LayerName> = cands
         .iter()
@@ -58,6 +73,11 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
         None => (String::new(), Cost::default(), Vec::new()),
     };
     if let Some(f) = &primary.host_fix {
+        // Shown by the host layer alone: the rule's own fixes read other layers' evidence
+        // that is not there (a slow-server candidate's "answers at once but sends slowly").
+        if primary.layers == [LayerName::Host] {
+            fix.clear();
+        }
         fix.insert(0, f.clone());
     }
     let mut cost = cost;

@@ -429,6 +429,29 @@ impl TailFinding<'_> {
         }
     }
 
+    /// Whether the tail looks like the server's own time as far as the packets tell (its
+    /// largest part is server time, or nothing explains it) with no pattern but a pause:
+    /// what a server waiting for a CPU on a busy host looks like. A single-threaded server
+    /// descheduled stalls every connection at once, like a process-wide pause.
+    pub(super) fn server_shaped(&self) -> bool {
+        let p = self.explained.as_ref();
+        p.is_none_or(|p| p.cause == Cause::SlowServer)
+            && p.and_then(|p| p.mechanism)
+                .is_none_or(|m| m == Mechanism::PeriodicPause)
+    }
+
+    /// The tail is contention on the server's host that the measurement itself caused: an
+    /// account of the client's side like [`TailFinding::client`], with that evidence.
+    pub(super) fn measurement_contention(&mut self, text: &str) {
+        let t = format!(
+            "{text}: the tail is CPU contention on the host the server shares with this lagtrace, not the server's handling (diagnose from another host, or with fewer connections, to measure the server alone)"
+        );
+        self.client = Some(match self.client.take() {
+            Some(c) => format!("{c}; {t}"),
+            None => t,
+        });
+    }
+
     /// The cause of the part that explains the tail, when one does.
     pub(super) fn explained_cause(&self) -> Option<Cause> {
         self.explained.as_ref().map(|p| p.cause)

@@ -161,6 +161,8 @@ pub fn text(r: &HostReport) -> String {
     }
     if !threads_text(&mut s, &r.threads, w) {
         quiet.push("run queue");
+    } else {
+        cpu_text(&mut s, r);
     }
     if !qdisc_text(&mut s, &r.qdiscs, w) {
         quiet.push("qdiscs");
@@ -322,6 +324,32 @@ fn threads_text(s: &mut String, l: &Layer<ThreadSched>, w: u64) -> bool {
         "\n  runnable but not running: the host's CPUs are busy, or a cgroup quota holds them (a throttled thread counts as waiting)"
     );
     true
+}
+
+/// Who held the CPUs the watched threads waited for.
+fn cpu_text(s: &mut String, r: &HostReport) {
+    let Some(c) = r.cpu.get() else { return };
+    let us = lagtrace_model::Micros;
+    let _ = write!(
+        s,
+        "  CPUs: {} busy {:.0}% over the window: the watched process {}, lagtrace {}, \
+         other processes {}, interrupts {}",
+        c.cpus,
+        c.busy_share * 100.0,
+        us(c.watched_us),
+        us(c.own_us),
+        us(c.others_us),
+        us(c.irq_us)
+    );
+    if !c.top.is_empty() {
+        let top: Vec<String> = c
+            .top
+            .iter()
+            .map(|p| format!("{} {} {}", p.pid, p.comm, us(p.cpu_us)))
+            .collect();
+        let _ = write!(s, " (most: {})", top.join(", "));
+    }
+    let _ = writeln!(s);
 }
 
 fn qdisc_line(q: &QdiscDelta, w: u64) -> String {

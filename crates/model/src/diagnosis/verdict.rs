@@ -153,6 +153,9 @@ pub enum Mechanism {
     DroppedBeforeWire,
     /// The listen socket's accept queue overflows and SYNs (or the final ACKs) are dropped.
     AcceptQueueOverflow,
+    /// The server's threads wait for a CPU that other work on its host holds (run-queue
+    /// delay aligned with the slow requests): a busy host, not the server's handling.
+    CpuContention,
 }
 
 /// What the slowest requests wait for (filled by the tail decomposition; none today).
