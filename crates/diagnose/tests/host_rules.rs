@@ -385,7 +385,7 @@ fn host_contended(busy_ms: &[u64], wait_ms: u64, own_ms: u64, others_ms: u64) ->
             "timeline": timeline}},
         "cpu": {"status": "ok", "data": {
             "cpus": 2, "busy_us": (own_ms + others_ms) * 1000 + 400_000, "busy_share": 0.9,
-            "own_us": own_ms * 1000, "watched_us": 400_000, "others_us": others_ms * 1000, "irq_us": 0,
+            "own_us": own_ms * 1000, "watched_us": 400_000, "others_us": others_ms * 1000, "unattributed_us": 0,
             "top": [{"pid": 99, "comm": "batch-job", "cpu_us": others_ms * 1000}]}},
         "qdiscs": {"status": "ok", "data": []},
         "sockstat": {"status": "skipped", "reason": "x"},

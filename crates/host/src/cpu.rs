@@ -123,7 +123,7 @@ pub fn delta(a: &CpuReading, b: &CpuReading, own: u32, watched: &[u32], window_u
         own_us,
         watched_us,
         others_us,
-        irq_us: busy_us.saturating_sub(own_us + watched_us + others_us),
+        unattributed_us: busy_us.saturating_sub(own_us + watched_us + others_us),
         top,
     }
 }
@@ -171,7 +171,7 @@ mod tests {
         assert_eq!(d.own_us, 100 * tick);
         assert_eq!(d.watched_us, 40 * tick);
         assert_eq!(d.others_us, 120 * tick);
-        assert_eq!(d.irq_us, 40 * tick);
+        assert_eq!(d.unattributed_us, 40 * tick);
         let top: Vec<(u32, u64)> = d.top.iter().map(|p| (p.pid, p.cpu_us)).collect();
         assert_eq!(top, vec![(3, 100 * tick), (4, 20 * tick)]);
     }

@@ -223,9 +223,10 @@ pub struct HostCpu {
     pub watched_us: u64,
     /// Every other process on the host (kernel threads included).
     pub others_us: u64,
-    /// What no process was charged for: interrupts and softirqs (the network stack's
-    /// receive work, much of it this very traffic's).
-    pub irq_us: u64,
+    /// What no process present at the window's end was charged for: interrupts and
+    /// softirqs (the network stack's work, much of it this very traffic's), and processes
+    /// that started and exited within the window.
+    pub unattributed_us: u64,
     /// The other processes that used the most CPU over the window, largest first (at most 5).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub top: Vec<ProcCpu>,

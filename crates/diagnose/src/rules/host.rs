@@ -259,13 +259,13 @@ pub(super) fn contention(x: &Facts<'_>, host: &HostReport) -> Option<Contention>
 /// Who used the host's CPUs, as a clause of the contention line.
 fn cpu_users(c: &HostCpu) -> String {
     format!(
-        "; the host's {} CPUs were {} busy: this lagtrace (load generator, capture) {}, the server {}, other processes {}, interrupts {}",
+        "; the host's {} CPUs were {} busy: this lagtrace (load generator, capture) {}, the server {}, other processes {}, not attributed (interrupts, exited processes) {}",
         c.cpus,
         pct(c.busy_share),
         ms(c.own_us),
         ms(c.watched_us),
         ms(c.others_us),
-        ms(c.irq_us)
+        ms(c.unattributed_us)
     )
 }
 

@@ -333,13 +333,13 @@ fn cpu_text(s: &mut String, r: &HostReport) {
     let _ = write!(
         s,
         "  CPUs: {} busy {:.0}% over the window: the watched process {}, lagtrace {}, \
-         other processes {}, interrupts {}",
+         other processes {}, not attributed (interrupts, exited processes) {}",
         c.cpus,
         c.busy_share * 100.0,
         us(c.watched_us),
         us(c.own_us),
         us(c.others_us),
-        us(c.irq_us)
+        us(c.unattributed_us)
     );
     if !c.top.is_empty() {
         let top: Vec<String> = c
