@@ -1,26 +1,16 @@
-//! Builds the per-namespace drop counter (bpf/drops.bpf.c) with clang, CO-RE against the
-//! build machine's kernel BTF (`bpftool btf dump`). Without clang, bpftool or BTF the crate
-//! still builds: the drop layer then counts machine-wide (perf) and says why at run time
-//! (`LAGTRACE_BPF_BUILD`).
+//! Builds the per-namespace drop counter (bpf/drops.bpf.c) with clang against the UAPI and
+//! libbpf headers (linux-libc-dev, libbpf-dev); it needs no kernel BTF at build time (the
+//! loader reads the struct offsets from the running kernel's). Without clang or the headers
+//! the crate still builds: the drop layer then counts machine-wide (perf) and says why at
+//! run time (`LAGTRACE_BPF_BUILD`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SRC: &str = "bpf/drops.bpf.c";
-const BTF: &str = "/sys/kernel/btf/vmlinux";
 
 fn tool(env: &str, name: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(env) {
-        return p.into();
-    }
-    // bpftool lives in /usr/sbin, often not on a user's PATH.
-    for dir in ["/usr/sbin", "/sbin"] {
-        let p = Path::new(dir).join(name);
-        if p.exists() {
-            return p;
-        }
-    }
-    name.into()
+    std::env::var_os(env).map_or_else(|| name.into(), Into::into)
 }
 
 fn run(cmd: &mut Command) -> Result<Vec<u8>, String> {
@@ -38,25 +28,18 @@ fn build(out: &Path) -> Result<(), String> {
     if std::env::var_os("LAGTRACE_NO_BPF").is_some() {
         return Err("LAGTRACE_NO_BPF was set".into());
     }
-    if !Path::new(BTF).exists() {
-        return Err(format!("no kernel BTF at {BTF} on the build machine"));
-    }
-    let header =
-        run(Command::new(tool("BPFTOOL", "bpftool"))
-            .args(["btf", "dump", "file", BTF, "format", "c"]))?;
-    std::fs::write(out.join("vmlinux.h"), header).map_err(|e| e.to_string())?;
-    let arch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
-        Ok("x86_64") => "x86",
-        Ok("aarch64") => "arm64",
-        Ok(a) => return Err(format!("no BPF target arch for {a}")),
+    // <linux/types.h> includes <asm/types.h>, under the target's multiarch directory, which
+    // clang does not search for `-target bpf`.
+    let multiarch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
+        Ok("x86_64") => "x86_64-linux-gnu",
+        Ok("aarch64") => "aarch64-linux-gnu",
+        Ok(a) => return Err(format!("no multiarch include directory known for {a}")),
         Err(_) => return Err("no target arch".into()),
     };
     let obj = out.join("drops.bpf.o");
     run(Command::new(tool("CLANG", "clang"))
         .args(["-target", "bpf", "-O2", "-g", "-Wall"])
-        .arg(format!("-D__TARGET_ARCH_{arch}"))
-        .arg("-I")
-        .arg(out)
+        .arg(format!("-I/usr/include/{multiarch}"))
         .args(["-c", SRC, "-o"])
         .arg(&obj))?;
     // DWARF is not needed (BTF is kept); best effort.
@@ -68,7 +51,6 @@ fn main() {
     println!("cargo::rerun-if-changed={SRC}");
     println!("cargo::rerun-if-env-changed=LAGTRACE_NO_BPF");
     println!("cargo::rerun-if-env-changed=CLANG");
-    println!("cargo::rerun-if-env-changed=BPFTOOL");
     println!("cargo::rustc-check-cfg=cfg(lagtrace_bpf)");
     let built = match std::env::var_os("OUT_DIR") {
         Some(out) => build(&PathBuf::from(out)),

@@ -469,3 +469,64 @@ fn run_queue_delay_elsewhere_in_time_or_too_short_is_no_contention() {
     );
     assert_ne!(j.verdict.cause, Cause::Healthy, "{j:#?}");
 }
+
+#[test]
+fn drop_reasons_that_are_not_lost_traffic_are_no_evidence_of_loss() {
+    // Our own capture's packet socket declining copies (SOCKET_FILTER), sockets closing with
+    // data queued (QUEUE_PURGE), and the usual unattributed frees: thousands of them, while
+    // the target's packets show held segments. None is a segment of the server's that the
+    // host failed to send.
+    let mut l = layers_held(200);
+    let mut h = host_drops(0, "namespace", 0);
+    h.drops.data.as_mut().expect("drops").reasons = serde_json::from_value(json!([
+        {"reason": "SOCKET_FILTER", "count": 5000},
+        {"reason": "QUEUE_PURGE", "count": 800},
+        {"reason": "NOT_SPECIFIED", "count": 300},
+        {"reason": "TCP_OLD_DATA", "count": 40}
+    ]))
+    .expect("reasons");
+    l.host = Layer::ran(h);
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.mechanism, None, "{j:#?}");
+    assert!(
+        !j.evidence.iter().any(|e| e.layer == LayerName::Host
+            && e.stance == lagtrace_diagnose::Stance::Supports
+            && e.cause == Some(Cause::PacketLoss)),
+        "{j:#?}"
+    );
+}
+
+#[test]
+fn a_child_qdisc_that_dropped_is_named_not_the_classful_parent_counting_its_drops() {
+    let mut l = layers_held(200);
+    let mut h = host_drops(0, "namespace", 0);
+    h.qdiscs.data = serde_json::from_value(json!([
+        {"dev": "veth-s", "kind": "htb", "handle": "1:", "parent": "root",
+         "packets": 9000, "bytes": 9_000_000, "drops": 260, "overlimits": 0,
+         "requeues": 0, "drops_total": 260, "qlen": 0, "backlog_bytes": 0},
+        {"dev": "veth-s", "kind": "tbf", "handle": "10:", "parent": "1:1",
+         "packets": 300, "bytes": 300_000, "drops": 260, "overlimits": 9000,
+         "requeues": 0, "drops_total": 260, "qlen": 0, "backlog_bytes": 0}
+    ]))
+    .expect("qdiscs");
+    l.host = Layer::ran(h);
+    let j = judge(&target(), &l);
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::DroppedBeforeWire),
+        "{j:#?}"
+    );
+    let f = &j.verdict.fix[0];
+    assert_eq!(
+        f.location.as_deref(),
+        Some("tbf qdisc 10: (parent 1:1) on veth-s")
+    );
+    let host = j
+        .evidence
+        .iter()
+        .find(|e| e.layer == LayerName::Host)
+        .expect("a host line");
+    // Each drop once: the tbf's 260, not the htb's copy of them.
+    assert!(!host.text.contains("htb"), "{}", host.text);
+    assert!(host.text.contains("dropped 260 packets"), "{}", host.text);
+}

@@ -1,15 +1,30 @@
 // SPDX-License-Identifier: GPL-2.0
 // Drops by (network namespace, device, reason) from the skb:kfree_skb tracepoint, counted
-// in the kernel; only the watched namespace's when `watch_netns` is set. Built by build.rs
-// (clang -target bpf, CO-RE against the kernel's BTF), loaded by src/bpf.rs (aya).
-#include "vmlinux.h"
+// in the kernel; only the watched namespace's when `watch_netns` is set. No CO-RE: the
+// loader (src/bpf.rs) reads the few struct offsets from the running kernel's BTF
+// (src/btf.rs) and the record's layout from the tracepoint's format file, and passes them
+// in the CONF map; every kernel read goes through bpf_probe_read_kernel.
+#include <linux/types.h>
+#include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
-#include <bpf/bpf_core_read.h>
 
 char LICENSE[] SEC("license") = "GPL";
 
-// Set by the loader: the watched namespace's inode (0: every namespace).
-volatile const __u32 watch_netns = 0;
+// Written once by the loader before attaching (the layout of src/bpf.rs's Conf).
+struct conf {
+	__u32 watch_netns; // the watched namespace's inode (0: every namespace)
+	__u32 skbaddr;     // in the tracepoint's record
+	__u32 reason;      // in the tracepoint's record (4 bytes)
+	__u32 skb_dev;     // sk_buff.dev
+	__u32 skb_refdst;  // sk_buff._skb_refdst
+	__u32 skb_sk;      // sk_buff.sk
+	__u32 dst_dev;     // dst_entry.dev
+	__u32 dev_net;     // net_device.nd_net.net
+	__u32 net_inum;    // net.ns.inum
+	__u32 dev_ifindex; // net_device.ifindex
+	__u32 sk_net;      // sock.__sk_common.skc_net.net
+	__u32 pad;
+};
 
 struct drop_key {
 	__u32 netns;
@@ -17,6 +32,13 @@ struct drop_key {
 	__u32 reason;
 	__u32 pad;
 };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct conf);
+} CONF SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -33,35 +55,56 @@ struct {
 	__type(value, __u64);
 } MISSED SEC(".maps");
 
-static __always_inline __u32 dev_netns(struct net_device *dev)
+static __always_inline __u64 rd64(const void *base, __u32 off)
 {
-	return dev ? BPF_CORE_READ(dev, nd_net.net, ns.inum) : 0;
+	__u64 v = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), (const char *)base + off);
+	return v;
+}
+
+static __always_inline __u32 rd32(const void *base, __u32 off)
+{
+	__u32 v = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), (const char *)base + off);
+	return v;
+}
+
+// The namespace inode of a `struct net *`.
+static __always_inline __u32 net_inum(const struct conf *c, __u64 net)
+{
+	return net ? rd32((const void *)net, c->net_inum) : 0;
 }
 
 SEC("tracepoint/skb/kfree_skb")
-int kfree_skb(struct trace_event_raw_kfree_skb *ctx)
+int kfree_skb(void *ctx)
 {
-	struct sk_buff *skb = (struct sk_buff *)BPF_CORE_READ(ctx, skbaddr);
+	__u32 zero = 0;
+	const struct conf *c = bpf_map_lookup_elem(&CONF, &zero);
+	if (!c)
+		return 0;
+	const void *skb = (const void *)rd64(ctx, c->skbaddr);
+	if (!skb)
+		return 0;
 	struct drop_key key = {};
 	// The device it was received on or is leaving by; before the output device is set
 	// (the output netfilter hook), the route's device.
-	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	const void *dev = (const void *)rd64(skb, c->skb_dev);
 	if (!dev) {
-		unsigned long refdst = BPF_CORE_READ(skb, _skb_refdst);
-		struct dst_entry *dst = (struct dst_entry *)(refdst & ~1UL);
+		__u64 dst = rd64(skb, c->skb_refdst) & ~1UL;
 		if (dst)
-			dev = BPF_CORE_READ(dst, dev);
+			dev = (const void *)rd64((const void *)dst, c->dst_dev);
 	}
-	key.netns = dev_netns(dev);
+	if (dev)
+		key.netns = net_inum(c, rd64(dev, c->dev_net));
 	if (!key.netns) {
-		struct sock *sk = BPF_CORE_READ(skb, sk);
+		const void *sk = (const void *)rd64(skb, c->skb_sk);
 		if (sk)
-			key.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+			key.netns = net_inum(c, rd64(sk, c->sk_net));
 	}
-	if (watch_netns && key.netns != watch_netns)
+	if (c->watch_netns && key.netns != c->watch_netns)
 		return 0;
-	key.ifindex = dev ? BPF_CORE_READ(dev, ifindex) : 0;
-	key.reason = BPF_CORE_READ(ctx, reason);
+	key.ifindex = dev ? rd32(dev, c->dev_ifindex) : 0;
+	key.reason = rd32(ctx, c->reason);
 	__u64 *n = bpf_map_lookup_elem(&DROPS, &key);
 	if (n) {
 		__sync_fetch_and_add(n, 1);
@@ -73,7 +116,6 @@ int kfree_skb(struct trace_event_raw_kfree_skb *ctx)
 		if (n) {
 			__sync_fetch_and_add(n, 1);
 		} else {
-			__u32 zero = 0;
 			__u64 *m = bpf_map_lookup_elem(&MISSED, &zero);
 			if (m)
 				__sync_fetch_and_add(m, 1);

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use lagtrace_model::host::{DeviceDrops, DropReasonCount, DropsByReason};
 
-use crate::bpf::{BpfError, NsCounts, NsDrops};
+use crate::bpf::{BpfError, NsCounts, NsDrops, Tracepoint};
 
 const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 const EVENT: &str = "events/skb/kfree_skb";
@@ -33,6 +33,8 @@ pub struct Format {
     pub id: u64,
     /// Byte offset of `reason` in the raw record.
     pub reason_offset: usize,
+    /// Byte offset of `skbaddr` in the raw record (none if the format has no such field).
+    pub skbaddr_offset: Option<usize>,
     /// Size of `reason` (4).
     pub reason_size: usize,
     /// Reason number → name (`NETFILTER_DROP`), from the print format's `__print_symbolic`.
@@ -47,12 +49,13 @@ pub fn parse_format(text: &str) -> Option<Format> {
         .trim()
         .parse()
         .ok()?;
-    let field = text.lines().find(|l| l.contains(" reason;"))?;
-    let num = |key: &str| -> Option<usize> {
+    let num = |name: &str, key: &str| -> Option<usize> {
+        let field = text.lines().find(|l| l.contains(name))?;
         let rest = &field[field.find(key)? + key.len()..];
         rest.split(';').next()?.trim().parse().ok()
     };
-    let (reason_offset, reason_size) = (num("offset:")?, num("size:")?);
+    let (reason_offset, reason_size) = (num(" reason;", "offset:")?, num(" reason;", "size:")?);
+    let skbaddr_offset = num(" skbaddr;", "offset:");
     let fmt = text.lines().find(|l| l.starts_with("print fmt:"))?;
     let mut names = BTreeMap::new();
     let sym = &fmt[fmt.find("__print_symbolic(")?..];
@@ -69,6 +72,7 @@ pub fn parse_format(text: &str) -> Option<Format> {
         id,
         reason_offset,
         reason_size,
+        skbaddr_offset,
         names,
     })
 }
@@ -401,9 +405,24 @@ impl DropCounter {
             .and_then(std::fs::read_to_string)
             .ok()
             .and_then(|t| parse_format(&t));
-        let names = format.map(|f| f.names).unwrap_or_default();
         let inum = u32::try_from(netns).unwrap_or(0);
-        let (why, privilege) = match NsDrops::start(inum) {
+        let tp = format.as_ref().and_then(|f| {
+            Some(Tracepoint {
+                id: f.id,
+                skbaddr: u32::try_from(f.skbaddr_offset?).ok()?,
+                reason: u32::try_from(f.reason_offset)
+                    .ok()
+                    .filter(|_| f.reason_size == 4)?,
+            })
+        });
+        let names = format.map(|f| f.names).unwrap_or_default();
+        let started = match tp {
+            Some(tp) => NsDrops::start(inum, &tp),
+            None => Err(BpfError::Kernel(
+                "no skb:kfree_skb format (tracefs) with skbaddr and a 4-byte reason".into(),
+            )),
+        };
+        let (why, privilege) = match started {
             Ok(bpf) if inum != 0 => return Ok(DropCounter::Namespace { bpf, names }),
             Ok(_) => (
                 "the watched namespace's inode is unknown".to_string(),

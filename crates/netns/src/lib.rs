@@ -146,12 +146,14 @@ impl NetNs {
         enter(&file).map_err(|e| Error::enter(&path, e))
     }
 
-    /// The namespace's inode number (identifies it across names and processes).
+    /// The namespace's inode number (identifies it across names and processes). `Current`
+    /// is the calling thread's namespace (`/proc/thread-self`): `/proc/self` is the main
+    /// thread's, another namespace than a thread's that entered one.
     pub fn inode(&self) -> io::Result<u64> {
         use std::os::unix::fs::MetadataExt;
         let p = self
             .path()
-            .unwrap_or_else(|| PathBuf::from("/proc/self/ns/net"));
+            .unwrap_or_else(|| PathBuf::from("/proc/thread-self/ns/net"));
         Ok(std::fs::metadata(p)?.ino())
     }
 }
@@ -203,6 +205,26 @@ mod tests {
         assert!(!ns.exists());
         let e = ns.run(|| ()).unwrap_err();
         assert!(e.to_string().contains("lagtrace-no-such-ns-xyz"), "{e}");
+    }
+
+    #[test]
+    #[ignore = "needs root"]
+    fn current_is_the_calling_threads_namespace() {
+        let main = NetNs::Current.inode().unwrap();
+        let (own, seen) = std::thread::spawn(|| {
+            // SAFETY: unshare on this thread only; it ends with the thread.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
+            let own = std::fs::metadata("/proc/thread-self/ns/net").map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.ino()
+            });
+            (own.unwrap(), NetNs::Current.inode().unwrap())
+        })
+        .join()
+        .unwrap();
+        assert_ne!(own, main);
+        assert_eq!(seen, own);
+        assert_eq!(NetNs::Current.inode().unwrap(), main);
     }
 
     #[test]

@@ -72,16 +72,22 @@ pub(super) struct LocalDrops<'a> {
     pub scope: &'a str,
     /// Whether the tracer lost samples (counts are lower bounds).
     pub lost: bool,
-    /// The namespace's qdiscs that dropped, most first.
-    pub qdiscs: Vec<&'a QdiscDelta>,
+    /// The namespace's qdiscs that dropped packets themselves, most first, with those
+    /// drops: a classful parent (htb, prio, ...) also counts the drops of the qdiscs below
+    /// it, so the one named is the child whose queue was full.
+    pub qdiscs: Vec<(&'a QdiscDelta, u64)>,
 }
 
 impl LocalDrops<'_> {
     /// Qdisc drops (the namespace's qdisc counters and the tracepoint see the same drops:
     /// the larger of the two).
     pub(super) fn qdisc(&self) -> u64 {
-        let q: u64 = self.qdiscs.iter().map(|q| q.drops).sum();
-        q.max(self.qdisc_reason)
+        self.own_qdisc().max(self.qdisc_reason)
+    }
+
+    /// The drops the qdiscs made themselves (each drop once, at the qdisc that made it).
+    fn own_qdisc(&self) -> u64 {
+        self.qdiscs.iter().map(|q| q.1).sum()
     }
 
     /// Drops in all.
@@ -107,12 +113,8 @@ pub(super) fn local_drops(host: &HostReport) -> Option<LocalDrops<'_>> {
                 .sum()
         })
     };
-    let mut qdiscs: Vec<&QdiscDelta> = host
-        .qdiscs
-        .get()
-        .map(|v| v.iter().filter(|q| q.drops > 0).collect())
-        .unwrap_or_default();
-    qdiscs.sort_by_key(|q| std::cmp::Reverse(q.drops));
+    let mut qdiscs = host.qdiscs.get().map(|v| own_drops(v)).unwrap_or_default();
+    qdiscs.sort_by_key(|q| std::cmp::Reverse(q.1));
     let l = LocalDrops {
         netfilter: count(NETFILTER_REASONS),
         qdisc_reason: count(QDISC_REASONS),
@@ -121,6 +123,31 @@ pub(super) fn local_drops(host: &HostReport) -> Option<LocalDrops<'_>> {
         qdiscs,
     };
     (l.total() > 0).then_some(l)
+}
+
+/// The major number of a handle as `tc` prints it (`10:` and `1:1` → `10`, `1`); none for
+/// `root` and `ingress`.
+fn major(handle: &str) -> Option<&str> {
+    handle.split_once(':').map(|(m, _)| m)
+}
+
+/// The qdiscs that dropped packets themselves, with those drops: a qdisc's drops less
+/// those of the qdiscs whose parent is one of its classes (a classful qdisc counts its
+/// children's drops as its own: `tc -s qdisc` shows them at both levels).
+fn own_drops(all: &[QdiscDelta]) -> Vec<(&QdiscDelta, u64)> {
+    all.iter()
+        .filter(|q| q.drops > 0)
+        .filter_map(|q| {
+            let below: u64 = all
+                .iter()
+                .filter(|c| c.dev == q.dev && c.handle != q.handle)
+                .filter(|c| major(&c.parent).is_some_and(|m| Some(m) == major(&q.handle)))
+                .map(|c| c.drops)
+                .sum();
+            let own = q.drops.saturating_sub(below);
+            (own > 0).then_some((q, own))
+        })
+        .collect()
 }
 
 /// The held segments of the target's packets: `held-until-ack` findings.
@@ -368,11 +395,17 @@ fn host_line(d: &LocalDrops<'_>, host: &HostReport, needed: u64) -> EvidenceLine
             scope_text(d.scope)
         ));
     }
-    for q in &d.qdiscs {
+    for (q, own) in &d.qdiscs {
         parts.push(format!(
-            "qdisc {} {} on {} dropped {} packets ({} in all, as `tc -s qdisc` counts; sent \
-             {}, overlimits {})",
-            q.kind, q.handle, q.dev, q.drops, q.drops_total, q.packets, q.overlimits
+            "qdisc {} {}{} on {} dropped {own} packets ({} in all, as `tc -s qdisc` counts; \
+             sent {}, overlimits {})",
+            q.kind,
+            q.handle,
+            below(q),
+            q.dev,
+            q.drops_total,
+            q.packets,
+            q.overlimits
         ));
     }
     if d.qdiscs.is_empty() && d.qdisc_reason > 0 {
@@ -413,7 +446,14 @@ pub(super) fn where_text(x: &Facts<'_>) -> Option<String> {
     let d = local_drops(x.host?)?;
     let needed = held(x).map_or(0, |h| h.count) + late_of(x, &d).len() as u64;
     Some(match named_qdisc(&d, needed) {
-        Some(top) => format!("by the {} qdisc on {}", top.kind, top.dev),
+        Some(top) if top.parent == "root" => format!("by the {} qdisc on {}", top.kind, top.dev),
+        Some(top) => format!(
+            "by the {} qdisc {}{} on {}",
+            top.kind,
+            top.handle,
+            below(top),
+            top.dev
+        ),
         None if d.netfilter > 0 => "by netfilter".into(),
         None => "by a qdisc".into(),
     })
@@ -430,9 +470,18 @@ fn late_of(x: &Facts<'_>, d: &LocalDrops<'_>) -> Vec<Late> {
 /// machine-wide `NETFILTER_DROP` count that another namespace's rule may have made) when they
 /// account for the `needed` segments on their own, or outnumber netfilter's drops.
 fn named_qdisc<'a>(d: &LocalDrops<'a>, needed: u64) -> Option<&'a QdiscDelta> {
-    let top = *d.qdiscs.first()?;
-    let own: u64 = d.qdiscs.iter().map(|q| q.drops).sum();
+    let top = d.qdiscs.first()?.0;
+    let own = d.own_qdisc();
     (own * 2 >= needed || own >= d.netfilter).then_some(top)
+}
+
+/// A qdisc's parent when it is not the device's root: " (parent 1:1)", a class of the
+/// qdisc above it.
+fn below(q: &QdiscDelta) -> String {
+    match q.parent.as_str() {
+        "root" => String::new(),
+        p => format!(" (parent {p})"),
+    }
 }
 
 /// The fix: where to look, in the server's namespace.
@@ -445,12 +494,22 @@ fn fix(d: &LocalDrops<'_>, host: &HostReport, needed: u64) -> Fix {
     };
     let (location, change) = match named_qdisc(d, needed) {
         Some(top) => (
-            Some(format!("{} qdisc {} on {}", top.kind, top.handle, top.dev)),
+            Some(format!(
+                "{} qdisc {}{} on {}",
+                top.kind,
+                top.handle,
+                below(top),
+                top.dev
+            )),
             format!(
-                "the {} qdisc on {} drops the server's outgoing segments (its queue is full): \
-                 check `{ns}tc -s qdisc show dev {}` and raise its limit/burst, or \
+                "the {} qdisc {}{} on {} drops the server's outgoing segments (its queue is \
+                 full): check `{ns}tc -s qdisc show dev {}` and raise its limit/burst, or \
                  remove the shaping",
-                top.kind, top.dev, top.dev
+                top.kind,
+                top.handle,
+                below(top),
+                top.dev,
+                top.dev
             ),
         ),
         _ => (
@@ -488,6 +547,53 @@ mod tests {
         // After qdisc drops the retries wait the resource probe interval (200 + 500 ms).
         assert_eq!(probe_wait_us(705_000, 100, false), None);
         assert_eq!(probe_wait_us(705_000, 100, true), Some(700_000));
+    }
+
+    fn q(dev: &str, kind: &str, handle: &str, parent: &str, drops: u64) -> QdiscDelta {
+        QdiscDelta {
+            dev: dev.into(),
+            kind: kind.into(),
+            handle: handle.into(),
+            parent: parent.into(),
+            packets: 100,
+            bytes: 100_000,
+            drops,
+            overlimits: 0,
+            requeues: 0,
+            drops_total: drops,
+            qlen: 0,
+            backlog_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_classful_parent_counting_its_childs_drops_is_not_the_one_named() {
+        // htb 1: root, its class 1:1 holds tbf 10:, which dropped 40; htb counts them too.
+        // On another device a root tbf dropped 5; a parent that dropped some of its own
+        // keeps those.
+        let all = vec![
+            q("veth0", "htb", "1:", "root", 40),
+            q("veth0", "tbf", "10:", "1:1", 40),
+            q("veth0", "pfifo", "20:", "1:2", 0),
+            q("veth1", "tbf", "8001:", "root", 5),
+            q("veth2", "htb", "1:", "root", 7),
+            q("veth2", "pfifo", "30:", "1:3", 4),
+        ];
+        let own: Vec<(&str, &str, u64)> = own_drops(&all)
+            .into_iter()
+            .map(|(q, n)| (q.dev.as_str(), q.kind.as_str(), n))
+            .collect();
+        assert_eq!(
+            own,
+            vec![
+                ("veth0", "tbf", 40),
+                ("veth1", "tbf", 5),
+                ("veth2", "htb", 3),
+                ("veth2", "pfifo", 4)
+            ]
+        );
+        assert_eq!(below(&all[1]), " (parent 1:1)");
+        assert_eq!(below(&all[3]), "");
     }
 
     fn rec() -> RequestRecord {

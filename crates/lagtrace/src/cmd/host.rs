@@ -391,6 +391,20 @@ fn qdisc_text(s: &mut String, l: &Layer<Vec<QdiscDelta>>, w: u64) -> bool {
     !moved.is_empty()
 }
 
+/// What a drop reason means where it is not what it seems: reasons that are no lost
+/// traffic, and the two that drop a sender's own packets before the wire.
+fn reason_note(reason: &str) -> &'static str {
+    match reason {
+        "SOCKET_FILTER" => {
+            "  (a packet socket's filter declined a copy, e.g. a capture's: not lost traffic)"
+        }
+        "QUEUE_PURGE" => "  (a closing socket's queue freed: not lost traffic)",
+        "NETFILTER_DROP" => "  (a netfilter rule dropped it)",
+        "QDISC_DROP" => "  (a qdisc's queue was full)",
+        _ => "",
+    }
+}
+
 /// Drops by reason and, per namespace, by device; the scope always said. False if none.
 fn drops_text(s: &mut String, l: &Layer<DropsByReason>, w: u64) -> bool {
     let Some(d) = l.get() else {
@@ -414,10 +428,11 @@ fn drops_text(s: &mut String, l: &Layer<DropsByReason>, w: u64) -> bool {
     for c in &d.reasons {
         let _ = writeln!(
             s,
-            "  {:<28} {:>8}  {}",
+            "  {:<28} {:>8}  {}{}",
             c.reason,
             c.count,
-            rate(c.count as f64, w)
+            rate(c.count as f64, w),
+            reason_note(&c.reason)
         );
     }
     for dev in &d.devices {

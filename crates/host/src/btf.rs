@@ -1,0 +1,354 @@
+//! The few kernel struct offsets the drop counter (bpf/drops.bpf.c) reads, from the running
+//! kernel's BTF (`/sys/kernel/btf/vmlinux`): a single pass over its type section that
+//! records where each type starts, then a walk of the members the program needs. This
+//! replaces a CO-RE relocation by a full BTF loader, which parsed every one of the
+//! kernel's ~100 000 types into objects (~20 ms of CPU, most of the host layer's cost at
+//! short windows); an offset the kernel's BTF does not have is an error, never a guess.
+
+use std::fmt;
+
+/// The running kernel's BTF.
+pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+const BTF_MAGIC: u16 = 0xeb9f;
+const KIND_INT: u32 = 1;
+const KIND_ARRAY: u32 = 3;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_TYPEDEF: u32 = 8;
+const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_VAR: u32 = 14;
+const KIND_DATASEC: u32 = 15;
+const KIND_DECL_TAG: u32 = 17;
+const KIND_TYPE_TAG: u32 = 18;
+const KIND_ENUM64: u32 = 19;
+
+/// Byte offsets of the fields the program reads (a path through nested structs is summed:
+/// `net_device.nd_net.net`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelOffsets {
+    /// `sk_buff.dev`.
+    pub skb_dev: u32,
+    /// `sk_buff._skb_refdst`.
+    pub skb_refdst: u32,
+    /// `sk_buff.sk`.
+    pub skb_sk: u32,
+    /// `dst_entry.dev`.
+    pub dst_dev: u32,
+    /// `net_device.nd_net.net`.
+    pub dev_net: u32,
+    /// `net.ns.inum`.
+    pub net_inum: u32,
+    /// `net_device.ifindex`.
+    pub dev_ifindex: u32,
+    /// `sock.__sk_common.skc_net.net`.
+    pub sk_net: u32,
+}
+
+/// Why the offsets could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BtfError(pub String);
+
+impl fmt::Display for BtfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "kernel BTF: {}", self.0)
+    }
+}
+
+fn err(s: impl Into<String>) -> BtfError {
+    BtfError(s.into())
+}
+
+fn u16_at(b: &[u8], off: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(off..off + 2)?.try_into().ok()?))
+}
+fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
+}
+
+/// A BTF blob with the start of each type (by id) indexed.
+struct Btf<'a> {
+    types: &'a [u8],
+    strings: &'a [u8],
+    /// Byte offset in `types` of type id `i + 1`.
+    starts: Vec<u32>,
+}
+
+/// A type's header: kind, member count, name offset, size-or-type.
+struct Head {
+    kind: u32,
+    vlen: usize,
+    kind_flag: bool,
+    name: u32,
+    type_or_size: u32,
+}
+
+impl<'a> Btf<'a> {
+    fn parse(b: &'a [u8]) -> Result<Btf<'a>, BtfError> {
+        if u16_at(b, 0) != Some(BTF_MAGIC) {
+            return Err(err("not little-endian BTF (bad magic)"));
+        }
+        let field = |o| {
+            u32_at(b, o)
+                .map(|v| v as usize)
+                .ok_or_else(|| err("truncated header"))
+        };
+        let (hdr, type_off, type_len, str_off, str_len) =
+            (field(4)?, field(8)?, field(12)?, field(16)?, field(20)?);
+        let types = b
+            .get(hdr + type_off..hdr + type_off + type_len)
+            .ok_or_else(|| err("type section out of bounds"))?;
+        let strings = b
+            .get(hdr + str_off..hdr + str_off + str_len)
+            .ok_or_else(|| err("string section out of bounds"))?;
+        let mut starts = Vec::with_capacity(type_len / 16);
+        let mut pos = 0usize;
+        while pos < types.len() {
+            let info = u32_at(types, pos + 4).ok_or_else(|| err("truncated type"))?;
+            let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
+            let extra = match kind {
+                KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+                KIND_ARRAY => 12,
+                KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * vlen,
+                KIND_ENUM | KIND_FUNC_PROTO => 8 * vlen,
+                2 | 7 | KIND_TYPEDEF..=KIND_RESTRICT | 12 | 16 | KIND_TYPE_TAG => 0,
+                k => return Err(err(format!("unknown type kind {k}"))),
+            };
+            starts.push(u32::try_from(pos).map_err(|_| err("type section too large"))?);
+            pos += 12 + extra;
+        }
+        Ok(Btf {
+            types,
+            strings,
+            starts,
+        })
+    }
+
+    fn head(&self, id: u32) -> Option<Head> {
+        let pos = *self.starts.get((id as usize).checked_sub(1)?)? as usize;
+        let info = u32_at(self.types, pos + 4)?;
+        Some(Head {
+            kind: (info >> 24) & 0x1f,
+            vlen: (info & 0xffff) as usize,
+            kind_flag: info >> 31 == 1,
+            name: u32_at(self.types, pos)?,
+            type_or_size: u32_at(self.types, pos + 8)?,
+        })
+    }
+
+    fn name_is(&self, off: u32, name: &str) -> bool {
+        let s = self.strings.get(off as usize..).unwrap_or(&[]);
+        s.len() > name.len() && s.starts_with(name.as_bytes()) && s[name.len()] == 0
+    }
+
+    /// The id of the struct (with members) named `name`.
+    fn find_struct(&self, name: &str) -> Option<u32> {
+        (1..=self.starts.len() as u32).find(|&id| {
+            self.head(id)
+                .is_some_and(|h| h.kind == KIND_STRUCT && h.vlen > 0 && self.name_is(h.name, name))
+        })
+    }
+
+    /// `id` with typedefs and qualifiers taken off.
+    fn resolve(&self, mut id: u32) -> Option<u32> {
+        for _ in 0..32 {
+            let h = self.head(id)?;
+            match h.kind {
+                KIND_TYPEDEF..=KIND_RESTRICT | KIND_TYPE_TAG => id = h.type_or_size,
+                _ => return Some(id),
+            }
+        }
+        None
+    }
+
+    /// Member `name` of the struct or union `id`, looking into anonymous members: its byte
+    /// offset and type.
+    fn member(&self, id: u32, name: &str, depth: u32) -> Option<(u32, u32)> {
+        let h = self.head(id)?;
+        if !matches!(h.kind, KIND_STRUCT | KIND_UNION) || depth > 8 {
+            return None;
+        }
+        let base = *self.starts.get(id as usize - 1)? as usize + 12;
+        (0..h.vlen).find_map(|i| {
+            let m = base + 12 * i;
+            let (m_name, m_type, m_off) = (
+                u32_at(self.types, m)?,
+                u32_at(self.types, m + 4)?,
+                u32_at(self.types, m + 8)?,
+            );
+            let bits = if h.kind_flag {
+                m_off & 0xff_ffff
+            } else {
+                m_off
+            };
+            if m_name == 0 {
+                let (o, t) = self.member(self.resolve(m_type)?, name, depth + 1)?;
+                return Some((bits / 8 + o, t));
+            }
+            self.name_is(m_name, name).then_some((bits / 8, m_type))
+        })
+    }
+
+    /// The byte offset of `path` (members, nested) in struct `root`.
+    fn offset(&self, root: &str, path: &[&str]) -> Result<u32, BtfError> {
+        let what = || format!("no {root}.{}", path.join("."));
+        let mut id = self.find_struct(root).ok_or_else(|| err(what()))?;
+        let mut total = 0;
+        for field in path {
+            let (o, t) = self.member(id, field, 0).ok_or_else(|| err(what()))?;
+            total += o;
+            id = self.resolve(t).ok_or_else(|| err(what()))?;
+        }
+        Ok(total)
+    }
+}
+
+/// The running kernel's BTF: mapped when the kernel allows it (no copy of its ~5 MB),
+/// else read.
+pub enum Vmlinux {
+    /// A read-only shared mapping.
+    Mapped(*const u8, usize),
+    /// Read into memory.
+    Read(Vec<u8>),
+}
+
+impl Vmlinux {
+    /// Maps or reads [`VMLINUX`].
+    pub fn open() -> std::io::Result<Vmlinux> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(VMLINUX)?;
+        let len = usize::try_from(f.metadata()?.len()).unwrap_or(0);
+        if len > 0 {
+            // SAFETY: a private read-only mapping of a file we opened, unmapped in Drop.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    f.as_raw_fd(),
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                return Ok(Vmlinux::Mapped(p.cast(), len));
+            }
+        }
+        std::fs::read(VMLINUX).map(Vmlinux::Read)
+    }
+
+    /// Its bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            // SAFETY: the mapping is `len` readable bytes and lives as long as self.
+            Vmlinux::Mapped(p, len) => unsafe { std::slice::from_raw_parts(*p, *len) },
+            Vmlinux::Read(v) => v,
+        }
+    }
+}
+
+impl Drop for Vmlinux {
+    fn drop(&mut self) {
+        if let Vmlinux::Mapped(p, len) = self {
+            // SAFETY: unmapping the mapping `open` made.
+            unsafe { libc::munmap(p.cast_mut().cast(), *len) };
+        }
+    }
+}
+
+/// The program's offsets from the BTF blob `b`.
+pub fn kernel_offsets(b: &[u8]) -> Result<KernelOffsets, BtfError> {
+    let btf = Btf::parse(b)?;
+    Ok(KernelOffsets {
+        skb_dev: btf.offset("sk_buff", &["dev"])?,
+        skb_refdst: btf.offset("sk_buff", &["_skb_refdst"])?,
+        skb_sk: btf.offset("sk_buff", &["sk"])?,
+        dst_dev: btf.offset("dst_entry", &["dev"])?,
+        dev_net: btf.offset("net_device", &["nd_net", "net"])?,
+        net_inum: btf.offset("net", &["ns", "inum"])?,
+        dev_ifindex: btf.offset("net_device", &["ifindex"])?,
+        sk_net: btf.offset("sock", &["__sk_common", "skc_net", "net"])?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny BTF: `struct inner { int pad; int x; }`, `struct outer { long a;
+    /// union { struct inner *p; long q; }; struct inner in; }` (anonymous union).
+    fn blob() -> Vec<u8> {
+        let strings = b"\0int\0inner\0pad\0x\0outer\0a\0p\0q\0in\0long\0".to_vec();
+        let s = |name: &str| {
+            let pat = [&[0u8][..], name.as_bytes(), &[0u8][..]].concat();
+            (strings.windows(pat.len()).position(|w| w == pat).unwrap() + 1) as u32
+        };
+        let mut t = Vec::new();
+        let ty = |t: &mut Vec<u8>, name: u32, kind: u32, vlen: u32, x: u32| {
+            for v in [name, (kind << 24) | vlen, x] {
+                t.extend_from_slice(&v.to_le_bytes());
+            }
+        };
+        let mem = |t: &mut Vec<u8>, name: u32, ty: u32, bits: u32| {
+            for v in [name, ty, bits] {
+                t.extend_from_slice(&v.to_le_bytes());
+            }
+        };
+        ty(&mut t, s("int"), KIND_INT, 0, 4); // 1
+        t.extend_from_slice(&32u32.to_le_bytes());
+        ty(&mut t, s("inner"), KIND_STRUCT, 2, 8); // 2
+        mem(&mut t, s("pad"), 1, 0);
+        mem(&mut t, s("x"), 1, 32);
+        ty(&mut t, 0, 2, 0, 2); // 3: struct inner *
+        ty(&mut t, s("long"), KIND_INT, 0, 8); // 4
+        t.extend_from_slice(&64u32.to_le_bytes());
+        ty(&mut t, 0, KIND_UNION, 2, 8); // 5
+        mem(&mut t, s("p"), 3, 0);
+        mem(&mut t, s("q"), 4, 0);
+        ty(&mut t, s("outer"), KIND_STRUCT, 3, 24); // 6
+        mem(&mut t, s("a"), 4, 0);
+        mem(&mut t, 0, 5, 64);
+        mem(&mut t, s("in"), 2, 128);
+        let mut b = Vec::new();
+        b.extend_from_slice(&BTF_MAGIC.to_le_bytes());
+        b.extend_from_slice(&[1, 0]);
+        for v in [
+            24u32,
+            0,
+            t.len() as u32,
+            t.len() as u32,
+            strings.len() as u32,
+        ] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&t);
+        b.extend_from_slice(&strings);
+        b
+    }
+
+    #[test]
+    fn finds_nested_and_anonymous_members() {
+        let b = blob();
+        let btf = Btf::parse(&b).unwrap();
+        assert_eq!(btf.offset("outer", &["a"]), Ok(0));
+        assert_eq!(btf.offset("outer", &["p"]), Ok(8));
+        assert_eq!(btf.offset("outer", &["in", "x"]), Ok(20));
+        assert!(btf.offset("outer", &["nope"]).is_err());
+        assert!(btf.offset("missing", &["a"]).is_err());
+        assert!(Btf::parse(&b[..10]).is_err());
+    }
+
+    #[test]
+    fn reads_the_running_kernels_offsets() {
+        let Ok(b) = Vmlinux::open() else {
+            return; // no BTF on this machine: nothing to check
+        };
+        let o = kernel_offsets(b.bytes()).unwrap();
+        // Mapped or read, the same bytes.
+        let read = std::fs::read(VMLINUX).unwrap();
+        assert_eq!(kernel_offsets(&read).unwrap(), o);
+        // Fields that are not at the start of their struct on any kernel.
+        assert!(o.skb_sk > 0 && o.dev_ifindex > 0 && o.net_inum > 0, "{o:?}");
+    }
+}
