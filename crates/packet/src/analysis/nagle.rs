@@ -270,6 +270,7 @@ fn nagle_finding(
 #[cfg(test)]
 mod tests {
     use super::super::testing::{Script, kinds};
+    use crate::wire::flags;
     use lagtrace_model::FindingKind;
 
     /// The reference pattern: a 238 B head, then a 615 B body held until the client's
@@ -387,6 +388,38 @@ mod tests {
         s.client_ack(6_000);
         s.server_data(6_100, 615);
         assert!(s.finish().findings.is_empty());
+    }
+
+    #[test]
+    fn a_request_resent_after_its_late_response_does_not_hold_the_next_one() {
+        // Recorded (nft drop on nginx's output, analyze_bulk): the response to a 50 B
+        // request left only on the server's timer, 204 ms later; the client's own timer
+        // re-sent the request just after the response crossed it, and its next request
+        // followed the response at once. That request was written after the response (it
+        // carries the ACK of it), not held by Nagle behind the first request.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 50);
+        s.server_data(205_000, 853);
+        s.raw(
+            205_010,
+            true,
+            flags::PSH | flags::ACK,
+            1_000,
+            5_000,
+            &[b'x'; 50],
+        );
+        s.server_ack(205_060);
+        s.client_data(205_070, 50);
+        s.server_ack(205_090);
+        let an = s.finish();
+        assert!(
+            !kinds(&an)
+                .iter()
+                .any(|k| matches!(k, FindingKind::NagleStall | FindingKind::NagleDelayedAck)),
+            "{:?}",
+            an.findings
+        );
+        assert_eq!(an.retransmitted_frames, [6]);
     }
 
     #[test]

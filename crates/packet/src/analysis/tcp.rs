@@ -59,6 +59,8 @@ struct Dir {
     max_len: u32,
     /// Last data segment that was not a retransmission.
     last_data: Option<DataSeg>,
+    /// Frame of the last segment with payload, a retransmission or not.
+    last_payload_frame: Option<u64>,
 }
 
 impl Dir {
@@ -102,8 +104,6 @@ pub(super) struct Conn {
     rtt_us: Option<u64>,
     min_ack_rtt_us: [Option<u64>; 2],
     last_ts: i64,
-    /// Data direction of the last payload packet.
-    last_data_dir: Option<usize>,
     /// When RST or the second FIN was seen.
     pub closed_at: Option<i64>,
     /// Recent segments, to recognise a second capture of one.
@@ -124,7 +124,6 @@ impl Conn {
             rtt_us: None,
             min_ack_rtt_us: [None, None],
             last_ts: ts,
-            last_data_dir: None,
             closed_at: None,
             copies: Copies::default(),
             rewrite: false,
@@ -471,11 +470,18 @@ impl Conn {
         seg: &TcpSegment<'_>,
         fresh: bool,
     ) -> DataInfo {
+        // The sender's previous fresh data continues into this segment only when the peer
+        // sent no payload since: a peer's data in between (a response, a request) ends the
+        // run even when this sender re-sent something after it. A client whose request
+        // timer fired just as the late response crossed it re-sends that request after the
+        // response; its next request is a new write after the response, not data held
+        // behind the old request (which would read as a ~200 ms Nagle stall).
+        let peer_payload = self.dirs[1 - d].last_payload_frame;
         let info = DataInfo {
             mss: self.dirs[d].mss(&self.dirs[1 - d]),
             prev_same_run: self.dirs[d]
                 .last_data
-                .filter(|_| self.last_data_dir == Some(d)),
+                .filter(|p| peer_payload.is_none_or(|f| f < p.frame)),
             peer_last: self.dirs[1 - d].last_data,
         };
         let len = seg.payload_len;
@@ -489,7 +495,7 @@ impl Conn {
             });
         }
         dir.max_len = dir.max_len.max(len);
-        self.last_data_dir = Some(d);
+        dir.last_payload_frame = Some(frame);
         info
     }
 
