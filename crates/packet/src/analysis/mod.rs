@@ -517,19 +517,28 @@ fn detect(
     let small = ev.len < data.mss;
     let (window_limited, full) = det.window.window_full(ev, txn, first_ts);
     found.extend(full);
-    if let Some(p) = data.prev_same_run {
-        if let Some(s) = det.nagle.stall(ev, p, small, window_limited, txn, first_ts) {
-            if s.nagle {
-                out.held = Some(s);
-            } else {
-                out.late = s.late;
-                found.push(s.finding);
+    match data.prev_same_run {
+        // Bytes between the sender's previous data and this segment that the capture never
+        // saw (tcpdump dropped them on a loaded machine, or they come later out of order)
+        // were sent in between: the time since that data is no wait of this segment.
+        Some(p) if tcp::seq_lt(p.end, ev.seq) => {}
+        Some(p) => {
+            if let Some(s) = det.nagle.stall(ev, p, small, window_limited, txn, first_ts) {
+                if s.nagle {
+                    out.held = Some(s);
+                } else {
+                    out.late = s.late;
+                    found.push(s.finding);
+                }
+            } else if small {
+                found.extend(cork::tail(ev, p, txn, first_ts));
             }
-        } else if small {
-            found.extend(cork::tail(ev, p, txn, first_ts));
         }
-    } else if small && let Some(t) = det.http.open.as_ref() {
-        found.extend(cork::first_response(ev, t, first_ts));
+        None => {
+            if small && let Some(t) = det.http.open.as_ref() {
+                found.extend(cork::first_response(ev, t, first_ts));
+            }
+        }
     }
     out.unheld = det.nagle.after_data(ev, small);
     det.window.after_data(ev);

@@ -332,6 +332,54 @@ mod tests {
     }
 
     #[test]
+    fn a_late_ack_of_data_the_capture_missed_is_not_delayed_ack() {
+        // Recorded (16 MB c=32 on a loaded machine): tcpdump on `any` dropped a burst of
+        // the server's segments, so the client's late ACK seemed to cover one full segment
+        // (a delayed ACK) where the veth capture shows it covering 1.3 MB the receiver sat
+        // on. Bytes the ACK covers below the first segment seen were written before it.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        let hole = 10 * 1448;
+        let y = [b'y'; 1448];
+        s.raw(1_500, false, flags::ACK, 5_000 + hole, 1_041, &y);
+        s.client_ack_at(41_000, 5_000 + hole + 1448);
+        s.raw(41_100, false, flags::ACK, 5_000 + hole + 1448, 1_041, &y);
+        assert!(s.finish().findings.is_empty());
+        // The same without the hole is a delayed ACK.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.raw(1_500, false, flags::ACK, 5_000, 1_041, &y);
+        s.client_ack_at(41_000, 5_000 + 1448);
+        s.raw(41_100, false, flags::ACK, 5_000 + 1448, 1_041, &y);
+        assert_eq!(kinds(&s.finish()), [FindingKind::DelayedAck]);
+    }
+
+    #[test]
+    fn no_stall_is_measured_across_data_the_capture_missed() {
+        // Recorded (16 MB c=32, `any`, tcpdump dropping 2.9 MB): a 376 B tail, then the
+        // next one seen 18 ms later right after an ACK — with everything sent in between
+        // missing from the capture. Looked like a small segment held until the ACK.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_500, 200);
+        s.server_data(1_510, 300);
+        s.client_ack(1_600);
+        s.client_data(2_000, 41);
+        s.server_data(2_500, 376);
+        let hole = 5_000 + 500 + 376 + 20 * 1448;
+        s.client_ack_at(20_000, hole);
+        s.raw(
+            20_100,
+            false,
+            flags::PSH | flags::ACK,
+            hole,
+            1_082,
+            &[b'y'; 376],
+        );
+        assert!(s.finish().findings.is_empty());
+    }
+
+    #[test]
     fn a_small_segment_after_a_late_ack_of_many_full_segments_is_not_nagle() {
         // The same with a small segment outstanding behind the full ones: the ACK that
         // releases the next small one also covers 4 full segments held 40 ms.

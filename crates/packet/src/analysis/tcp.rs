@@ -169,12 +169,13 @@ impl Conn {
         } else {
             0
         };
+        let prev_ack = self.dirs[d].last_ack;
         let retrans = self.sequence(d, ts, frame, seg, win);
         let far_rtt_us = self.far_rtt_us(d);
         // Data the receiver held for longer than half the delayed-ACK threshold.
         let held_before = ts - i64::try_from(far_rtt_us + RECEIVER_HELD_US).unwrap_or(0) * 1000;
         let (ack_rtt_ns, newly_acked_oldest, [bytes, held_bytes]) =
-            self.acks(d, ts, seg, held_before);
+            self.acks(d, ts, seg, prev_ack, held_before);
         if let Some(rtt) = ack_rtt_ns {
             let v = us(rtt);
             let m = &mut self.min_ack_rtt_us[d];
@@ -388,12 +389,16 @@ impl Conn {
 
     /// The ACK's effect on the peer's unacknowledged segments: Wireshark's ack_rtt (exact
     /// match only), the time of the oldest segment it newly covered, and the bytes it newly
-    /// covered: all, and of segments seen before `held_before`.
+    /// covered: all, and of segments seen before `held_before`. Bytes between this side's
+    /// previous ACK (`prev_ack`) and the first segment covered that the capture never saw
+    /// (tcpdump dropped them on a loaded machine) were written before that segment: they
+    /// count as covered, and as held when it was.
     fn acks(
         &mut self,
         d: usize,
         ts: i64,
         seg: &TcpSegment<'_>,
+        prev_ack: Option<u32>,
         held_before: i64,
     ) -> (Option<i64>, Option<i64>, [u64; 2]) {
         if seg.flags & flags::ACK == 0 {
@@ -403,7 +408,12 @@ impl Conn {
         let mut oldest_exact: Option<i64> = None;
         let mut newly: Option<i64> = None;
         let (mut all, mut held) = (0u64, 0u64);
+        // The covered segment lowest in sequence: (seq, ts).
+        let mut first: Option<(u32, i64)> = None;
         let mut covered = |u: &Unacked, upto: u32| {
+            if first.is_none_or(|(s, _)| seq_lt(u.seq, s)) {
+                first = Some((u.seq, u.ts));
+            }
             newly = Some(newly.map_or(u.ts, |t: i64| t.min(u.ts)));
             let n = u64::from(upto.wrapping_sub(u.seq));
             all += n;
@@ -429,6 +439,16 @@ impl Conn {
                 false
             }
         });
+        if let (Some(prev), Some((s, t))) = (prev_ack, first)
+            && seq_lt(prev, s)
+            && seq_le(s, ack)
+        {
+            let unseen = u64::from(s.wrapping_sub(prev));
+            all += unseen;
+            if t <= held_before {
+                held += unseen;
+            }
+        }
         (oldest_exact.map(|t0| ts - t0), newly, [all, held])
     }
 
