@@ -211,8 +211,8 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
         an.findings
     );
 
-    // ACK RTTs agree within 1 µs.
-    let mut rtts: BTreeMap<u64, f64> = BTreeMap::new();
+    // ACK RTTs agree to the µs (both rounded to whole µs, the JSON contract's `*_us`).
+    let mut rtts: BTreeMap<u64, u64> = BTreeMap::new();
     for s in &an.streams {
         let one = analyze_file(
             &file,
@@ -222,7 +222,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
             },
         )
         .unwrap();
-        rtts.extend(one.ack_rtts.iter().copied());
+        rtts.extend(one.ack_rtts_us.iter().copied());
     }
     let mut theirs: BTreeMap<u64, f64> = tshark_fields(
         &file,
@@ -280,7 +280,8 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
         theirs.keys().collect::<Vec<_>>()
     );
     for (f, t) in &theirs {
-        assert!((rtts[f] - t).abs() < 1e-6, "frame {f}: {} vs {t}", rtts[f]);
+        let t = (t * 1e6).round() as u64;
+        assert_eq!(rtts[f], t, "frame {f}: {} µs vs tshark {t} µs", rtts[f]);
     }
 }
 

@@ -165,7 +165,7 @@ pub struct Analyzer {
     /// Retransmissions the receiver may yet report as received twice.
     dsack: dsack::Dsack,
     /// `(frame, ack_rtt)`, the RTT in seconds (as Wireshark's `tcp.analysis.ack_rtt`).
-    ack_rtts: Vec<(u64, f64)>,
+    ack_rtts_us: Vec<(u64, u64)>,
     stream_packets: Vec<PacketRecord>,
     skipped: Skipped,
     warnings: Vec<String>,
@@ -197,7 +197,7 @@ impl Analyzer {
             servers: ServerTimes::default(),
             retrans_frames: Vec::new(),
             dsack: dsack::Dsack::default(),
-            ack_rtts: Vec::new(),
+            ack_rtts_us: Vec::new(),
             stream_packets: Vec::new(),
             skipped: Skipped::default(),
             warnings: Vec::new(),
@@ -264,7 +264,10 @@ impl Analyzer {
         if let Some(rtt) = ev.ack_rtt_ns
             && self.opts.keep_stream == Some(ev.stream)
         {
-            self.ack_rtts.push((frame, rtt as f64 / 1e9));
+            self.ack_rtts_us.push((
+                frame,
+                u64::try_from(rtt.saturating_add(500) / 1000).unwrap_or(0),
+            ));
         }
         let sender = self.table.sender(i, ev.dir);
         let Some(det) = self.table.det_mut(i) else {
@@ -443,7 +446,7 @@ impl Analyzer {
             findings: self.rec.findings,
             summary,
             retransmitted_frames: self.retrans_frames,
-            ack_rtts: self.ack_rtts,
+            ack_rtts_us: self.ack_rtts_us,
             stream_packets: self.stream_packets,
             warnings,
             timings: self.timings,
