@@ -361,12 +361,13 @@ impl Run {
         );
     }
 
-    /// No Nagle-shaped finding at all. Delayed-ACK stalls remain on a few transactions:
-    /// a stream's next data sometimes waits through the client's delayed ACK of a small
-    /// tail (376 B after each 64 KB sendfile chunk) while one nginx worker serves the other
-    /// connections (seen at 16 MB c=32, `busy`, and behind tbf); naming that the server's
-    /// scheduling (issue 14 item 5) is still open, so they are only held to a share.
-    fn check_no_ack_stalls(&self, busy: bool) {
+    /// No Nagle-shaped finding at all, delayed-ACK stalls on at most a tenth of the
+    /// transactions. A stream's next data sometimes waits through the client's delayed ACK
+    /// of a small tail (376 B after each 64 KB sendfile chunk) while one nginx worker serves
+    /// the other connections (16 MB c=32, behind tbf): released late, after the worker sent
+    /// on other connections since the ACK, those are its scheduling and not named (issue 14
+    /// item 5; 11 delayed-ack findings on 137 transactions before, 2 after, same capture).
+    fn check_no_ack_stalls(&self) {
         for an in [&self.any, &self.veth] {
             let c = counts(an);
             for k in ["nagle-delayed-ack", "nagle-stall", "held-until-ack"] {
@@ -382,7 +383,7 @@ impl Run {
                 .iter()
                 .find(|s| s["kind"] == "delayed-ack")
                 .map_or(0.0, |s| s["share"].as_f64().unwrap());
-            let limit = if busy { 0.2 } else { 0.1 };
+            let limit = 0.1;
             assert!(
                 da <= limit,
                 "{}: delayed-ack on {da} of transactions: {c:?}",
@@ -400,7 +401,7 @@ fn bulk_transfers_from_a_healthy_nginx_show_no_ack_stalls_and_no_copies() {
     for (mb, c) in [(1, 1), (1, 32), (16, 1), (16, 32)] {
         let r = b.run(&format!("{mb}m-c{c}"), &format!("{mb}m.bin"), c, "1500ms");
         r.check_consistent(false);
-        r.check_no_ack_stalls(mb == 16 && c == 32);
+        r.check_no_ack_stalls();
     }
     // Behind a tbf shaper (100 Mbit/s, 64 KB queue) on the server's egress.
     let peer = b.peer.clone();
@@ -413,9 +414,7 @@ fn bulk_transfers_from_a_healthy_nginx_show_no_ack_stalls_and_no_copies() {
     );
     let r = b.run("1m-c8-tbf", "1m.bin", 8, "2s");
     r.check_consistent(true);
-    // Behind tbf the worker's sendfile tails wait on the client's delayed ACK as at 16 MB
-    // c=32 (see check_no_ack_stalls); with ~25 transactions 4 such waits are 15 %.
-    r.check_no_ack_stalls(true);
+    r.check_no_ack_stalls();
 }
 
 #[test]

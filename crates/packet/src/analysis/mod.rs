@@ -164,8 +164,10 @@ pub struct Analyzer {
     retrans_frames: Vec<u64>,
     /// Retransmissions the receiver may yet report as received twice.
     dsack: dsack::Dsack,
-    /// `(frame, ack_rtt)`, the RTT in seconds (as Wireshark's `tcp.analysis.ack_rtt`).
+    /// `(frame, ack_rtt_us)` (Wireshark's `tcp.analysis.ack_rtt`, whole µs).
     ack_rtts_us: Vec<(u64, u64)>,
+    /// Per sender: when it last sent data, on which streams (see [`Busy`]).
+    busy: HashMap<SocketAddr, Busy>,
     stream_packets: Vec<PacketRecord>,
     skipped: Skipped,
     warnings: Vec<String>,
@@ -198,6 +200,7 @@ impl Analyzer {
             retrans_frames: Vec::new(),
             dsack: dsack::Dsack::default(),
             ack_rtts_us: Vec::new(),
+            busy: HashMap::new(),
             stream_packets: Vec::new(),
             skipped: Skipped::default(),
             warnings: Vec::new(),
@@ -278,6 +281,18 @@ impl Analyzer {
         let mut found: Vec<Finding> = Vec::new();
         let d = detect(det, &ev, txn, first_ts, &mut found);
         let late = d.late;
+        // A stall released late, after the sender sent data on another connection since
+        // the ACK: the sender (one worker serving many connections) ran this one when its
+        // turn came, which the ACK did not decide — its scheduling, not a delayed ACK.
+        let busy = self.busy.entry(sender).or_default();
+        if let Some(a) = d.late_ack_ts
+            && busy.last_other(ev.stream) > a
+        {
+            found.retain(|f| f.kind != FindingKind::DelayedAck);
+        }
+        if ev.len > 0 && ev.retrans.is_none() {
+            busy.sent(ev.stream, ev.ts);
+        }
         if let Some(u) = d.unheld {
             self.unheld.entry((i, ev.dir)).or_insert(u);
         }
@@ -491,11 +506,41 @@ impl Analyzer {
     }
 }
 
+/// When a sender last sent fresh data: on `stream` at `ts`, and on any other stream at
+/// `other_ts`.
+#[derive(Default)]
+struct Busy {
+    stream: u32,
+    ts: i64,
+    other_ts: i64,
+}
+
+impl Busy {
+    fn sent(&mut self, stream: u32, ts: i64) {
+        if stream != self.stream {
+            self.other_ts = self.ts;
+            self.stream = stream;
+        }
+        self.ts = ts;
+    }
+
+    /// When the sender last sent data on a stream other than `stream`.
+    fn last_other(&self, stream: u32) -> i64 {
+        if stream == self.stream {
+            self.other_ts
+        } else {
+            self.ts
+        }
+    }
+}
+
 /// What [`detect`] saw besides the findings it handed out.
 #[derive(Default)]
 struct Detected {
     /// An ACK stall found was released late.
     late: bool,
+    /// Its releasing ACK's time.
+    late_ack_ts: Option<i64>,
     /// A Nagle-shaped hold, decided at the end.
     held: Option<nagle::Stall>,
     /// The segment left unheld behind an unacknowledged small one.
@@ -531,6 +576,7 @@ fn detect(
                     out.held = Some(s);
                 } else {
                     out.late = s.late;
+                    out.late_ack_ts = s.late.then_some(s.ack_ts);
                     found.push(s.finding);
                 }
             } else if small {

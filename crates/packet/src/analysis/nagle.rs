@@ -53,6 +53,8 @@ pub(super) struct Nagle {
 pub(super) struct Stall {
     pub finding: Finding,
     pub late: bool,
+    /// When the releasing ACK was seen.
+    pub ack_ts: i64,
     /// A Nagle-shaped hold (a small segment released by the ACK of the earlier small one),
     /// named Nagle only when its sender never shows small segments leaving unheld.
     pub nagle: bool,
@@ -127,6 +129,7 @@ impl Nagle {
             return Some(Stall {
                 finding: nagle_finding(ev, p, sm, a, txn, first_ts),
                 late: us(ev.ts - a.ts) > tight_tol,
+                ack_ts: a.ts,
                 nagle: true,
                 bulk: a.bytes >= 2 * u64::from(mss),
             });
@@ -153,6 +156,7 @@ impl Nagle {
                     ),
                 },
                 late: us(ev.ts - a.ts) > tight_tol,
+                ack_ts: a.ts,
                 nagle: false,
                 bulk: false,
             });
