@@ -361,12 +361,13 @@ impl Run {
         );
     }
 
-    /// No Nagle-shaped finding at all. Delayed-ACK stalls remain on a few transactions:
-    /// a stream's next data sometimes waits through the client's delayed ACK of a small
-    /// tail (376 B after each 64 KB sendfile chunk) while one nginx worker serves the other
-    /// connections (seen at 16 MB c=32, `busy`, and behind tbf); naming that the server's
-    /// scheduling (issue 14 item 5) is still open, so they are only held to a share.
-    fn check_no_ack_stalls(&self, busy: bool) {
+    /// No Nagle-shaped finding at all, delayed-ACK stalls on at most a tenth of the
+    /// transactions. A stream's next data sometimes waits through the client's delayed ACK
+    /// of a small tail (376 B after each 64 KB sendfile chunk) while one nginx worker serves
+    /// the other connections (16 MB c=32, behind tbf): released late, after the worker sent
+    /// on other connections since the ACK, those are its scheduling and not named (issue 14
+    /// item 5; 11 delayed-ack findings on 137 transactions before, 2 after, same capture).
+    fn check_no_ack_stalls(&self) {
         for an in [&self.any, &self.veth] {
             let c = counts(an);
             for k in ["nagle-delayed-ack", "nagle-stall", "held-until-ack"] {
@@ -382,7 +383,7 @@ impl Run {
                 .iter()
                 .find(|s| s["kind"] == "delayed-ack")
                 .map_or(0.0, |s| s["share"].as_f64().unwrap());
-            let limit = if busy { 0.2 } else { 0.1 };
+            let limit = 0.1;
             assert!(
                 da <= limit,
                 "{}: delayed-ack on {da} of transactions: {c:?}",
@@ -400,7 +401,7 @@ fn bulk_transfers_from_a_healthy_nginx_show_no_ack_stalls_and_no_copies() {
     for (mb, c) in [(1, 1), (1, 32), (16, 1), (16, 32)] {
         let r = b.run(&format!("{mb}m-c{c}"), &format!("{mb}m.bin"), c, "1500ms");
         r.check_consistent(false);
-        r.check_no_ack_stalls(mb == 16 && c == 32);
+        r.check_no_ack_stalls();
     }
     // Behind a tbf shaper (100 Mbit/s, 64 KB queue) on the server's egress.
     let peer = b.peer.clone();
@@ -413,9 +414,7 @@ fn bulk_transfers_from_a_healthy_nginx_show_no_ack_stalls_and_no_copies() {
     );
     let r = b.run("1m-c8-tbf", "1m.bin", 8, "2s");
     r.check_consistent(true);
-    // Behind tbf the worker's sendfile tails wait on the client's delayed ACK as at 16 MB
-    // c=32 (see check_no_ack_stalls); with ~25 transactions 4 such waits are 15 %.
-    r.check_no_ack_stalls(true);
+    r.check_no_ack_stalls();
 }
 
 #[test]
@@ -448,4 +447,87 @@ fn nagle_and_loss_keep_their_findings_through_the_copies() {
         let n = counts(an).get("retransmission").copied().unwrap_or(0);
         assert!(n > 0, "{}: {:?}", r.tag, counts(an));
     }
+}
+
+/// Issue 14, acceptance point 3: segments nginx (tcp_nodelay on) writes are dropped on its
+/// own host before the wire (an nftables rule on the server namespace's output path), so
+/// the capture sees only their resends, released late by the client's ACKs or the
+/// retransmission timer; the clients re-send requests whose answers are late. None of
+/// that is Nagle or a delayed ACK: `analyze` alone names no nagle*/delayed-ack finding on
+/// either capture, shows the losses (retransmissions, held-until-ack), and its resend count
+/// lies between the kernel's (`TcpRetransSegs` of both namespaces) less the segments the
+/// rule dropped (resends the capture never saw, or whose original it never saw at the
+/// stream's tail) and the kernel's. Three runs at varied shares: the same answer each time.
+#[test]
+#[ignore = "needs root"]
+fn a_drop_before_the_wire_is_not_nagle() {
+    let _one = serial();
+    let mut b = Bench::up(true);
+    let table = unique_name("ltwd", 30).replace('-', "_");
+    let mut dropped_any = 0;
+    for (i, pct) in [3u8, 5, 4].into_iter().enumerate() {
+        // The data segments (IP length over a bare ACK's) leaving nginx, before the wire.
+        nft_load(
+            Some(&b.server),
+            &format!(
+                "table inet {table} {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n    tcp sport {PORT} ip length > 80 numgen random mod 100 < {pct} counter drop\n  }}\n}}\n"
+            ),
+        );
+        let r = b.run(&format!("wiredrop{i}-{pct}pct"), "index.html", 8, "2s");
+        let listed = in_ns(&b.server, &["nft", "list", "table", "inet", &table]);
+        let dropped: u64 = listed
+            .split("counter packets ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        dropped_any += dropped;
+        // Dropped before every capture point: the captures see less than the kernel sent.
+        r.check_consistent(true);
+        for (w, an) in [("any", &r.any), ("veth", &r.veth)] {
+            let c = counts(an);
+            for k in ["nagle-delayed-ack", "nagle-stall", "delayed-ack"] {
+                assert!(
+                    !c.contains_key(k),
+                    "{}: {w}: {k} on drops before the wire: {c:?}\n{}",
+                    r.tag,
+                    stall_lines(an)
+                );
+            }
+            assert!(
+                c.contains_key("retransmission") || c.contains_key("held-until-ack"),
+                "{}: {w}: the losses are not shown: {c:?}",
+                r.tag
+            );
+            let ours = retrans_segments(an);
+            eprintln!(
+                "{}: {w}: {ours} resent segments, kernel {}, dropped by nft {dropped}",
+                r.tag, r.kernel_retrans
+            );
+            assert!(
+                ours + dropped >= r.kernel_retrans,
+                "{}: {w}: {ours} resent segments, kernel {}, dropped {dropped}",
+                r.tag,
+                r.kernel_retrans
+            );
+        }
+        // Each run counts its own drops.
+        nft_load(Some(&b.server), &format!("delete table inet {table}\n"));
+    }
+    assert!(dropped_any > 0, "the rule dropped nothing");
+}
+
+/// The stall findings of an analysis, one line each, for a failure message.
+fn stall_lines(an: &serde_json::Value) -> String {
+    an["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            f["kind"]
+                .as_str()
+                .is_some_and(|k| k.contains("nagle") || k.contains("ack"))
+        })
+        .map(|f| format!("{} {} {}\n", f["kind"], f["frames"], f["explanation"]))
+        .collect()
 }

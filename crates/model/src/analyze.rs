@@ -264,9 +264,9 @@ pub struct Analysis {
     /// Frames Wireshark would flag as retransmission or fast retransmission (kept up to
     /// `max_findings`).
     pub retransmitted_frames: Vec<u64>,
-    /// `(frame, ack_rtt)` of ACKs with an RTT, the RTT in seconds (a float, as Wireshark's
-    /// `tcp.analysis.ack_rtt`, not µs), for the kept stream only.
-    pub ack_rtts: Vec<(u64, f64)>,
+    /// `(frame, ack_rtt_us)` of ACKs with an RTT (Wireshark's `tcp.analysis.ack_rtt`, in
+    /// whole µs, rounded), for the kept stream only.
+    pub ack_rtts_us: Vec<(u64, u64)>,
     /// Packets of the kept stream.
     pub stream_packets: Vec<PacketRecord>,
     /// Warnings: what was skipped and why.

@@ -60,7 +60,7 @@ fn streams_match_tshark_on_reference_captures() {
 
 fn check_ack_rtt(file: &Path) {
     let all = analyze_file(file, &AnalyzeOptions::default()).unwrap();
-    let mut ours: BTreeMap<u64, f64> = BTreeMap::new();
+    let mut ours: BTreeMap<u64, u64> = BTreeMap::new();
     for s in &all.streams {
         let an = analyze_file(
             file,
@@ -70,7 +70,7 @@ fn check_ack_rtt(file: &Path) {
             },
         )
         .unwrap();
-        ours.extend(an.ack_rtts.iter().copied());
+        ours.extend(an.ack_rtts_us.iter().copied());
     }
     let theirs: BTreeMap<u64, f64> = tshark_fields(
         file,
@@ -87,8 +87,9 @@ fn check_ack_rtt(file: &Path) {
         "frames with an ACK RTT"
     );
     for (f, t) in &theirs {
-        let o = ours[f];
-        assert!((o - t).abs() < 1e-6, "frame {f}: ack_rtt {o} vs tshark {t}");
+        // Both in whole µs (the JSON contract's `*_us`), rounded alike.
+        let (o, t) = (ours[f], (t * 1e6).round() as u64);
+        assert_eq!(o, t, "frame {f}: ack_rtt {o} µs vs tshark {t} µs");
     }
 }
 

@@ -41,11 +41,23 @@ pub fn spawn_tcpdump(netns: Option<&str>, opts: &[&str], file: &Path, port: u16)
     panic!("tcpdump: {said}")
 }
 
-/// [`spawn_tcpdump`] on `dev`, unbuffered, 256-byte snaplen.
+/// [`spawn_tcpdump`] on `dev`, unbuffered, 256-byte snaplen, a 32 MiB kernel buffer: with
+/// the default 2 MiB, a capture on `any` of a multi-gigabit veth on a loaded machine lost
+/// bursts of a megabyte or more (seen as sequence holes), so two captures of one run differed.
 pub fn tcpdump_on(netns: Option<&str>, dev: &str, file: &Path, port: u16) -> Child {
     spawn_tcpdump(
         netns,
-        &["-i", dev, "-nn", "-U", "--immediate-mode", "-s", "256"],
+        &[
+            "-i",
+            dev,
+            "-nn",
+            "-U",
+            "--immediate-mode",
+            "-s",
+            "256",
+            "-B",
+            "32768",
+        ],
         file,
         port,
     )

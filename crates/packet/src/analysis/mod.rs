@@ -164,8 +164,10 @@ pub struct Analyzer {
     retrans_frames: Vec<u64>,
     /// Retransmissions the receiver may yet report as received twice.
     dsack: dsack::Dsack,
-    /// `(frame, ack_rtt)`, the RTT in seconds (as Wireshark's `tcp.analysis.ack_rtt`).
-    ack_rtts: Vec<(u64, f64)>,
+    /// `(frame, ack_rtt_us)` (Wireshark's `tcp.analysis.ack_rtt`, whole µs).
+    ack_rtts_us: Vec<(u64, u64)>,
+    /// Per sender: when it last sent data, on which streams (see [`Busy`]).
+    busy: HashMap<SocketAddr, Busy>,
     stream_packets: Vec<PacketRecord>,
     skipped: Skipped,
     warnings: Vec<String>,
@@ -197,7 +199,8 @@ impl Analyzer {
             servers: ServerTimes::default(),
             retrans_frames: Vec::new(),
             dsack: dsack::Dsack::default(),
-            ack_rtts: Vec::new(),
+            ack_rtts_us: Vec::new(),
+            busy: HashMap::new(),
             stream_packets: Vec::new(),
             skipped: Skipped::default(),
             warnings: Vec::new(),
@@ -264,7 +267,10 @@ impl Analyzer {
         if let Some(rtt) = ev.ack_rtt_ns
             && self.opts.keep_stream == Some(ev.stream)
         {
-            self.ack_rtts.push((frame, rtt as f64 / 1e9));
+            self.ack_rtts_us.push((
+                frame,
+                u64::try_from(rtt.saturating_add(500) / 1000).unwrap_or(0),
+            ));
         }
         let sender = self.table.sender(i, ev.dir);
         let Some(det) = self.table.det_mut(i) else {
@@ -275,6 +281,18 @@ impl Analyzer {
         let mut found: Vec<Finding> = Vec::new();
         let d = detect(det, &ev, txn, first_ts, &mut found);
         let late = d.late;
+        // A stall released late, after the sender sent data on another connection since
+        // the ACK: the sender (one worker serving many connections) ran this one when its
+        // turn came, which the ACK did not decide — its scheduling, not a delayed ACK.
+        let busy = self.busy.entry(sender).or_default();
+        if let Some(a) = d.late_ack_ts
+            && busy.last_other(ev.stream) > a
+        {
+            found.retain(|f| f.kind != FindingKind::DelayedAck);
+        }
+        if ev.len > 0 && ev.retrans.is_none() {
+            busy.sent(ev.stream, ev.ts);
+        }
         if let Some(u) = d.unheld {
             self.unheld.entry((i, ev.dir)).or_insert(u);
         }
@@ -443,7 +461,7 @@ impl Analyzer {
             findings: self.rec.findings,
             summary,
             retransmitted_frames: self.retrans_frames,
-            ack_rtts: self.ack_rtts,
+            ack_rtts_us: self.ack_rtts_us,
             stream_packets: self.stream_packets,
             warnings,
             timings: self.timings,
@@ -488,11 +506,41 @@ impl Analyzer {
     }
 }
 
+/// When a sender last sent fresh data: on `stream` at `ts`, and on any other stream at
+/// `other_ts`.
+#[derive(Default)]
+struct Busy {
+    stream: u32,
+    ts: i64,
+    other_ts: i64,
+}
+
+impl Busy {
+    fn sent(&mut self, stream: u32, ts: i64) {
+        if stream != self.stream {
+            self.other_ts = self.ts;
+            self.stream = stream;
+        }
+        self.ts = ts;
+    }
+
+    /// When the sender last sent data on a stream other than `stream`.
+    fn last_other(&self, stream: u32) -> i64 {
+        if stream == self.stream {
+            self.other_ts
+        } else {
+            self.ts
+        }
+    }
+}
+
 /// What [`detect`] saw besides the findings it handed out.
 #[derive(Default)]
 struct Detected {
     /// An ACK stall found was released late.
     late: bool,
+    /// Its releasing ACK's time.
+    late_ack_ts: Option<i64>,
     /// A Nagle-shaped hold, decided at the end.
     held: Option<nagle::Stall>,
     /// The segment left unheld behind an unacknowledged small one.
@@ -517,19 +565,29 @@ fn detect(
     let small = ev.len < data.mss;
     let (window_limited, full) = det.window.window_full(ev, txn, first_ts);
     found.extend(full);
-    if let Some(p) = data.prev_same_run {
-        if let Some(s) = det.nagle.stall(ev, p, small, window_limited, txn, first_ts) {
-            if s.nagle {
-                out.held = Some(s);
-            } else {
-                out.late = s.late;
-                found.push(s.finding);
+    match data.prev_same_run {
+        // Bytes between the sender's previous data and this segment that the capture never
+        // saw (tcpdump dropped them on a loaded machine, or they come later out of order)
+        // were sent in between: the time since that data is no wait of this segment.
+        Some(p) if tcp::seq_lt(p.end, ev.seq) => {}
+        Some(p) => {
+            if let Some(s) = det.nagle.stall(ev, p, small, window_limited, txn, first_ts) {
+                if s.nagle {
+                    out.held = Some(s);
+                } else {
+                    out.late = s.late;
+                    out.late_ack_ts = s.late.then_some(s.ack_ts);
+                    found.push(s.finding);
+                }
+            } else if small {
+                found.extend(cork::tail(ev, p, txn, first_ts));
             }
-        } else if small {
-            found.extend(cork::tail(ev, p, txn, first_ts));
         }
-    } else if small && let Some(t) = det.http.open.as_ref() {
-        found.extend(cork::first_response(ev, t, first_ts));
+        None => {
+            if small && let Some(t) = det.http.open.as_ref() {
+                found.extend(cork::first_response(ev, t, first_ts));
+            }
+        }
     }
     out.unheld = det.nagle.after_data(ev, small);
     det.window.after_data(ev);

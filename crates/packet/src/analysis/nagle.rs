@@ -53,6 +53,8 @@ pub(super) struct Nagle {
 pub(super) struct Stall {
     pub finding: Finding,
     pub late: bool,
+    /// When the releasing ACK was seen.
+    pub ack_ts: i64,
     /// A Nagle-shaped hold (a small segment released by the ACK of the earlier small one),
     /// named Nagle only when its sender never shows small segments leaving unheld.
     pub nagle: bool,
@@ -127,6 +129,7 @@ impl Nagle {
             return Some(Stall {
                 finding: nagle_finding(ev, p, sm, a, txn, first_ts),
                 late: us(ev.ts - a.ts) > tight_tol,
+                ack_ts: a.ts,
                 nagle: true,
                 bulk: a.bytes >= 2 * u64::from(mss),
             });
@@ -153,6 +156,7 @@ impl Nagle {
                     ),
                 },
                 late: us(ev.ts - a.ts) > tight_tol,
+                ack_ts: a.ts,
                 nagle: false,
                 bulk: false,
             });
@@ -270,6 +274,7 @@ fn nagle_finding(
 #[cfg(test)]
 mod tests {
     use super::super::testing::{Script, kinds};
+    use crate::wire::flags;
     use lagtrace_model::FindingKind;
 
     /// The reference pattern: a 238 B head, then a 615 B body held until the client's
@@ -331,6 +336,54 @@ mod tests {
     }
 
     #[test]
+    fn a_late_ack_of_data_the_capture_missed_is_not_delayed_ack() {
+        // Recorded (16 MB c=32 on a loaded machine): tcpdump on `any` dropped a burst of
+        // the server's segments, so the client's late ACK seemed to cover one full segment
+        // (a delayed ACK) where the veth capture shows it covering 1.3 MB the receiver sat
+        // on. Bytes the ACK covers below the first segment seen were written before it.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        let hole = 10 * 1448;
+        let y = [b'y'; 1448];
+        s.raw(1_500, false, flags::ACK, 5_000 + hole, 1_041, &y);
+        s.client_ack_at(41_000, 5_000 + hole + 1448);
+        s.raw(41_100, false, flags::ACK, 5_000 + hole + 1448, 1_041, &y);
+        assert!(s.finish().findings.is_empty());
+        // The same without the hole is a delayed ACK.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.raw(1_500, false, flags::ACK, 5_000, 1_041, &y);
+        s.client_ack_at(41_000, 5_000 + 1448);
+        s.raw(41_100, false, flags::ACK, 5_000 + 1448, 1_041, &y);
+        assert_eq!(kinds(&s.finish()), [FindingKind::DelayedAck]);
+    }
+
+    #[test]
+    fn no_stall_is_measured_across_data_the_capture_missed() {
+        // Recorded (16 MB c=32, `any`, tcpdump dropping 2.9 MB): a 376 B tail, then the
+        // next one seen 18 ms later right after an ACK — with everything sent in between
+        // missing from the capture. Looked like a small segment held until the ACK.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_500, 200);
+        s.server_data(1_510, 300);
+        s.client_ack(1_600);
+        s.client_data(2_000, 41);
+        s.server_data(2_500, 376);
+        let hole = 5_000 + 500 + 376 + 20 * 1448;
+        s.client_ack_at(20_000, hole);
+        s.raw(
+            20_100,
+            false,
+            flags::PSH | flags::ACK,
+            hole,
+            1_082,
+            &[b'y'; 376],
+        );
+        assert!(s.finish().findings.is_empty());
+    }
+
+    #[test]
     fn a_small_segment_after_a_late_ack_of_many_full_segments_is_not_nagle() {
         // The same with a small segment outstanding behind the full ones: the ACK that
         // releases the next small one also covers 4 full segments held 40 ms.
@@ -387,6 +440,38 @@ mod tests {
         s.client_ack(6_000);
         s.server_data(6_100, 615);
         assert!(s.finish().findings.is_empty());
+    }
+
+    #[test]
+    fn a_request_resent_after_its_late_response_does_not_hold_the_next_one() {
+        // Recorded (nft drop on nginx's output, analyze_bulk): the response to a 50 B
+        // request left only on the server's timer, 204 ms later; the client's own timer
+        // re-sent the request just after the response crossed it, and its next request
+        // followed the response at once. That request was written after the response (it
+        // carries the ACK of it), not held by Nagle behind the first request.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 50);
+        s.server_data(205_000, 853);
+        s.raw(
+            205_010,
+            true,
+            flags::PSH | flags::ACK,
+            1_000,
+            5_000,
+            &[b'x'; 50],
+        );
+        s.server_ack(205_060);
+        s.client_data(205_070, 50);
+        s.server_ack(205_090);
+        let an = s.finish();
+        assert!(
+            !kinds(&an)
+                .iter()
+                .any(|k| matches!(k, FindingKind::NagleStall | FindingKind::NagleDelayedAck)),
+            "{:?}",
+            an.findings
+        );
+        assert_eq!(an.retransmitted_frames, [6]);
     }
 
     #[test]

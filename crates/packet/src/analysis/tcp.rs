@@ -59,6 +59,8 @@ struct Dir {
     max_len: u32,
     /// Last data segment that was not a retransmission.
     last_data: Option<DataSeg>,
+    /// Frame of the last segment with payload, a retransmission or not.
+    last_payload_frame: Option<u64>,
 }
 
 impl Dir {
@@ -102,8 +104,6 @@ pub(super) struct Conn {
     rtt_us: Option<u64>,
     min_ack_rtt_us: [Option<u64>; 2],
     last_ts: i64,
-    /// Data direction of the last payload packet.
-    last_data_dir: Option<usize>,
     /// When RST or the second FIN was seen.
     pub closed_at: Option<i64>,
     /// Recent segments, to recognise a second capture of one.
@@ -124,7 +124,6 @@ impl Conn {
             rtt_us: None,
             min_ack_rtt_us: [None, None],
             last_ts: ts,
-            last_data_dir: None,
             closed_at: None,
             copies: Copies::default(),
             rewrite: false,
@@ -170,12 +169,13 @@ impl Conn {
         } else {
             0
         };
+        let prev_ack = self.dirs[d].last_ack;
         let retrans = self.sequence(d, ts, frame, seg, win);
         let far_rtt_us = self.far_rtt_us(d);
         // Data the receiver held for longer than half the delayed-ACK threshold.
         let held_before = ts - i64::try_from(far_rtt_us + RECEIVER_HELD_US).unwrap_or(0) * 1000;
         let (ack_rtt_ns, newly_acked_oldest, [bytes, held_bytes]) =
-            self.acks(d, ts, seg, held_before);
+            self.acks(d, ts, seg, prev_ack, held_before);
         if let Some(rtt) = ack_rtt_ns {
             let v = us(rtt);
             let m = &mut self.min_ack_rtt_us[d];
@@ -389,12 +389,16 @@ impl Conn {
 
     /// The ACK's effect on the peer's unacknowledged segments: Wireshark's ack_rtt (exact
     /// match only), the time of the oldest segment it newly covered, and the bytes it newly
-    /// covered: all, and of segments seen before `held_before`.
+    /// covered: all, and of segments seen before `held_before`. Bytes between this side's
+    /// previous ACK (`prev_ack`) and the first segment covered that the capture never saw
+    /// (tcpdump dropped them on a loaded machine) were written before that segment: they
+    /// count as covered, and as held when it was.
     fn acks(
         &mut self,
         d: usize,
         ts: i64,
         seg: &TcpSegment<'_>,
+        prev_ack: Option<u32>,
         held_before: i64,
     ) -> (Option<i64>, Option<i64>, [u64; 2]) {
         if seg.flags & flags::ACK == 0 {
@@ -404,7 +408,12 @@ impl Conn {
         let mut oldest_exact: Option<i64> = None;
         let mut newly: Option<i64> = None;
         let (mut all, mut held) = (0u64, 0u64);
+        // The covered segment lowest in sequence: (seq, ts).
+        let mut first: Option<(u32, i64)> = None;
         let mut covered = |u: &Unacked, upto: u32| {
+            if first.is_none_or(|(s, _)| seq_lt(u.seq, s)) {
+                first = Some((u.seq, u.ts));
+            }
             newly = Some(newly.map_or(u.ts, |t: i64| t.min(u.ts)));
             let n = u64::from(upto.wrapping_sub(u.seq));
             all += n;
@@ -430,6 +439,16 @@ impl Conn {
                 false
             }
         });
+        if let (Some(prev), Some((s, t))) = (prev_ack, first)
+            && seq_lt(prev, s)
+            && seq_le(s, ack)
+        {
+            let unseen = u64::from(s.wrapping_sub(prev));
+            all += unseen;
+            if t <= held_before {
+                held += unseen;
+            }
+        }
         (oldest_exact.map(|t0| ts - t0), newly, [all, held])
     }
 
@@ -471,11 +490,18 @@ impl Conn {
         seg: &TcpSegment<'_>,
         fresh: bool,
     ) -> DataInfo {
+        // The sender's previous fresh data continues into this segment only when the peer
+        // sent no payload since: a peer's data in between (a response, a request) ends the
+        // run even when this sender re-sent something after it. A client whose request
+        // timer fired just as the late response crossed it re-sends that request after the
+        // response; its next request is a new write after the response, not data held
+        // behind the old request (which would read as a ~200 ms Nagle stall).
+        let peer_payload = self.dirs[1 - d].last_payload_frame;
         let info = DataInfo {
             mss: self.dirs[d].mss(&self.dirs[1 - d]),
             prev_same_run: self.dirs[d]
                 .last_data
-                .filter(|_| self.last_data_dir == Some(d)),
+                .filter(|p| peer_payload.is_none_or(|f| f < p.frame)),
             peer_last: self.dirs[1 - d].last_data,
         };
         let len = seg.payload_len;
@@ -489,7 +515,7 @@ impl Conn {
             });
         }
         dir.max_len = dir.max_len.max(len);
-        self.last_data_dir = Some(d);
+        dir.last_payload_frame = Some(frame);
         info
     }
 

@@ -166,6 +166,12 @@ impl Script {
         self.raw(t_us, true, flags::ACK, seq, ack, &[]);
     }
 
+    /// A pure ACK from the client of the server's data up to `ack`.
+    pub fn client_ack_at(&mut self, t_us: u64, ack: u32) {
+        let seq = self.next[0];
+        self.raw(t_us, true, flags::ACK, seq, ack, &[]);
+    }
+
     /// A pure ACK from the server of everything the client sent.
     pub fn server_ack(&mut self, t_us: u64) {
         let (seq, ack) = (self.next[1], self.next[0]);
