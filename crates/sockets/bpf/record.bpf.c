@@ -31,12 +31,14 @@ struct event {
 	__u8 data[DATA_MAX];
 };
 
-// A call entered, waiting for its exit (per thread).
+// A call entered, waiting for its exit (per thread; the entry stays for the thread's next
+// call, so the hot path neither allocates nor frees map elements).
 struct pending {
-	__u64 time_ns;
 	__u64 args[6];
 	__u32 nr;
 	__u32 len;
+	__u32 active; // entered, exit not seen yet
+	__u32 pad;
 	__u8 data[DATA_MAX];
 };
 
@@ -84,6 +86,17 @@ struct {
 	__type(value, __u64);
 } LOST SEC(".maps");
 
+// Wake the reader only when a batch has piled up: a wake-up per event would put a context
+// switch on every recorded call. The reader also polls with a short timeout.
+#define WAKE_AT (512 << 10)
+
+static __always_inline void submit(void *e)
+{
+	__u64 flags = bpf_ringbuf_query(&EVENTS, BPF_RB_AVAIL_DATA) >= WAKE_AT ? BPF_RB_FORCE_WAKEUP
+									    : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+}
+
 static __always_inline void lost(__u32 i)
 {
 	__u64 *n = bpf_map_lookup_elem(&LOST, &i);
@@ -122,10 +135,18 @@ static __always_inline int enter(struct trace_event_raw_sys_enter *ctx, int narg
 	__u32 tgid = id >> 32, tid = (__u32)id, zero = 0;
 	if (!traced(tgid))
 		return 0;
-	struct pending *p = bpf_map_lookup_elem(&SCRATCH, &zero);
-	if (!p)
-		return 0;
-	p->time_ns = bpf_ktime_get_ns();
+	struct pending *p = bpf_map_lookup_elem(&PENDING, &tid);
+	if (!p) {
+		// The thread's first call: an entry from the zeroed scratch value.
+		struct pending *z = bpf_map_lookup_elem(&SCRATCH, &zero);
+		if (!z || bpf_map_update_elem(&PENDING, &tid, z, BPF_ANY)) {
+			lost(1);
+			return 0;
+		}
+		p = bpf_map_lookup_elem(&PENDING, &tid);
+		if (!p)
+			return 0;
+	}
 	p->nr = (__u32)ctx->id;
 	p->len = 0;
 	copy_args(p->args, ctx, nargs);
@@ -135,8 +156,7 @@ static __always_inline int enter(struct trace_event_raw_sys_enter *ctx, int narg
 		if (len > 0 && src && bpf_probe_read_user(p->data, len, src) == 0)
 			p->len = len;
 	}
-	if (bpf_map_update_elem(&PENDING, &tid, p, BPF_ANY))
-		lost(1);
+	p->active = 1;
 	return 0;
 }
 
@@ -149,11 +169,11 @@ static __always_inline int leave(struct trace_event_raw_sys_exit *ctx, int ptr, 
 	if (!traced(tgid))
 		return 0;
 	struct pending *p = bpf_map_lookup_elem(&PENDING, &tid);
-	if (!p)
+	if (!p || !p->active)
 		return 0; // entered before we attached
+	p->active = 0;
 	struct event *e = bpf_ringbuf_reserve(&EVENTS, sizeof(*e), 0);
 	if (!e) {
-		bpf_map_delete_elem(&PENDING, &tid);
 		lost(0);
 		return 0;
 	}
@@ -179,8 +199,7 @@ static __always_inline int leave(struct trace_event_raw_sys_exit *ctx, int ptr, 
 				e->len = len;
 		}
 	}
-	bpf_map_delete_elem(&PENDING, &tid);
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -239,7 +258,7 @@ int enter_close(struct trace_event_raw_sys_enter *ctx)
 	e->len = 0;
 	e->len2 = 0;
 	copy_args(e->args, ctx, 1);
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -258,7 +277,7 @@ static __always_inline void notify(__u32 kind, __u32 tgid, __u32 tid, __u32 othe
 	e->ret = ret;
 	e->len = 0;
 	e->len2 = 0;
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 }
 
 // A new task: a child process of a traced one (or of the launcher thread) is traced too.
