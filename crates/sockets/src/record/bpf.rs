@@ -7,192 +7,194 @@
 //! Nothing stops the traced program: the cost per call is a map lookup, a copy of the
 //! option value and a ring-buffer record.
 
-use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::book::{Book, Call};
-use super::{RecordError, RecordOptions, Recording, nr};
+use super::{RecordError, RecordOptions, Recording};
 
 /// How the build went: `built`, or `not built: <why>`.
 pub const BUILD: &str = env!("LAGTRACE_BPF_BUILD");
 
-const EV_CALL: u32 = 1;
-const EV_FORK: u32 = 2;
-const EV_EXIT: u32 = 3;
-const EV_THREAD: u32 = 4;
-/// Size of `struct event` in record.bpf.c, and where its fields are.
-const EVENT_LEN: usize = 216;
-const DATA_AT: usize = 88;
-
-/// One ring-buffer record, decoded from `struct event`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct RawEvent {
-    time_ns: u64,
-    kind: u32,
-    tgid: u32,
-    tid: u32,
-    nr: u32,
-    ret: i64,
-    args: [u64; 6],
-    len: u32,
-    len2: u32,
-    data: Vec<u8>,
-}
-
-impl RawEvent {
-    fn parse(b: &[u8]) -> Option<RawEvent> {
-        if b.len() < EVENT_LEN {
-            return None;
-        }
-        let u32_at = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let u64_at = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[i..i + 8]);
-            u64::from_ne_bytes(w)
-        };
-        let mut args = [0u64; 6];
-        for (i, a) in args.iter_mut().enumerate() {
-            *a = u64_at(32 + 8 * i);
-        }
-        let len = u32_at(80);
-        let data_len = (len as usize).min(EVENT_LEN - DATA_AT);
-        Some(RawEvent {
-            time_ns: u64_at(0),
-            kind: u32_at(8),
-            tgid: u32_at(12),
-            tid: u32_at(16),
-            nr: u32_at(20),
-            ret: u64_at(24) as i64,
-            args,
-            len,
-            len2: u32_at(84),
-            data: b[DATA_AT..DATA_AT + data_len].to_vec(),
-        })
-    }
-
-    /// The call it reports, for the shared decoder.
-    fn call(&self, start_ns: u64) -> Call {
-        let nr = u64::from(self.nr);
-        let a = self.args;
-        let bytes = (self.len > 0).then(|| self.data.clone());
-        let (entry, back) = match nr {
-            nr::SETSOCKOPT | nr::BIND | nr::CONNECT => (bytes, None),
-            nr::ACCEPT | nr::ACCEPT4 if a[1] != 0 && a[2] != 0 && self.ret >= 0 => {
-                (None, Some((self.len2, bytes)))
-            }
-            nr::GETSOCKOPT if a[4] != 0 && self.ret >= 0 => (None, Some((self.len2, bytes))),
-            _ => (None, None),
-        };
-        Call {
-            tid: self.tid,
-            tgid: self.tgid,
-            time_us: self.time_ns.saturating_sub(start_ns) / 1000,
-            nr,
-            args: a,
-            ret: (nr != nr::CLOSE).then_some(self.ret),
-            entry,
-            back,
-        }
-    }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Whether process `pid` is gone (or a zombie: it runs no more code).
-fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
-        Err(_) => true,
-    }
-}
-
-/// `pids` and every live descendant of theirs (from /proc/*/stat's parent pids).
-fn with_descendants(pids: &[u32]) -> BTreeSet<u32> {
-    let mut parent_of = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let ppid = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.split(' ').nth(1))
-                .and_then(|p| p.parse::<u32>().ok());
-            if let Some(ppid) = ppid {
-                parent_of.push((pid, ppid));
-            }
-        }
-    }
-    let mut set: BTreeSet<u32> = pids.iter().copied().collect();
-    loop {
-        let before = set.len();
-        for &(pid, ppid) in &parent_of {
-            if set.contains(&ppid) {
-                set.insert(pid);
-            }
-        }
-        if set.len() == before {
-            return set;
-        }
-    }
-}
-
-fn threads_of(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.count())
-        .unwrap_or(1)
-}
-
-/// What a loop over the events tracks besides the book.
-struct Session {
-    book: Book,
-    start_ns: u64,
-    /// Traced processes still running.
-    live: BTreeSet<u32>,
-    tasks: usize,
-}
-
-impl Session {
-    fn on_event(&mut self, ev: &RawEvent) {
-        match ev.kind {
-            EV_CALL => self.book.on_call(&ev.call(self.start_ns)),
-            EV_FORK => {
-                self.book.on_fork(ev.tgid, ev.nr);
-                self.live.insert(ev.nr);
-                self.tasks += 1;
-            }
-            EV_THREAD => self.tasks += 1,
-            EV_EXIT => {
-                self.live.remove(&ev.tgid);
-            }
-            _ => {}
-        }
-    }
-}
-
 #[cfg(lagtrace_bpf)]
 mod imp {
+    use std::collections::BTreeSet;
     use std::os::fd::AsRawFd;
     use std::sync::atomic::Ordering;
+    use std::time::Instant;
 
     use aya::maps::{Array, HashMap, MapData, RingBuf};
     use aya::programs::{BtfTracePoint, TracePoint};
     use aya::{Btf, Ebpf, EbpfLoader};
     use lagtrace_model::{Capability, Privilege};
 
+    use super::super::book::{Book, Call};
+    use super::super::nr;
     use super::*;
+
+    const EV_CALL: u32 = 1;
+    const EV_FORK: u32 = 2;
+    const EV_EXIT: u32 = 3;
+    const EV_THREAD: u32 = 4;
+    /// Size of `struct event` in record.bpf.c, and where its fields are.
+    const EVENT_LEN: usize = 216;
+    const DATA_AT: usize = 88;
+
+    /// One ring-buffer record, decoded from `struct event`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct RawEvent {
+        time_ns: u64,
+        kind: u32,
+        tgid: u32,
+        tid: u32,
+        nr: u32,
+        ret: i64,
+        args: [u64; 6],
+        len: u32,
+        len2: u32,
+        data: Vec<u8>,
+    }
+
+    impl RawEvent {
+        fn parse(b: &[u8]) -> Option<RawEvent> {
+            if b.len() < EVENT_LEN {
+                return None;
+            }
+            let u32_at = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+            let u64_at = |i: usize| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&b[i..i + 8]);
+                u64::from_ne_bytes(w)
+            };
+            let mut args = [0u64; 6];
+            for (i, a) in args.iter_mut().enumerate() {
+                *a = u64_at(32 + 8 * i);
+            }
+            let len = u32_at(80);
+            let data_len = (len as usize).min(EVENT_LEN - DATA_AT);
+            Some(RawEvent {
+                time_ns: u64_at(0),
+                kind: u32_at(8),
+                tgid: u32_at(12),
+                tid: u32_at(16),
+                nr: u32_at(20),
+                ret: u64_at(24) as i64,
+                args,
+                len,
+                len2: u32_at(84),
+                data: b[DATA_AT..DATA_AT + data_len].to_vec(),
+            })
+        }
+
+        /// The call it reports, for the shared decoder.
+        fn call(&self, start_ns: u64) -> Call {
+            let nr = u64::from(self.nr);
+            let a = self.args;
+            let bytes = (self.len > 0).then(|| self.data.clone());
+            let (entry, back) = match nr {
+                nr::SETSOCKOPT | nr::BIND | nr::CONNECT => (bytes, None),
+                nr::ACCEPT | nr::ACCEPT4 if a[1] != 0 && a[2] != 0 && self.ret >= 0 => {
+                    (None, Some((self.len2, bytes)))
+                }
+                nr::GETSOCKOPT if a[4] != 0 && self.ret >= 0 => (None, Some((self.len2, bytes))),
+                _ => (None, None),
+            };
+            Call {
+                tid: self.tid,
+                tgid: self.tgid,
+                time_us: self.time_ns.saturating_sub(start_ns) / 1000,
+                nr,
+                args: a,
+                ret: (nr != nr::CLOSE).then_some(self.ret),
+                entry,
+                back,
+            }
+        }
+    }
+
+    /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
+    fn monotonic_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    /// Whether process `pid` is gone (or a zombie: it runs no more code).
+    fn gone(pid: u32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(s) => s
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+            Err(_) => true,
+        }
+    }
+
+    /// `pids` and every live descendant of theirs (from /proc/*/stat's parent pids).
+    fn with_descendants(pids: &[u32]) -> BTreeSet<u32> {
+        let mut parent_of = Vec::new();
+        if let Ok(dir) = std::fs::read_dir("/proc") {
+            for e in dir.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let ppid = stat
+                    .rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.split(' ').nth(1))
+                    .and_then(|p| p.parse::<u32>().ok());
+                if let Some(ppid) = ppid {
+                    parent_of.push((pid, ppid));
+                }
+            }
+        }
+        let mut set: BTreeSet<u32> = pids.iter().copied().collect();
+        loop {
+            let before = set.len();
+            for &(pid, ppid) in &parent_of {
+                if set.contains(&ppid) {
+                    set.insert(pid);
+                }
+            }
+            if set.len() == before {
+                return set;
+            }
+        }
+    }
+
+    fn threads_of(pid: u32) -> usize {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.count())
+            .unwrap_or(1)
+    }
+
+    /// What a loop over the events tracks besides the book.
+    struct Session {
+        book: Book,
+        start_ns: u64,
+        /// Traced processes still running.
+        live: BTreeSet<u32>,
+        tasks: usize,
+    }
+
+    impl Session {
+        fn on_event(&mut self, ev: &RawEvent) {
+            match ev.kind {
+                EV_CALL => self.book.on_call(&ev.call(self.start_ns)),
+                EV_FORK => {
+                    self.book.on_fork(ev.tgid, ev.nr);
+                    self.live.insert(ev.nr);
+                    self.tasks += 1;
+                }
+                EV_THREAD => self.tasks += 1,
+                EV_EXIT => {
+                    self.live.remove(&ev.tgid);
+                }
+                _ => {}
+            }
+        }
+    }
 
     static OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/record.bpf.o"));
 
@@ -454,6 +456,34 @@ mod imp {
             Ok(rec)
         }
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn parses_an_event() {
+            let mut b = vec![0u8; EVENT_LEN];
+            b[0..8].copy_from_slice(&5_000_000u64.to_ne_bytes());
+            b[8..12].copy_from_slice(&EV_CALL.to_ne_bytes());
+            b[12..16].copy_from_slice(&7u32.to_ne_bytes());
+            b[16..20].copy_from_slice(&8u32.to_ne_bytes());
+            b[20..24].copy_from_slice(&(nr::SETSOCKOPT as u32).to_ne_bytes());
+            b[24..32].copy_from_slice(&0i64.to_ne_bytes());
+            for (i, v) in [3u64, 6, 1, 0x1000, 4, 0].iter().enumerate() {
+                b[32 + 8 * i..40 + 8 * i].copy_from_slice(&v.to_ne_bytes());
+            }
+            b[80..84].copy_from_slice(&4u32.to_ne_bytes());
+            b[DATA_AT..DATA_AT + 4].copy_from_slice(&1i32.to_ne_bytes());
+            let ev = RawEvent::parse(&b).unwrap();
+            assert_eq!((ev.tgid, ev.tid, ev.len), (7, 8, 4));
+            let c = ev.call(1_000_000);
+            assert_eq!(c.time_us, 4000);
+            assert_eq!(c.ret, Some(0));
+            assert_eq!(c.entry.as_deref(), Some(&1i32.to_ne_bytes()[..]));
+            assert!(RawEvent::parse(&b[..EVENT_LEN - 1]).is_none());
+        }
+    }
 }
 
 #[cfg(lagtrace_bpf)]
@@ -489,32 +519,4 @@ impl Recorder {
 /// `-- CMD` on the BPF recorder only.
 pub(super) fn record_cmd(cmd: &[String], opts: RecordOptions) -> Result<Recording, RecordError> {
     Recorder::load(opts.trace_close)?.run_cmd(cmd, opts)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_an_event() {
-        let mut b = vec![0u8; EVENT_LEN];
-        b[0..8].copy_from_slice(&5_000_000u64.to_ne_bytes());
-        b[8..12].copy_from_slice(&EV_CALL.to_ne_bytes());
-        b[12..16].copy_from_slice(&7u32.to_ne_bytes());
-        b[16..20].copy_from_slice(&8u32.to_ne_bytes());
-        b[20..24].copy_from_slice(&(nr::SETSOCKOPT as u32).to_ne_bytes());
-        b[24..32].copy_from_slice(&0i64.to_ne_bytes());
-        for (i, v) in [3u64, 6, 1, 0x1000, 4, 0].iter().enumerate() {
-            b[32 + 8 * i..40 + 8 * i].copy_from_slice(&v.to_ne_bytes());
-        }
-        b[80..84].copy_from_slice(&4u32.to_ne_bytes());
-        b[DATA_AT..DATA_AT + 4].copy_from_slice(&1i32.to_ne_bytes());
-        let ev = RawEvent::parse(&b).unwrap();
-        assert_eq!((ev.tgid, ev.tid, ev.len), (7, 8, 4));
-        let c = ev.call(1_000_000);
-        assert_eq!(c.time_us, 4000);
-        assert_eq!(c.ret, Some(0));
-        assert_eq!(c.entry.as_deref(), Some(&1i32.to_ne_bytes()[..]));
-        assert!(RawEvent::parse(&b[..EVENT_LEN - 1]).is_none());
-    }
 }
