@@ -10,9 +10,11 @@ use lagtrace_testkit::nginx::*;
 use serde_json::Value;
 
 /// Makes exactly N setsockopt(TCP_NOTSENT_LOWAT) calls with the values 1..=N on one socket,
-/// as fast as it can, after a line on stdin when given `wait`; prints its own count and rate.
+/// as fast as it can, after a line on stdin when given `wait` (and a command name to take);
+/// prints its own count and rate.
 const N_CALLS: &str = "import socket, sys, time\n\
 n = int(sys.argv[1])\n\
+if len(sys.argv) > 3:\n    open('/proc/self/comm', 'w').write(sys.argv[3])\n\
 if len(sys.argv) > 2:\n    sys.stdin.readline()\n\
 s = socket.socket()\n\
 t0 = time.monotonic()\n\
@@ -79,66 +81,81 @@ fn assert_exactly_n(rec: &Value, pid: u64, n: u64) {
     }
 }
 
-/// Attached by pid to a running program: every one of its N calls at >= 10k calls/s is
-/// recorded with its value; the window ends when the program exits; exit 0.
+/// Attached by pid (and by command name) to a running program: every one of its N calls
+/// at >= 10k calls/s is recorded with its value; the window ends when the program exits;
+/// exit 0.
 #[test]
 #[ignore = "needs root"]
 fn record_pid_gets_exactly_the_calls_the_program_made() {
     let _m = lagtrace_testkit::measuring();
     let n = 30_000u64;
-    let prog = Command::new("python3")
-        .args(["-c", N_CALLS, &n.to_string(), "wait"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut prog = Owned(prog);
-    let pid = prog.0.id();
-    let rec = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
-        .args([
-            "sockets",
-            "--record",
-            "--json",
-            "-o",
-            "/dev/null",
-            "-d",
-            "60s",
-            "--pid",
-        ])
-        .arg(pid.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut rec = Owned(rec);
-    // The recorder says when it is in place; only then may the program start.
-    let mut err = BufReader::new(rec.0.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(
-        line.contains(&format!("recording the socket calls of pid {pid}")),
-        "{line}"
-    );
-    writeln!(prog.0.stdin.take().unwrap(), "go").unwrap();
-    let mut own = String::new();
-    BufReader::new(prog.0.stdout.take().unwrap())
-        .read_line(&mut own)
-        .unwrap();
-    let (count, rate) = own_count(&own);
-    assert_eq!(count, n);
-    assert!(rate >= 10_000.0, "the program made only {rate:.0} calls/s");
-    let t0 = Instant::now();
-    let out = std::mem::replace(&mut rec.0, Command::new("true").spawn().unwrap())
-        .wait_with_output()
-        .unwrap();
-    assert!(
-        t0.elapsed() < Duration::from_secs(30),
-        "the window did not end with the program"
-    );
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let rec = json(&out);
-    assert_eq!(rec["attached"], serde_json::json!([pid]));
-    assert_exactly_n(&rec, u64::from(pid), n);
+    let name = format!("ltrec{}", std::process::id() % 100_000_000);
+    for by in ["--pid", "--process"] {
+        let prog = Command::new("python3")
+            .args(["-c", N_CALLS, &n.to_string(), "wait", &name])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut prog = Owned(prog);
+        let pid = prog.0.id();
+        let comm = format!("/proc/{pid}/comm");
+        let t0 = Instant::now();
+        while std::fs::read_to_string(&comm).unwrap_or_default().trim() != name {
+            assert!(t0.elapsed() < Duration::from_secs(10), "no comm {name}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let target = if by == "--pid" {
+            pid.to_string()
+        } else {
+            name.clone()
+        };
+        let rec = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+            .args([
+                "sockets",
+                "--record",
+                "--json",
+                "-o",
+                "/dev/null",
+                "-d",
+                "60s",
+                by,
+            ])
+            .arg(&target)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut rec = Owned(rec);
+        // The recorder says when it is in place; only then may the program start.
+        let mut err = BufReader::new(rec.0.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        assert!(
+            line.contains(&format!("recording the socket calls of pid {pid}")),
+            "{line}"
+        );
+        writeln!(prog.0.stdin.take().unwrap(), "go").unwrap();
+        let mut own = String::new();
+        BufReader::new(prog.0.stdout.take().unwrap())
+            .read_line(&mut own)
+            .unwrap();
+        let (count, rate) = own_count(&own);
+        assert_eq!(count, n);
+        assert!(rate >= 10_000.0, "the program made only {rate:.0} calls/s");
+        let t0 = Instant::now();
+        let out = std::mem::replace(&mut rec.0, Command::new("true").spawn().unwrap())
+            .wait_with_output()
+            .unwrap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the window did not end with the program"
+        );
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let rec = json(&out);
+        assert_eq!(rec["attached"], serde_json::json!([pid]), "{by}");
+        assert_exactly_n(&rec, u64::from(pid), n);
+    }
 }
 
 /// `-- CMD` on BPF: the same exactness, the exit status passed through; and the ptrace
