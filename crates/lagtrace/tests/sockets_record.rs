@@ -368,3 +368,74 @@ fn record_pid_that_cannot_be_traced_exits_2() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("CAP_BPF"), "{err}");
 }
+
+/// A socket's duplicated descriptors (dup2, fcntl F_DUPFD_CLOEXEC) are the same
+/// socket: the options set through them land on it (also after the others were closed),
+/// and no "inherited" socket appears.
+#[test]
+#[ignore = "needs root"]
+fn record_follows_duplicated_descriptors() {
+    let script = "import fcntl, os, socket\n\
+        s = socket.socket()\n\
+        a = socket.socket(fileno=os.dup(s.fileno()))\n\
+        a.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n\
+        os.dup2(s.fileno(), 50)\n\
+        b = socket.socket(fileno=50)\n\
+        b.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)\n\
+        c = socket.socket(fileno=fcntl.fcntl(s.fileno(), fcntl.F_DUPFD_CLOEXEC, 60))\n\
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)\n\
+        s.close(); a.close(); b.close()\n\
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)\n";
+    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args([
+            "sockets",
+            "--record",
+            "--recorder",
+            "bpf",
+            "--json",
+            "-o",
+            "/dev/null",
+        ])
+        .args(["--", "python3", "-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rec = json(&out);
+    let tcp: Vec<&Value> = rec["sockets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["tcp"] == true || s["origin"] == "inherited")
+        .collect();
+    assert_eq!(tcp.len(), 1, "{rec:#}");
+    let opts: Vec<&str> = tcp[0]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["option"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        opts,
+        ["TCP_NODELAY", "TCP_CORK", "SO_KEEPALIVE", "TCP_QUICKACK"],
+        "{rec:#}"
+    );
+    let calls: Vec<&str> = rec["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["call"].as_str().unwrap())
+        .collect();
+    // (Python's os.dup is fcntl(F_DUPFD_CLOEXEC))
+    for c in ["dup2", "fcntl"] {
+        assert!(calls.contains(&c), "{c} not in {calls:?}");
+    }
+    // TCP_QUICKACK above came through `c` after three of the four descriptors were closed;
+    // all four closes are logged against the one socket.
+    let closes = rec["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["call"] == "close" && e["socket"] == tcp[0]["id"])
+        .count();
+    assert_eq!(closes, 4, "{rec:#}");
+}

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 // The socket-call recorder of `lagtrace sockets --record`: on the syscall tracepoints of
-// socket, bind, listen, connect, accept, accept4, setsockopt, getsockopt and close it keeps
+// socket, bind, listen, connect, accept, accept4, setsockopt, getsockopt, close and the
+// descriptor duplicators (dup, dup2, dup3, fcntl F_DUPFD) it keeps
 // only the calls of the traced processes (TGIDS: a hash of thread-group ids, extended on
 // fork), reads what strace shows of user memory (option values, addresses) and sends one
 // event per completed call to user space through a ring buffer. Nothing stops the traced
@@ -232,6 +233,24 @@ ENTER(setsockopt, 5, 3, 4)
 LEAVE(setsockopt, -1, -1)
 ENTER(getsockopt, 5, -1, -1)
 LEAVE(getsockopt, 3, 4)
+// A socket's other descriptors (user space keeps only the duplicates of known sockets).
+ENTER(dup, 1, -1, -1)
+LEAVE(dup, -1, -1)
+ENTER(dup2, 2, -1, -1)
+LEAVE(dup2, -1, -1)
+ENTER(dup3, 3, -1, -1)
+LEAVE(dup3, -1, -1)
+LEAVE(fcntl, -1, -1)
+
+// fcntl: only F_DUPFD and F_DUPFD_CLOEXEC (programs call F_GETFL/F_SETFL per connection).
+SEC("tracepoint/syscalls/sys_enter_fcntl")
+int enter_fcntl(struct trace_event_raw_sys_enter *ctx)
+{
+	__u64 cmd = ctx->args[1];
+	if (cmd != 0 && cmd != 1030)
+		return 0;
+	return enter(ctx, 3, -1, -1);
+}
 
 // close(fd >= 3): reported at entry (the descriptor is released whatever close returns).
 SEC("tracepoint/syscalls/sys_enter_close")

@@ -93,8 +93,7 @@ impl Book {
         let Some(ret) = c.ret else {
             if c.nr == nr::CLOSE {
                 // Logged at entry: the descriptor is released whatever close returns.
-                if let Some(id) = self.fds.remove(&(c.tgid, fd0)) {
-                    self.sockets[id].closed = true;
+                if let Some(id) = self.release(c.tgid, fd0) {
                     self.log(c, "close", format!("{fd0}"), 0, false, Some(id));
                 }
             }
@@ -127,16 +126,53 @@ impl Book {
             }
             nr::SETSOCKOPT => self.exit_setsockopt(c, ok),
             nr::GETSOCKOPT => self.exit_getsockopt(c, ret),
-            nr::CLOSE => {
-                let Some(id) = self.fds.remove(&(c.tgid, fd0)) else {
-                    return;
-                };
-                self.sockets[id].closed = true;
-                ("close", format!("{fd0}"), Some(id))
-            }
+            nr::DUP | nr::DUP2 | nr::DUP3 | nr::FCNTL => match self.exit_dup(c, ret) {
+                Some(logged) => logged,
+                None => return,
+            },
             _ => return,
         };
         self.log(c, call, args, ret, true, socket);
+    }
+
+    /// Descriptor `fd` of `tgid` is gone: the socket it named, closed when no other
+    /// descriptor (a dup) names it.
+    fn release(&mut self, tgid: u32, fd: i32) -> Option<usize> {
+        let id = self.fds.remove(&(tgid, fd))?;
+        if !self.fds.values().any(|&v| v == id) {
+            self.sockets[id].closed = true;
+        }
+        Some(id)
+    }
+
+    /// dup(2)/dup2/dup3/fcntl(F_DUPFD): another descriptor for a known socket (not logged
+    /// for anything else).
+    fn exit_dup(&mut self, c: &Call, ret: i64) -> Option<Exited> {
+        let a = c.args;
+        let fd0 = a[0] as i32;
+        let id = *self.fds.get(&(c.tgid, fd0))?;
+        let (call, args) = match c.nr {
+            nr::DUP => ("dup", format!("{fd0}")),
+            nr::DUP2 => ("dup2", format!("{fd0}, {}", a[1] as i32)),
+            nr::DUP3 => (
+                "dup3",
+                format!("{fd0}, {}, {:#x}", a[1] as i32, a[2] as i32),
+            ),
+            _ => {
+                let cmd = if a[1] == 1030 {
+                    "F_DUPFD_CLOEXEC"
+                } else {
+                    "F_DUPFD"
+                };
+                ("fcntl", format!("{fd0}, {cmd}, {}", a[2] as i32))
+            }
+        };
+        if ret >= 0 && ret as i32 != fd0 {
+            // dup2/dup3 onto an open descriptor closed what it named first.
+            self.release(c.tgid, ret as i32);
+            self.fds.insert((c.tgid, ret as i32), id);
+        }
+        Some((call, args, Some(id)))
     }
 
     /// setsockopt(2): the value as the program passed it.

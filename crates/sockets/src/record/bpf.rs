@@ -199,7 +199,7 @@ mod imp {
     static OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/record.bpf.o"));
 
     /// The syscall tracepoints: (program, tracepoint under `syscalls`).
-    const SYSCALL_TPS: [&str; 17] = [
+    const SYSCALL_TPS: [&str; 25] = [
         "socket",
         "bind",
         "listen",
@@ -209,6 +209,10 @@ mod imp {
         "setsockopt",
         "getsockopt",
         "close",
+        "dup",
+        "dup2",
+        "dup3",
+        "fcntl",
         // exits (no exit program for close: it is reported at entry)
         "x:socket",
         "x:bind",
@@ -218,6 +222,10 @@ mod imp {
         "x:accept4",
         "x:setsockopt",
         "x:getsockopt",
+        "x:dup",
+        "x:dup2",
+        "x:dup3",
+        "x:fcntl",
     ];
 
     /// The loaded, attached recorder (detached when dropped).

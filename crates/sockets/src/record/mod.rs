@@ -11,9 +11,10 @@
 //! - [`ptrace`] (fallback where BPF is not allowed, `-- CMD` only): a seccomp filter stops
 //!   CMD at those calls only, and we read them as its ptrace tracer.
 //!
-//! Not seen: socket calls made through the 32-bit (int 0x80 / x32) ABIs, descriptors
-//! duplicated with dup/fcntl (a later setsockopt on them shows as an "inherited" socket),
-//! and io_uring socket operations.
+//! Not seen: socket calls made through the 32-bit (int 0x80 / x32) ABIs and io_uring socket
+//! operations; under ptrace, descriptors duplicated with dup/fcntl (a later setsockopt on
+//! them shows as an "inherited" socket; the BPF recorder follows dup, dup2, dup3 and
+//! fcntl F_DUPFD of known sockets).
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -515,6 +516,10 @@ mod nr {
     pub const GETSOCKOPT: u64 = 55;
     pub const ACCEPT4: u64 = 288;
     pub const CLOSE: u64 = 3;
+    pub const DUP: u64 = 32;
+    pub const DUP2: u64 = 33;
+    pub const DUP3: u64 = 292;
+    pub const FCNTL: u64 = 72;
 }
 
 /// Runs `cmd` (program and arguments) under the recorder until it and every process it
