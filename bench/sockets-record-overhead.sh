@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Overhead of `lagtrace sockets --record` on a load generator: wrk's requests/s alone, under
-# --record, and under `strace -f -e trace=setsockopt`, run alternately against a local nginx
-# (Debian's, our own config on loopback, stopped by a trap). Target: --record >= 95% of alone.
+# --record (BPF), under the ptrace fallback (--recorder ptrace) and under
+# `strace -f -e trace=setsockopt`, run alternately against a local nginx (Debian's, our own
+# config on loopback, stopped by a trap); ratio of medians, with the calls each --record run
+# recorded. Target: --record >= 95% of alone with CONN_CLOSE=1, >= 98% keep-alive.
 #
 # usage: bench/sockets-record-overhead.sh [ROUNDS] [DURATION]   (as root; default 3 rounds, 5s)
 # CONN_CLOSE=1 adds `-H "Connection: close"`: a new connection per request, so every request
-# makes socket/setsockopt/connect/getsockopt/close stops — the recorder's worst case, where
-# keep-alive wrk (the default) only stops while it opens its connections.
+# makes socket/setsockopt/connect/getsockopt/close calls — the recorder's worst case, where
+# keep-alive wrk (the default) makes them only while it opens its connections.
 set -euo pipefail
 ROUNDS=${1:-3}
 DUR=${2:-5s}
@@ -40,28 +42,29 @@ WRK=(wrk -t2 -c50 -d"$DUR" "$URL")
 [ "${CONN_CLOSE:-0}" = 1 ] && WRK=(wrk -t2 -c50 -d"$DUR" -H "Connection: close" "$URL")
 echo "load: ${WRK[*]}"
 
-rps() { awk '/^Requests\/sec:/ {print $2}'; }
-declare -a A R N S
+rps() { awk '/^Requests\/sec:/ {print $2}' "$1"; }
+reqs() { awk '/requests in/ {print $1}' "$1"; }
+ratio() { echo "$1 / $2" | bc -l; }
+declare -a A R P S
 for i in $(seq 1 "$ROUNDS"); do
-    a=$("${WRK[@]}" | rps)
-    r=$("$LAGTRACE" sockets --record -o "$DIR/trace.txt" -- "${WRK[@]}" 2>/dev/null | rps)
-    n=$("$LAGTRACE" sockets --record --no-close -o /dev/null -- "${WRK[@]}" 2>/dev/null | rps)
-    s=$(strace -f -qq -o /dev/null -e trace=setsockopt "${WRK[@]}" | rps)
-    A+=("$a"); R+=("$r"); N+=("$n"); S+=("$s")
-    printf 'round %d: wrk alone %8.0f req/s | --record %8.0f (%.3f) | --record --no-close %8.0f (%.3f) | strace -f %8.0f (%.3f)\n' \
-        "$i" "$a" "$r" "$(echo "$r / $a" | bc -l)" "$n" "$(echo "$n / $a" | bc -l)" "$s" "$(echo "$s / $a" | bc -l)"
+    "${WRK[@]}" > "$DIR/a.out"
+    "$LAGTRACE" sockets --record -o "$DIR/trace.txt" -- "${WRK[@]}" > "$DIR/r.out" 2> "$DIR/r.sum"
+    "$LAGTRACE" sockets --record --recorder ptrace -o /dev/null -- "${WRK[@]}" > "$DIR/p.out" 2>/dev/null
+    strace -f -qq -o /dev/null -e trace=setsockopt "${WRK[@]}" > "$DIR/s.out"
+    a=$(rps "$DIR/a.out"); r=$(rps "$DIR/r.out"); p=$(rps "$DIR/p.out"); s=$(rps "$DIR/s.out")
+    A+=("$a"); R+=("$r"); P+=("$p"); S+=("$s")
+    # The recorded calls next to the ratio: a recorder that sampled would fall short of one
+    # setsockopt(TCP_NODELAY) per wrk connection (= per request with CONN_CLOSE=1).
+    mech=$(sed -n 's/^--- lagtrace sockets --record (\([a-z]*\)).*/\1/p' "$DIR/r.sum")
+    lost=$(sed -n 's/^  LOST: \([0-9]*\).*/\1/p' "$DIR/r.sum")
+    printf 'round %d: wrk alone %8.0f req/s | --record (%s) %8.0f (%.3f; %d setsockopt, %d calls, %s lost, wrk made %d requests) | --recorder ptrace %8.0f (%.3f) | strace -f %8.0f (%.3f)\n' \
+        "$i" "$a" "$mech" "$r" "$(ratio "$r" "$a")" "$(grep -c 'setsockopt(' "$DIR/trace.txt")" \
+        "$(wc -l < "$DIR/trace.txt")" "${lost:-0}" "$(reqs "$DIR/r.out")" \
+        "$p" "$(ratio "$p" "$a")" "$s" "$(ratio "$s" "$a")"
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-# Paired ratios (each run against the wrk-alone run of its own round) cancel the drift of a
-# shared machine better than a ratio of medians; both are printed.
-declare -a RR RN RS
-for i in "${!A[@]}"; do
-    RR+=("$(echo "${R[$i]} / ${A[$i]}" | bc -l)")
-    RN+=("$(echo "${N[$i]} / ${A[$i]}" | bc -l)")
-    RS+=("$(echo "${S[$i]} / ${A[$i]}" | bc -l)")
-done
-ma=$(med "${A[@]}"); mr=$(med "${R[@]}"); mn=$(med "${N[@]}"); ms=$(med "${S[@]}")
-echo "calls recorded in the last --record run: $(wc -l < "$DIR/trace.txt"); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf 'medians: wrk alone %.0f req/s; --record %.0f; --record --no-close %.0f; strace -f -e trace=setsockopt %.0f\n' "$ma" "$mr" "$mn" "$ms"
-printf 'median of paired ratios: --record %.1f%% of wrk alone (target >= 95%%); --record --no-close %.1f%%; strace %.1f%%\n' \
-    "$(echo "100 * $(med "${RR[@]}")" | bc -l)" "$(echo "100 * $(med "${RN[@]}")" | bc -l)" "$(echo "100 * $(med "${RS[@]}")" | bc -l)"
+ma=$(med "${A[@]}"); mr=$(med "${R[@]}"); mp=$(med "${P[@]}"); ms=$(med "${S[@]}")
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
+printf 'medians: wrk alone %.0f req/s; --record %.0f; --recorder ptrace %.0f; strace -f -e trace=setsockopt %.0f\n' "$ma" "$mr" "$mp" "$ms"
+printf 'ratio of medians: --record %.1f%% of wrk alone (target: >= 95%% with CONN_CLOSE=1, >= 98%% keep-alive); --recorder ptrace %.1f%%; strace %.1f%%\n' \
+    "$(echo "100 * $mr / $ma" | bc -l)" "$(echo "100 * $mp / $ma" | bc -l)" "$(echo "100 * $ms / $ma" | bc -l)"

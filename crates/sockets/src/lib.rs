@@ -4,8 +4,9 @@
 //!   the delayed-ACK state (/proc/net/tcp), the options only the owner can read (via
 //!   `pidfd_getfd` + `getsockopt`, without stopping the process), per-process summaries and
 //!   server configuration lenses (nginx).
-//! - [`record()`]: run a command under a seccomp filter that stops only on socket calls and
-//!   log them strace-style, with a summary of the options each socket was given.
+//! - [`record()`] / [`record_pids()`]: log the socket calls of a command or of running
+//!   processes strace-style (a BPF program on syscall tracepoints; seccomp + ptrace as the
+//!   fallback for a command), with a summary of the options each socket was given.
 //!
 //! Engines return data; nothing here prints (except the recorder's live trace, which goes to
 //! the writer the caller supplies).
@@ -27,7 +28,7 @@ pub use diag::{SkMemInfo, TcpInfo};
 pub use lens::{ConfigFinding, ConfigLens};
 pub use opts::SocketOptions;
 pub use procfs::{AckState, Owner};
-pub use record::{RecordOptions, Recording, record};
+pub use record::{Mechanism, RecordOptions, Recording, record, record_pids};
 
 /// What to inspect.
 #[derive(Debug, Clone)]

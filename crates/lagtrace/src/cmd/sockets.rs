@@ -1,4 +1,5 @@
-//! `lagtrace sockets`: live TCP sockets with their owners' options, or `--record -- CMD`.
+//! `lagtrace sockets`: live TCP sockets with their owners' options, or `--record` of a
+//! command's (`-- CMD`) or running processes' (`--pid`/`--process`) socket calls.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -7,7 +8,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use lagtrace_netns::NetNs;
-use lagtrace_sockets::{InspectOptions, Inspection, RecordOptions, Recording, SocketInfo};
+use lagtrace_sockets::{
+    InspectOptions, Inspection, Mechanism, RecordOptions, Recording, SocketInfo,
+};
 
 /// Live socket options and TCP_INFO of processes; record a command's socket calls.
 ///
@@ -17,15 +20,20 @@ use lagtrace_sockets::{InspectOptions, Inspection, RecordOptions, Recording, Soc
 /// without stopping the process (needs CAP_SYS_PTRACE, or the same uid). nginx owners get
 /// a config lens: tcp_nodelay, tcp_nopush, sendfile, keepalive_* with file:line.
 ///
-/// Record: `lagtrace sockets --record -- CMD ARGS...` runs CMD, stopping it only on socket
-/// calls, prints them strace-style and a summary of the options each socket set, and exits
-/// with CMD's status.
+/// Record: `lagtrace sockets --record -- CMD ARGS...` runs CMD and prints its socket calls
+/// strace-style with a summary of the options each socket set, and exits with CMD's
+/// status; `--record --pid PID` (or `--process NAME`) watches running processes and their
+/// children for `-d` and exits 0 (2 when they cannot be traced). A BPF program on the
+/// syscall tracepoints records without stopping the program; where BPF cannot be loaded,
+/// `-- CMD` falls back to seccomp + ptrace (a stop per recorded call). The summary says
+/// which was used.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
   lagtrace sockets --port 8080
   lagtrace sockets --process nginx --netns lab1 --json
-  lagtrace sockets --record -- wrk -t1 -c2 -d1s http://127.0.0.1:8080/")]
+  lagtrace sockets --record -- wrk -t1 -c2 -d1s http://127.0.0.1:8080/
+  lagtrace sockets --record --process nginx -d 10s")]
 pub struct Args {
     /// Only sockets whose local or remote port is P
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..))]
@@ -58,9 +66,18 @@ pub struct Args {
     /// With --record: write the call trace to FILE instead of stderr
     #[arg(short = 'o', long, value_name = "FILE", requires = "record")]
     output: Option<PathBuf>,
-    /// With --record: do not stop on close() (sockets' ends are then unknown)
+    /// With --record: do not record close() (sockets' ends are then unknown)
     #[arg(long, requires = "record")]
     no_close: bool,
+    /// With --record --pid/--process: how long to watch
+    #[arg(short = 'd', long, value_name = "DURATION", default_value = "10s",
+          value_parser = super::positive_duration, requires = "record")]
+    duration: std::time::Duration,
+    /// With --record: bpf (tracepoints), ptrace (seccomp stops, -- CMD only), or auto
+    /// (bpf, else ptrace)
+    #[arg(long, value_name = "HOW", default_value = "auto", value_parser = ["auto", "bpf", "ptrace"],
+          requires = "record")]
+    recorder: String,
     /// The command to record
     #[arg(
         trailing_var_arg = true,
@@ -264,8 +281,15 @@ fn render_inspection(ins: &Inspection, show_ns: bool) -> String {
 }
 
 fn run_record(args: Args) -> anyhow::Result<ExitCode> {
-    if args.cmd.is_empty() {
-        bail!("--record needs a command: lagtrace sockets --record -- CMD ARGS...");
+    let attach = args.pid.is_some() || args.process.is_some();
+    if args.cmd.is_empty() && !attach {
+        bail!(
+            "--record needs a command or processes: lagtrace sockets --record -- CMD ARGS..., \
+             or --record --pid PID / --process NAME"
+        );
+    }
+    if !args.cmd.is_empty() && attach {
+        bail!("--record takes either -- CMD or --pid/--process, not both");
     }
     if let Some(p) = &args.output {
         super::check_output("-o", p)?;
@@ -276,6 +300,20 @@ fn run_record(args: Args) -> anyhow::Result<ExitCode> {
         )),
         None => Box::new(std::io::stderr()),
     };
+    let opts = RecordOptions {
+        live: Some(live),
+        trace_close: !args.no_close,
+        mechanism: match args.recorder.as_str() {
+            "bpf" => Mechanism::Bpf,
+            "ptrace" => Mechanism::Ptrace,
+            _ => Mechanism::Auto,
+        },
+        stop: None,
+        on_attached: None,
+    };
+    if attach {
+        return record_attached(&args, opts);
+    }
     // Ctrl-C / Ctrl-\ reach CMD too (same process group): let CMD decide what to do and
     // keep recording until it exits, rather than dying and taking it down (EXITKILL).
     // A handler, not SIG_IGN, so that CMD does not inherit the disposition across exec.
@@ -291,42 +329,93 @@ fn run_record(args: Args) -> anyhow::Result<ExitCode> {
             keep_recording as *const () as libc::sighandler_t,
         );
     }
-    let rec = lagtrace_sockets::record(
-        &args.cmd,
-        RecordOptions {
-            live: Some(live),
-            trace_close: !args.no_close,
-        },
-    )?;
+    let rec = lagtrace_sockets::record(&args.cmd, opts)?;
+    print_recording(&args, &rec)?;
+    Ok(ExitCode::from(rec.exit_status()))
+}
+
+/// `--record --pid/--process`: watch running processes for the window (Ctrl-C ends it
+/// early, with the report).
+fn record_attached(args: &Args, mut opts: RecordOptions) -> anyhow::Result<ExitCode> {
+    let pids = match (&args.process, args.pid) {
+        (Some(name), _) => {
+            let pids = lagtrace_sockets::record::pids_named(name);
+            if pids.is_empty() {
+                bail!("--process {name}: no running process has that command name");
+            }
+            pids
+        }
+        (None, Some(pid)) => vec![pid],
+        (None, None) => bail!("--record needs --pid or --process"),
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    crate::interrupt::on_interrupt(move |_| flag.store(true, std::sync::atomic::Ordering::SeqCst));
+    opts.stop = Some(stop);
+    let window = args.duration;
+    opts.on_attached = Some(Box::new(move |traced: &[u32]| {
+        // Stderr, as the trace: tells the user (and a script) that recording has begun.
+        eprintln!(
+            "lagtrace: recording the socket calls of pid {} for {window:?} (bpf); Ctrl-C ends it",
+            join_pids(traced)
+        );
+    }));
+    let rec = lagtrace_sockets::record_pids(&pids, args.duration, opts)
+        .with_context(|| format!("cannot trace process {}", join_pids(&pids)))?;
+    print_recording(args, &rec)?;
+    Ok(ExitCode::from(rec.exit_status()))
+}
+
+fn join_pids(pids: &[u32]) -> String {
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn print_recording(args: &Args, rec: &Recording) -> anyhow::Result<()> {
     if args.json {
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(
             &mut out,
-            &lagtrace_model::Envelope::new("sockets record", &rec),
+            &lagtrace_model::Envelope::new("sockets record", rec),
         )
         .map_err(std::io::Error::from)?;
         writeln!(out)?;
     } else {
-        eprint!("{}", render_recording(&rec));
+        eprint!("{}", render_recording(rec));
     }
-    Ok(ExitCode::from(rec.exit_status()))
+    Ok(())
 }
 
 fn render_recording(r: &Recording) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "--- lagtrace sockets --record: {} sockets ({} TCP), {} calls, {} tasks; {}",
+        "--- lagtrace sockets --record ({}): {} sockets ({} TCP), {} calls, {} tasks; {}",
+        r.mechanism,
         r.sockets.len(),
         r.tcp_sockets,
         r.events.len(),
         r.tasks,
-        match (r.exit_code, r.signal) {
-            (Some(c), _) => format!("exit {c}"),
-            (None, Some(sig)) => format!("killed by signal {sig}"),
+        match (r.attached.is_empty(), r.exit_code, r.signal) {
+            (false, _, _) => format!("attached to pid {}", join_pids(&r.attached)),
+            (true, Some(c), _) => format!("exit {c}"),
+            (true, None, Some(sig)) => format!("killed by signal {sig}"),
             _ => "no exit status".into(),
         }
     );
+    if let Some(why) = &r.fallback {
+        let _ = writeln!(s, "  (seccomp + ptrace: BPF not used: {why})");
+    }
+    if r.lost_events > 0 {
+        let _ = writeln!(
+            s,
+            "  LOST: {} calls or process events had no room in the recorder's buffers; \
+             the trace is incomplete",
+            r.lost_events
+        );
+    }
     for o in &r.option_summary {
         let _ = writeln!(
             s,
