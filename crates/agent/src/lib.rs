@@ -11,14 +11,21 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "net")]
 pub mod auth;
+#[cfg(feature = "net")]
 pub mod caps;
+#[cfg(feature = "net")]
 pub mod client;
 pub mod clock;
 pub mod pcap;
 pub mod proto;
+#[cfg(feature = "net")]
 pub mod server;
+#[cfg(feature = "net")]
 pub mod tls;
 
+#[cfg(feature = "net")]
 pub use client::{AgentClient, ClientError};
+#[cfg(feature = "net")]
 pub use server::{AgentConfig, serve};

@@ -27,6 +27,7 @@ struct Agent {
     addr: SocketAddr,
     fingerprint: String,
     out: String,
+    pid: u32,
     _proc: Foreground,
 }
 
@@ -53,6 +54,8 @@ fn agent(lab: &Lab, port: u16, extra: &[&str], env: &[(&str, &str)]) -> Agent {
     }
     let mut child = cmd.spawn().expect("start the agent");
     let stdout = child.stdout.take().unwrap();
+    // `ip netns exec` execs the agent: the same process.
+    let pid = child.id();
     let fg = Foreground(child);
     let mut lines = BufReader::new(stdout).lines();
     let mut out = String::new();
@@ -74,6 +77,7 @@ fn agent(lab: &Lab, port: u16, extra: &[&str], env: &[(&str, &str)]) -> Agent {
         addr: addr.unwrap(),
         fingerprint: fingerprint.unwrap(),
         out,
+        pid,
         _proc: fg,
     }
 }
@@ -198,6 +202,13 @@ fn remote_diagnose_equals_local_on_the_reference_case_and_the_healthy_server() {
             theta.abs() < 50_000,
             "offset left after the agent's: {theta} µs"
         );
+        // The host layer's drops by reason ran there as here (BPF with the kept CAP_BPF and
+        // CAP_PERFMON): the same status and scope.
+        let drops = |j: &Value| {
+            let d = &j["layers"]["host"]["data"]["drops"];
+            (d["status"].clone(), d["data"]["scope"].clone())
+        };
+        assert_eq!(drops(&remote), drops(&local));
         // The server's socket options came over the channel: the same process and counts.
         let srv = |j: &Value| j["layers"]["sockets"]["data"]["server"]["comm"].clone();
         assert_eq!(srv(&remote), srv(&local));
@@ -253,6 +264,18 @@ fn the_agent_refuses_without_disclosing_anything() {
     let lab = Lab::up(&LabOptions::new(&name("ref"))).expect("lab up");
     let port = lab.latency_addr().port();
     let a = agent(&lab, port, &["--grace", "1s"], &[]);
+    // Least privilege: the agent's effective and bounding sets hold the five it needs only
+    // (CAP_NET_RAW 13, CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21, CAP_PERFMON 38, CAP_BPF 39).
+    let want = (1u64 << 13) | (1 << 19) | (1 << 21) | (1 << 38) | (1 << 39);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", a.pid)).unwrap();
+    for set in ["CapEff:", "CapPrm:", "CapBnd:"] {
+        let v = status
+            .lines()
+            .find_map(|l| l.strip_prefix(set))
+            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+            .unwrap();
+        assert_eq!(v, want, "{set} {v:x}");
+    }
     let open = format!(r#"{{"port":{port},"window_ms":500}}"#);
     // No token, a wrong token: 401 and one generic line, whatever was asked.
     for auth in [None, Some("test-token-0123456789abcdeX"), Some("")] {
