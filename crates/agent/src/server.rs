@@ -437,6 +437,9 @@ fn router(st: St) -> Router {
         .with_state(st)
 }
 
+/// Connections open at once, all peers together (each is also bounded in time).
+const MAX_CONNECTIONS: usize = 64;
+
 /// Serves on `listener` until `stop` is set. Each connection: a 5 s TLS handshake, 5 s for
 /// a request's headers (at most 16 KiB), and at most the longest window plus its grace and
 /// a minute in all.
@@ -469,6 +472,7 @@ async fn accept_loop(
     });
     let app = router(st);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     while !stop.load(Ordering::Relaxed) {
         let (tcp, peer) =
             match tokio::time::timeout(Duration::from_millis(200), listener.accept()).await {
@@ -480,8 +484,14 @@ async fn accept_loop(
                 }
                 Err(_) => continue,
             };
+        // Beyond MAX_CONNECTIONS open connections a new one is closed at once.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            drop(tcp);
+            continue;
+        };
         let (acceptor, app) = (acceptor.clone(), app.clone());
         tokio::spawn(async move {
+            let _slot = slot;
             let Ok(Ok(tls)) =
                 tokio::time::timeout(Duration::from_secs(5), acceptor.accept(tcp)).await
             else {
