@@ -68,7 +68,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logger::install();
-    interrupt::install();
+    // The agent installs it after giving up its capabilities, so that the handler's thread
+    // does not keep them (capability sets are per thread).
+    if !matches!(cli.command, Command::Agent(_)) {
+        interrupt::install();
+    }
     let result = match cli.command {
         Command::Ping(a) => cmd::ping::run(a),
         Command::Route(a) => cmd::route::run(a),

@@ -267,14 +267,22 @@ fn the_agent_refuses_without_disclosing_anything() {
     // Least privilege: the agent's effective and bounding sets hold the five it needs only
     // (CAP_NET_RAW 13, CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21, CAP_PERFMON 38, CAP_BPF 39).
     let want = (1u64 << 13) | (1 << 19) | (1 << 21) | (1 << 38) | (1 << 39);
-    let status = std::fs::read_to_string(format!("/proc/{}/status", a.pid)).unwrap();
-    for set in ["CapEff:", "CapPrm:", "CapBnd:"] {
-        let v = status
-            .lines()
-            .find_map(|l| l.strip_prefix(set))
-            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
-            .unwrap();
-        assert_eq!(v, want, "{set} {v:x}");
+    // Every thread's: capability sets are per thread (the signal handler's thread too).
+    let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{}/task", a.pid))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(tasks.len() > 2, "{tasks:?}");
+    for t in &tasks {
+        let status = std::fs::read_to_string(t.join("status")).unwrap();
+        for set in ["CapEff:", "CapPrm:", "CapBnd:"] {
+            let v = status
+                .lines()
+                .find_map(|l| l.strip_prefix(set))
+                .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+                .unwrap();
+            assert_eq!(v, want, "{} {set} {v:x}", t.display());
+        }
     }
     let open = format!(r#"{{"port":{port},"window_ms":500}}"#);
     // No token, a wrong token: 401 and one generic line, whatever was asked.

@@ -75,7 +75,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(p) = &args.fingerprint_file {
         std::fs::write(p, format!("{fp}\n")).with_context(|| format!("writing {}", p.display()))?;
     }
+    // Before any thread starts: threads made later inherit the reduced sets.
     let dropped = caps::drop_to_needed().context("dropping capabilities")?;
+    crate::interrupt::install();
     let mut cfg = AgentConfig::new(args.port, token);
     cfg.max_window = args.max_window;
     cfg.grace = args.grace;
