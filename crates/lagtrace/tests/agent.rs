@@ -267,7 +267,10 @@ fn the_agent_refuses_without_disclosing_anything() {
     // Least privilege: the agent's effective and bounding sets hold the five it needs only
     // (CAP_NET_RAW 13, CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21, CAP_PERFMON 38, CAP_BPF 39).
     let want = (1u64 << 13) | (1 << 19) | (1 << 21) | (1 << 38) | (1 << 39);
-    // Every thread's: capability sets are per thread (the signal handler's thread too).
+    // Every thread's: capability sets are per thread (the signal handler's thread too, and
+    // the runtime's, up once a request was answered).
+    let (code, body) = raw(&a, "GET", "/v1/clock", Some(TOKEN), b"");
+    assert_eq!(code, 200, "{body}");
     let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{}/task", a.pid))
         .unwrap()
         .map(|e| e.unwrap().path())
