@@ -10,7 +10,6 @@
 //! A layer whose engine fails or lacks a privilege says so in its status; nothing is faked.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -63,6 +62,9 @@ pub struct DiagnoseOptions {
     /// The server's process for the host layer; `None`: the owner of the listener on the
     /// target port, where the target's namespace can be entered.
     pub server_pid: Option<u32>,
+    /// The server-side layers (packets, sockets, host) from another host (`lagtrace
+    /// agent`) instead of this machine's namespaces, which are then never entered.
+    pub remote: Option<Arc<dyn crate::remote::RemoteServer>>,
 }
 
 impl DiagnoseOptions {
@@ -76,6 +78,7 @@ impl DiagnoseOptions {
             stop: Arc::new(AtomicBool::new(false)),
             insecure: false,
             server_pid: None,
+            remote: None,
         }
     }
 }
@@ -266,7 +269,12 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     let (target, sa) = parse_target(&opts.url)?;
     validate(opts)?;
     let stop = &*opts.stop;
-    let location = locate(sa.ip());
+    // With a remote server side no namespace here is entered (nor looked into).
+    let location = if opts.remote.is_some() {
+        ServerLocation::Elsewhere
+    } else {
+        locate(sa.ip())
+    };
 
     let (mut path, path_err) = path_idle(sa, stop, progress);
     let budget = Budget::split(opts.duration);
@@ -327,10 +335,10 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
 }
 
 /// The reason a layer gives when Ctrl-C ended the run before it measured.
-const INTERRUPTED: &str = "interrupted";
+pub(crate) const INTERRUPTED: &str = "interrupted";
 
 /// Sleeps `d` unless `stop` is set first (checked every 20 ms); true when stopped.
-fn nap(d: Duration, stop: &AtomicBool) -> bool {
+pub(crate) fn nap(d: Duration, stop: &AtomicBool) -> bool {
     let end = Instant::now() + d;
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -513,15 +521,63 @@ fn app_c1(
 }
 
 /// What the c=N phase measured in every layer.
-struct UnderLoad {
-    cn: AppRun,
+pub(crate) struct UnderLoad {
+    pub(crate) cn: AppRun,
     /// SYN ping under load, when it ran.
-    ping: Option<RttStats>,
+    pub(crate) ping: Option<RttStats>,
     /// Path notes (why the ping under load did not run).
-    notes: Vec<String>,
-    packets: Layer<PacketEvidence>,
-    sockets: Layer<SocketEvidence>,
-    host: Layer<lagtrace_model::host::HostReport>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) packets: Layer<PacketEvidence>,
+    pub(crate) sockets: Layer<SocketEvidence>,
+    pub(crate) host: Layer<lagtrace_model::host::HostReport>,
+}
+
+/// The SYN ping under load on its own thread (from 400 ms into the run until stopped).
+pub(crate) fn start_pinger(
+    sa: SocketAddr,
+) -> (
+    std::thread::JoinHandle<Result<lagtrace_probe::PingReport, lagtrace_probe::Error>>,
+    Arc<AtomicBool>,
+) {
+    let ping_stop = Arc::new(AtomicBool::new(false));
+    let ps = ping_stop.clone();
+    let h = std::thread::spawn(move || {
+        nap(Duration::from_millis(400), &ps);
+        ping(sa, 10, 300, &ps)
+    });
+    (h, ping_stop)
+}
+
+/// The ping under load's figures, or the path note saying why there are none.
+pub(crate) fn join_pinger(
+    pinger: std::thread::JoinHandle<Result<lagtrace_probe::PingReport, lagtrace_probe::Error>>,
+) -> (Option<RttStats>, Vec<String>) {
+    let mut notes = Vec::new();
+    let ping = match pinger.join() {
+        Ok(Ok(r)) => Some(adapters::path::rtt_stats(&r)),
+        Ok(Err(e)) => {
+            notes.push(format!("SYN ping under load: {e:#}"));
+            None
+        }
+        Err(_) => {
+            notes.push("SYN ping under load: thread panicked".into());
+            None
+        }
+    };
+    (ping, notes)
+}
+
+/// The load options of the c=N phase, from the c=1 phase's.
+fn cn_options(
+    opts: &DiagnoseOptions,
+    c1: &lagtrace_load::LoadOptions,
+    cn_dur: Duration,
+) -> lagtrace_load::LoadOptions {
+    let mut lo = c1.clone();
+    lo.connections = opts.concurrency as usize;
+    lo.threads = (opts.concurrency as usize).clamp(1, 2);
+    lo.duration = Some(cn_dur);
+    lo
 }
 
 /// Steps 3+4: the c=N load with the capture, the SYN ping under load and the socket
@@ -534,16 +590,20 @@ fn under_load(
     sa: SocketAddr,
     progress: &dyn Fn(Step),
 ) -> UnderLoad {
+    if let Some(remote) = &opts.remote {
+        let lo = cn_options(opts, c1, cn_dur);
+        return crate::remote::under_load(
+            &**remote,
+            lo,
+            opts.concurrency,
+            sa,
+            &opts.stop,
+            progress,
+        );
+    }
     let stop = &*opts.stop;
     let capture = start_capture(location, sa, progress);
-    let ping_stop = Arc::new(AtomicBool::new(false));
-    let pinger = {
-        let ps = ping_stop.clone();
-        std::thread::spawn(move || {
-            nap(Duration::from_millis(400), &ps);
-            ping(sa, 10, 300, &ps)
-        })
-    };
+    let (pinger, ping_stop) = start_pinger(sa);
     let host = start_host(opts, location, sa.port(), cn_dur);
     let insp: Arc<Mutex<Option<Layer<SocketEvidence>>>> = Arc::new(Mutex::new(None));
     let inspector = {
@@ -566,24 +626,10 @@ fn under_load(
         opts.concurrency,
         cn_dur.as_secs_f64()
     )));
-    let mut lo = c1.clone();
-    lo.connections = opts.concurrency as usize;
-    lo.threads = (opts.concurrency as usize).clamp(1, 2);
-    lo.duration = Some(cn_dur);
+    let lo = cn_options(opts, c1, cn_dur);
     let cn = app_cn(&lo, opts.concurrency, stop, progress);
     ping_stop.store(true, Ordering::Relaxed);
-    let mut notes = Vec::new();
-    let ping = match pinger.join() {
-        Ok(Ok(r)) => Some(adapters::path::rtt_stats(&r)),
-        Ok(Err(e)) => {
-            notes.push(format!("SYN ping under load: {e:#}"));
-            None
-        }
-        Err(_) => {
-            notes.push("SYN ping under load: thread panicked".into());
-            None
-        }
-    };
+    let (ping, notes) = join_pinger(pinger);
     let _ = inspector.join();
     let sockets = insp
         .lock()
@@ -634,7 +680,7 @@ fn start_host(
 }
 
 /// The c=N load itself.
-fn app_cn(
+pub(crate) fn app_cn(
     lo: &lagtrace_load::LoadOptions,
     concurrency: u32,
     stop: &AtomicBool,
@@ -664,7 +710,7 @@ fn app_cn(
 }
 
 /// The progress line of the packet layer.
-fn packets_line(packets: &Layer<PacketEvidence>) -> String {
+pub(crate) fn packets_line(packets: &Layer<PacketEvidence>) -> String {
     match packets.get() {
         Some(p) => format!(
             "packets: {} packets, {} streams, {} transactions, {} finding kinds",
@@ -682,7 +728,7 @@ fn packets_line(packets: &Layer<PacketEvidence>) -> String {
 }
 
 /// The progress line of the socket layer.
-fn sockets_line(sockets: &Layer<SocketEvidence>) -> String {
+pub(crate) fn sockets_line(sockets: &Layer<SocketEvidence>) -> String {
     match sockets.get() {
         Some(s) => format!(
             "sockets: {} with {} established, TCP_NODELAY off on {}, TCP_CORK on {}",
@@ -860,16 +906,42 @@ fn finish_capture(
         Ok(s) => s,
         Err(e) => return Layer::error(format!("capture: {e:#}")),
     };
-    let path: PathBuf = c.file.0.clone();
+    analyse(&c.file.0, c.point, stats.dropped_by_kernel, run)
+}
+
+/// Analyses a capture received as pcap bytes (a remote server side's) like a local one.
+pub(crate) fn analyse_pcap_bytes(
+    pcap: &[u8],
+    point: String,
+    dropped: u64,
+    run: &AppRun,
+) -> Layer<PacketEvidence> {
+    let file = match tempfile_path::new("remote") {
+        Ok(f) => f,
+        Err(e) => return Layer::error(format!("temp file: {e}")),
+    };
+    if let Err(e) = std::fs::write(&file.0, pcap) {
+        return Layer::error(format!("temp file: {e}"));
+    }
+    analyse(&file.0, point, dropped, run)
+}
+
+/// The packet layer of a capture file, joined with the run's kept records.
+fn analyse(
+    path: &std::path::Path,
+    point: String,
+    dropped: u64,
+    run: &AppRun,
+) -> Layer<PacketEvidence> {
     let opts = lagtrace_packet::AnalyzeOptions {
         timings: run.records.is_some(),
         ..lagtrace_packet::AnalyzeOptions::default()
     };
-    let a = match lagtrace_packet::analyze_file(&path, &opts) {
+    let a = match lagtrace_packet::analyze_file(path, &opts) {
         Ok(a) => a,
         Err(e) => return Layer::error(format!("analysis: {e:#}")),
     };
-    let mut ev = adapters::packets::evidence(&a, c.point, stats.dropped_by_kernel);
+    let mut ev = adapters::packets::evidence(&a, point, dropped);
     if let Some(records) = &run.records
         && !a.timings.is_empty()
     {
@@ -882,7 +954,7 @@ fn finish_capture(
             keep_stream: Some(s),
             ..lagtrace_packet::AnalyzeOptions::default()
         };
-        if let Ok(a2) = lagtrace_packet::analyze_file(&path, &o2) {
+        if let Ok(a2) = lagtrace_packet::analyze_file(path, &o2) {
             ev.example_flow = adapters::packets::flow(&a2, s, 14);
         }
     }

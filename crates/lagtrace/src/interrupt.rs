@@ -17,7 +17,8 @@ static HOOKS: Mutex<Vec<Hook>> = Mutex::new(Vec::new());
 /// The exit status of an interrupted run (128 + SIGINT, as a shell reports it).
 pub const EXIT_INTERRUPTED: u8 = 130;
 
-/// Installs the process's one handler. Called once, from `main`.
+/// Installs the process's one handler. Called once, from `main` (from `agent` after it
+/// gives up its capabilities).
 pub fn install() {
     let _ = ctrlc::set_handler(|| {
         let n = PRESSES.fetch_add(1, Ordering::SeqCst) + 1;

@@ -53,6 +53,8 @@ enum Command {
     Diagnose(cmd::diagnose::Args),
     /// Build the reference case on this machine: real nginx good/latency servers in a namespace
     Lab(cmd::lab::Args),
+    /// Serve one port's server-side layers (capture, sockets, host) to `diagnose --agent`
+    Agent(cmd::agent::Args),
     /// Run the built-in HTTP fault server (Nagle, think time, TCP_CORK, sizes)
     Serve(cmd::serve::Args),
     /// The reference case end to end: lab up, diagnose, fix, verify, lab down
@@ -66,7 +68,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logger::install();
-    interrupt::install();
+    // The agent installs it after giving up its capabilities, so that the handler's thread
+    // does not keep them (capability sets are per thread).
+    if !matches!(cli.command, Command::Agent(_)) {
+        interrupt::install();
+    }
     let result = match cli.command {
         Command::Ping(a) => cmd::ping::run(a),
         Command::Route(a) => cmd::route::run(a),
@@ -78,6 +84,7 @@ fn main() -> ExitCode {
         Command::Host(a) => cmd::host::run(a),
         Command::Lab(a) => cmd::lab::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Agent(a) => cmd::agent::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Completions(a) => cmd::shell::completions(a, Cli::command()),
         Command::Man(a) => cmd::shell::man(a, Cli::command()),

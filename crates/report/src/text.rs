@@ -11,6 +11,9 @@ use lagtrace_model::diagnosis::verdict::{FixSide, Stance};
 
 use crate::ms;
 
+/// How diagnose --agent's note on a server-side layer begins (`from agent ADDR (...)`).
+const REMOTE_NOTE: &str = "from agent ";
+
 /// One line summing up what a layer measured (or why it did not run).
 pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
     let layers = &d.layers;
@@ -36,6 +39,8 @@ pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
         {
             format!("{r}; {s}")
         }
+        // A server-side layer from `lagtrace agent` says so (diagnose --agent's note).
+        Some(r) if r.contains(REMOTE_NOTE) && !s.contains(r) => format!("{s}; {r}"),
         _ => s,
     }
 }

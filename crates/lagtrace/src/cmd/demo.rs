@@ -206,6 +206,7 @@ fn diagnose(
         baseline: None,
         verify: false,
         server_pid: None,
+        agent: Default::default(),
         quiet: false,
     };
     let mut d = super::diagnose::diagnose(&args)?;

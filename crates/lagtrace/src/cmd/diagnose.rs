@@ -76,9 +76,48 @@ pub struct Args {
     /// namespace's under /run/netns; otherwise the host layer is skipped
     #[arg(long, value_name = "PID", value_parser = super::process_id)]
     pub server_pid: Option<u32>,
+    /// The server-side layers (capture, sockets, host) from `lagtrace agent` on the server's
+    /// host instead of this machine
+    #[command(flatten)]
+    pub agent: AgentArgs,
     /// No progress lines on stderr
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// `--agent ADDR:PORT` and how to trust it.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AgentArgs {
+    /// The server host's `lagtrace agent`: its capture, sockets and host layers replace the
+    /// local server-side ones (no namespace here is entered)
+    #[arg(
+        long = "agent",
+        value_name = "ADDR:PORT",
+        requires = "agent_fingerprint"
+    )]
+    pub agent: Option<std::net::SocketAddr>,
+    /// The agent's certificate fingerprint as it printed it at start (sha256:HEX)
+    #[arg(long, value_name = "SHA256", requires = "agent")]
+    pub agent_fingerprint: Option<String>,
+    /// File holding the agent's token (default: $LAGTRACE_AGENT_TOKEN; never a flag)
+    #[arg(long, value_name = "FILE", requires = "agent")]
+    pub agent_token_file: Option<PathBuf>,
+}
+
+/// The agent client of `--agent`, its flags checked before any traffic.
+fn agent_client(
+    a: &AgentArgs,
+) -> anyhow::Result<Option<Arc<dyn lagtrace_diagnose::remote::RemoteServer>>> {
+    let (Some(addr), Some(fp)) = (a.agent, a.agent_fingerprint.as_deref()) else {
+        return Ok(None);
+    };
+    let pin = lagtrace_agent::tls::parse_fingerprint(fp)
+        .map_err(|e| anyhow::anyhow!("--agent-fingerprint {e}"))?;
+    let token = lagtrace_agent::auth::Token::load(a.agent_token_file.as_deref())
+        .map_err(|e| anyhow::anyhow!("--agent: {e}"))?;
+    let c = lagtrace_agent::AgentClient::new(addr, pin, token)
+        .map_err(|e| anyhow::anyhow!("--agent: {e}"))?;
+    Ok(Some(Arc::new(c)))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -246,6 +285,7 @@ pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
     o.timeout = args.timeout;
     o.insecure = args.insecure;
     o.server_pid = args.server_pid;
+    o.remote = agent_client(&args.agent)?;
     o.stop = stop;
     let quiet = args.quiet;
     let tty = std::io::stderr().is_terminal();

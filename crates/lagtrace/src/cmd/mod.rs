@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+pub mod agent;
 pub mod analyze;
 pub mod capture;
 pub mod demo;

@@ -1,0 +1,519 @@
+//! The agent: an HTTP/1.1 (hyper + axum) server over rustls serving one port's server-side
+//! layers to authenticated clients.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use lagtrace_diagnose::ServerLocation;
+use lagtrace_diagnose::evidence::{Layer, PacketEvidence};
+use lagtrace_model::host::HostReport;
+
+use crate::auth::{Bucket, Token};
+use crate::proto::{
+    ApiError, CaptureSummary, ClockReply, ErrorReply, MAX_BODY, SessionFinished, SessionOpened,
+    parse_session_request,
+};
+
+/// The agent's settings.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The one listening port whose owner the agent serves.
+    pub port: u16,
+    /// The shared token.
+    pub token: Token,
+    /// The longest window a session may ask for.
+    pub max_window: Duration,
+    /// How long a finished or unfinished session's results wait for the client after the
+    /// window's end before they are dropped (the session expires).
+    pub grace: Duration,
+    /// Requests per second allowed (all clients together), and the burst.
+    pub rate_per_sec: f64,
+    /// Burst of the rate limit.
+    pub burst: u32,
+    /// Test only: added to every time the agent reports (its clock and its capture).
+    pub skew_ns: i64,
+    /// Packets a capture keeps at most.
+    pub max_packets: u64,
+}
+
+impl AgentConfig {
+    /// Defaults for `port` and `token`: windows up to 10 min, 30 s grace, 20 req/s.
+    pub fn new(port: u16, token: Token) -> AgentConfig {
+        AgentConfig {
+            port,
+            token,
+            max_window: Duration::from_secs(600),
+            grace: Duration::from_secs(30),
+            rate_per_sec: 20.0,
+            burst: 40,
+            skew_ns: 0,
+            max_packets: 200_000,
+        }
+    }
+}
+
+/// A capture running for a session.
+struct Running {
+    handle: lagtrace_packet::capture::CaptureHandle,
+    file: PathBuf,
+    point: String,
+}
+
+/// One open window.
+struct Session {
+    id: String,
+    peer: IpAddr,
+    port: u16,
+    started: Instant,
+    window: Duration,
+    capture: Option<Result<Running, Box<Layer<PacketEvidence>>>>,
+    host: Option<std::thread::JoinHandle<Layer<HostReport>>>,
+    finished: Option<SessionFinished>,
+    pcap: Option<PathBuf>,
+}
+
+impl Session {
+    fn expires(&self, grace: Duration) -> Instant {
+        self.started + self.window + grace
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(Ok(r)) = self.capture.take() {
+            let _ = r.handle.stop();
+            let _ = std::fs::remove_file(&r.file);
+        }
+        if let Some(p) = &self.pcap {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+struct Shared {
+    cfg: AgentConfig,
+    bucket: Mutex<Bucket>,
+    session: Mutex<Option<Session>>,
+}
+
+type St = Arc<Shared>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The agent's wall clock (ns since the epoch), with the test-only skew.
+fn now_ns(skew: i64) -> i64 {
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    t.saturating_add(skew)
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_REQUEST);
+        let body = serde_json::to_vec(&ErrorReply {
+            error: self.message,
+        })
+        .unwrap_or_default();
+        let mut r = (status, body).into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
+    }
+}
+
+fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
+    match serde_json::to_vec(v) {
+        Ok(b) => {
+            let mut r = (status, b).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        Err(e) => ApiError::new(500, format!("encoding the reply: {e}")).into_response(),
+    }
+}
+
+/// Rate limit first (unauthenticated floods too), then the token; a refusal says only what
+/// was refused.
+async fn gate(State(st): State<St>, req: Request, next: Next) -> Response {
+    if !lock(&st.bucket).take(Instant::now()) {
+        return ApiError::new(429, "too many requests").into_response();
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .unwrap_or(b"");
+    if !st.cfg.token.matches(presented) {
+        return ApiError::new(401, "unauthorized").into_response();
+    }
+    if req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|n| n > MAX_BODY)
+    {
+        return ApiError::new(413, "request too large").into_response();
+    }
+    next.run(req).await
+}
+
+async fn clock(State(st): State<St>) -> Response {
+    let recv = now_ns(st.cfg.skew_ns);
+    let reply = ClockReply {
+        recv_unix_ns: recv,
+        send_unix_ns: now_ns(st.cfg.skew_ns),
+    };
+    json(StatusCode::OK, &reply)
+}
+
+fn random_id() -> Result<String, ApiError> {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut b)
+        .map_err(|_| ApiError::new(500, "no randomness"))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+async fn open(
+    State(st): State<St>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let body = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|_| ApiError::new(413, "request too large"))?;
+    let max_ms = u64::try_from(st.cfg.max_window.as_millis()).unwrap_or(u64::MAX);
+    let req = parse_session_request(&body, max_ms)?;
+    if req.port != st.cfg.port {
+        return Err(ApiError::new(
+            403,
+            "refused: this agent serves another port's owner only",
+        ));
+    }
+    let st2 = st.clone();
+    let opened = tokio::task::spawn_blocking(move || {
+        open_blocking(&st2, peer.ip(), req.port, req.window_ms)
+    })
+    .await
+    .map_err(|_| ApiError::new(500, "the session did not start"))??;
+    Ok(json(StatusCode::CREATED, &opened))
+}
+
+fn open_blocking(
+    st: &Shared,
+    peer: IpAddr,
+    port: u16,
+    window_ms: u64,
+) -> Result<SessionOpened, ApiError> {
+    let mut slot = lock(&st.session);
+    if let Some(s) = slot.as_ref() {
+        if Instant::now() < s.expires(st.cfg.grace) {
+            return Err(ApiError::new(409, "busy: another session is open"));
+        }
+        *slot = None;
+    }
+    let window = Duration::from_millis(window_ms);
+    let capture = start_capture(&st.cfg, peer, port);
+    let host = {
+        let loc = ServerLocation::Here;
+        std::thread::spawn(move || {
+            lagtrace_diagnose::adapters::host::measure(&loc, port, None, window)
+        })
+    };
+    let id = random_id()?;
+    let opened = SessionOpened {
+        session: id.clone(),
+        capture: match &capture {
+            Ok(r) => Ok(r.point.clone()),
+            Err(l) => Err(l.reason.clone().unwrap_or_default()),
+        },
+        window_ms,
+    };
+    *slot = Some(Session {
+        id,
+        peer,
+        port,
+        started: Instant::now(),
+        window,
+        capture: Some(capture),
+        host: Some(host),
+        finished: None,
+        pcap: None,
+    });
+    Ok(opened)
+}
+
+/// The capture of `peer`'s connections to `port`, on the interface toward `peer`.
+fn start_capture(
+    cfg: &AgentConfig,
+    peer: IpAddr,
+    port: u16,
+) -> Result<Running, Box<Layer<PacketEvidence>>> {
+    use lagtrace_packet::capture::{Capture, CaptureOptions, route_iface};
+    let netns = lagtrace_netns::NetNs::Current;
+    let iface = route_iface(peer, &netns).unwrap_or_else(|| "any".into());
+    let file = std::env::temp_dir().join(format!(
+        "lagtrace-agent-{}-{}.pcap",
+        std::process::id(),
+        random_id().map_err(|e| Box::new(Layer::error(e.message)))?
+    ));
+    let o = CaptureOptions {
+        iface: iface.clone(),
+        filter: Some(format!("tcp port {port} and host {peer}")),
+        snaplen: 160,
+        netns,
+        count: Some(cfg.max_packets),
+        output: Some(file.clone()),
+        ..CaptureOptions::default()
+    };
+    let host = rustix::system::uname();
+    let point = format!(
+        "{iface} on the agent's host {}",
+        host.nodename().to_string_lossy()
+    );
+    match Capture::start(&o, None) {
+        Ok(handle) => Ok(Running {
+            handle,
+            file,
+            point,
+        }),
+        Err(e) if e.privilege().is_some() => Err(Box::new(Layer::unavailable(format!(
+            "the agent cannot capture: {e} (it needs CAP_NET_RAW)"
+        )))),
+        Err(e) => Err(Box::new(Layer::error(format!("capture on {point}: {e}")))),
+    }
+}
+
+/// The session `id` of `peer`, unless it expired (then it is dropped).
+fn with_session<R>(
+    st: &Shared,
+    id: &str,
+    peer: IpAddr,
+    f: impl FnOnce(&mut Session) -> Result<R, ApiError>,
+) -> Result<R, ApiError> {
+    let mut slot = lock(&st.session);
+    let s = match slot.as_mut() {
+        Some(s) if s.id.as_bytes() == id.as_bytes() && s.peer == peer => s,
+        _ => return Err(ApiError::new(404, "no such session")),
+    };
+    if Instant::now() >= s.expires(st.cfg.grace) {
+        *slot = None;
+        return Err(ApiError::new(410, "session expired"));
+    }
+    f(s)
+}
+
+async fn sockets(
+    State(st): State<St>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let port = with_session(&st, &id, peer.ip(), |s| Ok(s.port))?;
+    let l = tokio::task::spawn_blocking(move || {
+        lagtrace_diagnose::run::inspect_server(&ServerLocation::Here, port)
+    })
+    .await
+    .map_err(|_| ApiError::new(500, "the inspection failed"))?;
+    Ok(json(StatusCode::OK, &l))
+}
+
+async fn finish(
+    State(st): State<St>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let end = with_session(&st, &id, peer.ip(), |s| Ok(s.started + s.window))?;
+    tokio::time::sleep_until(tokio::time::Instant::from_std(end)).await;
+    let st2 = st.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        with_session(&st2, &id, peer.ip(), |s| finish_blocking(&st2.cfg, s))
+    })
+    .await
+    .map_err(|_| ApiError::new(500, "the session did not finish"))??;
+    Ok(json(StatusCode::OK, &done))
+}
+
+fn finish_blocking(cfg: &AgentConfig, s: &mut Session) -> Result<SessionFinished, ApiError> {
+    if let Some(f) = &s.finished {
+        return Ok(f.clone());
+    }
+    let host = match s.host.take().map(|h| h.join()) {
+        Some(Ok(l)) => l,
+        _ => Layer::error("the host layer's thread failed"),
+    };
+    let capture = match s.capture.take() {
+        Some(Ok(r)) => {
+            let file = r.file.clone();
+            s.pcap = Some(file.clone());
+            match r.handle.stop() {
+                Ok(stats) => skew_file(&file, cfg.skew_ns)
+                    .map(|bytes| CaptureSummary {
+                        point: r.point.clone(),
+                        packets: stats.captured,
+                        dropped: stats.dropped_by_kernel,
+                        bytes,
+                    })
+                    .map_err(Layer::error),
+                Err(e) => Err(Layer::error(format!("capture: {e:#}"))),
+            }
+        }
+        Some(Err(l)) => Err(*l),
+        None => Err(Layer::error("no capture")),
+    };
+    let f = SessionFinished { host, capture };
+    s.finished = Some(f.clone());
+    Ok(f)
+}
+
+/// Applies the test-only skew to the capture's timestamps (they are the agent's clock);
+/// returns the file's size.
+fn skew_file(file: &std::path::Path, skew_ns: i64) -> Result<u64, String> {
+    let mut b = std::fs::read(file).map_err(|e| format!("capture file: {e}"))?;
+    if skew_ns != 0 {
+        crate::pcap::shift(&mut b, skew_ns)?;
+        std::fs::write(file, &b).map_err(|e| format!("capture file: {e}"))?;
+    }
+    Ok(b.len() as u64)
+}
+
+async fn pcap(
+    State(st): State<St>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let file = with_session(&st, &id, peer.ip(), |s| {
+        s.pcap
+            .clone()
+            .ok_or_else(|| ApiError::new(409, "the session is not finished"))
+    })?;
+    let bytes = tokio::task::spawn_blocking(move || std::fs::read(&file))
+        .await
+        .map_err(|_| ApiError::new(500, "capture file"))?
+        .map_err(|e| ApiError::new(500, format!("capture file: {e}")))?;
+    // The session ends with its capture delivered.
+    *lock(&st.session) = None;
+    let mut r = (StatusCode::OK, Bytes::from(bytes)).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/vnd.tcpdump.pcap"),
+    );
+    Ok(r)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(404, "no such endpoint")
+}
+
+fn router(st: St) -> Router {
+    Router::new()
+        .route("/v1/clock", get(clock))
+        .route("/v1/session", post(open))
+        .route("/v1/session/{id}/sockets", get(sockets))
+        .route("/v1/session/{id}/finish", post(finish))
+        .route("/v1/session/{id}/pcap", get(pcap))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(st.clone(), gate))
+        .with_state(st)
+}
+
+/// Connections open at once, all peers together (each is also bounded in time).
+const MAX_CONNECTIONS: usize = 64;
+
+/// Serves on `listener` until `stop` is set. Each connection: a 5 s TLS handshake, 5 s for
+/// a request's headers (at most 16 KiB), and at most the longest window plus its grace and
+/// a minute in all.
+pub fn serve(
+    cfg: AgentConfig,
+    tls: Arc<rustls::ServerConfig>,
+    listener: std::net::TcpListener,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(accept_loop(cfg, tls, listener, stop))
+}
+
+async fn accept_loop(
+    cfg: AgentConfig,
+    tls: Arc<rustls::ServerConfig>,
+    listener: std::net::TcpListener,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let life = cfg.max_window + cfg.grace + Duration::from_secs(60);
+    let st: St = Arc::new(Shared {
+        bucket: Mutex::new(Bucket::new(cfg.burst, cfg.rate_per_sec)),
+        session: Mutex::new(None),
+        cfg,
+    });
+    let app = router(st);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    while !stop.load(Ordering::Relaxed) {
+        let (tcp, peer) =
+            match tokio::time::timeout(Duration::from_millis(200), listener.accept()).await {
+                Ok(Ok(x)) => x,
+                Ok(Err(e)) => {
+                    log::warn!("agent: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                Err(_) => continue,
+            };
+        // Beyond MAX_CONNECTIONS open connections a new one is closed at once.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            drop(tcp);
+            continue;
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let Ok(Ok(tls)) =
+                tokio::time::timeout(Duration::from_secs(5), acceptor.accept(tcp)).await
+            else {
+                return;
+            };
+            let svc = hyper::service::service_fn(
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(ConnectInfo(peer));
+                    let app = app.clone();
+                    async move {
+                        use tower::ServiceExt;
+                        app.oneshot(req.map(Body::new)).await
+                    }
+                },
+            );
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(5))
+                .max_buf_size(16 * 1024)
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
+            let _ = tokio::time::timeout(life, conn).await;
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,392 @@
+//! `lagtrace agent` and `lagtrace diagnose --agent` across two namespaces standing for two
+//! hosts (needs root): the agent runs in the lab's server namespace, diagnose runs here
+//! without CAP_SYS_ADMIN (so it cannot enter the server's namespace: every server-side
+//! layer has to come over the channel), and the verdict, evidence and fix equal a local
+//! diagnose's of the same case. Plus the refusals and the clock offset under a known skew.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use lagtrace_lab::{Lab, LabOptions};
+use serde_json::Value;
+
+use common::{BIN, Foreground};
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+fn name(test: &str) -> String {
+    format!("ag{test}{}", std::process::id())
+}
+
+/// A running agent: its address and fingerprint.
+struct Agent {
+    addr: SocketAddr,
+    fingerprint: String,
+    out: String,
+    pid: u32,
+    _proc: Foreground,
+}
+
+/// Starts `lagtrace agent` in the lab's server namespace for `port`, listening on the
+/// lab's server address (a free port), with `env` added.
+fn agent(lab: &Lab, port: u16, extra: &[&str], env: &[(&str, &str)]) -> Agent {
+    let listen = format!("{}:0", lab.server_addr());
+    let port = port.to_string();
+    let mut cmd = Command::new("ip");
+    cmd.args([
+        "netns",
+        "exec",
+        &lagtrace_lab::netns_name(lab.name()),
+        BIN,
+        "agent",
+    ])
+    .args(["--listen", &listen, "--port", &port])
+    .args(extra)
+    .env("LAGTRACE_AGENT_TOKEN", TOKEN)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("start the agent");
+    let stdout = child.stdout.take().unwrap();
+    // `ip netns exec` execs the agent: the same process.
+    let pid = child.id();
+    let fg = Foreground(child);
+    let mut lines = BufReader::new(stdout).lines();
+    let mut out = String::new();
+    let (mut addr, mut fingerprint) = (None, None);
+    while addr.is_none() || fingerprint.is_none() {
+        let l = lines.next().expect("agent output").expect("agent output");
+        out += &l;
+        out.push('\n');
+        if let Some(rest) = l.strip_prefix("lagtrace agent on ") {
+            addr = rest.split_whitespace().next().and_then(|a| a.parse().ok());
+        }
+        if let Some(fp) = l.strip_prefix("fingerprint ") {
+            fingerprint = Some(fp.to_string());
+        }
+    }
+    // The rest of its output (capability lines) without blocking on it.
+    std::thread::spawn(move || for _ in lines {});
+    Agent {
+        addr: addr.unwrap(),
+        fingerprint: fingerprint.unwrap(),
+        out,
+        pid,
+        _proc: fg,
+    }
+}
+
+/// `lagtrace diagnose URL --agent ...` without CAP_SYS_ADMIN (no namespace can be entered).
+fn remote_diagnose(url: &str, a: &Agent, args: &[&str]) -> (i32, Value, String) {
+    let _turn = lagtrace_testkit::measuring();
+    let home = tempfile::tempdir().unwrap();
+    let addr = a.addr.to_string();
+    let out = Command::new("setpriv")
+        .args([
+            "--bounding-set",
+            "-sys_admin",
+            "--inh-caps",
+            "-sys_admin",
+            BIN,
+        ])
+        .args(["diagnose", url, "--json", "-q", "--agent", &addr])
+        .args(["--agent-fingerprint", &a.fingerprint])
+        .args(args)
+        .env("XDG_STATE_HOME", home.path())
+        .env("LAGTRACE_AGENT_TOKEN", TOKEN)
+        .output()
+        .expect("run lagtrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (out.status.code().unwrap_or(-1), j, stderr)
+}
+
+/// What must be equal between a local and a remote diagnose: cause, mechanism, fix and
+/// the evidence for and against (stance and layer; their figures are the run's). Notes
+/// (`note` stance: context such as how busy the load generator's host was) differ between
+/// any two runs and are left out.
+fn verdict_shape(j: &Value) -> (Value, Value, Value, Vec<String>) {
+    let v = &j["verdict"];
+    let mut ev: Vec<String> = j["evidence"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|e| e["stance"] != "note")
+                .map(|e| format!("{} {}", e["stance"], e["layer"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    ev.sort();
+    (
+        v["cause"].clone(),
+        v["mechanism"].clone(),
+        v["fix"].clone(),
+        ev,
+    )
+}
+
+fn status<'a>(j: &'a Value, l: &str) -> &'a str {
+    j["layers"][l]["status"].as_str().unwrap_or("?")
+}
+
+fn reason<'a>(j: &'a Value, l: &str) -> &'a str {
+    j["layers"][l]["reason"].as_str().unwrap_or("")
+}
+
+/// The reference case and the healthy server: the same verdict from the agent as locally.
+#[test]
+#[ignore = "needs root"]
+fn remote_diagnose_equals_local_on_the_reference_case_and_the_healthy_server() {
+    let lab = Lab::up(&LabOptions::new(&name("eq"))).expect("lab up");
+    for (url, port, want) in [
+        (
+            lab.latency_url(),
+            lab.latency_addr().port(),
+            "nagle-delayed-ack",
+        ),
+        (lab.good_url(), lab.good_addr().port(), "healthy"),
+    ] {
+        let (_, local, err) = common::diagnose_json(&url, &["-d", "4s"]);
+        assert_eq!(local["verdict"]["cause"], want, "local {url}: {err}");
+        // The agent's clock 2.5 s ahead: its capture must be moved onto ours to join.
+        let a = agent(
+            &lab,
+            port,
+            &[],
+            &[("LAGTRACE_AGENT_TEST_SKEW_US", "2500000")],
+        );
+        assert!(
+            a.out.contains("capabilities kept: CAP_NET_RAW"),
+            "{}",
+            a.out
+        );
+        let (_, remote, err) = remote_diagnose(&url, &a, &["-d", "4s"]);
+        // Every server-side layer ran and says it came from the agent.
+        for l in ["packets", "sockets", "host"] {
+            assert!(
+                matches!(status(&remote, l), "ok" | "finding"),
+                "{l}: {} {}\n{err}",
+                status(&remote, l),
+                reason(&remote, l)
+            );
+            assert!(
+                reason(&remote, l).contains("from agent"),
+                "{l}: {}",
+                reason(&remote, l)
+            );
+        }
+        assert_eq!(
+            verdict_shape(&remote),
+            verdict_shape(&local),
+            "{url}\nremote:\n{}\nlocal:\n{}",
+            common::evidence_lines(&remote),
+            common::evidence_lines(&local)
+        );
+        // The server-side capture joined the requests: the skew was taken out (both
+        // namespaces share one clock, so what is left is the join's own few ms at most).
+        let join = &remote["layers"]["packets"]["data"]["joins"][0];
+        assert!(join["matched"].as_u64().unwrap_or(0) > 0, "{join}");
+        let theta = join["offset_us"].as_i64().expect("join offset");
+        assert!(
+            theta.abs() < 50_000,
+            "offset left after the agent's: {theta} µs"
+        );
+        // The host layer's drops by reason ran there as here (BPF with the kept CAP_BPF and
+        // CAP_PERFMON): the same status and scope.
+        let drops = |j: &Value| {
+            let d = &j["layers"]["host"]["data"]["drops"];
+            (d["status"].clone(), d["data"]["scope"].clone())
+        };
+        assert_eq!(drops(&remote), drops(&local));
+        // The server's socket options came over the channel: the same process and counts.
+        let srv = |j: &Value| j["layers"]["sockets"]["data"]["server"]["comm"].clone();
+        assert_eq!(srv(&remote), srv(&local));
+    }
+}
+
+/// A raw HTTPS request to the agent with `auth` (None: no header), pinned to its
+/// certificate: (status, body).
+fn raw(a: &Agent, method: &str, path: &str, auth: Option<&str>, body: &[u8]) -> (u16, String) {
+    raw_len(a, method, path, auth, body, body.len())
+}
+
+/// [`raw`] declaring `len` body bytes (more than sent: the agent refuses on the header).
+fn raw_len(
+    a: &Agent,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: &[u8],
+    len: usize,
+) -> (u16, String) {
+    let pin = lagtrace_agent::tls::parse_fingerprint(&a.fingerprint).unwrap();
+    let cfg = lagtrace_agent::tls::client_config(pin).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("lagtrace-agent").unwrap();
+    let mut conn = rustls::ClientConnection::new(cfg, name).unwrap();
+    let mut tcp = TcpStream::connect(a.addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len}\r\n"
+    );
+    if let Some(t) = auth {
+        req += &format!("Authorization: Bearer {t}\r\n");
+    }
+    req += "\r\n";
+    tls.write_all(req.as_bytes()).unwrap();
+    tls.write_all(body).unwrap();
+    let mut resp = Vec::new();
+    let _ = tls.read_to_end(&mut resp);
+    let text = String::from_utf8_lossy(&resp).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (code, body)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_agent_refuses_without_disclosing_anything() {
+    let lab = Lab::up(&LabOptions::new(&name("ref"))).expect("lab up");
+    let port = lab.latency_addr().port();
+    let a = agent(&lab, port, &["--grace", "1s"], &[]);
+    // Least privilege: the agent's effective and bounding sets hold the five it needs only
+    // (CAP_NET_RAW 13, CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21, CAP_PERFMON 38, CAP_BPF 39).
+    let want = (1u64 << 13) | (1 << 19) | (1 << 21) | (1 << 38) | (1 << 39);
+    // Every thread's: capability sets are per thread (the signal handler's thread too, and
+    // the runtime's, up once a request was answered).
+    let (code, body) = raw(&a, "GET", "/v1/clock", Some(TOKEN), b"");
+    assert_eq!(code, 200, "{body}");
+    let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{}/task", a.pid))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(tasks.len() > 2, "{tasks:?}");
+    for t in &tasks {
+        let status = std::fs::read_to_string(t.join("status")).unwrap();
+        for set in ["CapEff:", "CapPrm:", "CapBnd:"] {
+            let v = status
+                .lines()
+                .find_map(|l| l.strip_prefix(set))
+                .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+                .unwrap();
+            assert_eq!(v, want, "{} {set} {v:x}", t.display());
+        }
+    }
+    let open = format!(r#"{{"port":{port},"window_ms":500}}"#);
+    // No token, a wrong token: 401 and one generic line, whatever was asked.
+    for auth in [None, Some("test-token-0123456789abcdeX"), Some("")] {
+        for (m, p) in [("GET", "/v1/clock"), ("POST", "/v1/session")] {
+            let (code, body) = raw(&a, m, p, auth, open.as_bytes());
+            assert_eq!(
+                (code, body.as_str()),
+                (401, r#"{"error":"unauthorized"}"#),
+                "{auth:?} {p}"
+            );
+        }
+    }
+    // Another port's owner: refused, no session.
+    let other = format!(r#"{{"port":{},"window_ms":500}}"#, lab.good_addr().port());
+    let (code, body) = raw(&a, "POST", "/v1/session", Some(TOKEN), other.as_bytes());
+    assert_eq!(code, 403, "{body}");
+    assert!(!body.contains("nginx") && !body.contains("pid"), "{body}");
+    // Garbage JSON, an oversized body, an unknown endpoint: clear errors.
+    let (code, body) = raw(&a, "POST", "/v1/session", Some(TOKEN), b"\x00\xffgarbage");
+    assert_eq!(code, 400, "{body}");
+    assert!(body.starts_with(r#"{"error":"bad request"#), "{body}");
+    let (code, body) = raw_len(&a, "POST", "/v1/session", Some(TOKEN), b"", 100_000);
+    assert_eq!(
+        (code, body.as_str()),
+        (413, r#"{"error":"request too large"}"#)
+    );
+    let (code, _) = raw(&a, "GET", "/etc/passwd", Some(TOKEN), b"");
+    assert_eq!(code, 404);
+    // Garbage bytes instead of TLS: the connection ends, nothing but a TLS alert comes back.
+    let mut tcp = TcpStream::connect(a.addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    tcp.write_all(b"GET /v1/clock HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut back = Vec::new();
+    let _ = tcp.read_to_end(&mut back);
+    assert!(
+        back.len() < 16 && !String::from_utf8_lossy(&back).contains("error"),
+        "{back:?}"
+    );
+    // An expired session: its window (500 ms) and grace (1 s) past, it is gone.
+    let (code, body) = raw(&a, "POST", "/v1/session", Some(TOKEN), open.as_bytes());
+    assert_eq!(code, 201, "{body}");
+    let id: Value = serde_json::from_str(&body).unwrap();
+    let id = id["session"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(2_000));
+    let (code, body) = raw(
+        &a,
+        "POST",
+        &format!("/v1/session/{id}/finish"),
+        Some(TOKEN),
+        b"",
+    );
+    assert_eq!(code, 410, "{body}");
+    // A wrong session id: 404.
+    let (code, _) = raw(&a, "GET", "/v1/session/0123/sockets", Some(TOKEN), b"");
+    assert_eq!(code, 404);
+    // Rate limit (1/s, bursts of 2): beyond the burst, 429 and nothing else, before the
+    // token is even looked at.
+    let slow = agent(&lab, port, &["--rate", "1"], &[]);
+    let replies: Vec<(u16, String)> = (0..8)
+        .map(|_| raw(&slow, "GET", "/v1/clock", Some(TOKEN), b""))
+        .collect();
+    assert!(
+        replies
+            .iter()
+            .any(|(c, b)| *c == 429 && b == r#"{"error":"too many requests"}"#),
+        "{replies:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_clock_offset_estimate_holds_a_known_skew_within_its_uncertainty() {
+    let lab = Lab::up(&LabOptions::new(&name("clk"))).expect("lab up");
+    let port = lab.latency_addr().port();
+    for skew_us in [2_500_000i64, -730_000] {
+        let a = agent(
+            &lab,
+            port,
+            &[],
+            &[("LAGTRACE_AGENT_TEST_SKEW_US", &skew_us.to_string())],
+        );
+        let pin = lagtrace_agent::tls::parse_fingerprint(&a.fingerprint).unwrap();
+        let token = lagtrace_agent::auth::Token::new(TOKEN).unwrap();
+        let c = lagtrace_agent::AgentClient::new(a.addr, pin, token).unwrap();
+        for _ in 0..3 {
+            let o = c.clock_offset().expect("clock offset");
+            let err = (o.offset_ns - skew_us * 1000).abs();
+            assert!(err <= o.uncertainty_ns, "skew {skew_us} µs: {o:?}");
+            // On one machine the round trip is well under 10 ms.
+            assert!(o.uncertainty_ns < 10_000_000, "{o:?}");
+        }
+        // A wrong pin: no connection at all.
+        let bad = lagtrace_agent::AgentClient::new(
+            a.addr,
+            [7u8; 32],
+            lagtrace_agent::auth::Token::new(TOKEN).unwrap(),
+        )
+        .unwrap();
+        let e = bad.clock_offset().unwrap_err().to_string();
+        assert!(e.contains("fingerprint") || e.contains("TLS"), "{e}");
+    }
+}
