@@ -123,7 +123,7 @@ impl Bench {
         std::fs::create_dir_all(d.join("html")).unwrap();
         std::fs::create_dir_all(d.join("tmp")).unwrap();
         std::fs::write(d.join("html/index.html"), vec![b'x'; 615]).unwrap();
-        for mb in [1usize, 16] {
+        for mb in [1usize, 4, 16] {
             std::fs::write(d.join(format!("html/{mb}m.bin")), vec![b'b'; mb << 20]).unwrap();
         }
         std::fs::write(d.join("nginx.conf"), nginx_conf(d, nodelay)).unwrap();
@@ -530,4 +530,43 @@ fn stall_lines(an: &serde_json::Value) -> String {
         })
         .map(|f| format!("{} {} {}\n", f["kind"], f["frames"], f["explanation"]))
         .collect()
+}
+
+/// The issue's own case, end to end: `lagtrace diagnose` against a healthy nginx
+/// (tcp_nodelay on, sendfile on) serving a 4 MB file at the default c=32, from the client
+/// namespace through the bridge — `healthy` on every run, no Nagle/delayed-ACK or loss
+/// evidence for it, and the sockets layer read the server's sockets (the direct evidence
+/// that rules Nagle out).
+#[test]
+#[ignore = "needs root"]
+fn diagnose_of_a_healthy_nginx_serving_megabytes_is_healthy_every_run() {
+    let _one = serial();
+    let b = Bench::up(true);
+    let url = format!("http://{SERVER_IP}:{PORT}/4m.bin");
+    for run in 1..=3 {
+        let _turn = lagtrace_testkit::measuring();
+        let home = tempfile::tempdir().unwrap();
+        let out = Command::new("ip")
+            .args(["netns", "exec", &b.client, BIN, "diagnose", &url])
+            .args(["--json", "-q", "-d", "4s"])
+            .env("XDG_STATE_HOME", home.path())
+            .output()
+            .expect("lagtrace diagnose");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("run {run}: not JSON ({e}): {err}"));
+        let ev = common::evidence_lines(&j);
+        assert_eq!(
+            j["verdict"]["cause"], "healthy",
+            "run {run}: {err}\n{}\n{ev}",
+            j["verdict"]
+        );
+        assert_eq!(j["layers"]["sockets"]["status"], "ok", "run {run}: {ev}");
+        for l in ev.lines().filter(|l| l.starts_with("\"supports\"")) {
+            assert!(
+                !l.contains("Nagle") && !l.contains("retransmi"),
+                "run {run}: {l}"
+            );
+        }
+    }
 }
