@@ -79,6 +79,36 @@ pub fn read() -> std::io::Result<CpuReading> {
     })
 }
 
+/// Parses a CPU list such as `0-3,8,10-11` (`Cpus_allowed_list`).
+pub fn parse_cpu_list(text: &str) -> Vec<u32> {
+    let mut v = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.trim().parse::<u32>(), b.trim().parse::<u32>()) {
+            v.extend(a..=b.min(a.saturating_add(4096)));
+        }
+    }
+    v
+}
+
+/// The CPUs process `pid` may run on; `None` when unreadable.
+pub fn allowed_cpus(pid: u32) -> Option<Vec<u32>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let l = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+    Some(parse_cpu_list(l))
+}
+
+/// Whether `own` may run on a CPU one of `watched` may run on (true when unknown).
+pub fn shares_cpus(own: u32, watched: &[u32]) -> bool {
+    let Some(mine) = allowed_cpus(own) else {
+        return true;
+    };
+    let theirs: Vec<Vec<u32>> = watched.iter().filter_map(|p| allowed_cpus(*p)).collect();
+    theirs.is_empty() || theirs.iter().any(|t| t.iter().any(|c| mine.contains(c)))
+}
+
 /// Microseconds per clock tick (`_SC_CLK_TCK`, 100 Hz nearly everywhere).
 fn tick_us() -> u64 {
     // SAFETY: sysconf has no preconditions.
@@ -123,6 +153,7 @@ pub fn delta(a: &CpuReading, b: &CpuReading, own: u32, watched: &[u32], window_u
         own_us,
         watched_us,
         others_us,
+        own_shares_cpus: shares_cpus(own, watched),
         unattributed_us: busy_us.saturating_sub(own_us + watched_us + others_us),
         top,
     }
@@ -174,6 +205,15 @@ mod tests {
         assert_eq!(d.unattributed_us, 40 * tick);
         let top: Vec<(u32, u64)> = d.top.iter().map(|p| (p.pid, p.cpu_us)).collect();
         assert_eq!(top, vec![(3, 100 * tick), (4, 20 * tick)]);
+    }
+
+    #[test]
+    fn parses_cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(parse_cpu_list("1"), vec![1]);
+        assert_eq!(parse_cpu_list(""), Vec::<u32>::new());
+        let me = std::process::id();
+        assert!(shares_cpus(me, &[me]));
     }
 
     #[test]

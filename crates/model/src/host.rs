@@ -185,6 +185,10 @@ pub struct ThreadSched {
     pub timeline: Vec<SchedSample>,
 }
 
+fn yes() -> bool {
+    true
+}
+
 /// A report written before the host's CPU use was measured.
 fn not_measured() -> Layer<HostCpu> {
     Layer::skipped("not measured (written by an older lagtrace)")
@@ -227,6 +231,10 @@ pub struct HostCpu {
     /// softirqs (the network stack's work, much of it this very traffic's), and processes
     /// that started and exited within the window.
     pub unattributed_us: u64,
+    /// Whether this lagtrace may run on a CPU the watched process may run on (their CPU
+    /// affinity masks overlap): only then can it be what the watched threads wait behind.
+    #[serde(default = "yes")]
+    pub own_shares_cpus: bool,
     /// The other processes that used the most CPU over the window, largest first (at most 5).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub top: Vec<ProcCpu>,

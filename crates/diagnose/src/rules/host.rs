@@ -13,10 +13,10 @@
 //! - `cpu-contention`: the server's threads waited for a CPU (run-queue delay, sampled
 //!   every ~100 ms) for at least half of what each of most of the slowest requests waited
 //!   beyond the p50 — the host's CPUs were busy when they were slow. Who held the CPUs
-//!   decides the verdict: when every other process together used less CPU than half the
-//!   time the server's threads waited (so most of the wait was behind the measuring process
-//!   itself: the load generator and the capture, on the server's host), the tail is the
-//!   measurement's own contention — `healthy` at medium confidence with that evidence, never
+//!   decides the verdict: when the measuring process itself (the load generator and the
+//!   capture, on the server's host) may run on the server's CPUs (their affinity masks
+//!   overlap) and used at least as much CPU as every other process together, the tail is
+//!   the measurement's own contention — `healthy` at medium confidence with that evidence, never
 //!   the server's fault; otherwise the host is busy with other work — `slow-server` with
 //!   mechanism `cpu-contention`, the largest other CPU users named in its fix.
 //! - run-queue delay beyond what throttling explains: a note that the host is busy.
@@ -158,9 +158,9 @@ pub(super) fn throttled(x: &Facts<'_>, host: &HostReport) -> Option<Direct> {
 
 /// The server's run-queue delay next to the slowest requests ([`contention`]).
 pub(super) struct Contention {
-    /// Every other process together used less CPU than half the time the server's threads
-    /// waited for one: the rest was behind the measuring process (load generator,
-    /// capture) — the contention is the measurement's own.
+    /// The measuring process (load generator, capture) may run on the server's CPUs and
+    /// used at least as much CPU as every other process together: the contention is the
+    /// measurement's own.
     pub(super) own: bool,
     /// The evidence line's text.
     pub(super) text: String,
@@ -212,9 +212,10 @@ pub(super) fn contention(x: &Facts<'_>, host: &HostReport) -> Option<Contention>
         return None;
     }
     let cpu = host.cpu.get();
-    // Other processes that could not have held the CPUs for even half the time the
-    // server's threads waited: the rest of the wait was behind this lagtrace itself.
-    let own = cpu.is_none_or(|c| c.others_us * 2 < th.wait_us);
+    // The measurement's own when this lagtrace may run where the server runs and used at
+    // least as much CPU as every other process together. (Not the threads' summed wait
+    // against the others' CPU: two workers waiting behind one task count its time twice.)
+    let own = cpu.is_none_or(|c| c.own_shares_cpus && c.own_us >= c.others_us);
     let total = run.waits.as_ref().map_or(0, |w| w.count);
     let text = format!(
         "the server's {} threads waited {} for a CPU over the window ({} of their runnable time); {aligned} of the {} slowest requests (≥ p99) fall where they waited at least half their excess (median wait in a slow request ~{}, median excess +{}){}",

@@ -29,8 +29,9 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
         && let Some(c) = x.host.and_then(|h| host::contention(&x, h))
     {
         if c.own {
+            // A slow-server candidate from the typical request's server time stays: the
+            // contention explains the tail, not a slow typical request.
             t.measurement_contention(&c.text);
-            cands.retain(|c| c.cause != Cause::SlowServer || c.mechanism.is_some());
         } else {
             host::merge(&mut cands, c.direct);
             cands.sort_by(|a, b| b.impact_us.total_cmp(&a.impact_us));
