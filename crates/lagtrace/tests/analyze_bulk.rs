@@ -171,6 +171,26 @@ impl Bench {
             .sum()
     }
 
+    /// Waits (at most 5 s) until the previous run's connections are gone from both
+    /// namespaces (TIME-WAIT aside): one still open may resend after the `any` capture
+    /// started but before the veth's capture and the kernel's count did (the captures start
+    /// one after the other) — seen twice in CI as one resend more on `any` than the kernel
+    /// counted, the veth exact.
+    fn settle(&self) {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            let open = [&self.client, &self.server].iter().any(|ns| {
+                in_ns(ns, &["ss", "-Htan", "state", "connected"])
+                    .lines()
+                    .any(|l| !l.starts_with("TIME-WAIT") && l.contains(&format!(":{PORT}")))
+            });
+            if !open {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Loads `path` at `c` connections for `dur` while tcpdump captures on `any` and on the
     /// veth port in the client namespace. Returns the two analyses and the kernel's
     /// retransmitted segments meanwhile.
@@ -180,6 +200,7 @@ impl Bench {
             .map(|w| self.dir.path().join(format!("{tag}-{w}.pcap")))
             .collect();
         let dev = self.port_dev.clone();
+        self.settle();
         for (f, d) in files.iter().zip(["any", dev.as_str()]) {
             let td = tcpdump_on(Some(&self.client), d, f, PORT);
             self.guard.own_child(td);
