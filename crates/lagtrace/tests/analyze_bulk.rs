@@ -568,17 +568,8 @@ fn diagnose_of_a_healthy_nginx_serving_megabytes_is_healthy_every_run() {
     let b = Bench::up(true);
     let url = format!("http://{SERVER_IP}:{PORT}/4m.bin");
     for run in 1..=3 {
-        let _turn = lagtrace_testkit::measuring();
-        let home = tempfile::tempdir().unwrap();
-        let out = Command::new("ip")
-            .args(["netns", "exec", &b.client, BIN, "diagnose", &url])
-            .args(["--json", "-q", "-d", "4s"])
-            .env("XDG_STATE_HOME", home.path())
-            .output()
-            .expect("lagtrace diagnose");
-        let err = String::from_utf8_lossy(&out.stderr);
-        let j: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("run {run}: not JSON ({e}): {err}"));
+        let (_, j, err) =
+            common::diagnose_json_via(&["ip", "netns", "exec", &b.client], &url, &["-d", "4s"]);
         let ev = common::evidence_lines(&j);
         assert_eq!(
             j["verdict"]["cause"], "healthy",

@@ -323,17 +323,7 @@ fn pin(pid: u32, mask: &str) {
 
 /// `lagtrace diagnose URL --json -q ARGS` pinned to the CPUs in `mask`, taking its turn.
 fn diagnose_pinned(mask: &str, url: &str, args: &[&str]) -> (Value, String) {
-    let _turn = lagtrace_testkit::measuring();
-    let home = tempfile::tempdir().expect("tempdir");
-    let out = Command::new("taskset")
-        .args([mask, common::BIN, "diagnose", url, "--json", "-q"])
-        .args(args)
-        .env("XDG_STATE_HOME", home.path())
-        .output()
-        .expect("taskset lagtrace");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    let j = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("diagnose {url}: not JSON ({e})\n{err}"));
+    let (_, j, err) = common::diagnose_json_via(&["taskset", mask], url, args);
     (j, err)
 }
 

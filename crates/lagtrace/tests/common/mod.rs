@@ -95,9 +95,26 @@ pub fn start_in_lab(lab: &lagtrace_lab::Lab, dir: &Path, cmd: &[&str], port: u16
 /// Runs `lagtrace diagnose URL --json -q ARGS` (its saved state in a private directory,
 /// taking its measuring turn); returns the exit code, the JSON and stderr.
 pub fn diagnose_json(url: &str, args: &[&str]) -> (i32, serde_json::Value, String) {
+    diagnose_json_via(&[], url, args)
+}
+
+/// [`diagnose_json`] run through a command `via` (e.g. `ip netns exec NS`, `taskset MASK`).
+pub fn diagnose_json_via(
+    via: &[&str],
+    url: &str,
+    args: &[&str],
+) -> (i32, serde_json::Value, String) {
     let _turn = lagtrace_testkit::measuring();
     let home = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(BIN)
+    let mut cmd = match via.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(BIN);
+            c
+        }
+        None => Command::new(BIN),
+    };
+    let out = cmd
         .args(["diagnose", url, "--json", "-q"])
         .args(args)
         .env("XDG_STATE_HOME", home.path())
