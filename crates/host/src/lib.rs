@@ -250,7 +250,15 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
     let started = Instant::now();
     let pids = watched(o);
     let first = read_ends(&pids, dirs.as_ref().and_then(|d| d.as_ref().ok()));
-    let mut sched_tick = (unix_us(), sched::read_times(&pids));
+    // The first tick is the window's first reading (no second read of the same files).
+    let start_times = match &first.threads {
+        Some(Ok(t)) => t
+            .iter()
+            .map(|(tid, r)| (*tid, (r.run_ns, r.wait_ns)))
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    let mut sched_tick = (unix_us(), start_times);
     let mut sched_timeline = Vec::new();
     let mut listen_err = track.sample().err();
     let cg_dirs = dirs.as_ref().and_then(|d| d.as_ref().ok());

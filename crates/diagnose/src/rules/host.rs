@@ -185,11 +185,11 @@ fn waited_within(timeline: &[SchedSample], s: u64, e: u64) -> u64 {
 
 /// `cpu-contention`: the server's threads waited for a CPU through most of the slowest
 /// requests, at least half of each one's excess; `None` when the threads were not sampled,
-/// the cgroup's throttling explains it ([`throttled`] comes first), or the waits do not
-/// line up.
-pub(super) fn contention(x: &Facts<'_>, host: &HostReport) -> Option<Contention> {
+/// the cgroup's throttling explains it (`throttled`: [`throttled`] named it already — a
+/// throttled thread waits in the run queue too), or the waits do not line up.
+pub(super) fn contention(x: &Facts<'_>, host: &HostReport, throttled: bool) -> Option<Contention> {
     let th = host.threads.get()?;
-    if th.timeline.is_empty() || throttled(x, host).is_some() {
+    if th.timeline.is_empty() || throttled {
         return None;
     }
     let run = x.cn?;

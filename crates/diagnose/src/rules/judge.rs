@@ -26,7 +26,12 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
     // The server's threads waited for a CPU through the slow requests: the measurement's
     // own contention (healthy, medium) or a host busy with other work (slow-server).
     if let Some(t) = tail.as_mut().filter(|t| t.server_shaped())
-        && let Some(c) = x.host.and_then(|h| host::contention(&x, h))
+        && let Some(c) = x.host.and_then(|h| {
+            let throttled = cands
+                .iter()
+                .any(|c| c.mechanism == Some(Mechanism::CpuThrottled));
+            host::contention(&x, h, throttled)
+        })
     {
         if c.own {
             // A slow-server candidate from the typical request's server time stays: the
