@@ -35,6 +35,44 @@ fn sockets_line(x: &Facts<'_>) -> Option<EvidenceLine> {
     ))
 }
 
+/// What the server's sockets rule out. The options are one reading taken during the load: a
+/// server that corks each response and uncorks at its end (nginx's `tcp_nopush on` with
+/// sendfile) is caught corked on the sockets that were mid-response at that instant, a
+/// different number on every run. Such a reading rules the cork out as firmly as an all-off
+/// one when the packets saw no response held to the ceiling, so both give the same line
+/// kind: which of the two a run gets must not depend on the instant of the reading.
+fn sockets_rule_out(x: &Facts<'_>) -> Option<EvidenceLine> {
+    let s = x.sockets?;
+    let read = s.cork.on + s.cork.off;
+    if read == 0 {
+        return None;
+    }
+    if s.cork.on == 0 {
+        return Some(out(
+            LayerName::Sockets,
+            CAUSE,
+            format!("server sockets: TCP_CORK off on {read}/{read}"),
+        ));
+    }
+    // Corked at the reading: only the packets can say whether the cork outlives a response.
+    x.packets
+        .filter(|p| p.finding(FindingKind::TcpCork).is_none())?;
+    let nopush = s
+        .directive("tcp_nopush")
+        .filter(|d| d.value == "on")
+        .map(|d| format!(" (tcp_nopush on at {}:{})", d.file, d.line))
+        .unwrap_or_default();
+    Some(out(
+        LayerName::Sockets,
+        CAUSE,
+        format!(
+            "server sockets: TCP_CORK on {}/{read} at the reading{nopush}, set while a \
+             response is written and released at its end: no response held to the ceiling",
+            s.cork.on
+        ),
+    ))
+}
+
 impl CauseRule for Cork {
     fn cause(&self) -> Cause {
         CAUSE
@@ -129,18 +167,8 @@ impl CauseRule for Cork {
                 "no response held to the 200 ms cork ceiling".into(),
             ));
         }
-        if let Some(s) = x.sockets
-            && s.cork.off > 0
-            && s.cork.on == 0
-        {
-            v.push(out(
-                LayerName::Sockets,
-                CAUSE,
-                format!(
-                    "server sockets: TCP_CORK off on {}/{}",
-                    s.cork.off, s.cork.off
-                ),
-            ));
+        if let Some(l) = sockets_rule_out(x) {
+            v.push(l);
         }
         v
     }
