@@ -225,13 +225,9 @@ impl Bench {
         }
         // Over the same time as the captures.
         let kernel_retrans = self.retrans_segs() - before;
-        // For a failure's post-mortem: the captures outlive the test's temporary directory.
+        // For a post-mortem: LAGTRACE_TEST_KEEP=DIR keeps every run's captures.
         if let Some(keep) = std::env::var_os("LAGTRACE_TEST_KEEP") {
-            let keep = PathBuf::from(keep);
-            std::fs::create_dir_all(&keep).unwrap();
-            for f in &files {
-                std::fs::copy(f, keep.join(f.file_name().unwrap())).unwrap();
-            }
+            keep_files(&PathBuf::from(keep), &files);
         }
         let [any, veth] = [&files[0], &files[1]].map(|f| analyze_json(f));
         let r = Run {
@@ -239,6 +235,7 @@ impl Bench {
             any,
             veth,
             kernel_retrans,
+            files,
         };
         eprintln!(
             "{tag}: load {} requests; kernel retransmitted {} segments; any {:?} (warnings {}); veth {:?}",
@@ -267,6 +264,29 @@ struct Run {
     any: serde_json::Value,
     veth: serde_json::Value,
     kernel_retrans: u64,
+    /// The `any` and veth captures, in the bench's temporary directory.
+    files: Vec<PathBuf>,
+}
+
+/// Copies `files` into `dir` (made if missing).
+fn keep_files(dir: &Path, files: &[PathBuf]) {
+    std::fs::create_dir_all(dir).unwrap();
+    for f in files {
+        std::fs::copy(f, dir.join(f.file_name().unwrap())).unwrap();
+    }
+}
+
+/// A run whose checks fail leaves its captures behind (the bench's directory goes with it):
+/// the flakes this test has had were seen only in CI, and only the packets can tell a copy
+/// taken for a resend from a resend the kernel did not count.
+impl Drop for Run {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let dir = std::env::temp_dir().join(unique_name("lagtrace-failed-bulk", 40));
+            keep_files(&dir, &self.files);
+            eprintln!("{}: the captures are kept in {}", self.tag, dir.display());
+        }
+    }
 }
 
 /// Findings per kind.

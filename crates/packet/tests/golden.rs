@@ -112,3 +112,26 @@ fn golden_captures_show_their_kinds() {
         );
     }
 }
+
+/// `copy-id-zero.pcap`: 91 frames cut from a real `any` capture of a 4 MB download at c=64
+/// through a bridge (snaplen 96): every segment seen twice, and one 64 KB super-segment whose
+/// IPv4 identification came round to 0 was captured again after two of the client's ACKs,
+/// written by another CPU between its copies. It is one send, not a resend (the kernel's
+/// TcpRetransSegs and the capture on the veth alone agreed; tshark marks the copy as a
+/// retransmission).
+#[test]
+fn a_copy_numbered_zero_is_not_a_resend() {
+    let an = analyze_file(
+        &testdata().join("golden/copy-id-zero.pcap"),
+        &AnalyzeOptions::default(),
+    )
+    .unwrap();
+    assert!(an.findings.is_empty(), "{:?}", an.findings);
+    assert!(
+        an.warnings
+            .iter()
+            .any(|w| w.starts_with("45 frames were a second capture")),
+        "{:?}",
+        an.warnings
+    );
+}

@@ -33,6 +33,9 @@ struct Sent {
     end: u32,
     key: u64,
     id: u16,
+    /// Whether `id` is the sender's numbering (0 included: it comes round every 65 536
+    /// segments) rather than the absence of one.
+    has_id: bool,
     ts: i64,
     /// Segments of the other direction seen before it.
     peer_seen: u64,
@@ -56,6 +59,9 @@ pub(super) struct Copies {
     dirs: [VecDeque<Sent>; 2],
     /// Segments seen per direction (copies not counted).
     seen: [u64; 2],
+    /// Whether the direction's sender numbers its segments (a non-zero identification
+    /// seen): then 0 is one of its numbers, not "none".
+    numbered: [bool; 2],
 }
 
 /// What a copy keeps of its sender's writing besides the sequence range: the flags (but
@@ -74,6 +80,11 @@ fn key(seg: &TcpSegment<'_>) -> u64 {
 }
 
 impl Copies {
+    /// Whether direction `d`'s sender numbers its segments (IPv4 identifications seen).
+    pub fn numbered(&self, d: usize) -> bool {
+        self.numbered[d]
+    }
+
     /// Whether `seg`, of direction `d` seen at `ts`, repeats a segment this direction
     /// already sent (whole, or as a piece of a super-segment, or the pieces joined); if
     /// not, it is remembered. `mss`: the payload of one wire segment, to number pieces.
@@ -82,11 +93,13 @@ impl Copies {
         while q.front().is_some_and(|s| ts - s.ts > COPY_WINDOW_ID_NS) {
             q.pop_front();
         }
+        self.numbered[d] |= seg.ip_id != 0;
         let new = Sent {
             seq: seg.seq,
             end: seg.seq.wrapping_add(seg.payload_len),
             key: key(seg),
             id: seg.ip_id,
+            has_id: self.numbered[d],
             ts,
             peer_seen: self.seen[1 - d],
         };
@@ -115,7 +128,7 @@ impl Copies {
 /// numbering (which a copy, or a piece of the same super-segment, would carry) means the
 /// sender wrote those bytes twice. Only with identifications on both.
 fn rewritten(q: &VecDeque<Sent>, new: &Sent, mss: u32) -> bool {
-    new.id != 0
+    new.has_id
         && q.iter().any(|s| {
             let overlap = seq_lt(s.seq, new.end) && seq_lt(new.seq, s.end);
             // What `new`'s identification would be as a piece of `s` (or `s` of `new`).
@@ -124,7 +137,7 @@ fn rewritten(q: &VecDeque<Sent>, new: &Sent, mss: u32) -> bool {
             } else {
                 s.id.wrapping_sub((s.seq.wrapping_sub(new.seq) / mss) as u16)
             };
-            overlap && s.id != 0 && id_older(piece_id, new.id)
+            overlap && s.has_id && id_older(piece_id, new.id)
         })
 }
 
@@ -135,13 +148,16 @@ pub(super) fn id_older(a: u16, b: u16) -> bool {
 }
 
 /// Whether `s` is recent enough for `new` to be its copy. With IPv4 identifications, the
-/// identification decides (checked by the caller). Without, only a repeat within
+/// identification decides (checked by the caller): an identification of 0 from a sender that
+/// numbers its segments is one of its numbers (CI saw a 64 KB super-segment numbered 0 taken
+/// for a resend of itself, its two captures on `any` 10 µs apart with the peer's ACK, written
+/// by another CPU, between them). Without, only a repeat within
 /// [`COPY_WINDOW_NO_ID_NS`] with nothing from the peer in between: a retransmission that
 /// soon needs the peer's duplicate ACKs or SACKs, and those pass the capture point between
 /// the original and the retransmission (seen: a retransmission 70 µs after a dropped
 /// original, with the same timestamp).
 fn recent(s: &Sent, new: &Sent) -> bool {
-    if s.id != 0 && new.id != 0 {
+    if s.has_id && new.has_id {
         new.ts - s.ts <= COPY_WINDOW_ID_NS
     } else {
         new.ts - s.ts <= COPY_WINDOW_NO_ID_NS && new.peer_seen == s.peer_seen
@@ -156,8 +172,8 @@ fn covered(q: &VecDeque<Sent>, new: &Sent, mss: u32) -> bool {
     };
     // The k-th piece of a super-segment carries its identification + k.
     let same_id = |s: &Sent| {
-        s.id == 0
-            || new.id == 0
+        !s.has_id
+            || !new.has_id
             || s.id
                 .wrapping_add((new.seq.wrapping_sub(s.seq) / mss) as u16)
                 == new.id
@@ -200,6 +216,50 @@ mod tests {
             "{:?}",
             an.warnings
         );
+    }
+
+    #[test]
+    fn identification_zero_is_a_number_when_the_sender_numbers_its_segments() {
+        // The server's numbering comes round to 0; that segment's second capture comes after
+        // the client's ACK (another CPU wrote it into the capture between the two copies).
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.ip_id = 65_534;
+        s.server_data(1_200, 1000);
+        s.server_data(1_210, 1000);
+        s.server_data(1_220, 1000);
+        s.client_ack(1_225);
+        s.raw(
+            1_230,
+            false,
+            flags::PSH | flags::ACK,
+            7_000,
+            1_041,
+            &[b'y'; 1000],
+        );
+        let an = s.finish();
+        assert!(an.findings.is_empty(), "{:?}", an.findings);
+        assert_eq!(
+            an.streams[0].frames_ba, 4,
+            "SYN-ACK and three segments, once"
+        );
+        // Written again under a later number, it is a resend.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.ip_id = 65_535;
+        s.server_data(1_200, 1000);
+        s.server_data(1_210, 1000);
+        s.client_ack(1_225);
+        s.ip_id = 9;
+        s.raw(
+            1_230,
+            false,
+            flags::PSH | flags::ACK,
+            6_000,
+            1_041,
+            &[b'y'; 1000],
+        );
+        assert_eq!(kinds(&s.finish()), [FindingKind::Retransmission]);
     }
 
     #[test]

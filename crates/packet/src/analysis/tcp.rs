@@ -45,8 +45,9 @@ struct Dir {
     syn_ts: Option<i64>,
     next_seq: Option<u32>,
     next_seq_time: i64,
-    /// IPv4 identification of the segment that last advanced `next_seq` (0: none).
-    next_seq_id: u16,
+    /// IPv4 identification of the segment that last advanced `next_seq`, when this sender
+    /// numbers its segments (0 is then one of its numbers).
+    next_seq_id: Option<u16>,
     /// This sender's identifications have not followed its sequence numbers (random or
     /// rewritten): they cannot order its writes.
     ids_unordered: bool,
@@ -296,6 +297,7 @@ impl Conn {
         let syn_fin = f & (flags::SYN | flags::FIN) != 0;
         let rtt_us = self.rtt_us;
         let rewrite = std::mem::take(&mut self.rewrite);
+        let id = self.copies.numbered(d).then_some(seg.ip_id);
         let [a, b] = &mut self.dirs;
         let (fw, rv) = if d == 0 { (a, b) } else { (b, a) };
         let keep_alive = len <= 1
@@ -315,8 +317,12 @@ impl Conn {
             // The sender's own numbering orders its writes, where it has one: a segment
             // behind the newest data, written before it and repeating nothing seen, is that
             // data's predecessor arriving late (a reordering path), not a resend.
-            let by_id = seg.ip_id != 0 && fw.next_seq_id != 0 && !fw.ids_unordered;
-            let first_write = by_id && !rewrite && id_older(seg.ip_id, fw.next_seq_id);
+            let newest_id = fw.next_seq_id.filter(|_| !fw.ids_unordered);
+            let by_id = id.is_some() && newest_id.is_some();
+            let first_write = !rewrite
+                && id
+                    .zip(newest_id)
+                    .is_some_and(|(id, newest)| id_older(id, newest));
             let soon = ts - fw.next_seq_time < ooo_thres && n != seq.wrapping_add(len);
             if first_write {
                 // out of order: written once, reordered before the capture point
@@ -374,10 +380,12 @@ impl Conn {
         if !zwp && fw.next_seq.is_none_or(|n| seq_lt(n, nextseq)) {
             fw.next_seq = Some(nextseq);
             fw.next_seq_time = ts;
-            if fw.next_seq_id != 0 && !id_older(fw.next_seq_id, seg.ip_id) {
+            if let (Some(newest), Some(id)) = (fw.next_seq_id, id)
+                && !id_older(newest, id)
+            {
                 fw.ids_unordered = true;
             }
-            fw.next_seq_id = seg.ip_id;
+            fw.next_seq_id = id;
         }
         if f & flags::ACK != 0 {
             fw.last_ack = Some(seg.ack);
