@@ -23,6 +23,8 @@ pub(super) struct AckAdvance {
     /// Time since the oldest data segment this ACK newly covered was seen, less the path RTT
     /// when the ACK comes from the side far from the capture point.
     pub delay_us: u64,
+    /// Its acknowledgement number.
+    pub ack: u32,
     /// Bytes it newly acknowledged.
     pub bytes: u64,
     /// Bytes it newly acknowledged of data seen [`super::tcp::RECEIVER_HELD_US`] or more

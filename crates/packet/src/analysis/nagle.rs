@@ -58,8 +58,10 @@ pub(super) struct Stall {
     /// A Nagle-shaped hold (a small segment released by the ACK of the earlier small one),
     /// named Nagle only when its sender never shows small segments leaving unheld.
     pub nagle: bool,
-    /// The releasing ACK covered two full segments or more: the sender had that much in
-    /// flight, so its congestion window may have held the segment.
+    /// Two full segments or more were in flight: covered by the releasing ACK, or still
+    /// unacknowledged after it (a receiver whose ACKs lag its data, on a busy CPU, releases
+    /// the next write with an ACK of the small tail alone). The sender's congestion window
+    /// or send buffer may have held the segment.
     pub bulk: bool,
 }
 
@@ -131,7 +133,7 @@ impl Nagle {
                 late: us(ev.ts - a.ts) > tight_tol,
                 ack_ts: a.ts,
                 nagle: true,
-                bulk: a.bytes >= 2 * u64::from(mss),
+                bulk: a.bytes >= 2 * u64::from(mss) || in_flight_after(p, &a) >= 2 * u64::from(mss),
             });
         }
         if let Some(a) = self.dirs[1 - ev.dir].last_new_ack
@@ -190,6 +192,15 @@ impl Nagle {
             dir.small_release = None;
         }
         unheld
+    }
+}
+
+/// Bytes of the sender's data up to `p` that ACK `a` left unacknowledged.
+fn in_flight_after(p: DataSeg, a: &AckAdvance) -> u64 {
+    if seq_le(p.end, a.ack) {
+        0
+    } else {
+        u64::from(p.end.wrapping_sub(a.ack))
     }
 }
 
@@ -440,6 +451,32 @@ mod tests {
         s.client_ack(6_000);
         s.server_data(6_100, 615);
         assert!(s.finish().findings.is_empty());
+    }
+
+    #[test]
+    fn a_hold_released_by_an_ack_of_the_small_tail_alone_with_full_segments_in_flight_is_its_window()
+     {
+        // Recorded (16 MB c=32 on a loaded machine, veth): a 376 B tail, then 64 KB, and the
+        // next 376 B left 3.1 ms later with the client's ACK of the first tail alone (the
+        // client's ACKs lagged its data): 45 full segments were still unacknowledged.
+        let mut s = Script::handshake(100);
+        unheld_first(&mut s);
+        s.client_data(2_000, 41);
+        s.server_data(2_500, 238);
+        s.server_data(2_510, 1460);
+        s.server_data(2_520, 1460);
+        s.client_ack_at(6_000, 5_000 + 500 + 238);
+        s.server_data(6_100, 615);
+        assert!(s.finish().findings.is_empty());
+        // With one full segment in flight the hold is still named.
+        let mut s = Script::handshake(100);
+        unheld_first(&mut s);
+        s.client_data(2_000, 41);
+        s.server_data(2_500, 238);
+        s.server_data(2_510, 1460);
+        s.client_ack_at(6_000, 5_000 + 500 + 238);
+        s.server_data(6_100, 615);
+        assert_eq!(kinds(&s.finish()), [FindingKind::HeldUntilAck]);
     }
 
     #[test]

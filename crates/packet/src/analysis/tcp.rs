@@ -186,6 +186,7 @@ impl Conn {
             frame,
             ts,
             delay_us: us(ts - oldest).saturating_sub(far_rtt_us),
+            ack: seg.ack,
             bytes,
             held_bytes,
             no_data: seg.payload_len == 0 && f & (flags::SYN | flags::RST) == 0,
