@@ -103,7 +103,11 @@ impl Drop for Session {
 
 struct Shared {
     cfg: AgentConfig,
+    /// The rate limit of requests with the token.
     bucket: Mutex<Bucket>,
+    /// The rate limit of refusals: a flood without the token empties this one only, and
+    /// the caller who has the token keeps its share.
+    refusals: Mutex<Bucket>,
     session: Mutex<Option<Session>>,
 }
 
@@ -151,18 +155,20 @@ fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
     }
 }
 
-/// Rate limit first (unauthenticated floods too), then the token; a refusal says only what
-/// was refused.
+/// Rate limit (unauthenticated floods too, on a budget of their own), then the token; a
+/// refusal says only what was refused.
 async fn gate(State(st): State<St>, req: Request, next: Next) -> Response {
-    if !lock(&st.bucket).take(Instant::now()) {
-        return ApiError::new(429, "too many requests").into_response();
-    }
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
         .unwrap_or(b"");
-    if !st.cfg.token.matches(presented) {
+    let authorized = st.cfg.token.matches(presented);
+    let bucket = if authorized { &st.bucket } else { &st.refusals };
+    if !lock(bucket).take(Instant::now()) {
+        return ApiError::new(429, "too many requests").into_response();
+    }
+    if !authorized {
         return ApiError::new(401, "unauthorized").into_response();
     }
     if req
@@ -467,6 +473,7 @@ async fn accept_loop(
     let life = cfg.max_window + cfg.grace + Duration::from_secs(60);
     let st: St = Arc::new(Shared {
         bucket: Mutex::new(Bucket::new(cfg.burst, cfg.rate_per_sec)),
+        refusals: Mutex::new(Bucket::new(cfg.burst, cfg.rate_per_sec)),
         session: Mutex::new(None),
         cfg,
     });

@@ -343,18 +343,37 @@ fn the_agent_refuses_without_disclosing_anything() {
     // A wrong session id: 404.
     let (code, _) = raw(&a, "GET", "/v1/session/0123/sockets", Some(TOKEN), b"");
     assert_eq!(code, 404);
-    // Rate limit (1/s, bursts of 2): beyond the burst, 429 and nothing else, before the
-    // token is even looked at.
+    // Rate limit (1/s, bursts of 2): beyond the burst, 429 and nothing else. A flood
+    // without the token is limited on its own budget: the caller with the token is still
+    // served right after it.
     let slow = agent(&lab, port, &["--rate", "1"], &[]);
+    let too_many = |replies: &[(u16, String)]| {
+        replies
+            .iter()
+            .any(|(c, b)| *c == 429 && b == r#"{"error":"too many requests"}"#)
+    };
+    let flood: Vec<(u16, String)> = (0..8)
+        .map(|_| {
+            raw(
+                &slow,
+                "GET",
+                "/v1/clock",
+                Some("not-the-token-0123456789"),
+                b"",
+            )
+        })
+        .collect();
+    assert!(too_many(&flood), "{flood:?}");
+    assert!(
+        flood.iter().all(|(c, _)| matches!(c, 401 | 429)),
+        "{flood:?}"
+    );
+    let (code, body) = raw(&slow, "GET", "/v1/clock", Some(TOKEN), b"");
+    assert_eq!(code, 200, "after a flood without the token: {body}");
     let replies: Vec<(u16, String)> = (0..8)
         .map(|_| raw(&slow, "GET", "/v1/clock", Some(TOKEN), b""))
         .collect();
-    assert!(
-        replies
-            .iter()
-            .any(|(c, b)| *c == 429 && b == r#"{"error":"too many requests"}"#),
-        "{replies:?}"
-    );
+    assert!(too_many(&replies), "{replies:?}");
 }
 
 #[test]

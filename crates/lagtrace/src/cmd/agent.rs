@@ -27,7 +27,8 @@ const SKEW_ENV: &str = "LAGTRACE_AGENT_TEST_SKEW_US";
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Bounds: one session at a time, windows up to --max-window, results dropped --grace after
-the window's end; --rate requests/s (bursts of twice that) for all clients; request bodies up to 4 KiB.
+the window's end; --rate requests/s (bursts of twice that) for all clients, and as much again
+for refusals (a flood without the token cannot starve its holder); request bodies up to 4 KiB.
 After start the agent keeps only CAP_NET_RAW (capture), CAP_SYS_PTRACE (socket options),
 CAP_BPF and CAP_PERFMON (drops by reason) and CAP_SYS_ADMIN (namespaces); it says which of
 those it lacks and the layers needing them say so in the diagnosis.
