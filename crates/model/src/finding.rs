@@ -23,6 +23,11 @@ pub enum FindingKind {
     /// seen sending small segments unheld in the same state (TCP_NODELAY on): not Nagle, but
     /// held before the wire (a local drop retransmitted on the ACK, or a queue).
     HeldUntilAck,
+    /// A segment that left late after packets of its sender the capture never saw (its IPv4
+    /// identifications skip them): dropped before the capture point (netfilter, a qdisc, or
+    /// the capture itself) and sent again — on a timer, where a cork would have left it at
+    /// the same ~200 ms.
+    DroppedBeforeCapture,
     /// A retransmitted segment (detail: `rto`, `fast` or `spurious`).
     Retransmission,
     /// A retransmitted SYN or SYN-ACK: connection setup waited for a timer.
@@ -39,11 +44,12 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// All kinds, in report order.
-    pub const ALL: [FindingKind; 10] = [
+    pub const ALL: [FindingKind; 11] = [
         FindingKind::NagleDelayedAck,
         FindingKind::NagleStall,
         FindingKind::DelayedAck,
         FindingKind::HeldUntilAck,
+        FindingKind::DroppedBeforeCapture,
         FindingKind::Retransmission,
         FindingKind::SynRetransmit,
         FindingKind::ZeroWindow,
@@ -59,6 +65,7 @@ impl FindingKind {
             FindingKind::NagleStall => "nagle-stall",
             FindingKind::DelayedAck => "delayed-ack",
             FindingKind::HeldUntilAck => "held-until-ack",
+            FindingKind::DroppedBeforeCapture => "dropped-before-capture",
             FindingKind::Retransmission => "retransmission",
             FindingKind::SynRetransmit => "syn-retransmit",
             FindingKind::ZeroWindow => "zero-window",

@@ -8,11 +8,12 @@ use crate::evidence::{
 };
 
 /// Finding kinds, most telling first (the example flow shows the first one present).
-const PRIORITY: [FindingKind; 10] = [
+const PRIORITY: [FindingKind; 11] = [
     FindingKind::NagleDelayedAck,
     FindingKind::TcpCork,
     FindingKind::Retransmission,
     FindingKind::HeldUntilAck,
+    FindingKind::DroppedBeforeCapture,
     FindingKind::SynRetransmit,
     FindingKind::NagleStall,
     FindingKind::DelayedAck,
@@ -209,6 +210,7 @@ fn stall_label(k: FindingKind) -> String {
         FindingKind::NagleStall => "Nagle holds the segment until the ACK",
         FindingKind::DelayedAck => "waiting for a delayed ACK",
         FindingKind::HeldUntilAck => "held before the wire until the ACK (TCP_NODELAY on)",
+        FindingKind::DroppedBeforeCapture => "dropped before the capture point, sent again",
         FindingKind::TcpCork => "TCP_CORK holds the partial frame until its 200 ms ceiling",
         FindingKind::Retransmission => "lost: waiting for the retransmission",
         FindingKind::SynRetransmit => "SYN lost: waiting for its retransmission",

@@ -59,11 +59,20 @@ impl CauseRule for Loss {
         // A few fast retransmissions or tail-loss probes a few ms apart are normal on a busy
         // link; what users feel is RTO-class waits or a cost of more than ~0.5 ms per
         // request.
-        let f = x.finding(FindingKind::Retransmission).filter(|f| {
+        let material = |f: &&FindingSummary| {
             f.count >= 3
                 && f.share >= MATERIAL_LOSS_SHARE
                 && (f.median_added_us >= 20_000 || f.share * f.median_added_us as f64 >= 500.0)
-        })?;
+        };
+        // Segments whose first copies never reached the capture (their sender's IPv4
+        // identifications skip them) are losses the capture shows no retransmission of.
+        let f = x
+            .finding(FindingKind::Retransmission)
+            .filter(material)
+            .or_else(|| {
+                x.finding(FindingKind::DroppedBeforeCapture)
+                    .filter(material)
+            })?;
         let mut c = Candidate::new(CAUSE, f.median_added_us, f.share, vec![LayerName::Packets]);
         c.counted = Some((f.transactions, Some(x.transactions())));
         c.evidence.push(sup(

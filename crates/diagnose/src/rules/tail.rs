@@ -342,7 +342,9 @@ fn parts(x: &Facts<'_>, run: &AppRun, excess_us: u64) -> Vec<TailPart> {
         {
             let cause = match f.kind {
                 // Held until the next ACK with TCP_NODELAY on: a drop before the wire.
-                FindingKind::Retransmission | FindingKind::HeldUntilAck => Cause::PacketLoss,
+                FindingKind::Retransmission
+                | FindingKind::HeldUntilAck
+                | FindingKind::DroppedBeforeCapture => Cause::PacketLoss,
                 FindingKind::SynRetransmit => Cause::SynDrop,
                 FindingKind::NagleDelayedAck | FindingKind::NagleStall => Cause::NagleDelayedAck,
                 FindingKind::TcpCork => Cause::TcpCork,

@@ -36,8 +36,44 @@ pub(super) fn tail(ev: &Seg<'_>, p: DataSeg, txn: Option<u32>, first_ts: i64) ->
         (ev.peer_window, ev.peer_last_ack),
         (Some(w), Some(a)) if w.saturating_sub(ev.seq.wrapping_sub(a)) < mss
     );
-    (!peer_data_in_gap && !window_short && is_cork_gap(since_other, ev.rtt_est_us))
-        .then(|| finding(ev, txn, p.frame, p.ts, first_ts, false))
+    if peer_data_in_gap || window_short || !is_cork_gap(since_other, ev.rtt_est_us) {
+        return None;
+    }
+    Some(if ev.unseen > 0 {
+        unseen_resend(ev, txn, (p.frame, p.ts), first_ts)
+    } else {
+        finding(ev, txn, p.frame, p.ts, first_ts, false)
+    })
+}
+
+/// A segment that left at the cork ceiling, but with packets of its sender missing from the
+/// capture just before it (its IPv4 identifications skip them): its earlier copies were
+/// dropped before the capture point — the signature of a drop before the wire (netfilter, a
+/// qdisc) or on the path to a capture far from the sender, which a cork never leaves. Not
+/// counted as a retransmission: whether the sender counts it depends on where the copies
+/// were lost (a send that failed locally leaves the data unsent; one lost on the path is
+/// retransmitted).
+fn unseen_resend(ev: &Seg<'_>, txn: Option<u32>, prev: (u64, i64), first_ts: i64) -> Finding {
+    let (prev_frame, prev_ts) = prev;
+    let cost = us(ev.ts - prev_ts);
+    Finding {
+        kind: FindingKind::DroppedBeforeCapture,
+        detail: None,
+        stream: ev.stream,
+        transaction: txn,
+        frames: vec![prev_frame, ev.frame],
+        start_us: (prev_ts - first_ts) / 1000,
+        end_us: (ev.ts - first_ts) / 1000,
+        cost_us: cost,
+        explanation: format!(
+            "{} B at relative seq {} left {:.1} ms after the sender's previous packet, after {} packet{} it sent that never reached the capture (its IPv4 identifications skip them): dropped before the capture point (netfilter, a qdisc, or the capture itself) and sent again",
+            ev.len,
+            ev.rel_seq,
+            cost as f64 / 1000.0,
+            ev.unseen,
+            if ev.unseen == 1 { "" } else { "s" }
+        ),
+    }
 }
 
 /// A small segment that starts the response of the open transaction `t`, released at the
@@ -50,6 +86,14 @@ pub(super) fn first_response(ev: &Seg<'_>, t: &Txn, first_ts: i64) -> Option<Fin
         return None;
     }
     let prev_frame = t.t.request_last_frame.unwrap_or(ev.frame);
+    if ev.unseen > 0 {
+        return Some(unseen_resend(
+            ev,
+            Some(t.t.index),
+            (prev_frame, ev.prev_stream_ts),
+            first_ts,
+        ));
+    }
     Some(finding(
         ev,
         Some(t.t.index),
@@ -140,6 +184,67 @@ mod tests {
         assert_eq!(kinds(&an), [FindingKind::TcpCork]);
         assert_eq!(an.findings[0].frames, [5, 7]);
         assert!(an.findings[0].explanation.contains("tail"));
+    }
+
+    /// A tail at the ceiling after a full segment whose IPv4 identification is `head_id`,
+    /// the tail numbered `tail_id` (the client sends without identifications).
+    fn numbered_tail(head_id: u16, tail_id: u16) -> lagtrace_model::analyze::Analysis {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.ip_id = head_id;
+        s.server_data(1_100, 1448);
+        s.ip_id = 0;
+        s.client_ack(1_200);
+        s.ip_id = tail_id;
+        s.server_data(201_300, 300);
+        s.finish()
+    }
+
+    #[test]
+    fn a_late_tail_after_packets_the_capture_never_saw_is_dropped_before_capture_not_cork() {
+        // Recorded (nginx, an nft drop on its output): the header (id 0x4916), then the body
+        // 253.6 ms later with id 0x4919 — two sends of the body were dropped before the
+        // wire. Without the gap the same timing is a cork.
+        let an = numbered_tail(500, 503);
+        assert_eq!(
+            kinds(&an),
+            [FindingKind::DroppedBeforeCapture],
+            "{:?}",
+            an.findings
+        );
+        let f = &an.findings[0];
+        assert_eq!(f.frames, [5, 7]);
+        assert!(
+            f.explanation
+                .contains("after 2 packets it sent that never reached the capture"),
+            "{f:?}"
+        );
+        assert!(
+            an.retransmitted_frames.is_empty(),
+            "not one Wireshark flags"
+        );
+        assert_eq!(kinds(&numbered_tail(500, 501)), [FindingKind::TcpCork]);
+        // A whole response after the request, one packet unseen.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.ip_id = 500;
+        s.server_ack(1_100);
+        s.ip_id = 502;
+        s.server_data(201_100, 700);
+        s.ip_id = 0;
+        s.client_ack(201_200);
+        let an = s.finish();
+        assert_eq!(
+            kinds(&an),
+            [FindingKind::DroppedBeforeCapture],
+            "{:?}",
+            an.findings
+        );
+        assert!(
+            an.findings[0]
+                .explanation
+                .contains("after 1 packet it sent")
+        );
     }
 
     #[test]

@@ -129,4 +129,7 @@ pub(super) struct Seg<'a> {
     pub peer_window: Option<u32>,
     /// The peer's last acknowledgement number.
     pub peer_last_ack: Option<u32>,
+    /// Packets of this sender since its previous captured one that the capture never saw
+    /// (by IPv4 identification; 0 without).
+    pub unseen: u16,
 }

@@ -18,6 +18,9 @@ pub(super) struct Txn {
     req_last_ts: i64,
     /// When the response started, once it has.
     pub resp_first_ts: Option<i64>,
+    /// Packets of the server the capture never saw came just before the response's first
+    /// segment: its first copy was lost before the capture point.
+    resp_first_unseen: bool,
     resp_last_ts: i64,
 }
 
@@ -31,6 +34,9 @@ pub(super) struct Timing {
     pub resp_last_ts: i64,
     /// Server time less the part of the path RTT it includes, µs.
     pub think_us: u64,
+    /// The response's first segment came after server packets the capture never saw: the
+    /// server time includes the recovery of a loss before the capture point.
+    pub first_unseen: bool,
     /// Kinds of the findings recorded against it.
     pub kinds: u16,
 }
@@ -70,6 +76,7 @@ impl Txn {
             req_first_ts: ev.ts,
             req_last_ts: ev.ts,
             resp_first_ts: None,
+            resp_first_unseen: false,
             resp_last_ts: ev.ts,
         }
     }
@@ -115,6 +122,7 @@ impl Txn {
             resp_first_ts: rf,
             resp_last_ts: self.resp_last_ts,
             think_us: server.saturating_sub(server_far_rtt_us),
+            first_unseen: self.resp_first_unseen,
             kinds: self.kinds,
         };
         (tx, Some(timing))
@@ -147,6 +155,7 @@ impl Transactions {
             if let Some(t) = self.open.as_mut() {
                 if t.resp_first_ts.is_none() {
                     t.resp_first_ts = Some(ev.ts);
+                    t.resp_first_unseen = ev.unseen > 0;
                     t.t.response_first_frame = Some(ev.frame);
                     t.t.status = status_code(ev.payload);
                 }

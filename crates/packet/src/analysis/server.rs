@@ -51,11 +51,16 @@ impl ServerTimes {
 }
 
 /// The slow-server candidate of a finished transaction: the server's think time is at
-/// least [`SLOW_SERVER_MIN_US`] and half the exchange, and no TCP_CORK wait explains it.
+/// least [`SLOW_SERVER_MIN_US`] and half the exchange, and no TCP_CORK wait or loss before
+/// the capture point (the response's first copy never seen) explains it.
 pub(super) fn candidate(tx: &Transaction, tm: &Timing) -> Option<Finding> {
     let think = tm.think_us;
     let total = us(tm.resp_last_ts - tm.req_first_ts).max(1);
-    if tm.has(FindingKind::TcpCork) || think < SLOW_SERVER_MIN_US || think * 2 < total {
+    if tm.has(FindingKind::TcpCork)
+        || tm.first_unseen
+        || think < SLOW_SERVER_MIN_US
+        || think * 2 < total
+    {
         return None;
     }
     let at = |ts: i64| tx.start_us + i64::try_from(us(ts - tm.req_first_ts)).unwrap_or(0);

@@ -51,6 +51,10 @@ struct Dir {
     /// This sender's identifications have not followed its sequence numbers (random or
     /// rewritten): they cannot order its writes.
     ids_unordered: bool,
+    /// The identification the sender's next packet carries if the capture sees them all,
+    /// and how many it may be off by (a super-segment's pieces are counted with an MSS
+    /// that may be one segment off).
+    next_id: Option<(u16, u16)>,
     last_ack: Option<u32>,
     last_ack_time: i64,
     dupacks: u32,
@@ -171,6 +175,7 @@ impl Conn {
             0
         };
         let prev_ack = self.dirs[d].last_ack;
+        let unseen = self.unseen(d, seg);
         let retrans = self.sequence(d, ts, frame, seg, win);
         let far_rtt_us = self.far_rtt_us(d);
         // Data the receiver held for longer than half the delayed-ACK threshold.
@@ -217,7 +222,42 @@ impl Conn {
             data,
             peer_window: self.dirs[r].window,
             peer_last_ack: self.dirs[r].last_ack,
+            unseen,
         }
+    }
+
+    /// Packets the sender of direction `d` sent since its previous captured one that the
+    /// capture never saw, by its IPv4 identifications (Linux numbers every packet a
+    /// connected socket sends, a super-segment one number per wire segment): dropped before
+    /// the capture point (netfilter, a qdisc) or by the capture. SYNs and RSTs are numbered
+    /// elsewhere (the listener, the kernel's control socket) and are left out.
+    fn unseen(&mut self, d: usize, seg: &TcpSegment<'_>) -> u16 {
+        if !self.copies.numbered(d) || seg.flags & (flags::SYN | flags::RST) != 0 {
+            return 0;
+        }
+        // The MSS estimate is low by up to 40 B before full segments are seen: a segment
+        // within that of it is one wire segment.
+        let mss = self.dirs[d].mss(&self.dirs[1 - d]).max(1);
+        let (pieces, exact) = if seg.payload_len <= mss + 40 {
+            (1, true)
+        } else {
+            (seg.payload_len.div_ceil(mss), seg.payload_len % mss == 0)
+        };
+        let next = seg.ip_id.wrapping_add(pieces as u16);
+        let dir = &mut self.dirs[d];
+        let unseen = match dir.next_id {
+            Some((want, slack)) => {
+                let ahead = seg.ip_id.wrapping_sub(want) as i16;
+                if ahead < 0 {
+                    // Reordered: an earlier packet seen late. Keep the newest.
+                    return 0;
+                }
+                (ahead as u16).saturating_sub(slack)
+            }
+            None => 0,
+        };
+        dir.next_id = Some((next, u16::from(!exact)));
+        unseen
     }
 
     /// SYN options, sequence bases, the handshake RTT and which side is the client.

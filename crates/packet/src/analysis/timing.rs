@@ -90,7 +90,9 @@ fn category(k: FindingKind) -> Option<bool> {
         | FindingKind::TcpCork => Some(false),
         // A segment held until the peer's ACK with TCP_NODELAY on: a copy dropped before
         // the wire and sent again on the ACK (issue 12's dropped-before-wire) — a loss wait.
-        FindingKind::Retransmission | FindingKind::HeldUntilAck => Some(true),
+        FindingKind::Retransmission
+        | FindingKind::HeldUntilAck
+        | FindingKind::DroppedBeforeCapture => Some(true),
         FindingKind::SynRetransmit | FindingKind::SlowServer => None,
     }
 }
