@@ -530,7 +530,14 @@ fn a_drop_before_the_wire_is_not_nagle() {
         r.check_consistent(true);
         for (w, an) in [("any", &r.any), ("veth", &r.veth)] {
             let c = counts(an);
-            for k in ["nagle-delayed-ack", "nagle-stall", "delayed-ack"] {
+            // Nor a cork: a body resent ~200 ms late after sends the capture never saw
+            // (their IPv4 identifications skipped) is dropped-before-capture.
+            for k in [
+                "nagle-delayed-ack",
+                "nagle-stall",
+                "delayed-ack",
+                "tcp-cork",
+            ] {
                 assert!(
                     !c.contains_key(k),
                     "{}: {w}: {k} on drops before the wire: {c:?}\n{}",
@@ -570,7 +577,7 @@ fn stall_lines(an: &serde_json::Value) -> String {
         .filter(|f| {
             f["kind"]
                 .as_str()
-                .is_some_and(|k| k.contains("nagle") || k.contains("ack"))
+                .is_some_and(|k| k.contains("nagle") || k.contains("ack") || k == "tcp-cork")
         })
         .map(|f| format!("{} {} {}\n", f["kind"], f["frames"], f["explanation"]))
         .collect()
