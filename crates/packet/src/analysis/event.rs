@@ -132,4 +132,6 @@ pub(super) struct Seg<'a> {
     /// Packets of this sender since its previous captured one that the capture never saw
     /// (by IPv4 identification; 0 without).
     pub unseen: u16,
+    /// Numbers of an earlier such gap this packet filled (it came late, reordered).
+    pub refound: u16,
 }

@@ -170,6 +170,9 @@ pub struct Analyzer {
     busy: HashMap<SocketAddr, Busy>,
     stream_packets: Vec<PacketRecord>,
     skipped: Skipped,
+    /// Packets their senders sent that the capture never saw (IPv4 identifications
+    /// skipped), and on how many streams.
+    unseen: (i64, HashMap<usize, i64>),
     warnings: Vec<String>,
 }
 
@@ -203,6 +206,7 @@ impl Analyzer {
             busy: HashMap::new(),
             stream_packets: Vec::new(),
             skipped: Skipped::default(),
+            unseen: (0, HashMap::new()),
             warnings: Vec::new(),
         }
     }
@@ -271,6 +275,14 @@ impl Analyzer {
                 frame,
                 u64::try_from(rtt.saturating_add(500) / 1000).unwrap_or(0),
             ));
+        }
+        if ev.unseen > 0 {
+            self.unseen.0 += i64::from(ev.unseen);
+            *self.unseen.1.entry(i).or_default() += i64::from(ev.unseen);
+        }
+        if ev.refound > 0 {
+            self.unseen.0 -= i64::from(ev.refound);
+            *self.unseen.1.entry(i).or_default() -= i64::from(ev.refound);
         }
         let sender = self.table.sender(i, ev.dir);
         let Some(det) = self.table.det_mut(i) else {
@@ -442,6 +454,13 @@ impl Analyzer {
         let summary = self.rec.summary(self.transactions_total);
         let mut warnings = std::mem::take(&mut self.warnings);
         self.skipped.warnings(&mut warnings);
+        if self.unseen.0 > 0 {
+            warnings.push(format!(
+                "{} packets on {} streams were sent but never captured (their senders' IPv4 identifications skip them): dropped before the capture point (netfilter, a qdisc, the path) or by the capture itself",
+                self.unseen.0,
+                self.unseen.1.values().filter(|&&n| n > 0).count()
+            ));
+        }
         if self.table.copies > 0 {
             warnings.push(format!(
                 "{} frames were a second capture of a segment already seen (the capture saw it on two interfaces, or as a GSO super-segment and its pieces); analyzed once",

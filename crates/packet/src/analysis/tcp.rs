@@ -37,6 +37,12 @@ struct Unacked {
 }
 
 /// One direction of a connection.
+/// A jump in a sender's IPv4 identifications larger than this is not counted as packets
+/// missing from the capture.
+const MAX_ID_GAP: u16 = 4096;
+/// Gaps in a sender's identifications remembered for late packets to fill.
+const MAX_GAPS: usize = 32;
+
 #[derive(Default)]
 struct Dir {
     isn: Option<u32>,
@@ -52,9 +58,12 @@ struct Dir {
     /// rewritten): they cannot order its writes.
     ids_unordered: bool,
     /// The identification the sender's next packet carries if the capture sees them all,
-    /// and how many it may be off by (a super-segment's pieces are counted with an MSS
-    /// that may be one segment off).
+    /// and how many more it may be (a super-segment's pieces are counted with an MSS that
+    /// may be a little off).
     next_id: Option<(u16, u16)>,
+    /// Recent gaps in the identifications (first missing, how many): a late packet that
+    /// falls in one was reordered, not lost.
+    gaps: Vec<(u16, u16)>,
     last_ack: Option<u32>,
     last_ack_time: i64,
     dupacks: u32,
@@ -69,6 +78,30 @@ struct Dir {
 }
 
 impl Dir {
+    /// Removes `pieces` numbers from `id` on from the gap holding them; returns how many
+    /// were in one.
+    fn fill_gap(&mut self, id: u16, pieces: u16) -> u16 {
+        let Some(k) = self
+            .gaps
+            .iter()
+            .position(|&(first, n)| id.wrapping_sub(first) < n)
+        else {
+            return 0;
+        };
+        let (first, n) = self.gaps[k];
+        let off = id.wrapping_sub(first);
+        let filled = pieces.min(n - off);
+        self.gaps.remove(k);
+        if off > 0 {
+            self.gaps.push((first, off));
+        }
+        let rest = n - off - filled;
+        if rest > 0 {
+            self.gaps.push((id.wrapping_add(filled), rest));
+        }
+        filled
+    }
+
     fn mss(&self, peer: &Dir) -> u32 {
         // The sender uses the smaller of the peer's MSS option and its own (a TCP_MAXSEG
         // clamp shows in its own SYN's option, not in the peer's).
@@ -175,7 +208,7 @@ impl Conn {
             0
         };
         let prev_ack = self.dirs[d].last_ack;
-        let unseen = self.unseen(d, seg);
+        let (unseen, refound) = self.unseen(d, seg);
         let retrans = self.sequence(d, ts, frame, seg, win);
         let far_rtt_us = self.far_rtt_us(d);
         // Data the receiver held for longer than half the delayed-ACK threshold.
@@ -223,6 +256,7 @@ impl Conn {
             peer_window: self.dirs[r].window,
             peer_last_ack: self.dirs[r].last_ack,
             unseen,
+            refound,
         }
     }
 
@@ -230,34 +264,52 @@ impl Conn {
     /// capture never saw, by its IPv4 identifications (Linux numbers every packet a
     /// connected socket sends, a super-segment one number per wire segment): dropped before
     /// the capture point (netfilter, a qdisc) or by the capture. SYNs and RSTs are numbered
-    /// elsewhere (the listener, the kernel's control socket) and are left out.
-    fn unseen(&mut self, d: usize, seg: &TcpSegment<'_>) -> u16 {
+    /// elsewhere (the listener, the kernel's control socket) and are left out. Returns (new
+    /// gap before this packet, numbers of an earlier gap this packet filled: it came late,
+    /// reordered on the way).
+    fn unseen(&mut self, d: usize, seg: &TcpSegment<'_>) -> (u16, u16) {
         if !self.copies.numbered(d) || seg.flags & (flags::SYN | flags::RST) != 0 {
-            return 0;
+            return (0, 0);
         }
+        let known_mss = self.dirs[d].syn_opts.is_some() || self.dirs[1 - d].syn_opts.is_some();
         // The MSS estimate is low by up to 40 B before full segments are seen: a segment
         // within that of it is one wire segment.
         let mss = self.dirs[d].mss(&self.dirs[1 - d]).max(1);
-        let (pieces, exact) = if seg.payload_len <= mss + 40 {
-            (1, true)
-        } else {
-            (seg.payload_len.div_ceil(mss), seg.payload_len % mss == 0)
-        };
-        let next = seg.ip_id.wrapping_add(pieces as u16);
         let dir = &mut self.dirs[d];
-        let unseen = match dir.next_id {
-            Some((want, slack)) => {
-                let ahead = seg.ip_id.wrapping_sub(want) as i16;
-                if ahead < 0 {
-                    // Reordered: an earlier packet seen late. Keep the newest.
-                    return 0;
-                }
-                (ahead as u16).saturating_sub(slack)
-            }
-            None => 0,
+        if !known_mss && seg.payload_len > 1460 {
+            // A super-segment of a connection whose MSS is unknown (no SYN captured): how
+            // many numbers it took cannot be told. Start again after it.
+            dir.next_id = None;
+            return (0, 0);
+        }
+        // How many numbers it took: the estimate of the MSS may be up to 40 B low, so a
+        // range (one number for a single wire segment).
+        let len = seg.payload_len.max(1);
+        let fewest = len.div_ceil(mss + 40) as u16;
+        let most = len.div_ceil(mss) as u16;
+        let Some((want, slack)) = dir.next_id else {
+            dir.next_id = Some((seg.ip_id.wrapping_add(fewest), most - fewest));
+            return (0, 0);
         };
-        dir.next_id = Some((next, u16::from(!exact)));
-        unseen
+        let ahead = seg.ip_id.wrapping_sub(want) as i16;
+        if ahead < 0 {
+            // An earlier packet seen late (reordered): it fills a gap counted before.
+            return (0, dir.fill_gap(seg.ip_id, fewest));
+        }
+        dir.next_id = Some((seg.ip_id.wrapping_add(fewest), most - fewest));
+        if ahead as u16 > MAX_ID_GAP {
+            // Not a gap a drop makes (the capture resumed, or the numbering is not per
+            // connection): start again.
+            return (0, 0);
+        }
+        let gap = (ahead as u16).saturating_sub(slack);
+        if gap > 0 {
+            if dir.gaps.len() >= MAX_GAPS {
+                dir.gaps.remove(0);
+            }
+            dir.gaps.push((want.wrapping_add(slack), gap));
+        }
+        (gap, 0)
     }
 
     /// SYN options, sequence bases, the handshake RTT and which side is the client.
