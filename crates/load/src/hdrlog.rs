@@ -168,14 +168,28 @@ impl HdrLogWriter {
         let every_us = every.as_micros() as u64;
         let base_us = start_unix_us / every_us * every_us;
         let ctx = || format!("cannot write {}", path.display());
-        let file = std::fs::File::create(path).with_context(ctx)?;
+        let file = if path.as_os_str() == "-" {
+            // Standard output (a copy of the descriptor: the log's writes and the
+            // process's own stdout stay apart in their buffers).
+            use std::os::fd::AsFd;
+            std::fs::File::from(
+                std::io::stdout()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .with_context(ctx)?,
+            )
+        } else {
+            std::fs::File::create(path).with_context(ctx)?
+        };
         let header = format!(
             "[{HEADER} worker={worker} interval_us={every_us} start_unix_us={start_unix_us}]"
         );
         let mut log = HdrLogWriter {
             path: path.to_path_buf(),
             worker,
-            file: std::io::BufWriter::new(file),
+            // Whole intervals per write (flushed after each): lines stay whole where the
+            // log shares a stream with the report (a pod's log).
+            file: std::io::BufWriter::with_capacity(1 << 16, file),
             ser: V2DeflateSerializer::new(),
             every_us,
             base_us,
@@ -196,6 +210,7 @@ impl HdrLogWriter {
             log.file,
             "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\""
         )
+        .and_then(|()| log.file.flush())
         .with_context(ctx)?;
         Ok(log)
     }
@@ -242,7 +257,9 @@ impl HdrLogWriter {
             w.write_histogram(h, start, len, tag)
                 .map_err(|e| Error::Other(format!("cannot write {}: {e}", self.path.display())))?;
         }
-        Ok(())
+        self.file
+            .flush()
+            .with_context(|| format!("cannot write {}", self.path.display()))
     }
 
     /// Writes the remaining intervals (the last ends at `end_unix_us`) and the summary.
@@ -294,8 +311,21 @@ fn header_field(line: &str, key: &str) -> Option<u64> {
 /// Reads a log written by `lagtrace load --hdr-log`.
 pub fn read_log(path: &Path) -> Result<WorkerLog> {
     let name = path.display();
-    let text = std::fs::read(path).with_context(|| format!("cannot read {name}"))?;
-    let s = String::from_utf8_lossy(&text);
+    let raw = std::fs::read(path).with_context(|| format!("cannot read {name}"))?;
+    // Only the log's own lines: a pod's log (`--hdr-log -` in a container) has the worker's
+    // report between them, on stderr but in the same stream.
+    let s: String = String::from_utf8_lossy(&raw)
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| {
+            l.starts_with('#')
+                || l.starts_with("\"StartTimestamp\"")
+                || l.starts_with("Tag=")
+                || l.starts_with(|c: char| c.is_ascii_digit())
+        })
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    let text = s.as_bytes();
     let header = s
         .lines()
         .find(|l| l.starts_with('#') && l.contains(HEADER))
@@ -316,7 +346,7 @@ pub fn read_log(path: &Path) -> Result<WorkerLog> {
     let mut base_us = None;
     let mut intervals: BTreeMap<u64, LogInterval> = BTreeMap::new();
     let mut de = Deserializer::new();
-    for e in IntervalLogIterator::new(&text) {
+    for e in IntervalLogIterator::new(text) {
         let e = e.map_err(|e| Error::Other(format!("{name}: not an interval log ({e:?})")))?;
         let iv = match e {
             LogEntry::BaseTime(t) => {

@@ -134,7 +134,8 @@ pub struct LoadArgs {
     #[arg(long)]
     pub json: bool,
     /// Write an HdrHistogram interval log (V2 compressed, values in µs, intervals on the wall
-    /// clock; `lagtrace load merge` combines the logs of several workers)
+    /// clock; `lagtrace load merge` combines the logs of several workers). `-`: to stdout,
+    /// and the report to stderr
     #[arg(long, value_name = "FILE")]
     pub hdr_log: Option<PathBuf>,
     /// Interval of the --hdr-log log (whole milliseconds)
@@ -162,8 +163,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let args = *args.inner;
     let url = args.url.clone().context("a target URL is required")?;
+    // `--hdr-log -`: the log on stdout (e.g. a pod's log), the report on stderr.
+    let log_on_stdout = args.hdr_log.as_deref() == Some(std::path::Path::new("-"));
     for (flag, p) in [("--hdr-log", &args.hdr_log), ("--records", &args.records)] {
-        if let Some(p) = p {
+        if let Some(p) = p.as_ref().filter(|p| p.as_os_str() != "-") {
             super::check_output(flag, p)?;
         }
     }
@@ -214,8 +217,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let header = std::cell::Cell::new(args.json);
     let print_header = || {
         if !header.replace(true) {
-            print!("{}", lagtrace_load::render_header(&opts.used()));
-            let _ = std::io::stdout().flush();
+            let header = lagtrace_load::render_header(&opts.used());
+            if log_on_stdout {
+                eprint!("{header}");
+            } else {
+                print!("{header}");
+                let _ = std::io::stdout().flush();
+            }
         }
     };
     let bar = std::io::stderr().is_terminal().then(|| {
@@ -245,7 +253,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         std::fs::write(path, text + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let mut out = std::io::stdout().lock();
+    let mut out: Box<dyn Write> = if log_on_stdout {
+        Box::new(std::io::stderr().lock())
+    } else {
+        Box::new(std::io::stdout().lock())
+    };
     if args.json {
         let doc =
             lagtrace_model::Envelope::new("load", lagtrace_model::load::LoadReport::from(&report));
