@@ -240,6 +240,35 @@ fn rootfs_tarball_runs_the_binary_alone() {
     assert!(o.status.success(), "{o:?}");
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["requests"], 50);
+    build_with_podman(&tar);
+}
+
+/// The Containerfile turns the tarball into an image (podman, installed by .ci/setup): its
+/// entrypoint is the binary, its user nobody, its one layer the tarball's files. (Running a
+/// container needs cgroups and rlimits a CI sandbox may not grant; the chroot run above is
+/// what shows the tree is complete.)
+fn build_with_podman(tar: &Path) {
+    let ctx = tempfile::tempdir().unwrap();
+    std::fs::copy(tar, ctx.path().join("lagtrace-rootfs.tar")).unwrap();
+    let tag = format!("localhost/lagtrace-test:{}", std::process::id());
+    let o = Command::new("podman")
+        .args(["build", "-q", "-t", &tag, "-f"])
+        .arg(repo().join("deploy/image/Containerfile"))
+        .arg(ctx.path())
+        .output()
+        .expect("podman (bash .ci/setup installs it)");
+    let inspect = Command::new("podman")
+        .args(["image", "inspect", &tag])
+        .output()
+        .unwrap();
+    let _ = Command::new("podman").args(["rmi", "-f", &tag]).output();
+    assert!(o.status.success(), "{o:?}");
+    assert!(inspect.status.success(), "{inspect:?}");
+    let v: Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    let cfg = &v[0]["Config"];
+    assert_eq!(cfg["Entrypoint"], serde_json::json!(["/usr/bin/lagtrace"]));
+    assert_eq!(cfg["User"], "65534:65534");
+    assert_eq!(v[0]["RootFS"]["Layers"].as_array().unwrap().len(), 1);
 }
 
 fn walk(p: &Path) -> usize {

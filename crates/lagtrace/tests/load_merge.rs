@@ -316,6 +316,11 @@ fn start_at_lines_up_workers_launched_apart() {
         .map(|k| completed(&records_path(dir.path(), k)).2)
         .collect();
     let (lo, hi) = (*firsts.iter().min().unwrap(), *firsts.iter().max().unwrap());
+    eprintln!(
+        "first requests {} µs apart, the first {} µs after the barrier",
+        hi - lo,
+        lo.saturating_sub(at_us)
+    );
     assert!(
         lo >= at_us,
         "a worker sent before the barrier: {firsts:?} vs {at_us}"
