@@ -413,3 +413,96 @@ fn merge_refuses_logs_that_do_not_add_up() {
     let o = lagtrace(&["load", "--start-at", "100", &srv.url()]);
     assert_eq!(o.status.code(), Some(2), "a start in the past: {o:?}");
 }
+
+/// HdrHistogram's own Python log reader (PyPI `hdrhistogram`, installed by .ci/setup) reads
+/// the workers' logs; summing their untagged intervals gives the histogram `merge` reports
+/// on: the same count, min and max, and the same percentiles once its buckets are counted
+/// with the crate's percentile rule (the two libraries round a percentile's rank apart).
+const PEER: &str = r#"
+import sys, json
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogReader
+total = HdrHistogram(1, 3600000000, 3)
+for path in sys.argv[1:]:
+    r = HistogramLogReader(path, HdrHistogram(1, 3600000000, 3))
+    while True:
+        h = r.get_next_interval_histogram()
+        if h is None:
+            break
+        if h.get_tag() is None:
+            total.add(h)
+    r.close()
+print(json.dumps({"count": total.get_total_count(), "min_us": total.get_min_value(),
+    "max_us": total.get_max_value(), "buckets": [[v.value_iterated_to,
+    v.count_at_value_iterated_to] for v in total.get_recorded_iterator()]}))
+"#;
+
+#[test]
+fn hdrhistograms_own_reader_sums_the_logs_as_merge_does() {
+    let srv = TestServer::spawn(Mode::ok());
+    let dir = tempfile::tempdir().unwrap();
+    let logs: Vec<PathBuf> = (0..2)
+        .map(|k| dir.path().join(format!("p{k}.hlog")))
+        .collect();
+    for (k, log) in logs.iter().enumerate() {
+        let o = lagtrace(&[
+            "load",
+            "-t2",
+            &format!("-c{}", 2 + k),
+            "-d700ms",
+            "--hdr-log-interval=200ms",
+            "--hdr-log",
+            log.to_str().unwrap(),
+            &srv.url(),
+        ]);
+        assert!(o.status.success(), "{o:?}");
+    }
+    let m = merge_json(&logs);
+    let o = Command::new("/opt/lagtrace-tools/venv/bin/python")
+        .args(["-c", PEER])
+        .args(&logs)
+        .output()
+        .expect("HdrHistogram's Python reader (bash .ci/setup installs it)");
+    assert!(o.status.success(), "{o:?}");
+    let peer: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let l = &m["latency"];
+    for f in ["count", "min_us", "max_us"] {
+        assert_eq!(peer[f], l[f], "{f}: {peer} vs {l}");
+    }
+    assert!(l["count"].as_u64().unwrap() > 1000, "{l}");
+    let mut h = hist();
+    for b in peer["buckets"].as_array().unwrap() {
+        h.record_n(b[0].as_u64().unwrap(), b[1].as_u64().unwrap())
+            .unwrap();
+    }
+    assert_latency(l, &h, "HdrHistogram's Python reader");
+}
+
+/// `--hdr-log -`: the log on stdout, the report on stderr; a pod's log holds both streams
+/// (like `2>&1` here), and merge reads the log's lines out of it.
+#[test]
+fn a_log_on_stdout_merges_out_of_a_pods_log() {
+    let srv = TestServer::spawn(Mode::ok());
+    let dir = tempfile::tempdir().unwrap();
+    let pod_log = dir.path().join("pod.log");
+    let cmd = format!(
+        "{BIN} load -n 300 -c2 -t1 --worker-id pod-0 --hdr-log - {} > {} 2>&1",
+        srv.url(),
+        pod_log.display()
+    );
+    assert!(
+        Command::new("sh")
+            .args(["-c", &cmd])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let text = std::fs::read_to_string(&pod_log).unwrap();
+    assert!(
+        text.contains("Requests/sec:") && text.contains("#[lagtrace summary: "),
+        "{text}"
+    );
+    let m = merge_json(&[pod_log]);
+    assert_eq!(m["requests"], 300);
+    assert_eq!(m["workers"][0]["worker"], "pod-0");
+}

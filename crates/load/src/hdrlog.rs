@@ -7,7 +7,7 @@
 //! ```text
 //! #[Logged with lagtrace load; values in microseconds]
 //! #[lagtrace load log 1: worker=web-3 interval_us=1000000 start_unix_us=1764000000123456]
-//! #[StartTime: 1764000000.123 (seconds since epoch)]
+//! #[StartTime: 1764000000.000 (seconds since epoch)]
 //! #[BaseTime: 1764000000.000 (seconds since epoch)]
 //! "StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"
 //! 0.123,0.877,1234.000,HISTFAAA...                 the latency of responses completed then
@@ -23,7 +23,8 @@
 //! # Intervals on the wall clock
 //! Interval `k` holds the responses completed in `[k·L, (k+1)·L)` µs since the Unix epoch
 //! (`L` = the interval length, a whole number of ms), one line per tag for the whole worker
-//! (its threads summed). `BaseTime` is the interval boundary at or before the start, and
+//! (its threads summed). `BaseTime` (and `StartTime`, which HdrHistogram's readers need at
+//! or before the first interval) is the interval boundary at or before the start, and
 //! every timestamp in a line is whole ms: the first interval starts at the run's start
 //! (rounded down to the ms), the last ends at its end. So workers on different hosts started
 //! at different moments share interval boundaries (as far as their clocks agree), and a
@@ -202,7 +203,10 @@ impl HdrLogWriter {
         IntervalLogWriterBuilder::new()
             .add_comment("[Logged with lagtrace load; values in microseconds]")
             .add_comment(&header)
-            .with_start_time(at(start_unix_us))
+            // StartTime = BaseTime: HdrHistogram's readers (Java, Python) skip an interval
+            // that starts before StartTime, and the first one starts at the run's start
+            // rounded down to the ms. The exact start is in the lagtrace header.
+            .with_start_time(at(base_us))
             .with_base_time(at(base_us))
             .begin_log_with(&mut log.file, &mut log.ser)
             .with_context(ctx)?;
