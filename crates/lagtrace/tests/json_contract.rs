@@ -216,3 +216,32 @@ fn lab_and_sockets_json_match_their_schemas() {
         assert!(!v.is_valid(&bad), "{schema_name}: no {field}");
     }
 }
+
+#[test]
+fn load_records_and_merge_json_match_their_schemas() {
+    use lagtrace_testkit::server::{Mode, TestServer};
+    let srv = TestServer::spawn(Mode::ok());
+    let dir = tempfile::tempdir().unwrap();
+    let (log, recs) = (dir.path().join("w.hlog"), dir.path().join("w.json"));
+    let (log, recs) = (log.to_str().unwrap(), recs.to_str().unwrap());
+    json_of(&[
+        "load",
+        "-c2",
+        "-t1",
+        "-d300ms",
+        "--rate",
+        "200",
+        "--json",
+        "--hdr-log",
+        log,
+        "--records",
+        recs,
+        &srv.url(),
+    ]);
+    let r: Value = serde_json::from_slice(&std::fs::read(recs).unwrap()).unwrap();
+    assert_valid("load-records", &r);
+    let m = json_of(&["load", "merge", "--json", log]);
+    assert_valid("load-merge", &m);
+    // The union's fields are `load --json`'s: the load schema holds for them too.
+    assert_valid("load", &m);
+}

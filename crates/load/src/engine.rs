@@ -51,7 +51,13 @@ pub(crate) struct Shared<'a> {
     /// between the first requests of consecutive connections.
     pub pacing: Option<(Duration, Duration)>,
     pub progress: Vec<ThreadCounters>,
+    /// With `--hdr-log`: the interval length, a whole number of milliseconds. Intervals are
+    /// aligned to the wall clock (interval `k` holds the responses completed in
+    /// `[k·len, (k+1)·len)` µs since the Unix epoch), so logs of workers started at
+    /// different moments share their interval boundaries.
     pub interval: Option<Duration>,
+    /// `start` on `CLOCK_REALTIME`, µs since the Unix epoch (the records' `start_unix_us`).
+    pub start_unix_us: u64,
     /// Per-request records, when asked for.
     pub records: Option<RecordOptions>,
 }
@@ -73,11 +79,30 @@ pub(crate) struct Errs {
     pub status: u64,
 }
 
-/// One thread's histogram of one interval of the run (for `--hdr-log`).
+/// One thread's histograms of one wall-clock interval of the run (for `--hdr-log`).
 pub(crate) struct Interval {
-    pub start: Duration,
-    pub end: Duration,
-    pub hist: Histogram<u64>,
+    /// The sending thread.
+    pub thread: usize,
+    /// Interval index: µs since the Unix epoch / interval length.
+    pub slot: u64,
+    /// `false`: the thread has moved past this interval; `true`: its last one (the run ended).
+    pub last: bool,
+    /// Latency (as the report's: corrected with `--rate`).
+    pub latency: Histogram<u64>,
+    /// With `--rate`: from the actual send times.
+    pub uncorrected: Histogram<u64>,
+    /// First requests of connections.
+    pub first: Histogram<u64>,
+}
+
+/// The histograms of the interval a thread is filling.
+struct IntervalHists {
+    slot: u64,
+    /// When the next interval begins.
+    next: Instant,
+    latency: Histogram<u64>,
+    uncorrected: Histogram<u64>,
+    first: Histogram<u64>,
 }
 
 /// What one thread measured.
@@ -268,7 +293,7 @@ struct Worker<'s, 'a> {
     retry: Vec<usize>,
     buf: Vec<u8>,
     interval_tx: Option<Sender<Interval>>,
-    interval_hist: Histogram<u64>,
+    interval: Option<IntervalHists>,
     r: ThreadResult,
     rec: Option<Recorder>,
     /// Id of the next connect attempt of this thread (ids step by the thread count).
@@ -293,8 +318,17 @@ pub(crate) fn run_thread(
         timerfd: None,
         retry: Vec::new(),
         buf: vec![0; READ_BUF],
+        interval: interval_tx.as_ref().and(sh.interval).map(|every| {
+            let (slot, next) = slot_at(sh, every, now);
+            IntervalHists {
+                slot,
+                next,
+                latency: new_hist(),
+                uncorrected: new_hist(),
+                first: new_hist(),
+            }
+        }),
         interval_tx,
-        interval_hist: new_hist(),
         r: ThreadResult {
             hist: new_hist(),
             uncorrected: new_hist(),
@@ -353,7 +387,7 @@ pub(crate) fn run_thread(
     for i in 0..count {
         w.connect(i, now);
     }
-    let last_interval = w.run()?;
+    w.run()?;
     w.r.ended = Instant::now();
     w.count_established();
     w.record_pending(w.r.ended);
@@ -361,28 +395,70 @@ pub(crate) fn run_thread(
         let (seen, pending) = (rec.seen, rec.pending);
         w.r.records = Some((rec.finish(), seen, pending));
     }
-    if let Some(tx) = &w.interval_tx {
-        let _ = tx.send(Interval {
-            start: last_interval - sh.start,
-            end: w.r.ended - sh.start,
-            hist: w.interval_hist.clone(),
-        });
-    }
+    w.send_interval(true);
     Ok(w.r)
 }
 
+/// The wall-clock interval `now` falls in, and the instant the next one begins.
+fn slot_at(sh: &Shared<'_>, every: Duration, now: Instant) -> (u64, Instant) {
+    let every_us = (every.as_micros() as u64).max(1);
+    let wall = sh.start_unix_us + us_since(sh.start, now);
+    let slot = wall / every_us;
+    let next_us = (slot + 1) * every_us - sh.start_unix_us;
+    (slot, sh.start + Duration::from_micros(next_us))
+}
+
+/// Whole µs from `start` to `x` (the unit of the records and of the histograms): a latency
+/// is the difference of two such times, so a record's `wait_us` and the histogram agree.
+fn us_since(start: Instant, x: Instant) -> u64 {
+    x.saturating_duration_since(start).as_micros() as u64
+}
+
 impl Worker<'_, '_> {
-    /// Runs until the end, a stop, or the budget is spent; returns the last interval start.
-    fn run(&mut self) -> io::Result<Instant> {
+    /// Sends the interval being filled (when logging): at a rollover, or the last one.
+    fn send_interval(&mut self, last: bool) {
+        let (Some(iv), Some(tx)) = (&mut self.interval, &self.interval_tx) else {
+            return;
+        };
+        let _ = tx.send(Interval {
+            thread: self.id,
+            slot: iv.slot,
+            last,
+            latency: iv.latency.clone(),
+            uncorrected: iv.uncorrected.clone(),
+            first: iv.first.clone(),
+        });
+        iv.latency.reset();
+        iv.uncorrected.reset();
+        iv.first.reset();
+    }
+
+    /// At or after an interval boundary: sends the finished interval, starts the next.
+    fn roll_interval(&mut self, now: Instant) {
+        let (Some(iv), Some(every)) = (&self.interval, self.sh.interval) else {
+            return;
+        };
+        if now < iv.next {
+            return;
+        }
+        self.send_interval(false);
+        let (slot, next) = slot_at(self.sh, every, now);
+        if let Some(iv) = &mut self.interval {
+            iv.slot = slot;
+            iv.next = next;
+        }
+    }
+
+    /// Runs until the end, a stop, or the budget is spent.
+    fn run(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         let mut last_scan = Instant::now();
         let mut last_sample = last_scan;
         let mut sample_reqs = 0u64;
-        let mut last_interval = self.sh.start;
         loop {
             let now = Instant::now();
             if self.sh.stop.load(Ordering::Relaxed) || now >= self.sh.end || self.budget_done() {
-                return Ok(last_interval);
+                return Ok(());
             }
             let mut wait = SCAN_EVERY.min(self.sh.end - now);
             if let Some(&Reverse((t, _, _))) = self.timers.peek() {
@@ -459,17 +535,7 @@ impl Worker<'_, '_> {
                 c.errors
                     .store(e.connect + e.read + e.write + e.timeout, Ordering::Relaxed);
             }
-            if let (Some(every), Some(tx)) = (self.sh.interval, &self.interval_tx) {
-                if now - last_interval >= every {
-                    let _ = tx.send(Interval {
-                        start: last_interval - self.sh.start,
-                        end: now - self.sh.start,
-                        hist: self.interval_hist.clone(),
-                    });
-                    self.interval_hist.reset();
-                    last_interval = now;
-                }
-            }
+            self.roll_interval(now);
         }
     }
 
@@ -701,18 +767,29 @@ impl Worker<'_, '_> {
 
     fn complete(&mut self, i: usize, status: u16, close: bool) {
         let now = Instant::now();
+        self.roll_interval(now);
         let c = &mut self.conns[i];
-        let lat = (now - c.intended).as_micros() as u64;
-        let raw = (now - c.sent).as_micros() as u64;
-        self.r.hist.saturating_record(lat.max(1));
-        if self.sh.pacing.is_some() {
-            self.r.uncorrected.saturating_record(raw.max(1));
+        let end = us_since(self.sh.start, now);
+        let lat = end
+            .saturating_sub(us_since(self.sh.start, c.intended))
+            .max(1);
+        let raw = end.saturating_sub(us_since(self.sh.start, c.sent)).max(1);
+        let paced = self.sh.pacing.is_some();
+        self.r.hist.saturating_record(lat);
+        if paced {
+            self.r.uncorrected.saturating_record(raw);
         }
         if c.on_conn == 0 {
-            self.r.first.saturating_record(lat.max(1));
+            self.r.first.saturating_record(lat);
         }
-        if self.interval_tx.is_some() {
-            self.interval_hist.saturating_record(lat.max(1));
+        if let Some(iv) = &mut self.interval {
+            iv.latency.saturating_record(lat);
+            if paced {
+                iv.uncorrected.saturating_record(raw);
+            }
+            if c.on_conn == 0 {
+                iv.first.saturating_record(lat);
+            }
         }
         if self.rec.is_some() {
             self.record(i, now, Some(status), None, false, true);
@@ -885,7 +962,7 @@ impl Worker<'_, '_> {
         let c = &self.conns[i];
         let t = &c.track;
         let base = self.sh.start;
-        let us = |x: Instant| x.saturating_duration_since(base).as_micros() as u64;
+        let us = |x: Instant| us_since(base, x);
         let start = if !request {
             t.connect_start
         } else if self.sh.pacing.is_some() {

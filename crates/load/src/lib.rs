@@ -26,7 +26,9 @@
 
 mod engine;
 mod error;
+mod hdrlog;
 mod http;
+mod merge;
 mod records;
 mod report;
 mod target;
@@ -45,7 +47,12 @@ use error::{Context, bail};
 pub use error::{Error, Result};
 use lagtrace_model::RequestRecords;
 
+pub use hdrlog::{
+    LogInterval, LogSummary, TAG_FIRST, TAG_UNCORRECTED, WorkerLog, check_worker_id,
+    default_worker_id, read_log,
+};
 pub use http::{Done, ParseError, ResponseParser};
+pub use merge::{MergedLoad, TimelineRow, WorkerRow, merge_logs, render_merged_text};
 pub use records::RecordOptions;
 pub use report::{
     ErrorCounts, LatencySummary, LoadReport, OptionsUsed, PercentilePoint, RateSummary,
@@ -57,6 +64,11 @@ pub use target::{Target, build_request};
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 /// Time limit of a `-n` run without a duration: a run always stops by itself.
 pub const MAX_COUNTED_DURATION: Duration = Duration::from_secs(600);
+
+/// Longest wait for a `start_at` barrier.
+pub const MAX_START_WAIT: Duration = Duration::from_secs(24 * 3600);
+/// How late a worker may reach its `start_at` barrier and still start (at once).
+pub const START_LATE_LIMIT: Duration = Duration::from_secs(1);
 
 /// Longest duration, timeout, or interval between two paced requests accepted.
 const MAX_TIME: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -93,10 +105,18 @@ pub struct LoadOptions {
     /// https: accept any certificate (self-signed, wrong name). The handshake is still
     /// authenticated against the certificate's key, but nobody vouches for the key.
     pub insecure: bool,
-    /// Write an HdrHistogram interval log (V2 compressed, µs) to this file.
+    /// Write an HdrHistogram interval log (V2 compressed, µs) to this file (see the
+    /// layout in `hdrlog.rs`: intervals on the wall clock, a summary line at the end).
     pub hdr_log: Option<PathBuf>,
-    /// Interval of the HdrHistogram log.
+    /// Interval of the HdrHistogram log: a whole number of milliseconds.
     pub hdr_log_interval: Duration,
+    /// The worker id written into the log's header (`None`: `HOSTNAME-PID`).
+    pub worker_id: Option<String>,
+    /// Start barrier: after preparing (resolving, the preflight connect), wait until this
+    /// wall-clock time before the first request, so that workers on several hosts start
+    /// together. At most [`MAX_START_WAIT`] ahead; a time in the past by more than
+    /// [`START_LATE_LIMIT`] is an error (the workers would not start together).
+    pub start_at: Option<SystemTime>,
     /// Keep per-request records ([`LoadReport::records`]); `None` (the default, and plain
     /// `lagtrace load`) costs nothing per request. With records on, every connect is a
     /// measurement: there is no preflight connect (an unreachable target gives records of
@@ -125,6 +145,8 @@ impl LoadOptions {
             insecure: false,
             hdr_log: None,
             hdr_log_interval: Duration::from_secs(1),
+            worker_id: None,
+            start_at: None,
             records: None,
         }
     }
@@ -194,6 +216,42 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     Duration::try_from_secs_f64(secs).with_context(|| format!("invalid duration {s:?}"))
 }
 
+/// Parses a `--start-at` time, seen at `now`: RFC 3339 (`2026-11-24T04:00:00Z`, an offset
+/// or fractional seconds allowed), Unix seconds (`1764000000`, `1764000000.25`), or
+/// `+DURATION` from `now` (`+5s`, `+500ms`).
+pub fn parse_start_at(s: &str, now: SystemTime) -> Result<SystemTime> {
+    let t = s.trim();
+    if let Some(rel) = t.strip_prefix('+') {
+        let d = parse_duration(rel)?;
+        return now
+            .checked_add(d)
+            .with_context(|| format!("start time {s:?} is out of range"));
+    }
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        let secs: f64 = t
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .with_context(|| format!("invalid start time {s:?}"))?;
+        return Duration::try_from_secs_f64(secs)
+            .ok()
+            .and_then(|d| SystemTime::UNIX_EPOCH.checked_add(d))
+            .with_context(|| format!("start time {s:?} is out of range"));
+    }
+    let dt = time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| {
+            Error::Other(format!(
+                "invalid start time {s:?}: {e} (give RFC 3339 like 2026-11-24T04:00:00Z, Unix \
+                 seconds, or +5s)"
+            ))
+        })?;
+    let ns = dt.unix_timestamp_nanos();
+    u64::try_from(ns)
+        .ok()
+        .and_then(|ns| SystemTime::UNIX_EPOCH.checked_add(Duration::from_nanos(ns)))
+        .with_context(|| format!("start time {s:?} is before 1970"))
+}
+
 struct Prepared {
     target: Target,
     addr: std::net::SocketAddr,
@@ -250,6 +308,16 @@ fn prepare(opts: &LoadOptions) -> Result<Prepared> {
             bail!("rate {r} too low (at least one request per 365 days)");
         }
     }
+    if opts.hdr_log.is_some() {
+        let iv = opts.hdr_log_interval;
+        if iv < Duration::from_millis(1) || iv.subsec_nanos() % 1_000_000 != 0 || iv > MAX_TIME {
+            bail!("the log interval must be a whole number of milliseconds (at least 1 ms)");
+        }
+    }
+    if let Some(id) = &opts.worker_id {
+        hdrlog::check_worker_id(id)?;
+    }
+    check_start_at(opts.start_at, SystemTime::now())?;
     let target = Target::parse(&opts.url)?;
     let request = build_request(&target, &opts.method, &opts.headers, opts.body.as_deref())?;
     let addr = target.resolve()?;
@@ -299,6 +367,44 @@ fn preflight(p: &Prepared, opts: &LoadOptions) -> Result<()> {
     Ok(())
 }
 
+/// Whether a start barrier can be kept, seen at `now`.
+fn check_start_at(at: Option<SystemTime>, now: SystemTime) -> Result<()> {
+    let Some(at) = at else { return Ok(()) };
+    match at.duration_since(now) {
+        Ok(ahead) if ahead > MAX_START_WAIT => bail!(
+            "start time is {:.0} s ahead: at most {} h",
+            ahead.as_secs_f64(),
+            MAX_START_WAIT.as_secs() / 3600
+        ),
+        Ok(_) => Ok(()),
+        Err(e) if e.duration() > START_LATE_LIMIT => bail!(
+            "start time was {:.3} s ago: this worker cannot start with the others (give a \
+             later --start-at; clocks of the hosts must agree)",
+            e.duration().as_secs_f64()
+        ),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Sleeps until the wall-clock time `at` (checked by [`check_start_at`]), in slices so that
+/// `stop` ends the wait, and on the clock itself (not a duration computed once), so that a
+/// clock step during a long wait still starts on time.
+fn wait_until(at: SystemTime, stop: &AtomicBool) -> Result<()> {
+    check_start_at(Some(at), SystemTime::now())?;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let Ok(left) = at.duration_since(SystemTime::now()) else {
+            return Ok(());
+        };
+        if left.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(left.min(Duration::from_millis(100)));
+    }
+}
+
 /// Connects (and completes the TLS handshake) once, as a run without records does before
 /// it starts: `Err` says why the target cannot be reached (refused, timed out, TLS).
 pub fn check(opts: &LoadOptions) -> Result<()> {
@@ -334,9 +440,15 @@ pub fn run(
         preflight(&p, opts)?;
     }
     raise_fd_limit(opts.connections as u64 + 64);
+    if let Some(at) = opts.start_at {
+        wait_until(at, stop)?;
+    }
     let duration = opts.effective_duration();
     let start = Instant::now();
     let start_wall = SystemTime::now();
+    let start_unix_us = start_wall
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
     let shared = engine::Shared {
         addr: p.addr,
         request: &p.request,
@@ -357,12 +469,10 @@ pub fn run(
             .map(|_| engine::ThreadCounters::default())
             .collect(),
         interval: opts.hdr_log.as_ref().map(|_| opts.hdr_log_interval),
+        start_unix_us,
         records: opts.records,
     };
-    let mut log = match &opts.hdr_log {
-        Some(path) => Some(HdrLog::create(path, start)?),
-        None => None,
-    };
+    let mut log = hdrlog::HdrLogWriter::for_run(opts, start_unix_us)?;
     let (tx, rx) = mpsc::channel::<engine::Interval>();
     let results = std::thread::scope(|s| -> Result<Vec<engine::ThreadResult>> {
         let mut handles = Vec::new();
@@ -385,7 +495,7 @@ pub fn run(
             match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(iv) => {
                     if let Some(l) = log.as_mut() {
-                        l.write(&iv)?;
+                        l.add(iv)?;
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -420,65 +530,49 @@ pub fn run(
         Ok(out)
     })?;
     drop(tx);
-    if let Some(mut l) = log {
-        for iv in rx.try_iter() {
-            l.write(&iv)?;
-        }
-        l.finish()?;
-    }
     let mut report = merge(opts, results, start, stop.load(Ordering::Relaxed));
     report.host = p.target.host.clone();
     report.addr = Some(p.addr);
     if let Some(r) = report.records.as_mut() {
-        r.start_unix_us = start_wall
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
+        r.start_unix_us = start_unix_us;
+    }
+    if let Some(l) = log {
+        finish_log(l, rx.try_iter(), &report, start_unix_us)?;
     }
     Ok(report)
 }
 
-/// The `--hdr-log` file, written as intervals arrive (memory does not grow with the run).
-struct HdrLog {
-    path: PathBuf,
-    file: std::io::BufWriter<std::fs::File>,
-    ser: hdrhistogram::serialization::V2DeflateSerializer,
-}
-
-impl HdrLog {
-    fn create(path: &std::path::Path, start: Instant) -> Result<HdrLog> {
-        use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
-        let ctx = || format!("cannot write {}", path.display());
-        let file = std::fs::File::create(path).with_context(ctx)?;
-        let mut log = HdrLog {
-            path: path.to_path_buf(),
-            file: std::io::BufWriter::new(file),
-            ser: hdrhistogram::serialization::V2DeflateSerializer::new(),
-        };
-        let wall_start = SystemTime::now() - start.elapsed();
-        IntervalLogWriterBuilder::new()
-            .add_comment("[Logged with lagtrace load; values in microseconds]")
-            .with_start_time(wall_start)
-            .with_base_time(wall_start)
-            .begin_log_with(&mut log.file, &mut log.ser)
-            .with_context(ctx)?;
-        Ok(log)
+/// Writes the log's last intervals and its summary line.
+fn finish_log(
+    mut l: hdrlog::HdrLogWriter,
+    rest: impl Iterator<Item = engine::Interval>,
+    report: &LoadReport,
+    start_unix_us: u64,
+) -> Result<()> {
+    for iv in rest {
+        l.add(iv)?;
     }
-
-    fn write(&mut self, iv: &engine::Interval) -> Result<()> {
-        use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
-        // A builder without comments or times writes no header: this appends one line.
-        let mut w = IntervalLogWriterBuilder::new()
-            .begin_log_with(&mut self.file, &mut self.ser)
-            .with_context(|| format!("cannot write {}", self.path.display()))?;
-        w.write_histogram(&iv.hist, iv.start, iv.end.saturating_sub(iv.start), None)
-            .map_err(|e| Error::Other(format!("cannot write {}: {e}", self.path.display())))
-    }
-
-    fn finish(mut self) -> Result<()> {
-        self.file
-            .flush()
-            .with_context(|| format!("cannot write {}", self.path.display()))
-    }
+    let duration_us = (report.duration_s * 1e6).round() as u64;
+    let model = lagtrace_model::load::LoadReport::from(report);
+    let summary = LogSummary {
+        worker: l.worker().to_string(),
+        start_unix_us,
+        duration_us,
+        requests: report.requests,
+        bytes: report.bytes,
+        connections_opened: report.connections_opened,
+        interrupted: report.interrupted,
+        errors: model.errors,
+        status_codes: report.status_codes.clone(),
+        thread_rate_samples: report
+            .thread_rate_samples
+            .iter()
+            .map(|x| x.round() as u64)
+            .collect(),
+        target: model.target,
+        options: model.options,
+    };
+    l.finish(start_unix_us + duration_us, &summary)
 }
 
 fn merge(
@@ -548,6 +642,7 @@ fn merge(
         later_request_latency_us: LatencySummary::from_hist(&later),
         percentiles: report::percentile_points(&hist),
         thread_requests_per_sec: RateSummary::from_samples(&samples),
+        thread_rate_samples: samples,
         errors,
         status_codes,
         connections_opened: connects,
@@ -626,5 +721,28 @@ mod tests {
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn start_times() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_000_000);
+        let at = |s: &str| parse_start_at(s, now).unwrap();
+        assert_eq!(at("+5s"), now + Duration::from_secs(5));
+        assert_eq!(at("+250ms"), now + Duration::from_millis(250));
+        assert_eq!(at("1764000000.5"), now + Duration::from_millis(500));
+        // 1764000000 is 2025-11-24T16:00:00Z.
+        assert_eq!(at("2025-11-24T16:00:00Z"), now);
+        assert_eq!(
+            at("2025-11-24T17:00:00.25+01:00"),
+            now + Duration::from_millis(250)
+        );
+        for bad in ["tomorrow", "", "+5x", "2025-13-01T00:00:00Z", "1.2.3"] {
+            assert!(parse_start_at(bad, now).is_err(), "{bad}");
+        }
+        // The barrier: a little late starts at once, too late or too far ahead is an error.
+        assert!(check_start_at(Some(now - Duration::from_millis(500)), now).is_ok());
+        assert!(check_start_at(Some(now - Duration::from_secs(3)), now).is_err());
+        assert!(check_start_at(Some(now + Duration::from_secs(3600)), now).is_ok());
+        assert!(check_start_at(Some(now + Duration::from_secs(2 * 86400)), now).is_err());
     }
 }

@@ -82,7 +82,8 @@ pub struct RateSummary {
 }
 
 impl RateSummary {
-    pub(crate) fn from_samples(s: &[f64]) -> Self {
+    /// Summarises samples (all zeros when there are none).
+    pub fn from_samples(s: &[f64]) -> Self {
         if s.is_empty() {
             return RateSummary::default();
         }
@@ -220,6 +221,9 @@ pub struct LoadReport {
     pub percentiles: Vec<PercentilePoint>,
     /// Per-thread requests/sec (wrk's Req/Sec row).
     pub thread_requests_per_sec: RateSummary,
+    /// The samples behind [`LoadReport::thread_requests_per_sec`] (every 100 ms per thread).
+    #[serde(skip)]
+    pub thread_rate_samples: Vec<f64>,
     /// Errors by kind.
     pub errors: ErrorCounts,
     /// Responses by status code.

@@ -276,19 +276,31 @@ fn hdr_log_holds_every_latency() {
     o.hdr_log = Some(path.clone());
     let r = go(&o);
     let text = std::fs::read(&path).unwrap();
-    let mut total = 0;
-    let mut entries = 0;
+    let (mut total, mut first) = (0, 0);
+    let mut untagged = Vec::new();
     let mut de = Deserializer::new();
     for e in IntervalLogIterator::new(&text) {
         if let Ok(LogEntry::Interval(iv)) = e {
             let bytes = base64_decode(iv.encoded_histogram());
             let h: hdrhistogram::Histogram<u64> = de.deserialize(&mut &bytes[..]).unwrap();
-            total += h.len();
-            entries += 1;
+            match iv.tag().as_deref() {
+                None => {
+                    total += h.len();
+                    untagged.push((iv.start_timestamp(), iv.duration()));
+                }
+                Some("first-request") => first += h.len(),
+                Some(t) => panic!("unexpected tag {t} without --rate"),
+            }
         }
     }
-    assert!(entries >= 4, "2 threads × ≥ 2 intervals, got {entries}");
+    // One line per interval for the whole run (its 2 threads summed), each starting where
+    // the one before ended: 1.5 s of 1 s intervals on the clock is 2 or 3 of them.
+    assert!((2..=3).contains(&untagged.len()), "{untagged:?}");
+    for w in untagged.windows(2) {
+        assert_eq!(w[0].0 + w[0].1, w[1].0, "{untagged:?}");
+    }
     assert_eq!(total, r.requests);
+    assert_eq!(first, r.first_request_latency_us.count);
 }
 
 fn base64_decode(s: &str) -> Vec<u8> {

@@ -131,3 +131,70 @@ pub struct LoadReport {
     /// Options used.
     pub options: LoadOptions,
 }
+
+/// `lagtrace load merge --json`: the exact union of several workers' `--hdr-log` logs (the
+/// latency histograms added, never percentiles averaged), with a row per worker and the
+/// merged wall-clock timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LoadMergeReport {
+    /// The union as one load report (the fields of `lagtrace load --json`): counts summed,
+    /// latency from the added histograms, `duration_us` from the first worker's start to the
+    /// last one's end, `options` summed (connections, threads, rate) or the first worker's.
+    #[serde(flatten)]
+    pub union: LoadReport,
+    /// The first worker's start, µs since the Unix epoch.
+    pub start_unix_us: u64,
+    /// The logs' interval length.
+    pub interval_us: u64,
+    /// One row per log, in the order given.
+    pub workers: Vec<LoadWorker>,
+    /// The merged intervals in time order: interval `k` holds the responses of every worker
+    /// completed in `[k·interval_us, (k+1)·interval_us)` µs since the Unix epoch.
+    pub timeline: Vec<LoadInterval>,
+}
+
+/// One worker of a merge, from its own log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LoadWorker {
+    /// The worker's id (`--worker-id`).
+    pub worker: String,
+    /// Its log file, as given.
+    pub log: String,
+    /// Its start, µs since the Unix epoch.
+    pub start_unix_us: u64,
+    /// Its run's length.
+    pub duration_us: u64,
+    /// Completed responses.
+    pub requests: u64,
+    /// `requests / duration`.
+    pub requests_per_sec: f64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Errors by kind.
+    pub errors: ErrorCounts,
+    /// Its latency.
+    pub latency: LoadLatency,
+    /// Connections.
+    pub connections: usize,
+    /// Threads.
+    pub threads: usize,
+    /// `--rate`.
+    pub rate: Option<f64>,
+    /// Target URL.
+    pub url: String,
+    /// Stopped early.
+    pub interrupted: bool,
+}
+
+/// One interval of a merged timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LoadInterval {
+    /// Start, µs since the Unix epoch (the earliest worker's, whole ms).
+    pub start_unix_us: u64,
+    /// End (the latest worker's, whole ms).
+    pub end_unix_us: u64,
+    /// Workers with responses or a line for this interval.
+    pub workers: u32,
+    /// Latency of the responses completed in it, every worker (`count`: how many).
+    pub latency: LatencySummary,
+}

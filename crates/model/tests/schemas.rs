@@ -5,10 +5,11 @@ use std::path::PathBuf;
 
 use lagtrace_lab::{LabState, LabStatusReport};
 use lagtrace_model::Envelope;
+use lagtrace_model::RequestRecords;
 use lagtrace_model::analyze::Analysis;
 use lagtrace_model::diagnosis::Diagnosis;
 use lagtrace_model::host::HostReport;
-use lagtrace_model::load::LoadReport;
+use lagtrace_model::load::{LoadMergeReport, LoadReport};
 use lagtrace_model::probe::{PingReport, RouteReport};
 use lagtrace_sockets::Inspection;
 use lagtrace_sockets::record::Recording;
@@ -21,6 +22,14 @@ fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         ("diagnose", schemars::schema_for!(Diagnosis)),
         ("host", schemars::schema_for!(Envelope<HostReport>)),
         ("load", schemars::schema_for!(Envelope<LoadReport>)),
+        (
+            "load-merge",
+            schemars::schema_for!(Envelope<LoadMergeReport>),
+        ),
+        (
+            "load-records",
+            schemars::schema_for!(Envelope<RequestRecords>),
+        ),
         ("ping", schemars::schema_for!(Envelope<PingReport>)),
         ("route", schemars::schema_for!(Envelope<RouteReport>)),
         // `sockets`, `lab`: their types live in lagtrace-sockets / lagtrace-lab.

@@ -22,11 +22,18 @@ report. A target that cannot be reached at all is an error (exit 2).
 Coming from wrk/wrk2: -t, -c, -d, -H, --timeout, --latency and -R mean the same here; Lua
 scripts (-s) are not supported: set the request with -m, -H and --body/--body-file.
 
+Running from many hosts: give each worker --hdr-log, a --worker-id and one --start-at, then
+`lagtrace load merge w1.hlog w2.hlog ...` (an exact union: histograms added, intervals on the
+clock).
+
 Examples:
   lagtrace load -t2 -c100 -d10s --latency http://10.0.0.2/
   lagtrace load -c50 --rate 2000 -d30s --uncorrected --latency http://10.0.0.2:8080/
-  lagtrace load -n 1000 -c1 --json http://127.0.0.1:8080/")]
+  lagtrace load -c50 -d30s --start-at 2026-11-24T04:00:00Z --worker-id w1 --hdr-log w1.hlog URL")]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
+    #[command(subcommand)]
+    sub: Option<Sub>,
     #[command(flatten)]
     inner: Box<LoadArgs>,
     /// wrk's -s script.lua: refused (Lua is not supported; says what to use)
@@ -34,11 +41,47 @@ pub struct Args {
     pub script: Option<String>,
 }
 
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// Merge the --hdr-log logs of several workers into one exact report (HdrHistograms
+    /// added, never percentiles averaged), with a row per worker
+    #[command(after_help = "\
+The logs must share their interval length and all come from runs with --rate or all from
+runs without it (a corrected and an uncorrected latency do not add up). Intervals are on the
+wall clock, so the timeline lines up workers that started at different moments; across
+hosts it is as good as their clocks agree (NTP: ~1 ms).
+
+Examples:
+  lagtrace load merge --latency w0.hlog w1.hlog w2.hlog
+  lagtrace load merge --json --timeline logs/*.hlog")]
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct MergeArgs {
+    /// The logs (`lagtrace load --hdr-log`), one per worker
+    #[arg(required = true, value_name = "LOG")]
+    logs: Vec<PathBuf>,
+    /// Print the latency distribution (50% .. 99.99%)
+    #[arg(long)]
+    latency: bool,
+    /// With logs of --rate runs: also show latency from the actual send times
+    #[arg(long)]
+    uncorrected: bool,
+    /// Print the merged timeline: one row per interval
+    #[arg(long)]
+    timeline: bool,
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
+}
+
 /// The flags of `lagtrace load` (boxed: keeps the command enum small).
 #[derive(Debug, clap::Args)]
 pub struct LoadArgs {
     /// Target URL (http:// or https://)
-    pub url: String,
+    #[arg(required = true)]
+    pub url: Option<String>,
     /// Connections to keep open (one request in flight on each)
     #[arg(short = 'c', long, default_value_t = 10)]
     pub connections: usize,
@@ -90,16 +133,51 @@ pub struct LoadArgs {
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
-    /// Write an HdrHistogram interval log (V2 compressed, 1 s intervals, values in µs)
+    /// Write an HdrHistogram interval log (V2 compressed, values in µs, intervals on the wall
+    /// clock; `lagtrace load merge` combines the logs of several workers). `-`: to stdout,
+    /// and the report to stderr
     #[arg(long, value_name = "FILE")]
     pub hdr_log: Option<PathBuf>,
+    /// Interval of the --hdr-log log (whole milliseconds)
+    #[arg(long, value_name = "DURATION", default_value = "1s", requires = "hdr_log",
+          value_parser = super::positive_duration)]
+    pub hdr_log_interval: Duration,
+    /// This worker's id in the --hdr-log log [default: HOSTNAME-PID]
+    #[arg(long, value_name = "ID", requires = "hdr_log")]
+    pub worker_id: Option<String>,
+    /// Start the load at this time (after resolving and connecting once), so that workers
+    /// on several hosts start together: RFC 3339 (2026-11-24T04:00:00Z), Unix seconds
+    /// (1764000000.5) or +DURATION from now (+5s). At most 24 h ahead; more than 1 s in the
+    /// past is an error
+    #[arg(long, value_name = "TIME")]
+    pub start_at: Option<String>,
+    /// Write the per-request records (every request and connect: times, status, error) as
+    /// JSON to FILE; a connect that fails is a record, not a preflight error
+    #[arg(long, value_name = "FILE")]
+    pub records: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let args = *args.inner;
-    if let Some(p) = &args.hdr_log {
-        super::check_output("--hdr-log", p)?;
+    if let Some(Sub::Merge(m)) = args.sub {
+        return merge(m);
     }
+    let args = *args.inner;
+    let url = args.url.clone().context("a target URL is required")?;
+    // `--hdr-log -`: the log on stdout (e.g. a pod's log), the report on stderr.
+    let log_on_stdout = args.hdr_log.as_deref() == Some(std::path::Path::new("-"));
+    for (flag, p) in [("--hdr-log", &args.hdr_log), ("--records", &args.records)] {
+        if let Some(p) = p.as_ref().filter(|p| p.as_os_str() != "-") {
+            super::check_output(flag, p)?;
+        }
+    }
+    if let Some(id) = &args.worker_id {
+        lagtrace_load::check_worker_id(id)?;
+    }
+    let start_at = args
+        .start_at
+        .as_deref()
+        .map(|s| lagtrace_load::parse_start_at(s, std::time::SystemTime::now()))
+        .transpose()?;
     let body = match (&args.body, &args.body_file) {
         (Some(b), _) => Some(b.clone().into_bytes()),
         (None, Some(f)) => Some(
@@ -108,7 +186,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         (None, None) => None,
     };
     let opts = LoadOptions {
-        url: args.url.clone(),
+        url,
         connections: args.connections,
         threads: args.threads,
         duration: args.duration,
@@ -122,9 +200,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         quickack: args.quickack,
         insecure: args.insecure,
         hdr_log: args.hdr_log.clone(),
-        hdr_log_interval: Duration::from_secs(1),
-        // wrk semantics: no per-request records (diagnose turns them on).
-        records: None,
+        hdr_log_interval: args.hdr_log_interval,
+        worker_id: args.worker_id.clone(),
+        start_at,
+        // wrk semantics: no per-request records unless asked (diagnose turns them on).
+        records: args
+            .records
+            .as_ref()
+            .map(|_| lagtrace_load::RecordOptions::default()),
     };
     // Ctrl-C stops the run; the report covers what ran. A second Ctrl-C is left to the
     // handler too: the run ends within a few milliseconds of the first.
@@ -134,8 +217,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let header = std::cell::Cell::new(args.json);
     let print_header = || {
         if !header.replace(true) {
-            print!("{}", lagtrace_load::render_header(&opts.used()));
-            let _ = std::io::stdout().flush();
+            let header = lagtrace_load::render_header(&opts.used());
+            if log_on_stdout {
+                eprint!("{header}");
+            } else {
+                print!("{header}");
+                let _ = std::io::stdout().flush();
+            }
         }
     };
     let bar = std::io::stderr().is_terminal().then(|| {
@@ -159,7 +247,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let report = report?;
     print_header();
-    let mut out = std::io::stdout().lock();
+    if let (Some(path), Some(recs)) = (&args.records, &report.records) {
+        let doc = lagtrace_model::Envelope::new("load-records", recs);
+        let text = serde_json::to_string(&doc)?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let mut out: Box<dyn Write> = if log_on_stdout {
+        Box::new(std::io::stderr().lock())
+    } else {
+        Box::new(std::io::stdout().lock())
+    };
     if args.json {
         let doc =
             lagtrace_model::Envelope::new("load", lagtrace_model::load::LoadReport::from(&report));
@@ -170,6 +268,31 @@ pub fn run(args: Args) -> Result<ExitCode> {
             out,
             "{}",
             lagtrace_load::render_text(&report, args.latency, args.uncorrected)
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn merge(m: MergeArgs) -> Result<ExitCode> {
+    let logs = m
+        .logs
+        .iter()
+        .map(|p| lagtrace_load::read_log(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let merged = lagtrace_load::merge_logs(&logs)?;
+    let mut out = std::io::stdout().lock();
+    if m.json {
+        let doc = lagtrace_model::Envelope::new(
+            "load-merge",
+            lagtrace_model::load::LoadMergeReport::from(&merged),
+        );
+        serde_json::to_writer_pretty(&mut out, &doc)?;
+        writeln!(out)?;
+    } else {
+        write!(
+            out,
+            "{}",
+            lagtrace_load::render_merged_text(&merged, m.latency, m.uncorrected, m.timeline)
         )?;
     }
     Ok(ExitCode::SUCCESS)
