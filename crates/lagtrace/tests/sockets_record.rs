@@ -58,10 +58,46 @@ fn own_count(line: &str) -> (u64, f64) {
     (n, rate)
 }
 
-/// Asserts the recording holds exactly `n` setsockopt events of `pid`, with the values
-/// 1..=n in order, and nothing lost.
+/// The hooks the BPF recorder takes here: `fentry` where the kernel lets a program attach
+/// to a trampoline (asked for alone, on a program making no calls), else `tracepoint`.
+fn hooks_here() -> &'static str {
+    static HOOKS: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    HOOKS.get_or_init(|| {
+        let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+            .args(["sockets", "--record", "--recorder", "fentry", "--json"])
+            .args(["-o", "/dev/null", "--", "/bin/true"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            assert_eq!(json(&out)["hooks"], "fentry", "{out:?}");
+            "fentry"
+        } else {
+            // Refused: exit 2 and one line that says so.
+            assert_eq!(out.status.code(), Some(2), "{out:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains("fentry"), "{err}");
+            "tracepoint"
+        }
+    })
+}
+
+/// Asserts the recording was made by BPF on the hooks this kernel allows (fentry, else
+/// the syscall tracepoints with the reason), holds exactly `n` setsockopt events of `pid`,
+/// with the values 1..=n in order, and nothing lost.
 fn assert_exactly_n(rec: &Value, pid: u64, n: u64) {
     assert_eq!(rec["mechanism"], "bpf", "{}", rec["fallback"]);
+    let want = hooks_here();
+    assert_eq!(rec["hooks"], want, "{}", rec["fallback"]);
+    if want == "tracepoint" {
+        let why = rec["fallback"].as_str().unwrap_or("");
+        assert!(why.contains("fentry"), "{}", rec["fallback"]);
+    }
+    assert_exactly_n_on(rec, pid, n);
+}
+
+/// The calls of [`assert_exactly_n`], whatever recorded them.
+fn assert_exactly_n_on(rec: &Value, pid: u64, n: u64) {
     assert_eq!(rec["lost_events"], 0);
     let values: Vec<String> = rec["events"]
         .as_array()
@@ -185,6 +221,29 @@ fn record_cmd_gets_exactly_the_calls_the_program_made() {
     let rec = json(&out);
     let pid = rec["events"][0]["pid"].as_u64().unwrap();
     assert_exactly_n(&rec, pid, n);
+
+    // The syscall tracepoints, asked for: the same calls, no fallback to explain.
+    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(["sockets", "--record", "--recorder", "tracepoint", "--json"])
+        .args([
+            "-o",
+            "/dev/null",
+            "--",
+            "python3",
+            "-c",
+            N_CALLS,
+            &n.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rec = json(&out);
+    assert_eq!(
+        (&rec["mechanism"], &rec["hooks"], &rec["fallback"]),
+        (&"bpf".into(), &"tracepoint".into(), &Value::Null)
+    );
+    let pid = rec["events"][0]["pid"].as_u64().unwrap();
+    assert_exactly_n_on(&rec, pid, n);
 
     let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
         .args([

@@ -384,6 +384,7 @@ impl Book {
             signal: None,
             tasks: 0,
             mechanism: String::new(),
+            hooks: None,
             fallback: None,
             attached: Vec::new(),
             lost_events: 0,
