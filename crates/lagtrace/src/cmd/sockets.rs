@@ -378,13 +378,16 @@ fn join_pids(pids: &[u32]) -> String {
 
 fn print_recording(args: &Args, rec: &Recording) -> anyhow::Result<()> {
     if args.json {
-        let mut out = std::io::stdout().lock();
+        // Buffered: stdout is line-buffered, and a recording of many calls is millions of
+        // lines (one write(2) each, every one on the syscall tracepoints' slow path).
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         serde_json::to_writer_pretty(
             &mut out,
             &lagtrace_model::Envelope::new("sockets record", rec),
         )
         .map_err(std::io::Error::from)?;
         writeln!(out)?;
+        out.flush()?;
     } else {
         eprint!("{}", render_recording(rec));
     }
