@@ -95,10 +95,10 @@ mod imp {
         }
 
         /// The call it reports, for the shared decoder.
-        fn call(&self, start_ns: u64) -> Call {
+        fn call(self, start_ns: u64) -> Call {
             let nr = u64::from(self.nr);
             let a = self.args;
-            let bytes = (self.len > 0).then(|| self.data.clone());
+            let bytes = (self.len > 0).then_some(self.data);
             let (entry, back) = match nr {
                 nr::SETSOCKOPT | nr::BIND | nr::CONNECT => (bytes, None),
                 nr::ACCEPT | nr::ACCEPT4 if a[1] != 0 && a[2] != 0 && self.ret >= 0 => {
@@ -189,7 +189,7 @@ mod imp {
     }
 
     impl Session {
-        fn on_event(&mut self, ev: &RawEvent) {
+        fn on_event(&mut self, ev: RawEvent) {
             match ev.kind {
                 EV_CALL => self.book.on_call(&ev.call(self.start_ns)),
                 EV_FORK => {
@@ -506,7 +506,7 @@ mod imp {
         fn pump(&mut self, s: &mut Session, wait: Duration) {
             self.events.drain(|item| {
                 if let Some(ev) = RawEvent::parse(item) {
-                    s.on_event(&ev);
+                    s.on_event(ev);
                 }
             });
             let mut pfd = libc::pollfd {
