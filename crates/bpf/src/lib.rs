@@ -23,6 +23,8 @@ pub const MAP_PERCPU_ARRAY: u32 = 6;
 pub const MAP_RINGBUF: u32 = 27;
 /// `BPF_PROG_TYPE_TRACEPOINT`.
 pub const PROG_TRACEPOINT: u32 = 5;
+/// `BPF_PROG_TYPE_RAW_TRACEPOINT`.
+pub const PROG_RAW_TRACEPOINT: u32 = 17;
 /// `BPF_PROG_TYPE_TRACING` (fentry/fexit).
 pub const PROG_TRACING: u32 = 26;
 /// `BPF_TRACE_FENTRY`.
@@ -204,6 +206,15 @@ pub fn prog_load(insns: &[u8], license: &[u8], spec: &ProgSpec<'_>) -> Result<Ow
 /// stays attached while the returned link lives.
 pub fn attach_tracing(prog: &OwnedFd) -> io::Result<OwnedFd> {
     let mut a = [0u8; 16];
+    put(&mut a, 8, &prog.as_raw_fd().to_ne_bytes());
+    sys_bpf(BPF_RAW_TRACEPOINT_OPEN, &mut a).map(fd)
+}
+
+/// Attaches a loaded raw-tracepoint program to the tracepoint `name` (`sys_exit`); it
+/// stays attached while the returned link lives.
+pub fn attach_raw_tracepoint(name: &std::ffi::CStr, prog: &OwnedFd) -> io::Result<OwnedFd> {
+    let mut a = [0u8; 16];
+    put(&mut a, 0, &(name.as_ptr() as u64).to_ne_bytes());
     put(&mut a, 8, &prog.as_raw_fd().to_ne_bytes());
     sys_bpf(BPF_RAW_TRACEPOINT_OPEN, &mut a).map(fd)
 }

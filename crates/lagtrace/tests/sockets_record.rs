@@ -222,28 +222,31 @@ fn record_cmd_gets_exactly_the_calls_the_program_made() {
     let pid = rec["events"][0]["pid"].as_u64().unwrap();
     assert_exactly_n(&rec, pid, n);
 
-    // The syscall tracepoints, asked for: the same calls, no fallback to explain.
-    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
-        .args(["sockets", "--record", "--recorder", "tracepoint", "--json"])
-        .args([
-            "-o",
-            "/dev/null",
-            "--",
-            "python3",
-            "-c",
-            N_CALLS,
-            &n.to_string(),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let rec = json(&out);
-    assert_eq!(
-        (&rec["mechanism"], &rec["hooks"], &rec["fallback"]),
-        (&"bpf".into(), &"tracepoint".into(), &Value::Null)
-    );
-    let pid = rec["events"][0]["pid"].as_u64().unwrap();
-    assert_exactly_n_on(&rec, pid, n);
+    // The syscall tracepoints and the raw sys_exit tracepoint, asked for: the same calls,
+    // no fallback to explain.
+    for hooks in ["tracepoint", "raw"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+            .args(["sockets", "--record", "--recorder", hooks, "--json"])
+            .args([
+                "-o",
+                "/dev/null",
+                "--",
+                "python3",
+                "-c",
+                N_CALLS,
+                &n.to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let rec = json(&out);
+        assert_eq!(
+            (&rec["mechanism"], &rec["hooks"], &rec["fallback"]),
+            (&"bpf".into(), &hooks.into(), &Value::Null)
+        );
+        let pid = rec["events"][0]["pid"].as_u64().unwrap();
+        assert_exactly_n_on(&rec, pid, n);
+    }
 
     let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
         .args([
@@ -445,56 +448,59 @@ fn record_follows_duplicated_descriptors() {
         c.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)\n\
         s.close(); a.close(); b.close()\n\
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)\n";
-    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
-        .args([
-            "sockets",
-            "--record",
-            "--recorder",
-            "bpf",
-            "--json",
-            "-o",
-            "/dev/null",
-        ])
-        .args(["--", "python3", "-c", script])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let rec = json(&out);
-    let tcp: Vec<&Value> = rec["sockets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["tcp"] == true || s["origin"] == "inherited")
-        .collect();
-    assert_eq!(tcp.len(), 1, "{rec:#}");
-    let opts: Vec<&str> = tcp[0]["options"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["option"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        opts,
-        ["TCP_NODELAY", "TCP_CORK", "SO_KEEPALIVE", "TCP_QUICKACK"],
-        "{rec:#}"
-    );
-    let calls: Vec<&str> = rec["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["call"].as_str().unwrap())
-        .collect();
-    // (Python's os.dup is fcntl(F_DUPFD_CLOEXEC))
-    for c in ["dup2", "fcntl"] {
-        assert!(calls.contains(&c), "{c} not in {calls:?}");
+    // Every BPF hook kind (auto, and each asked for) follows them.
+    for hooks in ["bpf", "tracepoint", "raw"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+            .args([
+                "sockets",
+                "--record",
+                "--recorder",
+                hooks,
+                "--json",
+                "-o",
+                "/dev/null",
+            ])
+            .args(["--", "python3", "-c", script])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let rec = json(&out);
+        let tcp: Vec<&Value> = rec["sockets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["tcp"] == true || s["origin"] == "inherited")
+            .collect();
+        assert_eq!(tcp.len(), 1, "{rec:#}");
+        let opts: Vec<&str> = tcp[0]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["option"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            opts,
+            ["TCP_NODELAY", "TCP_CORK", "SO_KEEPALIVE", "TCP_QUICKACK"],
+            "{rec:#}"
+        );
+        let calls: Vec<&str> = rec["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["call"].as_str().unwrap())
+            .collect();
+        // (Python's os.dup is fcntl(F_DUPFD_CLOEXEC))
+        for c in ["dup2", "fcntl"] {
+            assert!(calls.contains(&c), "{c} not in {calls:?}");
+        }
+        // TCP_QUICKACK above came through `c` after three of the four descriptors were closed;
+        // all four closes are logged against the one socket.
+        let closes = rec["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["call"] == "close" && e["socket"] == tcp[0]["id"])
+            .count();
+        assert_eq!(closes, 4, "{rec:#}");
     }
-    // TCP_QUICKACK above came through `c` after three of the four descriptors were closed;
-    // all four closes are logged against the one socket.
-    let closes = rec["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["call"] == "close" && e["socket"] == tcp[0]["id"])
-        .count();
-    assert_eq!(closes, 4, "{rec:#}");
 }

@@ -10,7 +10,8 @@
 // - fexit on the syscalls' own entry points (`__x64_sys_*`, BPF trampolines): one program
 //   per call sees its arguments and its result, and only calls of these functions pay.
 // - the `syscalls:sys_enter_*`/`sys_exit_*` tracepoints (kernels without trampolines):
-//   enabling any of them puts every syscall of every task on the tracing slow path.
+//   enabling any of them puts every syscall of every task on the tracing slow path;
+// - (asked for only) one program on the raw `sys_exit` tracepoint, by syscall number.
 // Forks and exits come from the classic `sched` tracepoints. No CO-RE and no kernel
 // headers: the record layouts are checked against tracefs by the loader.
 #include <linux/types.h>
@@ -261,6 +262,54 @@ int fe_close(__u64 *ctx)
 		return 0;
 	sys_args(a, ctx[0]);
 	return closing(a[0]);
+}
+
+// ---- the raw sys_exit tracepoint ------------------------------------------------------------
+
+// One program on every syscall's exit (raw tracepoint: no perf record is built), keeping
+// the recorded calls by number: the arguments are still in the saved registers, the
+// result is the tracepoint's. close is reported here too (its descriptor number is all
+// that is needed). Enabling it still puts every task's syscalls on the slow path.
+SEC("raw_tracepoint/sys_exit")
+int raw_exit(__u64 *ctx)
+{
+	__u64 regs = ctx[0], nr = 0;
+	__s64 ret = (__s64)ctx[1];
+	if (!traced(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	bpf_probe_read_kernel(&nr, sizeof(nr), (const void *)(regs + 120)); // orig_ax
+	switch (nr) {
+	case NR_SOCKET:
+		return done(regs, ret, NR_SOCKET, -1, -1, -1);
+	case NR_BIND:
+		return done(regs, ret, NR_BIND, 1, 2, -1);
+	case NR_LISTEN:
+		return done(regs, ret, NR_LISTEN, -1, -1, -1);
+	case NR_CONNECT:
+		return done(regs, ret, NR_CONNECT, 1, 2, -1);
+	case NR_ACCEPT:
+		return done(regs, ret, NR_ACCEPT, 1, -1, 2);
+	case NR_ACCEPT4:
+		return done(regs, ret, NR_ACCEPT4, 1, -1, 2);
+	case NR_SETSOCKOPT:
+		return done(regs, ret, NR_SETSOCKOPT, 3, 4, -1);
+	case NR_GETSOCKOPT:
+		return done(regs, ret, NR_GETSOCKOPT, 3, -1, 4);
+	case NR_DUP:
+		return done(regs, ret, NR_DUP, -1, -1, -1);
+	case NR_DUP2:
+		return done(regs, ret, NR_DUP2, -1, -1, -1);
+	case NR_DUP3:
+		return done(regs, ret, NR_DUP3, -1, -1, -1);
+	case NR_FCNTL:
+		return done(regs, ret, NR_FCNTL, -1, -1, -1);
+	case NR_CLOSE: {
+		__u64 a[6];
+		sys_args(a, regs);
+		return closing(a[0]);
+	}
+	}
+	return 0;
 }
 
 // ---- syscalls:sys_enter_* / sys_exit_* tracepoints ------------------------------------------

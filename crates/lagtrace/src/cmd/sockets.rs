@@ -77,7 +77,7 @@ pub struct Args {
     /// tracepoints), fentry or tracepoint (bpf on those hooks only), ptrace (seccomp stops,
     /// -- CMD only), or auto (bpf, else ptrace)
     #[arg(long, value_name = "HOW", default_value = "auto",
-          value_parser = ["auto", "bpf", "fentry", "tracepoint", "ptrace"], requires = "record")]
+          value_parser = ["auto", "bpf", "fentry", "tracepoint", "raw", "ptrace"], requires = "record")]
     recorder: String,
     /// The command to record
     #[arg(
@@ -308,6 +308,7 @@ fn run_record(args: Args) -> anyhow::Result<ExitCode> {
             "bpf" => Mechanism::Bpf,
             "fentry" => Mechanism::Fentry,
             "tracepoint" => Mechanism::Tracepoint,
+            "raw" => Mechanism::Raw,
             "ptrace" => Mechanism::Ptrace,
             _ => Mechanism::Auto,
         },

@@ -6,7 +6,10 @@
 //!   calls of those functions pay for it;
 //! - `tracepoint`: the `syscalls:sys_enter_*`/`sys_exit_*` tracepoints, where trampolines
 //!   cannot attach (kernels without them); enabling any syscall tracepoint puts every
-//!   syscall of every task on the kernel's tracing slow path.
+//!   syscall of every task on the kernel's tracing slow path;
+//! - `raw` (asked for only): one program on the raw `sys_exit` tracepoint that keeps the
+//!   recorded calls by number (arguments from the saved registers), no perf record per
+//!   call; the same slow path.
 //!
 //! Forks and exits come from the classic `sched:sched_process_fork`/`sched_process_exit`
 //! tracepoints. The kernel side keeps only the calls of the traced processes (a hash of
@@ -33,7 +36,7 @@ mod imp {
     use lagtrace_bpf::tracefs::{self, Format};
     use lagtrace_bpf::{
         Error, MAP_ARRAY, MAP_HASH, MAP_PERCPU_ARRAY, MAP_RINGBUF, MapSpec, Object,
-        PROG_TRACEPOINT, PROG_TRACING, ProgSpec, TRACE_FENTRY, TRACE_FEXIT,
+        PROG_RAW_TRACEPOINT, PROG_TRACEPOINT, PROG_TRACING, ProgSpec, TRACE_FENTRY, TRACE_FEXIT,
     };
     use lagtrace_model::{Capability, Privilege};
 
@@ -356,6 +359,23 @@ mod imp {
         Ok(out)
     }
 
+    /// The program on the raw `sys_exit` tracepoint, attached.
+    fn attach_raw(
+        obj: &Object<'_>,
+        maps: &[(&'static str, OwnedFd)],
+    ) -> Result<Vec<OwnedFd>, Error> {
+        let spec = ProgSpec {
+            name: "raw_exit",
+            prog_type: PROG_RAW_TRACEPOINT,
+            attach_type: 0,
+            attach_btf_id: 0,
+        };
+        let prog = load_prog(obj, maps, "raw_tracepoint/sys_exit", &spec)?;
+        let link = lagtrace_bpf::attach_raw_tracepoint(c"sys_exit", &prog)
+            .map_err(|e| Error::os("attaching to the raw sys_exit tracepoint", e))?;
+        Ok(vec![prog, link])
+    }
+
     /// A tracepoint program, loaded and attached to `group:name`.
     fn attach_tp(
         obj: &Object<'_>,
@@ -453,7 +473,7 @@ mod imp {
             let mut used = Hooks::Fentry;
             let mut attached = Vec::new();
             let mut maps = maps(1).map_err(refused)?;
-            if hooks != Hooks::Tracepoint {
+            if hooks == Hooks::Auto || hooks == Hooks::Fentry {
                 // Some kernels refuse trampolines with EPERM even to root with every
                 // capability: a refusal is a reason to try the tracepoints, which then
                 // tell whether privilege is missing.
@@ -464,6 +484,10 @@ mod imp {
                     }
                     Err(e) => fallback = Some(format!("fentry refused: {e}")),
                 }
+            }
+            if hooks == Hooks::Raw {
+                used = Hooks::Raw;
+                attached = attach_raw(&obj, &maps).map_err(refused)?;
             }
             if attached.is_empty() {
                 used = Hooks::Tracepoint;

@@ -63,6 +63,8 @@ pub enum Mechanism {
     Fentry,
     /// BPF on the syscall tracepoints only.
     Tracepoint,
+    /// BPF on the raw `sys_exit` tracepoint only.
+    Raw,
     /// seccomp + ptrace only (`-- CMD`).
     Ptrace,
 }
@@ -73,6 +75,7 @@ impl Mechanism {
         match self {
             Mechanism::Fentry => Hooks::Fentry,
             Mechanism::Tracepoint => Hooks::Tracepoint,
+            Mechanism::Raw => Hooks::Raw,
             _ => Hooks::Auto,
         }
     }
@@ -89,6 +92,9 @@ pub enum Hooks {
     /// The `syscalls:sys_enter_*`/`sys_exit_*` tracepoints: every syscall of every task
     /// takes the kernel's tracing slow path while they are enabled.
     Tracepoint,
+    /// One program on the raw `sys_exit` tracepoint (no perf record per call), keeping
+    /// the recorded calls by number; the same slow path for every task.
+    Raw,
 }
 
 impl Hooks {
@@ -98,6 +104,7 @@ impl Hooks {
             Hooks::Auto => "auto",
             Hooks::Fentry => "fentry",
             Hooks::Tracepoint => "tracepoint",
+            Hooks::Raw => "raw",
         }
     }
 }
@@ -578,7 +585,7 @@ pub fn record(cmd: &[String], mut opts: RecordOptions) -> Result<Recording, Reco
     }
     let why = match opts.mechanism {
         Mechanism::Ptrace => None,
-        Mechanism::Bpf | Mechanism::Fentry | Mechanism::Tracepoint => {
+        Mechanism::Bpf | Mechanism::Fentry | Mechanism::Tracepoint | Mechanism::Raw => {
             return bpf::record_cmd(cmd, opts);
         }
         Mechanism::Auto => match bpf::Recorder::load(opts.trace_close, Hooks::Auto) {
