@@ -9,6 +9,7 @@
 # CONN_CLOSE=1 adds `-H "Connection: close"`: a new connection per request, so every request
 # makes socket/setsockopt/connect/getsockopt/close calls — the recorder's worst case, where
 # keep-alive wrk (the default) makes them only while it opens its connections.
+# RECORDER=fentry|tracepoint|bpf passes `--recorder` to the --record runs (default: auto).
 set -euo pipefail
 ROUNDS=${1:-3}
 DUR=${2:-5s}
@@ -48,7 +49,7 @@ ratio() { echo "$1 / $2" | bc -l; }
 declare -a A R P S
 for i in $(seq 1 "$ROUNDS"); do
     "${WRK[@]}" > "$DIR/a.out"
-    "$LAGTRACE" sockets --record -o "$DIR/trace.txt" -- "${WRK[@]}" > "$DIR/r.out" 2> "$DIR/r.sum"
+    "$LAGTRACE" sockets --record ${RECORDER:+--recorder "$RECORDER"} -o "$DIR/trace.txt" -- "${WRK[@]}" > "$DIR/r.out" 2> "$DIR/r.sum"
     "$LAGTRACE" sockets --record --recorder ptrace -o /dev/null -- "${WRK[@]}" > "$DIR/p.out" 2>/dev/null
     strace -f -qq -o /dev/null -e trace=setsockopt "${WRK[@]}" > "$DIR/s.out"
     a=$(rps "$DIR/a.out"); r=$(rps "$DIR/r.out"); p=$(rps "$DIR/p.out"); s=$(rps "$DIR/s.out")
@@ -56,6 +57,8 @@ for i in $(seq 1 "$ROUNDS"); do
     # The recorded calls next to the ratio: a recorder that sampled would fall short of one
     # setsockopt(TCP_NODELAY) per wrk connection (= per request with CONN_CLOSE=1).
     mech=$(sed -n 's/^--- lagtrace sockets --record (\([a-z]*\)).*/\1/p' "$DIR/r.sum")
+    hooks=$(sed -n 's/^  hooks: \([a-z]*\).*/\1/p' "$DIR/r.sum")
+    [ -n "$hooks" ] && mech="$mech on $hooks"
     lost=$(sed -n 's/^  LOST: \([0-9]*\).*/\1/p' "$DIR/r.sum")
     printf 'round %d: wrk alone %8.0f req/s | --record (%s) %8.0f (%.3f; %d setsockopt, %d calls, %s lost, wrk made %d requests) | --recorder ptrace %8.0f (%.3f) | strace -f %8.0f (%.3f)\n' \
         "$i" "$a" "$mech" "$r" "$(ratio "$r" "$a")" "$(grep -c 'setsockopt(' "$DIR/trace.txt")" \

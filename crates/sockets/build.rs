@@ -1,7 +1,8 @@
-//! Builds the socket-call recorder (bpf/record.bpf.c) with clang, CO-RE against the build
-//! machine's kernel BTF (`bpftool btf dump`); the same steps as crates/host/build.rs. Without
-//! clang, bpftool or BTF the crate still builds: `--record` then uses seccomp + ptrace and
-//! says why (`LAGTRACE_BPF_BUILD`).
+//! Builds the socket-call recorder (bpf/record.bpf.c) with clang against the UAPI and libbpf
+//! headers (linux-libc-dev, libbpf-dev); it needs no kernel BTF at build time (no CO-RE: the
+//! loader finds the hooked functions in the running kernel's BTF and checks the tracepoint
+//! records against tracefs). Without clang or the headers the crate still builds:
+//! `--record` then uses seccomp + ptrace and says why (`LAGTRACE_BPF_BUILD`).
 
 use std::path::Path;
 use std::process::Command;
@@ -9,28 +10,20 @@ use std::process::Command;
 include!("../../support/bpf_build.rs");
 
 const SRC: &str = "bpf/record.bpf.c";
-const BTF: &str = "/sys/kernel/btf/vmlinux";
 
 fn build(out: &Path) -> Result<(), String> {
-    if !Path::new(BTF).exists() {
-        return Err(format!("no kernel BTF at {BTF} on the build machine"));
-    }
-    let header =
-        run(Command::new(tool("BPFTOOL", "bpftool"))
-            .args(["btf", "dump", "file", BTF, "format", "c"]))?;
-    std::fs::write(out.join("vmlinux.h"), header).map_err(|e| e.to_string())?;
-    let arch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
-        Ok("x86_64") => "x86",
-        Ok("aarch64") => "arm64",
-        Ok(a) => return Err(format!("no BPF target arch for {a}")),
+    // <linux/types.h> includes <asm/types.h>, under the target's multiarch directory, which
+    // clang does not search for `-target bpf`.
+    let multiarch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
+        Ok("x86_64") => "x86_64-linux-gnu",
+        Ok("aarch64") => "aarch64-linux-gnu",
+        Ok(a) => return Err(format!("no multiarch include directory known for {a}")),
         Err(_) => return Err("no target arch".into()),
     };
     let obj = out.join("record.bpf.o");
     run(Command::new(tool("CLANG", "clang"))
         .args(["-target", "bpf", "-O2", "-g", "-Wall"])
-        .arg(format!("-D__TARGET_ARCH_{arch}"))
-        .arg("-I")
-        .arg(out)
+        .arg(format!("-I/usr/include/{multiarch}"))
         .args(["-c", SRC, "-o"])
         .arg(&obj))?;
     // DWARF is not needed (BTF is kept); best effort.
@@ -39,5 +32,5 @@ fn build(out: &Path) -> Result<(), String> {
 }
 
 fn main() {
-    bpf_main(SRC, &["BPFTOOL"], build);
+    bpf_main(SRC, &[], build);
 }

@@ -10,15 +10,13 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use lagtrace_model::host::{DeviceDrops, DropReasonCount, DropsByReason};
 
 use crate::bpf::{BpfError, NsCounts, NsDrops, Tracepoint};
 
-const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
-const EVENT: &str = "events/skb/kfree_skb";
 const PERF_TYPE_TRACEPOINT: u32 = 2;
 const PERF_SAMPLE_RAW: u64 = 1 << 10;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
@@ -80,35 +78,7 @@ pub fn parse_format(text: &str) -> Option<Format> {
 /// Finds the tracepoint's format file, mounting tracefs at /sys/kernel/tracing when no
 /// tracefs is mounted (needs CAP_SYS_ADMIN).
 pub fn find_format() -> io::Result<PathBuf> {
-    for dir in TRACEFS {
-        let p = Path::new(dir).join(EVENT).join("format");
-        if p.exists() {
-            return Ok(p);
-        }
-    }
-    let target = c"/sys/kernel/tracing";
-    // SAFETY: mount(2) with valid NUL-terminated strings and no data.
-    let rc = unsafe {
-        libc::mount(
-            c"tracefs".as_ptr(),
-            target.as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let p = Path::new(TRACEFS[0]).join(EVENT).join("format");
-    if p.exists() {
-        Ok(p)
-    } else {
-        Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            "no skb:kfree_skb tracepoint in tracefs",
-        ))
-    }
+    lagtrace_bpf::tracefs::event_dir("skb", "kfree_skb").map(|d| d.join("format"))
 }
 
 struct Ring {

@@ -8,7 +8,6 @@
 #![deny(missing_docs)]
 
 pub mod bpf;
-pub mod btf;
 pub mod cgroup;
 pub mod counters;
 pub mod cpu;

@@ -58,10 +58,46 @@ fn own_count(line: &str) -> (u64, f64) {
     (n, rate)
 }
 
-/// Asserts the recording holds exactly `n` setsockopt events of `pid`, with the values
-/// 1..=n in order, and nothing lost.
+/// The hooks the BPF recorder takes here: `fentry` where the kernel lets a program attach
+/// to a trampoline (asked for alone, on a program making no calls), else `tracepoint`.
+fn hooks_here() -> &'static str {
+    static HOOKS: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    HOOKS.get_or_init(|| {
+        let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+            .args(["sockets", "--record", "--recorder", "fentry", "--json"])
+            .args(["-o", "/dev/null", "--", "/bin/true"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            assert_eq!(json(&out)["hooks"], "fentry", "{out:?}");
+            "fentry"
+        } else {
+            // Refused: exit 2 and one line that says so.
+            assert_eq!(out.status.code(), Some(2), "{out:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains("fentry"), "{err}");
+            "tracepoint"
+        }
+    })
+}
+
+/// Asserts the recording was made by BPF on the hooks this kernel allows (fentry, else
+/// the syscall tracepoints with the reason), holds exactly `n` setsockopt events of `pid`,
+/// with the values 1..=n in order, and nothing lost.
 fn assert_exactly_n(rec: &Value, pid: u64, n: u64) {
     assert_eq!(rec["mechanism"], "bpf", "{}", rec["fallback"]);
+    let want = hooks_here();
+    assert_eq!(rec["hooks"], want, "{}", rec["fallback"]);
+    if want == "tracepoint" {
+        let why = rec["fallback"].as_str().unwrap_or("");
+        assert!(why.contains("fentry"), "{}", rec["fallback"]);
+    }
+    assert_exactly_n_on(rec, pid, n);
+}
+
+/// The calls of [`assert_exactly_n`], whatever recorded them.
+fn assert_exactly_n_on(rec: &Value, pid: u64, n: u64) {
     assert_eq!(rec["lost_events"], 0);
     let values: Vec<String> = rec["events"]
         .as_array()
@@ -185,6 +221,32 @@ fn record_cmd_gets_exactly_the_calls_the_program_made() {
     let rec = json(&out);
     let pid = rec["events"][0]["pid"].as_u64().unwrap();
     assert_exactly_n(&rec, pid, n);
+
+    // The syscall tracepoints and the raw sys_exit tracepoint, asked for: the same calls,
+    // no fallback to explain.
+    for hooks in ["tracepoint", "raw"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+            .args(["sockets", "--record", "--recorder", hooks, "--json"])
+            .args([
+                "-o",
+                "/dev/null",
+                "--",
+                "python3",
+                "-c",
+                N_CALLS,
+                &n.to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let rec = json(&out);
+        assert_eq!(
+            (&rec["mechanism"], &rec["hooks"], &rec["fallback"]),
+            (&"bpf".into(), &hooks.into(), &Value::Null)
+        );
+        let pid = rec["events"][0]["pid"].as_u64().unwrap();
+        assert_exactly_n_on(&rec, pid, n);
+    }
 
     let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
         .args([
@@ -386,56 +448,59 @@ fn record_follows_duplicated_descriptors() {
         c.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)\n\
         s.close(); a.close(); b.close()\n\
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)\n";
-    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
-        .args([
-            "sockets",
-            "--record",
-            "--recorder",
-            "bpf",
-            "--json",
-            "-o",
-            "/dev/null",
-        ])
-        .args(["--", "python3", "-c", script])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let rec = json(&out);
-    let tcp: Vec<&Value> = rec["sockets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["tcp"] == true || s["origin"] == "inherited")
-        .collect();
-    assert_eq!(tcp.len(), 1, "{rec:#}");
-    let opts: Vec<&str> = tcp[0]["options"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["option"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        opts,
-        ["TCP_NODELAY", "TCP_CORK", "SO_KEEPALIVE", "TCP_QUICKACK"],
-        "{rec:#}"
-    );
-    let calls: Vec<&str> = rec["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["call"].as_str().unwrap())
-        .collect();
-    // (Python's os.dup is fcntl(F_DUPFD_CLOEXEC))
-    for c in ["dup2", "fcntl"] {
-        assert!(calls.contains(&c), "{c} not in {calls:?}");
+    // Every BPF hook kind (auto, and each asked for) follows them.
+    for hooks in ["bpf", "tracepoint", "raw"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+            .args([
+                "sockets",
+                "--record",
+                "--recorder",
+                hooks,
+                "--json",
+                "-o",
+                "/dev/null",
+            ])
+            .args(["--", "python3", "-c", script])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let rec = json(&out);
+        let tcp: Vec<&Value> = rec["sockets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["tcp"] == true || s["origin"] == "inherited")
+            .collect();
+        assert_eq!(tcp.len(), 1, "{rec:#}");
+        let opts: Vec<&str> = tcp[0]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["option"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            opts,
+            ["TCP_NODELAY", "TCP_CORK", "SO_KEEPALIVE", "TCP_QUICKACK"],
+            "{rec:#}"
+        );
+        let calls: Vec<&str> = rec["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["call"].as_str().unwrap())
+            .collect();
+        // (Python's os.dup is fcntl(F_DUPFD_CLOEXEC))
+        for c in ["dup2", "fcntl"] {
+            assert!(calls.contains(&c), "{c} not in {calls:?}");
+        }
+        // TCP_QUICKACK above came through `c` after three of the four descriptors were closed;
+        // all four closes are logged against the one socket.
+        let closes = rec["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["call"] == "close" && e["socket"] == tcp[0]["id"])
+            .count();
+        assert_eq!(closes, 4, "{rec:#}");
     }
-    // TCP_QUICKACK above came through `c` after three of the four descriptors were closed;
-    // all four closes are logged against the one socket.
-    let closes = rec["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["call"] == "close" && e["socket"] == tcp[0]["id"])
-        .count();
-    assert_eq!(closes, 4, "{rec:#}");
 }

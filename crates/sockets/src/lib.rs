@@ -28,7 +28,7 @@ pub use diag::{SkMemInfo, TcpInfo};
 pub use lens::{ConfigFinding, ConfigLens};
 pub use opts::SocketOptions;
 pub use procfs::{AckState, Owner};
-pub use record::{Mechanism, RecordOptions, Recording, record, record_pids};
+pub use record::{Hooks, Mechanism, RecordOptions, Recording, record, record_pids};
 
 /// What to inspect.
 #[derive(Debug, Clone)]

@@ -24,7 +24,8 @@ use lagtrace_sockets::{
 /// strace-style with a summary of the options each socket set, and exits with CMD's
 /// status; `--record --pid PID` (or `--process NAME`) watches running processes and their
 /// children for `-d` and exits 0 (2 when they cannot be traced). A BPF program on the
-/// syscall tracepoints records without stopping the program; where BPF cannot be loaded,
+/// socket calls records without stopping the program (on fexit trampolines where the
+/// kernel allows them, else on the syscall tracepoints); where BPF cannot be loaded,
 /// `-- CMD` falls back to seccomp + ptrace (a stop per recorded call). The summary says
 /// which was used.
 #[derive(Debug, clap::Args)]
@@ -72,10 +73,11 @@ pub struct Args {
     #[arg(short = 'd', long, value_name = "DURATION", default_value = "10s",
           value_parser = super::positive_duration, requires = "record")]
     duration: std::time::Duration,
-    /// With --record: bpf (tracepoints), ptrace (seccomp stops, -- CMD only), or auto
-    /// (bpf, else ptrace)
-    #[arg(long, value_name = "HOW", default_value = "auto", value_parser = ["auto", "bpf", "ptrace"],
-          requires = "record")]
+    /// With --record: bpf (fentry trampolines where they attach, else the syscall
+    /// tracepoints), fentry or tracepoint (bpf on those hooks only), ptrace (seccomp stops,
+    /// -- CMD only), or auto (bpf, else ptrace)
+    #[arg(long, value_name = "HOW", default_value = "auto",
+          value_parser = ["auto", "bpf", "fentry", "tracepoint", "raw", "ptrace"], requires = "record")]
     recorder: String,
     /// The command to record
     #[arg(
@@ -304,6 +306,9 @@ fn run_record(args: Args) -> anyhow::Result<ExitCode> {
         trace_close: !args.no_close,
         mechanism: match args.recorder.as_str() {
             "bpf" => Mechanism::Bpf,
+            "fentry" => Mechanism::Fentry,
+            "tracepoint" => Mechanism::Tracepoint,
+            "raw" => Mechanism::Raw,
             "ptrace" => Mechanism::Ptrace,
             _ => Mechanism::Auto,
         },
@@ -374,13 +379,16 @@ fn join_pids(pids: &[u32]) -> String {
 
 fn print_recording(args: &Args, rec: &Recording) -> anyhow::Result<()> {
     if args.json {
-        let mut out = std::io::stdout().lock();
+        // Buffered: stdout is line-buffered, and a recording of many calls is millions of
+        // lines (one write(2) each, every one on the syscall tracepoints' slow path).
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         serde_json::to_writer_pretty(
             &mut out,
             &lagtrace_model::Envelope::new("sockets record", rec),
         )
         .map_err(std::io::Error::from)?;
         writeln!(out)?;
+        out.flush()?;
     } else {
         eprint!("{}", render_recording(rec));
     }
@@ -404,8 +412,17 @@ fn render_recording(r: &Recording) -> String {
             _ => "no exit status".into(),
         }
     );
-    if let Some(why) = &r.fallback {
-        let _ = writeln!(s, "  (seccomp + ptrace: BPF not used: {why})");
+    match (&r.fallback, r.hooks.as_deref()) {
+        (Some(why), None) => {
+            let _ = writeln!(s, "  (seccomp + ptrace: BPF not used: {why})");
+        }
+        (Some(why), Some(h)) => {
+            let _ = writeln!(s, "  hooks: {h} ({why})");
+        }
+        (None, Some(h)) => {
+            let _ = writeln!(s, "  hooks: {h}");
+        }
+        (None, None) => {}
     }
     if r.lost_events > 0 {
         let _ = writeln!(

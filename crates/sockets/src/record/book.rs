@@ -337,16 +337,26 @@ impl Book {
         if let Some(w) = self.opts.live.as_mut() {
             let _ = w.flush();
         }
-        let mut counts: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+        // Keyed by reference: a socket may have set options hundreds of thousands of times.
+        let mut counts: BTreeMap<(&str, &str, &str), usize> = BTreeMap::new();
         for s in &self.sockets {
-            let mut seen = std::collections::BTreeSet::new();
+            let mut seen = std::collections::HashSet::new();
             for o in s.options.iter().filter(|o| o.ok) {
-                let k = (o.level.clone(), o.option.clone(), o.value.clone());
-                if seen.insert(k.clone()) {
+                let k = (o.level.as_str(), o.option.as_str(), o.value.as_str());
+                if seen.insert(k) {
                     *counts.entry(k).or_default() += 1;
                 }
             }
         }
+        let option_summary: Vec<OptionCount> = counts
+            .into_iter()
+            .map(|((level, option, value), sockets)| OptionCount {
+                level: level.into(),
+                option: option.into(),
+                value: value.into(),
+                sockets,
+            })
+            .collect();
         let tcp: Vec<&RecordedSocket> = self.sockets.iter().filter(|s| s.tcp).collect();
         // An accepted socket inherits most options set on its listener (the kernel clones
         // the listener: Nagle/cork flags, buffers, keepalive); counted as set if the
@@ -369,21 +379,14 @@ impl Book {
             never_nodelay: never("TCP_NODELAY"),
             never_quickack: never("TCP_QUICKACK"),
             tcp_sockets: tcp.len(),
-            option_summary: counts
-                .into_iter()
-                .map(|((level, option, value), sockets)| OptionCount {
-                    level,
-                    option,
-                    value,
-                    sockets,
-                })
-                .collect(),
+            option_summary,
             events: self.events,
             sockets: self.sockets,
             exit_code: None,
             signal: None,
             tasks: 0,
             mechanism: String::new(),
+            hooks: None,
             fallback: None,
             attached: Vec::new(),
             lost_events: 0,

@@ -1,11 +1,21 @@
-//! The BPF recorder: bpf/record.bpf.c (built by build.rs with clang, CO-RE against the
-//! kernel's BTF) on the `syscalls:sys_enter_*`/`sys_exit_*` tracepoints of the recorded
-//! calls and on `sched:sched_process_fork`/`sched_process_exit` (BTF tracepoints), loaded
-//! with aya. The kernel side keeps only the calls of the traced processes (a hash of
+//! The BPF recorder: bpf/record.bpf.c (built by build.rs with clang) loaded by hand with
+//! bpf(2) ([`lagtrace_bpf`]: no BPF library, the kernel's BTF read in one pass for the ids
+//! of the hooked functions, a few ms). Its hooks, by preference:
+//! - `fentry`: fexit trampolines on the syscalls' entry points (`__x64_sys_setsockopt`, …;
+//!   close at its entry): one program per call sees its arguments and its result, and only
+//!   calls of those functions pay for it;
+//! - `tracepoint`: the `syscalls:sys_enter_*`/`sys_exit_*` tracepoints, where trampolines
+//!   cannot attach (kernels without them); enabling any syscall tracepoint puts every
+//!   syscall of every task on the kernel's tracing slow path;
+//! - `raw` (asked for only): one program on the raw `sys_exit` tracepoint that keeps the
+//!   recorded calls by number (arguments from the saved registers), no perf record per
+//!   call; the same slow path.
+//!
+//! Forks and exits come from the classic `sched:sched_process_fork`/`sched_process_exit`
+//! tracepoints. The kernel side keeps only the calls of the traced processes (a hash of
 //! thread-group ids that grows on fork) and sends one event per completed call through a
-//! ring buffer; here they are decoded by the same [`Book`] as the ptrace recorder's.
-//! Nothing stops the traced program: the cost per call is a map lookup, a copy of the
-//! option value and a ring-buffer record.
+//! ring buffer, read here in place and decoded by the same [`Book`] as the ptrace
+//! recorder's. Nothing stops the traced program.
 
 use std::time::Duration;
 
@@ -17,23 +27,26 @@ pub const BUILD: &str = env!("LAGTRACE_BPF_BUILD");
 #[cfg(lagtrace_bpf)]
 mod imp {
     use std::collections::BTreeSet;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsRawFd, OwnedFd};
     use std::sync::atomic::Ordering;
     use std::time::Instant;
 
-    use aya::maps::{Array, HashMap, MapData, RingBuf};
-    use aya::programs::{BtfTracePoint, TracePoint};
-    use aya::{Btf, Ebpf, EbpfLoader};
+    use lagtrace_bpf::btf::{Btf, VMLINUX, Vmlinux};
+    use lagtrace_bpf::ringbuf::RingBuf;
+    use lagtrace_bpf::tracefs::{self, Format};
+    use lagtrace_bpf::{
+        Error, MAP_ARRAY, MAP_HASH, MAP_PERCPU_ARRAY, MAP_RINGBUF, MapSpec, Object,
+        PROG_RAW_TRACEPOINT, PROG_TRACEPOINT, PROG_TRACING, ProgSpec, TRACE_FENTRY, TRACE_FEXIT,
+    };
     use lagtrace_model::{Capability, Privilege};
 
     use super::super::book::{Book, Call};
-    use super::super::nr;
+    use super::super::{Hooks, nr};
     use super::*;
 
     const EV_CALL: u32 = 1;
     const EV_FORK: u32 = 2;
     const EV_EXIT: u32 = 3;
-    const EV_THREAD: u32 = 4;
     /// Size of `struct event` in record.bpf.c, and where its fields are.
     const EVENT_LEN: usize = 216;
     const DATA_AT: usize = 88;
@@ -85,10 +98,10 @@ mod imp {
         }
 
         /// The call it reports, for the shared decoder.
-        fn call(&self, start_ns: u64) -> Call {
+        fn call(self, start_ns: u64) -> Call {
             let nr = u64::from(self.nr);
             let a = self.args;
-            let bytes = (self.len > 0).then(|| self.data.clone());
+            let bytes = (self.len > 0).then_some(self.data);
             let (entry, back) = match nr {
                 nr::SETSOCKOPT | nr::BIND | nr::CONNECT => (bytes, None),
                 nr::ACCEPT | nr::ACCEPT4 if a[1] != 0 && a[2] != 0 && self.ret >= 0 => {
@@ -179,15 +192,21 @@ mod imp {
     }
 
     impl Session {
-        fn on_event(&mut self, ev: &RawEvent) {
+        fn on_event(&mut self, ev: RawEvent) {
             match ev.kind {
                 EV_CALL => self.book.on_call(&ev.call(self.start_ns)),
                 EV_FORK => {
-                    self.book.on_fork(ev.tgid, ev.nr);
-                    self.live.insert(ev.nr);
                     self.tasks += 1;
+                    // The fork record does not say whether the new task is a thread: a
+                    // thread is listed under its process (one that has exited already
+                    // counts as a process and leaves `live` at the next check).
+                    let thread =
+                        std::path::Path::new(&format!("/proc/{}/task/{}", ev.tgid, ev.nr)).exists();
+                    if !thread {
+                        self.book.on_fork(ev.tgid, ev.nr);
+                        self.live.insert(ev.nr);
+                    }
                 }
-                EV_THREAD => self.tasks += 1,
                 EV_EXIT => {
                     self.live.remove(&ev.tgid);
                 }
@@ -196,10 +215,40 @@ mod imp {
         }
     }
 
-    static OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/record.bpf.o"));
+    static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/record.bpf.o"));
 
-    /// The syscall tracepoints: (program, tracepoint under `syscalls`).
-    const SYSCALL_TPS: [&str; 25] = [
+    const RING_BYTES: u32 = 8 << 20;
+    const PENDING_LEN: u32 = 192;
+
+    /// The maps record.bpf.c uses (PENDING/SCRATCH: `pending` entries for the tracepoint
+    /// hooks, sized by [`maps`]).
+    const MAPS: [MapSpec; 4] = [
+        ("TGIDS", MAP_HASH, 4, 1, 16384),
+        ("CONFIG", MAP_ARRAY, 4, 4, 2),
+        ("EVENTS", MAP_RINGBUF, 0, 0, RING_BYTES),
+        ("LOST", MAP_ARRAY, 4, 8, 2),
+    ];
+
+    /// The fexit programs: (call, its kernel entry point's section suffix); close is an
+    /// fentry (reported at entry).
+    const FEXITS: [&str; 12] = [
+        "socket",
+        "bind",
+        "listen",
+        "connect",
+        "accept",
+        "accept4",
+        "setsockopt",
+        "getsockopt",
+        "dup",
+        "dup2",
+        "dup3",
+        "fcntl",
+    ];
+
+    /// The syscall tracepoints with an entry program (every one but close has an exit
+    /// program too; fcntl's entry keeps only F_DUPFD).
+    const SYSCALL_TPS: [&str; 13] = [
         "socket",
         "bind",
         "listen",
@@ -213,139 +262,279 @@ mod imp {
         "dup2",
         "dup3",
         "fcntl",
-        // exits (no exit program for close: it is reported at entry)
-        "x:socket",
-        "x:bind",
-        "x:listen",
-        "x:connect",
-        "x:accept",
-        "x:accept4",
-        "x:setsockopt",
-        "x:getsockopt",
-        "x:dup",
-        "x:dup2",
-        "x:dup3",
-        "x:fcntl",
     ];
 
     /// The loaded, attached recorder (detached when dropped).
     pub struct Recorder {
-        _ebpf: Ebpf,
-        events: RingBuf<MapData>,
-        tgids: HashMap<MapData, u32, u8>,
-        config: Array<MapData, u32>,
-        lost: Array<MapData, u64>,
+        events: RingBuf,
+        tgids: OwnedFd,
+        config: OwnedFd,
+        lost: OwnedFd,
+        hooks: Hooks,
+        /// Why the preferred hooks were not used.
+        fallback: Option<String>,
+        /// Programs and their attachments (links, perf events).
+        attached: Vec<OwnedFd>,
     }
 
-    fn refused(what: &str, e: &(dyn std::error::Error + 'static)) -> RecordError {
-        let mut cur = Some(e);
-        while let Some(err) = cur {
-            // The verifier refuses with EACCES too: that is not a missing capability.
-            if let Some(aya::programs::ProgramError::LoadError { verifier_log, .. }) =
-                err.downcast_ref::<aya::programs::ProgramError>()
-            {
-                let log = verifier_log.to_string();
-                let last = log
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty() && !l.starts_with("processed"))
-                    .unwrap_or("");
-                return RecordError::Bpf(format!("{what}: the verifier refused it: {last}"));
+    impl Drop for Recorder {
+        fn drop(&mut self) {
+            lagtrace_bpf::detach_all(std::mem::take(&mut self.attached));
+        }
+    }
+
+    fn refused(e: Error) -> RecordError {
+        match e {
+            Error::Denied(what, _) => {
+                RecordError::Privilege(Privilege::new(Capability::Bpf, &what, " and CAP_PERFMON"))
             }
-            if let Some(io) = err.downcast_ref::<std::io::Error>() {
-                if let Some(libc::EPERM | libc::EACCES) = io.raw_os_error() {
-                    let p = Privilege::new(Capability::Bpf, what, " and CAP_PERFMON");
-                    return RecordError::Privilege(p);
+            e => RecordError::Bpf(e.to_string()),
+        }
+    }
+
+    /// The maps, by name; `pending` entries in PENDING (1 when the tracepoint hooks, its
+    /// only writers, are not used).
+    fn maps(pending: u32) -> Result<Vec<(&'static str, OwnedFd)>, Error> {
+        let mut out = Vec::new();
+        for m in MAPS.iter().chain(&[
+            ("PENDING", MAP_HASH, 4, PENDING_LEN, pending),
+            ("SCRATCH", MAP_PERCPU_ARRAY, 4, PENDING_LEN, 1),
+        ]) {
+            out.push((m.0, lagtrace_bpf::map_create(m)?));
+        }
+        Ok(out)
+    }
+
+    /// Loads the program in `section` of the object.
+    fn load_prog(
+        obj: &Object<'_>,
+        maps: &[(&'static str, OwnedFd)],
+        section: &str,
+        spec: &ProgSpec<'_>,
+    ) -> Result<OwnedFd, Error> {
+        let fds: Vec<(&str, i32)> = maps.iter().map(|(n, f)| (*n, f.as_raw_fd())).collect();
+        let insns = obj.program(section, &fds)?;
+        lagtrace_bpf::prog_load(&insns, obj.license()?, spec)
+    }
+
+    /// The fexit/fentry programs on the syscalls' kernel entry points, attached.
+    fn attach_fentry(
+        obj: &Object<'_>,
+        maps: &[(&'static str, OwnedFd)],
+    ) -> Result<Vec<OwnedFd>, Error> {
+        let funcs: Vec<String> = FEXITS
+            .iter()
+            .chain(&["close"])
+            .map(|c| format!("__x64_sys_{c}"))
+            .collect();
+        let names: Vec<&str> = funcs.iter().map(String::as_str).collect();
+        let btf = Vmlinux::open().map_err(|e| Error::Kernel(format!("{VMLINUX}: {e}")))?;
+        let ids = Btf::parse(btf.bytes())
+            .map_err(|e| Error::Kernel(e.to_string()))?
+            .funcs(&names);
+        let mut out = Vec::new();
+        for (i, (func, id)) in names.iter().zip(ids).enumerate() {
+            let id = match id {
+                Some((id, 1)) => id,
+                Some((_, n)) => {
+                    return Err(Error::Kernel(format!(
+                        "{func} takes {n} arguments, not the saved registers"
+                    )));
                 }
-            }
-            cur = err.source();
-        }
-        RecordError::Bpf(format!("{what}: {e}"))
-    }
-
-    fn map<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, RecordError>
-    where
-        T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
-    {
-        let m = ebpf
-            .take_map(name)
-            .ok_or_else(|| RecordError::Bpf(format!("no {name} map in the object")))?;
-        T::try_from(m).map_err(|e| RecordError::Bpf(format!("map {name}: {e}")))
-    }
-
-    fn attach_syscalls(ebpf: &mut Ebpf) -> Result<(), RecordError> {
-        let what = "loading the socket-call recorder (BPF)";
-        for tp in SYSCALL_TPS {
-            let (prog, event) = match tp.strip_prefix("x:") {
-                Some(name) => (format!("exit_{name}"), format!("sys_exit_{name}")),
-                None => (format!("enter_{tp}"), format!("sys_enter_{tp}")),
+                None => return Err(Error::Kernel(format!("no {func} in the kernel's BTF"))),
             };
-            let p: &mut TracePoint = ebpf
-                .program_mut(&prog)
-                .ok_or_else(|| RecordError::Bpf(format!("no {prog} program in the object")))?
-                .try_into()
-                .map_err(|e| refused(what, &e))?;
-            p.load().map_err(|e| refused(what, &e))?;
-            p.attach("syscalls", &event)
-                .map_err(|e| refused(&format!("attaching to syscalls:{event}"), &e))?;
+            let close = i == FEXITS.len();
+            let section = format!("{}/{func}", if close { "fentry" } else { "fexit" });
+            let spec = ProgSpec {
+                name: func.trim_start_matches("__x64_"),
+                prog_type: PROG_TRACING,
+                attach_type: if close { TRACE_FENTRY } else { TRACE_FEXIT },
+                attach_btf_id: id,
+            };
+            let prog = load_prog(obj, maps, &section, &spec)?;
+            let link = lagtrace_bpf::attach_tracing(&prog)
+                .map_err(|e| Error::os(format!("attaching to {func}"), e))?;
+            out.extend([prog, link]);
         }
-        Ok(())
+        Ok(out)
     }
 
-    fn attach_sched(ebpf: &mut Ebpf) -> Result<(), RecordError> {
-        let btf = Btf::from_sys_fs().map_err(|e| {
-            RecordError::Bpf(format!("the kernel's BTF (needed to follow forks): {e}"))
-        })?;
-        for (prog, event) in [
-            ("on_fork", "sched_process_fork"),
-            ("on_exit", "sched_process_exit"),
-        ] {
-            let p: &mut BtfTracePoint = ebpf
-                .program_mut(prog)
-                .ok_or_else(|| RecordError::Bpf(format!("no {prog} program in the object")))?
-                .try_into()
-                .map_err(|e| refused("loading the recorder's fork follower", &e))?;
-            p.load(event, &btf)
-                .map_err(|e| refused("loading the recorder's fork follower", &e))?;
-            p.attach()
-                .map_err(|e| refused(&format!("attaching to sched:{event}"), &e))?;
+    /// The program on the raw `sys_exit` tracepoint, attached.
+    fn attach_raw(
+        obj: &Object<'_>,
+        maps: &[(&'static str, OwnedFd)],
+    ) -> Result<Vec<OwnedFd>, Error> {
+        let spec = ProgSpec {
+            name: "raw_exit",
+            prog_type: PROG_RAW_TRACEPOINT,
+            attach_type: 0,
+            attach_btf_id: 0,
+        };
+        let prog = load_prog(obj, maps, "raw_tracepoint/sys_exit", &spec)?;
+        let link = lagtrace_bpf::attach_raw_tracepoint(c"sys_exit", &prog)
+            .map_err(|e| Error::os("attaching to the raw sys_exit tracepoint", e))?;
+        Ok(vec![prog, link])
+    }
+
+    /// A tracepoint program, loaded and attached to `group:name`.
+    fn attach_tp(
+        obj: &Object<'_>,
+        maps: &[(&'static str, OwnedFd)],
+        section: &str,
+        (group, name): (&str, &str),
+    ) -> Result<Vec<OwnedFd>, Error> {
+        let id = tracefs::id(group, name).map_err(|e| Error::os(format!("{group}:{name}"), e))?;
+        let spec = ProgSpec {
+            name: &name[..name.len().min(15)],
+            prog_type: PROG_TRACEPOINT,
+            attach_type: 0,
+            attach_btf_id: 0,
+        };
+        let prog = load_prog(obj, maps, section, &spec)?;
+        let ev = lagtrace_bpf::attach_tracepoint(id, &prog)
+            .map_err(|e| Error::os(format!("attaching to {group}:{name}"), e))?;
+        Ok(vec![prog, ev])
+    }
+
+    fn attach_syscall_tps(
+        obj: &Object<'_>,
+        maps: &[(&'static str, OwnedFd)],
+    ) -> Result<Vec<OwnedFd>, Error> {
+        let mut out = Vec::new();
+        for call in SYSCALL_TPS {
+            for dir in ["enter", "exit"] {
+                if call == "close" && dir == "exit" {
+                    continue;
+                }
+                let name = format!("sys_{dir}_{call}");
+                let section = format!("tracepoint/syscalls/{name}");
+                out.extend(attach_tp(obj, maps, &section, ("syscalls", &name))?);
+            }
         }
-        Ok(())
+        Ok(out)
+    }
+
+    /// The fork and exit programs, for the record layouts this kernel has.
+    fn attach_sched(
+        obj: &Object<'_>,
+        maps: &[(&'static str, OwnedFd)],
+    ) -> Result<Vec<OwnedFd>, Error> {
+        let layout = |name: &str| {
+            Format::of("sched", name).map_err(|e| Error::os(format!("sched:{name}"), e))
+        };
+        let fork = match layout("sched_process_fork")?.field("child_pid") {
+            Some((20, 4)) => "20",
+            Some((44, 4)) => "44",
+            other => {
+                return Err(Error::Kernel(format!(
+                    "sched:sched_process_fork has child_pid at {other:?}, not where the \
+                     recorder reads it"
+                )));
+            }
+        };
+        let exit = match layout("sched_process_exit")?.field("group_dead") {
+            Some((32, 1)) => "32",
+            None => "none",
+            Some(other) => {
+                return Err(Error::Kernel(format!(
+                    "sched:sched_process_exit has group_dead at {other:?}"
+                )));
+            }
+        };
+        let mut out = attach_tp(
+            obj,
+            maps,
+            &format!("tracepoint/sched/sched_process_fork/{fork}"),
+            ("sched", "sched_process_fork"),
+        )?;
+        out.extend(attach_tp(
+            obj,
+            maps,
+            &format!("tracepoint/sched/sched_process_exit/{exit}"),
+            ("sched", "sched_process_exit"),
+        )?);
+        Ok(out)
+    }
+
+    fn take(maps: &mut Vec<(&'static str, OwnedFd)>, name: &str) -> Result<OwnedFd, RecordError> {
+        let i = maps
+            .iter()
+            .position(|m| m.0 == name)
+            .ok_or_else(|| RecordError::Bpf(format!("no {name} map")))?;
+        Ok(maps.swap_remove(i).1)
     }
 
     impl Recorder {
-        /// Loads and attaches the recorder; it traces nothing until given processes.
-        pub fn load(trace_close: bool) -> Result<Recorder, RecordError> {
-            let what = "loading the socket-call recorder (BPF)";
-            let mut ebpf = EbpfLoader::new().load(OBJ).map_err(|e| refused(what, &e))?;
-            let mut config: Array<MapData, u32> = map(&mut ebpf, "CONFIG")?;
-            config
-                .set(1, u32::from(trace_close), 0)
-                .map_err(|e| refused(what, &e))?;
-            attach_syscalls(&mut ebpf)?;
-            attach_sched(&mut ebpf)?;
+        /// Loads and attaches the recorder with `hooks` (`Auto`: fentry where trampolines
+        /// attach, else the syscall tracepoints); it traces nothing until given processes.
+        pub fn load(trace_close: bool, hooks: Hooks) -> Result<Recorder, RecordError> {
+            let obj = Object::parse(OBJ).map_err(refused)?;
+            let mut fallback = None;
+            let mut used = Hooks::Fentry;
+            let mut attached = Vec::new();
+            let mut maps = maps(1).map_err(refused)?;
+            if hooks == Hooks::Auto || hooks == Hooks::Fentry {
+                // Some kernels refuse trampolines with EPERM even to root with every
+                // capability: a refusal is a reason to try the tracepoints, which then
+                // tell whether privilege is missing.
+                match attach_fentry(&obj, &maps) {
+                    Ok(a) => attached = a,
+                    Err(e) if hooks == Hooks::Fentry => {
+                        return Err(RecordError::Bpf(format!("fentry hooks: {e}")));
+                    }
+                    Err(e) => fallback = Some(format!("fentry refused: {e}")),
+                }
+            }
+            if hooks == Hooks::Raw {
+                used = Hooks::Raw;
+                attached = attach_raw(&obj, &maps).map_err(refused)?;
+            }
+            if attached.is_empty() {
+                used = Hooks::Tracepoint;
+                maps = self::maps(16384).map_err(refused)?;
+                attached = attach_syscall_tps(&obj, &maps).map_err(refused)?;
+            }
+            attached.extend(attach_sched(&obj, &maps).map_err(refused)?);
+            let config = take(&mut maps, "CONFIG")?;
+            let set_close = [1u32.to_ne_bytes(), u32::from(trace_close).to_ne_bytes()];
+            lagtrace_bpf::map_update(&config, &set_close[0], &set_close[1])
+                .map_err(|e| refused(Error::os("configuring the recorder", e)))?;
+            let events = RingBuf::new(take(&mut maps, "EVENTS")?, RING_BYTES as usize)
+                .map_err(|e| RecordError::Bpf(format!("mapping its ring buffer: {e}")))?;
+            let tgids = take(&mut maps, "TGIDS")?;
+            let lost = take(&mut maps, "LOST")?;
+            // PENDING and SCRATCH live as long as the programs that use them.
+            attached.extend(maps.into_iter().map(|m| m.1));
             Ok(Recorder {
-                events: map(&mut ebpf, "EVENTS")?,
-                tgids: map(&mut ebpf, "TGIDS")?,
-                lost: map(&mut ebpf, "LOST")?,
+                events,
+                tgids,
+                lost,
                 config,
-                _ebpf: ebpf,
+                hooks: used,
+                fallback,
+                attached,
             })
         }
 
         fn lost_events(&self) -> u64 {
-            (0..2).filter_map(|i| self.lost.get(&i, 0).ok()).sum()
+            (0..2u32)
+                .filter_map(|i| {
+                    let mut v = [0u8; 8];
+                    lagtrace_bpf::map_lookup(&self.lost, &i.to_ne_bytes(), &mut v).ok()?;
+                    Some(u64::from_ne_bytes(v))
+                })
+                .sum()
         }
 
         /// Reads every event in the ring buffer, then waits up to `wait` for more.
         fn pump(&mut self, s: &mut Session, wait: Duration) {
-            while let Some(item) = self.events.next() {
-                if let Some(ev) = RawEvent::parse(&item) {
-                    s.on_event(&ev);
+            self.events.drain(|item| {
+                if let Some(ev) = RawEvent::parse(item) {
+                    s.on_event(ev);
                 }
-            }
+            });
             let mut pfd = libc::pollfd {
-                fd: self.events.as_raw_fd(),
+                fd: self.events.fd(),
                 events: libc::POLLIN,
                 revents: 0,
             };
@@ -370,6 +559,8 @@ mod imp {
             let mut rec = s.book.finish(command);
             rec.tasks = tasks;
             rec.mechanism = "bpf".into();
+            rec.hooks = Some(self.hooks.name().into());
+            rec.fallback = self.fallback.take();
             rec.lost_events = lost;
             rec
         }
@@ -385,13 +576,13 @@ mod imp {
             let mut s = Self::session(opts);
             // SAFETY: gettid has no preconditions.
             let me = unsafe { libc::gettid() } as u32;
-            let set = |c: &mut Array<MapData, u32>, v: u32| {
-                c.set(0, v, 0)
+            let set = |c: &OwnedFd, v: u32| {
+                lagtrace_bpf::map_update(c, &0u32.to_ne_bytes(), &v.to_ne_bytes())
                     .map_err(|e| RecordError::Bpf(format!("setting the launcher: {e}")))
             };
-            set(&mut self.config, me)?;
+            set(&self.config, me)?;
             let spawned = std::process::Command::new(prog).args(rest).spawn();
-            set(&mut self.config, 0)?;
+            set(&self.config, 0)?;
             let mut child = spawned.map_err(|err| RecordError::Spawn {
                 cmd: prog.clone(),
                 err,
@@ -437,9 +628,8 @@ mod imp {
             let on_attached = opts.on_attached.take();
             let mut s = Self::session(opts);
             for p in with_descendants(pids) {
-                self.tgids
-                    .insert(p, 1, 0)
-                    .map_err(|e| refused(&format!("tracing process {p}"), &e))?;
+                lagtrace_bpf::map_update(&self.tgids, &p.to_ne_bytes(), &[1])
+                    .map_err(|e| refused(Error::os(format!("tracing process {p}"), e)))?;
                 s.live.insert(p);
                 s.tasks += threads_of(p);
             }
@@ -497,14 +687,14 @@ mod imp {
 #[cfg(lagtrace_bpf)]
 pub use imp::Recorder;
 
-/// Without the program (built without clang, bpftool or BTF): never loads.
+/// Without the program (built without clang or the BPF headers): never loads.
 #[cfg(not(lagtrace_bpf))]
 pub struct Recorder(std::convert::Infallible);
 
 #[cfg(not(lagtrace_bpf))]
 impl Recorder {
     /// Always an error, with the build's reason.
-    pub fn load(_trace_close: bool) -> Result<Recorder, RecordError> {
+    pub fn load(_trace_close: bool, _hooks: super::Hooks) -> Result<Recorder, RecordError> {
         Err(RecordError::Bpf(format!("the BPF recorder was {BUILD}")))
     }
 
@@ -526,5 +716,5 @@ impl Recorder {
 
 /// `-- CMD` on the BPF recorder only.
 pub(super) fn record_cmd(cmd: &[String], opts: RecordOptions) -> Result<Recording, RecordError> {
-    Recorder::load(opts.trace_close)?.run_cmd(cmd, opts)
+    Recorder::load(opts.trace_close, opts.mechanism.hooks())?.run_cmd(cmd, opts)
 }

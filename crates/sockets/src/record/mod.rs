@@ -2,8 +2,8 @@
 //! listen, connect, accept, accept4, setsockopt, getsockopt, close), strace-style.
 //!
 //! Two mechanisms, one output:
-//! - [`bpf`] (first choice): a small BPF program on the `syscalls:sys_enter_*`/`sys_exit_*`
-//!   tracepoints of those calls, filtered in the kernel to the target's process tree (a hash
+//! - [`bpf`] (first choice): a small BPF program on those calls (fexit trampolines on their
+//!   kernel entry points, else the `syscalls:sys_enter_*`/`sys_exit_*` tracepoints), filtered in the kernel to the target's process tree (a hash
 //!   of thread-group ids, extended on fork), reading option values and addresses from user
 //!   memory and sending one event per call through a ring buffer. Nothing stops the
 //!   program, so it can also attach to running processes ([`record_pids`]); events the ring
@@ -57,10 +57,56 @@ pub enum Mechanism {
     /// BPF where it can be loaded, else (for `-- CMD`) seccomp + ptrace.
     #[default]
     Auto,
-    /// BPF only: an error where it cannot be loaded.
+    /// BPF only (its hooks as [`Hooks::Auto`]): an error where it cannot be loaded.
     Bpf,
+    /// BPF on fentry/fexit trampolines only.
+    Fentry,
+    /// BPF on the syscall tracepoints only.
+    Tracepoint,
+    /// BPF on the raw `sys_exit` tracepoint only.
+    Raw,
     /// seccomp + ptrace only (`-- CMD`).
     Ptrace,
+}
+
+impl Mechanism {
+    /// The BPF recorder's hooks it asks for.
+    pub fn hooks(self) -> Hooks {
+        match self {
+            Mechanism::Fentry => Hooks::Fentry,
+            Mechanism::Tracepoint => Hooks::Tracepoint,
+            Mechanism::Raw => Hooks::Raw,
+            _ => Hooks::Auto,
+        }
+    }
+}
+
+/// Where the BPF recorder hooks the calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hooks {
+    /// fentry where trampolines attach, else the syscall tracepoints.
+    #[default]
+    Auto,
+    /// fexit trampolines on the syscalls' kernel entry points: only those calls pay.
+    Fentry,
+    /// The `syscalls:sys_enter_*`/`sys_exit_*` tracepoints: every syscall of every task
+    /// takes the kernel's tracing slow path while they are enabled.
+    Tracepoint,
+    /// One program on the raw `sys_exit` tracepoint (no perf record per call), keeping
+    /// the recorded calls by number; the same slow path for every task.
+    Raw,
+}
+
+impl Hooks {
+    /// `fentry` or `tracepoint` (`auto` before one is chosen).
+    pub fn name(self) -> &'static str {
+        match self {
+            Hooks::Auto => "auto",
+            Hooks::Fentry => "fentry",
+            Hooks::Tracepoint => "tracepoint",
+            Hooks::Raw => "raw",
+        }
+    }
 }
 
 impl Default for RecordOptions {
@@ -228,7 +274,13 @@ pub struct Recording {
     /// `ptrace` (seccomp stops at each recorded call).
     #[serde(default)]
     pub mechanism: String,
-    /// Why BPF was not used, when the ptrace fallback was.
+    /// For `bpf`: where the calls were hooked, `fentry` (trampolines on the syscalls'
+    /// kernel entry points: only those calls pay) or `tracepoint` (the syscall tracepoints:
+    /// every syscall of every task takes the tracing slow path); absent for `ptrace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<String>,
+    /// Why the first choice was not used: BPF, when the ptrace fallback was; fentry, when
+    /// the BPF recorder hooked the syscall tracepoints.
     #[serde(default)]
     pub fallback: Option<String>,
     /// The processes attached to (`--record --pid/--process`); empty for `-- CMD`.
@@ -533,8 +585,10 @@ pub fn record(cmd: &[String], mut opts: RecordOptions) -> Result<Recording, Reco
     }
     let why = match opts.mechanism {
         Mechanism::Ptrace => None,
-        Mechanism::Bpf => return bpf::record_cmd(cmd, opts),
-        Mechanism::Auto => match bpf::Recorder::load(opts.trace_close) {
+        Mechanism::Bpf | Mechanism::Fentry | Mechanism::Tracepoint | Mechanism::Raw => {
+            return bpf::record_cmd(cmd, opts);
+        }
+        Mechanism::Auto => match bpf::Recorder::load(opts.trace_close, Hooks::Auto) {
             Ok(r) => return r.run_cmd(cmd, opts),
             Err(e) => Some(e.to_string()),
         },
@@ -573,7 +627,7 @@ pub fn record_pids(
             return Err(RecordError::NoProcess(format!("no process {p}")));
         }
     }
-    bpf::Recorder::load(opts.trace_close)?.run_pids(pids, window, opts)
+    bpf::Recorder::load(opts.trace_close, opts.mechanism.hooks())?.run_pids(pids, window, opts)
 }
 
 /// The running processes whose command name (`/proc/PID/comm`) is `name`, in pid order.

@@ -1,9 +1,9 @@
-//! The few kernel struct offsets the drop counter (bpf/drops.bpf.c) reads, from the running
-//! kernel's BTF (`/sys/kernel/btf/vmlinux`): a single pass over its type section that
-//! records where each type starts, then a walk of the members the program needs. This
-//! replaces a CO-RE relocation by a full BTF loader, which parsed every one of the
-//! kernel's ~100 000 types into objects (~20 ms of CPU, most of the host layer's cost at
-//! short windows); an offset the kernel's BTF does not have is an error, never a guess.
+//! The running kernel's BTF (`/sys/kernel/btf/vmlinux`) read in a single pass over its
+//! type section that records where each type starts, then looked up by name: struct member
+//! offsets (in place of CO-RE relocations) and function ids (a trampoline program's
+//! `attach_btf_id`). A full BTF loader parses every one of the kernel's ~100 000 types into
+//! objects (tens of ms of CPU, seconds on a loaded machine); an offset or function the
+//! kernel's BTF does not have is an error, never a guess.
 
 use std::fmt;
 
@@ -17,6 +17,7 @@ const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
 const KIND_TYPEDEF: u32 = 8;
 const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC: u32 = 12;
 const KIND_FUNC_PROTO: u32 = 13;
 const KIND_VAR: u32 = 14;
 const KIND_DATASEC: u32 = 15;
@@ -24,29 +25,7 @@ const KIND_DECL_TAG: u32 = 17;
 const KIND_TYPE_TAG: u32 = 18;
 const KIND_ENUM64: u32 = 19;
 
-/// Byte offsets of the fields the program reads (a path through nested structs is summed:
-/// `net_device.nd_net.net`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct KernelOffsets {
-    /// `sk_buff.dev`.
-    pub skb_dev: u32,
-    /// `sk_buff._skb_refdst`.
-    pub skb_refdst: u32,
-    /// `sk_buff.sk`.
-    pub skb_sk: u32,
-    /// `dst_entry.dev`.
-    pub dst_dev: u32,
-    /// `net_device.nd_net.net`.
-    pub dev_net: u32,
-    /// `net.ns.inum`.
-    pub net_inum: u32,
-    /// `net_device.ifindex`.
-    pub dev_ifindex: u32,
-    /// `sock.__sk_common.skc_net.net`.
-    pub sk_net: u32,
-}
-
-/// Why the offsets could not be read.
+/// Why the BTF could not be read, or has not what was asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BtfError(pub String);
 
@@ -68,7 +47,7 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
 }
 
 /// A BTF blob with the start of each type (by id) indexed.
-struct Btf<'a> {
+pub struct Btf<'a> {
     types: &'a [u8],
     strings: &'a [u8],
     /// Byte offset in `types` of type id `i + 1`.
@@ -85,7 +64,8 @@ struct Head {
 }
 
 impl<'a> Btf<'a> {
-    fn parse(b: &'a [u8]) -> Result<Btf<'a>, BtfError> {
+    /// Indexes the blob `b` (one pass).
+    pub fn parse(b: &'a [u8]) -> Result<Btf<'a>, BtfError> {
         if u16_at(b, 0) != Some(BTF_MAGIC) {
             return Err(err("not little-endian BTF (bad magic)"));
         }
@@ -112,7 +92,7 @@ impl<'a> Btf<'a> {
                 KIND_ARRAY => 12,
                 KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * vlen,
                 KIND_ENUM | KIND_FUNC_PROTO => 8 * vlen,
-                2 | 7 | KIND_TYPEDEF..=KIND_RESTRICT | 12 | 16 | KIND_TYPE_TAG => 0,
+                2 | 7 | KIND_TYPEDEF..=KIND_RESTRICT | KIND_FUNC | 16 | KIND_TYPE_TAG => 0,
                 k => return Err(err(format!("unknown type kind {k}"))),
             };
             starts.push(u32::try_from(pos).map_err(|_| err("type section too large"))?);
@@ -191,7 +171,7 @@ impl<'a> Btf<'a> {
     }
 
     /// The byte offset of `path` (members, nested) in struct `root`.
-    fn offset(&self, root: &str, path: &[&str]) -> Result<u32, BtfError> {
+    pub fn offset(&self, root: &str, path: &[&str]) -> Result<u32, BtfError> {
         let what = || format!("no {root}.{}", path.join("."));
         let mut id = self.find_struct(root).ok_or_else(|| err(what()))?;
         let mut total = 0;
@@ -201,6 +181,25 @@ impl<'a> Btf<'a> {
             id = self.resolve(t).ok_or_else(|| err(what()))?;
         }
         Ok(total)
+    }
+
+    /// For each name, the id of the kernel function of that name and its argument count
+    /// (one pass over the types for all of them).
+    pub fn funcs(&self, names: &[&str]) -> Vec<Option<(u32, usize)>> {
+        let mut out = vec![None; names.len()];
+        for id in 1..=self.starts.len() as u32 {
+            let Some(h) = self.head(id).filter(|h| h.kind == KIND_FUNC) else {
+                continue;
+            };
+            if let Some(i) = names.iter().position(|n| self.name_is(h.name, n)) {
+                let nargs = self
+                    .head(h.type_or_size)
+                    .filter(|p| p.kind == KIND_FUNC_PROTO)
+                    .map(|p| p.vlen);
+                out[i] = nargs.map(|n| (id, n));
+            }
+        }
+        out
     }
 }
 
@@ -255,21 +254,6 @@ impl Drop for Vmlinux {
             unsafe { libc::munmap(p.cast_mut().cast(), *len) };
         }
     }
-}
-
-/// The program's offsets from the BTF blob `b`.
-pub fn kernel_offsets(b: &[u8]) -> Result<KernelOffsets, BtfError> {
-    let btf = Btf::parse(b)?;
-    Ok(KernelOffsets {
-        skb_dev: btf.offset("sk_buff", &["dev"])?,
-        skb_refdst: btf.offset("sk_buff", &["_skb_refdst"])?,
-        skb_sk: btf.offset("sk_buff", &["sk"])?,
-        dst_dev: btf.offset("dst_entry", &["dev"])?,
-        dev_net: btf.offset("net_device", &["nd_net", "net"])?,
-        net_inum: btf.offset("net", &["ns", "inum"])?,
-        dev_ifindex: btf.offset("net_device", &["ifindex"])?,
-        sk_net: btf.offset("sock", &["__sk_common", "skc_net", "net"])?,
-    })
 }
 
 #[cfg(test)]
@@ -340,15 +324,17 @@ mod tests {
     }
 
     #[test]
-    fn reads_the_running_kernels_offsets() {
+    fn reads_the_running_kernel() {
         let Ok(b) = Vmlinux::open() else {
             return; // no BTF on this machine: nothing to check
         };
-        let o = kernel_offsets(b.bytes()).unwrap();
+        let btf = Btf::parse(b.bytes()).unwrap();
+        // A field that is not at the start of its struct on any kernel.
+        assert!(btf.offset("sk_buff", &["sk"]).unwrap() > 0);
+        let f = btf.funcs(&["tcp_sendmsg", "no_such_function_here"]);
+        assert_eq!(f[0].map(|(_, n)| n), Some(3), "tcp_sendmsg(sk, msg, size)");
+        assert_eq!(f[1], None);
         // Mapped or read, the same bytes.
-        let read = std::fs::read(VMLINUX).unwrap();
-        assert_eq!(kernel_offsets(&read).unwrap(), o);
-        // Fields that are not at the start of their struct on any kernel.
-        assert!(o.skb_sk > 0 && o.dev_ifindex > 0 && o.net_inum > 0, "{o:?}");
+        assert_eq!(std::fs::read(VMLINUX).unwrap(), b.bytes());
     }
 }
