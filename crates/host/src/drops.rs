@@ -41,19 +41,10 @@ pub struct Format {
 
 /// Parses the `format` file of `skb:kfree_skb`.
 pub fn parse_format(text: &str) -> Option<Format> {
-    let id = text
-        .lines()
-        .find_map(|l| l.strip_prefix("ID:"))?
-        .trim()
-        .parse()
-        .ok()?;
-    let num = |name: &str, key: &str| -> Option<usize> {
-        let field = text.lines().find(|l| l.contains(name))?;
-        let rest = &field[field.find(key)? + key.len()..];
-        rest.split(';').next()?.trim().parse().ok()
-    };
-    let (reason_offset, reason_size) = (num(" reason;", "offset:")?, num(" reason;", "size:")?);
-    let skbaddr_offset = num(" skbaddr;", "offset:");
+    let tp = lagtrace_bpf::tracefs::Format::parse(text)?;
+    let id = tp.id;
+    let (reason_offset, reason_size) = tp.field("reason")?;
+    let skbaddr_offset = tp.field("skbaddr").map(|(off, _)| off);
     let fmt = text.lines().find(|l| l.starts_with("print fmt:"))?;
     let mut names = BTreeMap::new();
     let sym = &fmt[fmt.find("__print_symbolic(")?..];
