@@ -561,11 +561,16 @@ fn live(
     }
     progress(Step::Done(crate::run::packets_line(&packets)));
     let _ = inspector.join();
-    let sockets = insp
+    let mut sockets = insp
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take()
         .unwrap_or_else(|| Layer::error("the inspection thread did not finish"));
+    if let Some(s) = sockets.data.as_mut() {
+        s.client.note = "passive: the clients are real clients, not lagtrace; their socket \
+                         options are not read (their delayed ACKs show in the packets)"
+            .into();
+    }
     progress(Step::Done(crate::run::sockets_line(&sockets)));
     let host = if cut {
         Layer::skipped(format!("{INTERRUPTED} before its window closed"))

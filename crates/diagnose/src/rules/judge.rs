@@ -236,9 +236,18 @@ pub(super) fn rule_outs(x: &Facts<'_>, chosen: &[Candidate]) -> Vec<EvidenceLine
     v
 }
 
-/// A note for each layer that did not run, with why (and for a capture that lost packets).
+/// A note for each layer that did not run, with why (and for a capture that lost packets,
+/// and what a passive run cannot tell).
 pub(super) fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
     let mut v = Vec::new();
+    if layers
+        .app
+        .get()
+        .and_then(|a| a.cn.as_ref())
+        .is_some_and(|r| r.passive.is_some())
+    {
+        v.push(note(LayerName::App, super::PASSIVE_LIMITS.into()));
+    }
     if let Some(p) = layers.packets.get()
         && p.dropped > 0
     {
