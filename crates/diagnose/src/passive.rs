@@ -379,6 +379,7 @@ pub fn passive_run(a: &Analysis, source: String) -> AppRun {
         pending: keep.incomplete,
         records,
     };
+    let by_client = by_client(&all.records);
     let served: Vec<_> = a.streams.iter().filter(|s| s.transactions > 0).collect();
     let mut clients: Vec<IpAddr> = served
         .iter()
@@ -437,12 +438,42 @@ pub fn passive_run(a: &Analysis, source: String) -> AppRun {
             clients: clients.len() as u64,
             connections: served.len() as u64,
             incomplete: keep.incomplete,
+            by_client,
             joined_open: served
                 .iter()
                 .filter(|s| s.syn_a.is_none() && s.syn_b.is_none())
                 .count() as u64,
         }),
     }
+}
+
+/// Per client address, when there are several: the 16 with the most requests, each with
+/// its weighted p50 and p99 over the kept records.
+fn by_client(records: &[RequestRecord]) -> Vec<crate::evidence::ClientWaits> {
+    let mut m: std::collections::HashMap<IpAddr, Vec<&RequestRecord>> = Default::default();
+    for r in records.iter().filter(|r| !r.pending) {
+        if let Some(l) = r.local {
+            m.entry(l.ip().to_canonical()).or_default().push(r);
+        }
+    }
+    if m.len() < 2 {
+        return Vec::new();
+    }
+    let mut v: Vec<crate::evidence::ClientWaits> = m
+        .into_iter()
+        .map(|(ip, rs)| {
+            let p = adapters::app::waits(&rs.into_iter().cloned().collect::<Vec<_>>());
+            crate::evidence::ClientWaits {
+                addr: ip.to_string(),
+                requests: p.count,
+                p50_us: p.p50_us,
+                p99_us: p.p99_us,
+            }
+        })
+        .collect();
+    v.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.addr.cmp(&b.addr)));
+    v.truncate(16);
+    v
 }
 
 /// The live capture feeding the analyzer.
@@ -619,4 +650,53 @@ fn watch(cap: &Live, window: Duration, stop: &AtomicBool, progress: &dyn Fn(Step
 pub fn from_url(url: &str) -> Result<(SocketAddr, String)> {
     let (_, sa) = crate::run::parse_target(url)?;
     Ok((sa, url.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(client: &str, wait_us: u64, weight: f64) -> RequestRecord {
+        RequestRecord {
+            conn: 0,
+            local: Some(client.parse().unwrap()),
+            remote: "10.0.0.2:80".parse().unwrap(),
+            index: 1,
+            start_us: 0,
+            wait_us,
+            connect_start_us: 0,
+            connect_end_us: Some(0),
+            syn_retransmits: None,
+            intended_us: None,
+            sent_first_us: Some(0),
+            sent_last_us: Some(0),
+            first_byte_us: Some(wait_us),
+            last_byte_us: Some(wait_us),
+            bytes: 0,
+            status: None,
+            error: None,
+            pending: false,
+            slow: weight == 1.0,
+            weight,
+        }
+    }
+
+    #[test]
+    fn clients_that_differ_are_told_apart_and_one_client_is_no_breakdown() {
+        let mut r: Vec<RequestRecord> = (0..99).map(|_| rec("10.0.0.1:4000", 500, 10.0)).collect();
+        r.push(rec("10.0.0.1:4001", 900, 1.0));
+        assert!(by_client(&r).is_empty());
+        // A second client whose every request waits 200 ms.
+        r.extend((0..20).map(|_| rec("10.0.0.9:5000", 200_000, 1.0)));
+        let v = by_client(&r);
+        assert_eq!(v.len(), 2);
+        assert_eq!(
+            (v[0].addr.as_str(), v[0].requests, v[0].p50_us),
+            ("10.0.0.1", 991, 500)
+        );
+        assert_eq!(
+            (v[1].addr.as_str(), v[1].requests, v[1].p99_us),
+            ("10.0.0.9", 20, 200_000)
+        );
+    }
 }

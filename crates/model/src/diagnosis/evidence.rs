@@ -346,6 +346,24 @@ pub struct PassiveRun {
     /// Connections already open when the capture started (their handshake was not seen):
     /// their first request's wait starts at its first byte.
     pub joined_open: u64,
+    /// Per client address, when there are several (the 16 with the most requests): what
+    /// each one waited, estimated from the kept records (every slow one, a weighted sample
+    /// of the rest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_client: Vec<ClientWaits>,
+}
+
+/// What one client address waited in a passive run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct ClientWaits {
+    /// The client's address.
+    pub addr: String,
+    /// Its requests (weighted estimate).
+    pub requests: u64,
+    /// Median wait.
+    pub p50_us: u64,
+    /// 99th percentile wait.
+    pub p99_us: u64,
 }
 
 /// The load generator's host CPU contention during one load run: what its threads waited
