@@ -58,6 +58,7 @@ pub mod client_cpu;
 mod error;
 pub mod join;
 mod partial;
+pub mod passive;
 pub mod remote;
 pub mod rules;
 pub mod run;

@@ -92,6 +92,8 @@ pub enum Step {
     Done(String),
     /// A layer did not measure: skipped, unavailable or failed (one line: why).
     NotRun(String),
+    /// Live counts of a long step (one line, replacing the previous one on a terminal).
+    Progress(String),
 }
 
 /// The step line of a layer that ended: `Done` when it has data, else `NotRun`.

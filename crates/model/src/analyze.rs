@@ -185,7 +185,7 @@ pub struct PacketRecord {
 /// on the capture's clock). Every wait is measured from packet timestamps: a hold or a
 /// loss wait is the union of the intervals of the findings recorded against the
 /// transaction, on the side (request or response) where it ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TxnTiming {
     /// Stream index.
     pub stream: u32,
@@ -221,6 +221,48 @@ pub struct TxnTiming {
     pub loss_response_us: u64,
     /// Kinds of the findings recorded against it, in report order.
     pub kinds: Vec<FindingKind>,
+    /// How many of the capture's transactions this one stands for: 1 unless the timings
+    /// were sampled ([`TimingKeep`]: every slow one kept, a uniform sample of the rest,
+    /// each standing for `others / kept`).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub weight: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(w: &f64) -> bool {
+    *w == 1.0
+}
+
+/// How the timings of a long capture were kept in bounded memory (`AnalyzeOptions::
+/// timing_keep`): every transaction's wait went into HdrHistograms; the `slow_cap` slowest
+/// timings were kept exactly and a uniform sample of `sample_cap` of the others.
+///
+/// A transaction's wait is what its client waited as the capture saw it: from the request's
+/// first byte (the connection's SYN for the first request on a connection whose handshake
+/// was captured) to the response's last byte.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TimingKeep {
+    /// Slowest timings kept at most.
+    pub slow_cap: u32,
+    /// Sampled timings kept at most.
+    pub sample_cap: u32,
+    /// Transactions offered (every one closed in the capture).
+    pub seen: u64,
+    /// Of `seen`, those with no complete response (the capture ended, or the connection
+    /// closed, before it).
+    pub incomplete: u64,
+    /// Waits of the complete transactions (HdrHistogram, 3 significant digits).
+    pub waits: crate::LatencySummary,
+    /// The same, for the first transaction on each connection whose handshake was seen
+    /// (the wait includes the connection setup).
+    pub first: crate::LatencySummary,
+    /// The same, for the later transactions on a connection.
+    pub later: crate::LatencySummary,
+    /// The waits' distribution at fixed percentiles (`(percentile 0–100, µs)`).
+    pub distribution: Vec<(f64, u64)>,
 }
 
 /// Latency of the transactions kept in detail.
@@ -275,6 +317,10 @@ pub struct Analysis {
     /// `max_transactions`), ordered by stream and index.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timings: Vec<TxnTiming>,
+    /// How the timings were kept, when `AnalyzeOptions::timing_keep` bounded them (then
+    /// `timings` holds the kept ones, each with its weight).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing_keep: Option<TimingKeep>,
 }
 
 impl Analysis {

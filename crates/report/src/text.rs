@@ -371,6 +371,7 @@ mod tests {
             connects: None,
             records: None,
             client_cpu: None,
+            passive: None,
         }
     }
 

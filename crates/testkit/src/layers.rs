@@ -96,6 +96,7 @@ impl Synth {
             connects: None,
             records: None,
             client_cpu: None,
+            passive: None,
         }
     }
 

@@ -66,6 +66,7 @@ pub fn run(concurrency: u32, r: &LoadReport) -> AppRun {
             .as_ref()
             .map(|x| trim(x, waits(&x.records).p99_us)),
         client_cpu: None,
+        passive: None,
     }
 }
 

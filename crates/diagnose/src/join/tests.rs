@@ -122,6 +122,7 @@ impl Req {
             loss_request_us: 0,
             loss_response_us: self.loss,
             kinds: Vec::new(),
+            weight: 1.0,
         }
     }
 }

@@ -22,6 +22,9 @@ pub(super) struct Facts<'a> {
     pub(super) rtt_us: u64,
     /// The server host's kernel evidence over the c=N run.
     pub(super) host: Option<&'a lagtrace_model::host::HostReport>,
+    /// The run is real clients' traffic (`--passive`, `--pcap`): the clients are not
+    /// lagtrace, and there is no c=1 run.
+    pub(super) passive: bool,
 }
 
 impl<'a> Facts<'a> {
@@ -50,6 +53,9 @@ impl<'a> Facts<'a> {
                 .unwrap_or_default(),
             rtt_us,
             host: layers.host.get(),
+            passive: app
+                .and_then(|a| a.cn.as_ref())
+                .is_some_and(|r| r.passive.is_some()),
         }
     }
 

@@ -236,9 +236,44 @@ pub(super) fn rule_outs(x: &Facts<'_>, chosen: &[Candidate]) -> Vec<EvidenceLine
     v
 }
 
-/// A note for each layer that did not run, with why (and for a capture that lost packets).
+/// A passive run's clients that waited materially differently (the slowest client's p50 at
+/// least twice the quickest's and [`super::MATERIAL_ADDED_US`] more): one note naming both.
+fn clients_differ(c: &[lagtrace_model::diagnosis::evidence::ClientWaits]) -> Option<EvidenceLine> {
+    let slow = c.iter().max_by_key(|c| c.p50_us)?;
+    let quick = c.iter().min_by_key(|c| c.p50_us)?;
+    (slow.p50_us >= 2 * quick.p50_us && slow.p50_us >= quick.p50_us + super::MATERIAL_ADDED_US)
+        .then(|| {
+            note(
+                LayerName::App,
+                format!(
+                    "clients differ: {} waited p50 {} p99 {} ({} requests), {} p50 {} p99 {} \
+                     ({} requests)",
+                    slow.addr,
+                    super::ms(slow.p50_us),
+                    super::ms(slow.p99_us),
+                    slow.requests,
+                    quick.addr,
+                    super::ms(quick.p50_us),
+                    super::ms(quick.p99_us),
+                    quick.requests
+                ),
+            )
+        })
+}
+
+/// A note for each layer that did not run, with why (and for a capture that lost packets,
+/// and what a passive run cannot tell).
 pub(super) fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
     let mut v = Vec::new();
+    if let Some(p) = layers
+        .app
+        .get()
+        .and_then(|a| a.cn.as_ref())
+        .and_then(|r| r.passive.as_ref())
+    {
+        v.push(note(LayerName::App, super::PASSIVE_LIMITS.into()));
+        v.extend(clients_differ(&p.by_client));
+    }
     if let Some(p) = layers.packets.get()
         && p.dropped > 0
     {
@@ -271,4 +306,33 @@ pub(super) fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
             }),
     );
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clients_differ;
+    use lagtrace_model::diagnosis::evidence::ClientWaits;
+
+    fn c(addr: &str, p50_us: u64) -> ClientWaits {
+        ClientWaits {
+            addr: addr.into(),
+            requests: 100,
+            p50_us,
+            p99_us: p50_us * 2,
+        }
+    }
+
+    #[test]
+    fn only_clients_that_wait_materially_differently_are_noted() {
+        let line = clients_differ(&[c("10.0.0.1", 400), c("10.0.0.9", 45_000)]).unwrap();
+        assert!(
+            line.text
+                .starts_with("clients differ: 10.0.0.9 waited p50 45"),
+            "{line:?}"
+        );
+        // Twice as long but only 400 µs more: not material.
+        assert!(clients_differ(&[c("10.0.0.1", 400), c("10.0.0.9", 800)]).is_none());
+        assert!(clients_differ(&[c("10.0.0.1", 40_000), c("10.0.0.9", 46_000)]).is_none());
+        assert!(clients_differ(&[]).is_none());
+    }
 }

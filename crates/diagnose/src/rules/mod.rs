@@ -49,6 +49,13 @@ pub use judge::judge;
 
 /// A finding adds latency worth naming when its median added latency is at least this.
 pub const MATERIAL_ADDED_US: u64 = 5_000;
+
+/// What a passive run (real clients' traffic) cannot tell, said once in its evidence.
+pub(super) const PASSIVE_LIMITS: &str = "passive: the requests are the real clients' as the \
+    capture saw them, timed from their first byte (the SYN for a connection's first) to the \
+    response's last byte; no request was sent, so there is no one-client (c=1) run to \
+    contrast with load and no SYN ping: the server's own time and the path RTT come from the \
+    packets";
 /// ... and it affects at least this share of transactions (Nagle, cork, window).
 pub const MATERIAL_SHARE: f64 = 0.05;
 /// Retransmissions matter on a smaller share: each costs an RTO or more.

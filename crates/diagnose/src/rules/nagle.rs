@@ -49,7 +49,14 @@ fn sockets_say(x: &Facts<'_>) -> (Vec<EvidenceLine>, bool) {
         ));
         says = true;
     }
-    if !s.client.quickack {
+    if x.passive {
+        ev.push(note(
+            LayerName::Sockets,
+            "clients: real clients (passive), not lagtrace; their delayed ACKs are the \
+             packets' own"
+                .into(),
+        ));
+    } else if !s.client.quickack {
         ev.push(note(
             LayerName::Sockets,
             "client (lagtrace): TCP_NODELAY on, delayed ACK on (no TCP_QUICKACK), \

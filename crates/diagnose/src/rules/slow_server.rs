@@ -136,10 +136,13 @@ impl CauseRule for SlowServer {
                         ms(x.link_transfer_us(c1))
                     )
                 }
-                _ if own < 100 => format!(
+                _ if own < 100 && x.c1.is_some() => format!(
                     "the server's own time is negligible (c=1 p50 within the path RTT){st}: \
                      not the application"
                 ),
+                _ if own < 100 => {
+                    format!("the server's own time is negligible{st}: not the application")
+                }
                 _ => format!(
                     "the server's own time is ~{}{}: not the application",
                     ms(own),

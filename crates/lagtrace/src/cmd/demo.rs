@@ -195,9 +195,9 @@ fn diagnose(
     baseline: Option<&Diagnosis>,
 ) -> anyhow::Result<Diagnosis> {
     let args = super::diagnose::Args {
-        url: url.into(),
+        url: Some(url.into()),
         connections: 32,
-        duration,
+        duration: Some(duration),
         timeout: Duration::from_secs(2),
         insecure: false,
         json: false,
@@ -207,6 +207,7 @@ fn diagnose(
         verify: false,
         server_pid: None,
         agent: Default::default(),
+        passive: Default::default(),
         quiet: false,
     };
     let mut d = super::diagnose::diagnose(&args)?;

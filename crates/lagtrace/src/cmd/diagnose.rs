@@ -35,20 +35,29 @@ holding the listener on the target port (or --server-pid PID) when the server is
 machine; a server elsewhere leaves it \"skipped\".
 Exit status: 0 healthy, 1 a cause was found (or unreachable), 2 the diagnosis could not run.
 
+Passive: `--passive --netns NS --port PORT` (or `-i IFACE`, or a URL whose host:port
+selects the server) watches the real clients' connections for -d (default 30s) and sends no
+request at all: the app layer is what the clients experienced, the sockets and host layers
+are read as in an active run. `--pcap FILE --port PORT` does the same from a saved capture
+(packets only). Ctrl-C gives the verdict so far, marked partial.
+
 Examples:
-  lagtrace diagnose http://10.0.0.2:8080/
   lagtrace diagnose http://10.0.0.2:8080/ --report report.html
-  (fix the server)  lagtrace diagnose http://10.0.0.2:8080/ --verify")]
+  lagtrace diagnose --passive --netns srv --port 8080 -d 60s
+  lagtrace diagnose --pcap nginx.pcap --port 8080")]
 pub struct Args {
-    /// Target URL, http://host[:port]/path
-    pub url: String,
+    /// Target URL, http://host[:port]/path (with --passive: selects the server's address
+    /// and port)
+    #[arg(required_unless_present_any = ["passive", "pcap"])]
+    pub url: Option<String>,
     /// Connections of the concurrent run
     #[arg(short = 'c', long = "connections", default_value_t = 32,
           value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub connections: u32,
-    /// Load budget for c=1 and c=N together (30% / 70%), e.g. 7s, 3s, 1m
-    #[arg(short = 'd', long, default_value = "7s", value_parser = parse_duration)]
-    pub duration: Duration,
+    /// Load budget for c=1 and c=N together (30% / 70%), e.g. 7s, 3s, 1m [default: 7s];
+    /// with --passive the window watched [default: 30s]
+    #[arg(short = 'd', long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
     /// Request timeout of the load
     #[arg(long, default_value = "2s", value_parser = super::positive_duration)]
     pub timeout: Duration,
@@ -80,9 +89,38 @@ pub struct Args {
     /// host instead of this machine
     #[command(flatten)]
     pub agent: AgentArgs,
+    /// Passive mode: real clients' traffic instead of lagtrace's own load
+    #[command(flatten)]
+    pub passive: PassiveArgs,
     /// No progress lines on stderr
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// `--passive` / `--pcap FILE` and where to watch.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PassiveArgs {
+    /// Watch the real clients' connections to the server (no request is sent)
+    #[arg(long, conflicts_with_all = ["pcap", "agent", "verify", "baseline"])]
+    pub passive: bool,
+    /// --passive: the server's network namespace (under /run/netns)
+    #[arg(long, value_name = "NS", requires = "passive")]
+    pub netns: Option<String>,
+    /// --passive: the interface to capture on (default: all of the namespace's)
+    #[arg(
+        short = 'i',
+        long = "iface",
+        value_name = "IFACE",
+        requires = "passive"
+    )]
+    pub iface: Option<String>,
+    /// --passive / --pcap: the server's TCP port (default: the URL's)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: Option<u16>,
+    /// Diagnose a saved capture (pcap or pcapng) of the clients' traffic to --port
+    #[arg(long, value_name = "FILE", requires = "port",
+          conflicts_with_all = ["url", "agent", "verify", "baseline"])]
+    pub pcap: Option<PathBuf>,
 }
 
 /// `--agent ADDR:PORT` and how to trust it.
@@ -185,8 +223,15 @@ fn save(p: &Path, d: &Diagnosis) -> anyhow::Result<()> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (target, _) = lagtrace_diagnose::run::parse_target(&args.url)?;
-    let last = state_file(&target.host, target.port);
+    let passive = args.passive.passive || args.passive.pcap.is_some();
+    let last = match (&args.url, passive) {
+        (Some(url), false) => {
+            let (target, _) = lagtrace_diagnose::run::parse_target(url)?;
+            state_file(&target.host, target.port)
+        }
+        _ => None,
+    };
+    let target_name = args.url.clone().unwrap_or_default();
     // The baseline is read before this run (which replaces the saved "last" run).
     let baseline = match (&args.baseline, args.verify) {
         (Some(p), _) => Some((load_baseline(p)?, p.display().to_string())),
@@ -196,9 +241,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .context("--verify: no HOME to find the previous run; use --baseline FILE")?;
             let d = load_baseline(p).with_context(|| {
                 format!(
-                    "--verify: no previous run against {}:{} (run diagnose once before the fix, \
-                     or give --baseline FILE)",
-                    target.host, target.port
+                    "--verify: no previous run against {target_name} (run diagnose once before \
+                     the fix, or give --baseline FILE)"
                 )
             })?;
             Some((d, p.display().to_string()))
@@ -212,7 +256,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(p) = &args.save {
         super::check_output("--save", p)?;
     }
-    let d = diagnose(&args)?;
+    let d = if passive {
+        diagnose_passive(&args)?
+    } else {
+        diagnose(&args)?
+    };
     let d = match baseline {
         Some((b, name)) => {
             let mut d = d;
@@ -260,8 +308,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
-/// Runs the diagnosis with progress lines on stderr (shared with `demo`).
-pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
+/// The progress printer: one line per step on stderr; live counts replace each other on a
+/// terminal.
+fn printer(quiet: bool) -> impl Fn(Step) {
+    let tty = std::io::stderr().is_terminal();
+    move |s: Step| {
+        if quiet {
+            return;
+        }
+        match s {
+            Step::Start(t) if tty => eprintln!("  … {t}"),
+            Step::Start(_) => {}
+            Step::Done(t) => eprintln!("{}  ✓ {t}", if tty { "\r\x1b[K" } else { "" }),
+            // Skipped, unavailable or failed: never a check mark.
+            Step::NotRun(t) => eprintln!("{}  ✗ {t}", if tty { "\r\x1b[K" } else { "" }),
+            Step::Progress(t) if tty => eprint!("\r\x1b[K  … {t}"),
+            Step::Progress(t) => eprintln!("  … {t}"),
+        }
+    }
+}
+
+/// The Ctrl-C flag of one diagnosis: set by the process's interrupt hook, watched by a
+/// thread until `done`.
+fn stop_flag() -> (
+    Arc<AtomicBool>,
+    Arc<AtomicBool>,
+    std::thread::JoinHandle<()>,
+) {
     let stop = Arc::new(AtomicBool::new(false));
     // Once per process (demo runs several diagnoses).
     static HOOK: std::sync::Once = std::sync::Once::new();
@@ -279,29 +352,70 @@ pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
             }
         })
     };
-    let mut o = DiagnoseOptions::new(&args.url);
+    (stop, done, watcher)
+}
+
+/// `--passive` / `--pcap`: the diagnosis from the clients' traffic, no request sent.
+fn diagnose_passive(args: &Args) -> anyhow::Result<Diagnosis> {
+    use lagtrace_diagnose::passive::{DEFAULT_WINDOW, PassiveOptions, Source};
+    let p = &args.passive;
+    let from_url = match &args.url {
+        Some(u) => Some(lagtrace_diagnose::passive::from_url(u)?),
+        None => None,
+    };
+    let port = p
+        .port
+        .or(from_url.as_ref().map(|(sa, _)| sa.port()))
+        .context("--passive needs --port PORT or a URL naming the server's port")?;
+    if p.passive && p.netns.is_none() && p.iface.is_none() && from_url.is_none() {
+        anyhow::bail!("--passive needs where to watch: --netns NS, -i IFACE, or a URL");
+    }
+    let source = match &p.pcap {
+        Some(f) => Source::File(f.clone()),
+        None => Source::Live {
+            netns: p.netns.clone(),
+            iface: p.iface.clone(),
+            window: args.duration.unwrap_or(DEFAULT_WINDOW),
+        },
+    };
+    let (stop, done, watcher) = stop_flag();
+    let mut o = PassiveOptions {
+        source,
+        port,
+        addr: from_url.as_ref().map(|(sa, _)| sa.ip()),
+        url: from_url.map(|(_, u)| u),
+        stop,
+        server_pid: args.server_pid,
+    };
+    // A URL's host in a namespace: watch there.
+    if let (Source::Live { netns, .. }, Some(a)) = (&mut o.source, o.addr)
+        && netns.is_none()
+        && let lagtrace_diagnose::ServerLocation::Namespace(n) = lagtrace_diagnose::run::locate(a)
+    {
+        *netns = Some(n);
+    }
+    let r = lagtrace_diagnose::passive::run(&o, &printer(args.quiet));
+    done.store(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    Ok(r?)
+}
+
+/// Runs the diagnosis with progress lines on stderr (shared with `demo`).
+pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
+    let url = args.url.as_deref().context("a URL is needed")?;
+    let remote = agent_client(&args.agent)?;
+    let (stop, done, watcher) = stop_flag();
+    let mut o = DiagnoseOptions::new(url);
     o.concurrency = args.connections;
-    o.duration = args.duration;
+    o.duration = args
+        .duration
+        .unwrap_or(lagtrace_diagnose::run::DEFAULT_DURATION);
     o.timeout = args.timeout;
     o.insecure = args.insecure;
     o.server_pid = args.server_pid;
-    o.remote = agent_client(&args.agent)?;
+    o.remote = remote;
     o.stop = stop;
-    let quiet = args.quiet;
-    let tty = std::io::stderr().is_terminal();
-    let progress = move |s: Step| {
-        if quiet {
-            return;
-        }
-        match s {
-            Step::Start(t) if tty => eprintln!("  … {t}"),
-            Step::Start(_) => {}
-            Step::Done(t) => eprintln!("  ✓ {t}"),
-            // Skipped, unavailable or failed: never a check mark.
-            Step::NotRun(t) => eprintln!("  ✗ {t}"),
-        }
-    };
-    let r = lagtrace_diagnose::run(&o, &progress);
+    let r = lagtrace_diagnose::run(&o, &printer(args.quiet));
     done.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     Ok(r?)

@@ -322,6 +322,48 @@ pub struct AppRun {
     /// ran). Absent when not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_cpu: Option<ClientCpu>,
+    /// Set when the run is real clients' traffic seen in a capture (`diagnose --passive`,
+    /// `--pcap`), not lagtrace's own load: every figure then comes from the capture's
+    /// transactions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passive: Option<PassiveRun>,
+}
+
+/// Where a passive run's requests came from and how much of them the capture saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct PassiveRun {
+    /// The capture: `veth0 in namespace lab-x`, or the file read.
+    pub source: String,
+    /// The server's `addr:port` with the most requests in the capture.
+    pub server: String,
+    /// Distinct client addresses seen.
+    pub clients: u64,
+    /// Client connections with at least one request.
+    pub connections: u64,
+    /// Requests seen without a complete response (the window ended, or the connection
+    /// closed, before it); not in `requests` nor in the latency figures.
+    pub incomplete: u64,
+    /// Connections already open when the capture started (their handshake was not seen):
+    /// their first request's wait starts at its first byte.
+    pub joined_open: u64,
+    /// Per client address, when there are several (the 16 with the most requests): what
+    /// each one waited, estimated from the kept records (every slow one, a weighted sample
+    /// of the rest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_client: Vec<ClientWaits>,
+}
+
+/// What one client address waited in a passive run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct ClientWaits {
+    /// The client's address.
+    pub addr: String,
+    /// Its requests (weighted estimate).
+    pub requests: u64,
+    /// Median wait.
+    pub p50_us: u64,
+    /// 99th percentile wait.
+    pub p99_us: u64,
 }
 
 /// The load generator's host CPU contention during one load run: what its threads waited

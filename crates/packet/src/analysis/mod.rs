@@ -23,6 +23,7 @@ mod cork;
 mod dsack;
 mod event;
 mod http;
+mod keep;
 mod loss;
 mod nagle;
 mod record;
@@ -41,6 +42,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 pub use cork::CORK_CEILING_US;
+pub use keep::{KeepCaps, wait_us};
 pub use lagtrace_model::FindingKind;
 pub use lagtrace_model::analyze::{
     Analysis, Finding, KindSummary, PacketRecord, StreamSummary, SynOptions, Transaction,
@@ -73,6 +75,11 @@ pub struct AnalyzeOptions {
     /// `max_transactions`), for joining with a load run's per-request records.
     #[serde(default)]
     pub timings: bool,
+    /// With `timings`: keep them in bounded memory instead of the first
+    /// `max_transactions` — every wait in histograms, the slowest timings exactly and a
+    /// uniform sample of the rest ([`Analysis::timing_keep`]).
+    #[serde(default)]
+    pub timing_keep: Option<KeepCaps>,
 }
 
 impl Default for AnalyzeOptions {
@@ -82,6 +89,7 @@ impl Default for AnalyzeOptions {
             max_transactions: 100_000,
             max_findings: 100_000,
             timings: false,
+            timing_keep: None,
         }
     }
 }
@@ -155,6 +163,8 @@ pub struct Analyzer {
     transactions: Vec<Transaction>,
     transactions_total: u64,
     timings: Vec<TxnTiming>,
+    /// The bounded keep of the timings, with `timing_keep`.
+    keep: Option<keep::Keep>,
     rec: Recorder,
     /// Nagle-shaped holds, decided in `finish`: (stream, sender, direction, stall).
     held: Vec<(usize, SocketAddr, usize, nagle::Stall)>,
@@ -185,6 +195,10 @@ impl Default for Analyzer {
 impl Analyzer {
     /// A fresh analyzer.
     pub fn new(opts: AnalyzeOptions) -> Self {
+        let keep = opts
+            .timing_keep
+            .filter(|_| opts.timings)
+            .map(keep::Keep::new);
         Analyzer {
             rec: Recorder::new(opts.max_findings),
             opts,
@@ -199,6 +213,7 @@ impl Analyzer {
             held: Vec::new(),
             unheld: HashMap::new(),
             timings: Vec::new(),
+            keep,
             servers: ServerTimes::default(),
             retrans_frames: Vec::new(),
             dsack: dsack::Dsack::default(),
@@ -215,6 +230,27 @@ impl Analyzer {
     /// [`CLOSED_LINGER_NS`] ago).
     pub fn live_streams(&self) -> usize {
         self.table.live_streams()
+    }
+
+    /// Frames fed so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Transactions closed so far.
+    pub fn transactions(&self) -> u64 {
+        self.transactions_total
+    }
+
+    /// Streams seen so far.
+    pub fn streams(&self) -> usize {
+        self.table.streams.len()
+    }
+
+    /// Counts a frame the caller chose not to analyze (another port's), so that frame
+    /// numbers stay those of the file.
+    pub fn push_skipped(&mut self) {
+        self.frames += 1;
     }
 
     /// Feeds one frame from a [`crate::CaptureReader`].
@@ -380,14 +416,17 @@ impl Analyzer {
         out: &mut Vec<Finding>,
     ) {
         if self.opts.timings
-            && self.timings.len() < self.opts.max_transactions
+            && (self.keep.is_some() || self.timings.len() < self.opts.max_transactions)
             && let Some(live) = self.table.lives[i].as_deref()
         {
             let first_ts = self.first_ts.unwrap_or(0);
             let st = &self.table.streams[i];
             let far = server_far_rtt_us;
             let tm = timing::of(st, client, &live.det.conn, &t, far, first_ts);
-            self.timings.push(tm);
+            match &mut self.keep {
+                Some(k) => k.offer(tm),
+                None => self.timings.push(tm),
+            }
         }
         let (tx, timing) = t.close(server_far_rtt_us);
         if let Some(tm) = &timing {
@@ -448,6 +487,11 @@ impl Analyzer {
         }
         self.warnings.extend(self.rec.dropped_warning());
         self.transactions.sort_by_key(|t| (t.stream, t.index));
+        let timing_keep = self.keep.take().map(|k| {
+            let (kept, keep) = k.finish();
+            self.timings = kept;
+            keep
+        });
         self.timings.sort_by_key(|t| (t.stream, t.index));
         timing::attribute(&mut self.timings, &self.rec.findings);
         self.mark_kept_packets();
@@ -484,6 +528,7 @@ impl Analyzer {
             stream_packets: self.stream_packets,
             warnings,
             timings: self.timings,
+            timing_keep,
         }
     }
 

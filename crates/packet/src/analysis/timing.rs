@@ -75,6 +75,7 @@ pub(super) fn of(
         loss_request_us: 0,
         loss_response_us: 0,
         kinds: Vec::new(),
+        weight: 1.0,
     }
 }
 

@@ -1,0 +1,496 @@
+//! `lagtrace diagnose --passive` / `--pcap`: the verdict from real clients' traffic, no
+//! request sent. `--pcap` on the case's captures (no root); live runs (root) watch wrk —
+//! a client that is not lagtrace, bounded in rate and time — against lab servers, and
+//! compare with wrk's own count, with tshark's view of the same traffic, and with the
+//! active diagnosis of the same server.
+
+mod common;
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use common::BIN;
+
+/// `lagtrace diagnose ARGS --json -q`: exit code, JSON, stderr.
+fn passive_json(args: &[&str]) -> (i32, Value, String) {
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .arg("diagnose")
+        .args(args)
+        .args(["--json", "-q"])
+        .env("XDG_STATE_HOME", home.path())
+        .output()
+        .expect("run lagtrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "diagnose {args:?}: not JSON ({e}): {}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (out.status.code().unwrap_or(-1), j, stderr)
+}
+
+fn cause(j: &Value) -> &str {
+    j["verdict"]["cause"].as_str().unwrap_or("")
+}
+
+/// tshark's count of requests to `port` in a capture: the clients' data segments that are
+/// not retransmissions (each request is one segment; the captures' snaplen truncates HTTP
+/// for tshark's own dissector).
+fn tshark_requests(file: &std::path::Path, port: u16) -> usize {
+    let f = format!("tcp.dstport=={port} && tcp.len>0 && !tcp.analysis.retransmission");
+    lagtrace_testkit::tshark_fields(file, Some(&f), &["frame.number"]).len()
+}
+
+#[test]
+fn the_reference_capture_is_nagle_delayed_ack_from_packets_alone() {
+    let pcap = lagtrace_testkit::case_pcap("nagle-delayed-ack.pcap");
+    let (code, j, err) = passive_json(&["--pcap", pcap.to_str().unwrap(), "--port", "8080"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        cause(&j),
+        "nagle-delayed-ack",
+        "{}",
+        common::evidence_lines(&j)
+    );
+    let l = &j["layers"];
+    // Packets only: the layers a file cannot have say so, and nothing was probed.
+    for layer in ["path", "sockets", "host"] {
+        assert_eq!(l[layer]["status"], "skipped", "{layer}: {}", l[layer]);
+        assert!(l[layer]["reason"].as_str().is_some_and(|r| !r.is_empty()));
+    }
+    assert!(l["app"]["data"]["c1"].is_null());
+    let run = &l["app"]["data"]["cn"];
+    assert!(
+        run["passive"]["source"]
+            .as_str()
+            .unwrap()
+            .contains("nagle-delayed-ack.pcap")
+    );
+    assert_eq!(
+        run["passive"]["server"]
+            .as_str()
+            .unwrap()
+            .rsplit(':')
+            .next(),
+        Some("8080")
+    );
+    // Every response the peer sees is a passive request, the p50 carries the ~40 ms hold.
+    let requests = run["requests"].as_u64().unwrap() as usize;
+    assert_eq!(requests, tshark_requests(&pcap, 8080));
+    let p50 = run["latency"]["p50_us"].as_u64().unwrap();
+    assert!((40_000..60_000).contains(&p50), "{}", run["latency"]);
+    // The records join their own transactions on one clock.
+    let join = &l["packets"]["data"]["joins"][0];
+    assert_eq!(join["offset_us"], 0, "{join}");
+    assert_eq!(
+        join["matched"].as_u64(),
+        Some(run["records"]["records"].as_array().unwrap().len() as u64)
+    );
+}
+
+#[test]
+fn the_healthy_capture_is_healthy() {
+    let pcap = lagtrace_testkit::case_pcap("healthy.pcap");
+    let (code, j, err) = passive_json(&["--pcap", pcap.to_str().unwrap(), "--port", "80"]);
+    assert_eq!(
+        (code, cause(&j)),
+        (0, "healthy"),
+        "{err}\n{}",
+        common::evidence_lines(&j)
+    );
+    let run = &j["layers"]["app"]["data"]["cn"];
+    // The capture ends mid-exchange: its last request has no response (counted apart).
+    let seen = run["requests"].as_u64().unwrap() + run["passive"]["incomplete"].as_u64().unwrap();
+    assert_eq!(seen as usize, tshark_requests(&pcap, 80));
+}
+
+#[test]
+fn bad_passive_arguments_are_one_line_errors() {
+    let healthy = lagtrace_testkit::case_pcap("healthy.pcap");
+    let healthy = healthy.to_str().unwrap();
+    for args in [
+        &["--pcap", "/nonexistent.pcap", "--port", "80"][..],
+        &["--pcap", "/etc/hostname", "--port", "80"][..],
+        &["--pcap", healthy][..],
+        // The port selects the server: none on another port is no verdict (not healthy).
+        &["--pcap", healthy, "--port", "81"][..],
+        &["--passive", "--port", "80"][..],
+        &["--passive", "--netns", "x"][..],
+    ] {
+        let out = Command::new(BIN)
+            .arg("diagnose")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.trim().is_empty() && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+// ---- live: wrk against lab servers while `diagnose --passive` watches (root) ----
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use lagtrace_lab::serve::ServeOptions;
+use lagtrace_lab::{Lab, LabOptions, ServerKind};
+
+fn name(test: &str) -> String {
+    format!("pv{test}{}", std::process::id())
+}
+
+/// What one passive window saw, and what the peers saw of the same traffic.
+struct Watched {
+    /// `diagnose --passive --json`.
+    j: Value,
+    stderr: String,
+    /// wrk's own count of completed requests.
+    wrk_requests: u64,
+    /// tcpdump's capture of everything in the server's namespace meanwhile.
+    _dir: tempfile::TempDir,
+    all: std::path::PathBuf,
+}
+
+/// wrk's `N requests in` count.
+fn wrk_count(out: &str) -> u64 {
+    out.lines()
+        .find_map(|l| {
+            l.trim()
+                .split_once(" requests in ")
+                .and_then(|(n, _)| n.trim().parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no request count in wrk's output:\n{out}"))
+}
+
+/// Watches `port` in `lab`'s namespace with `diagnose --passive` while wrk (not lagtrace;
+/// bounded: `conns` connections for `secs` seconds) loads `url` from this namespace, and
+/// tcpdump records everything in the server's namespace.
+fn watch(lab: &Lab, url: &str, port: u16, conns: u32, secs: u32) -> Watched {
+    let ns = lagtrace_lab::netns_name(lab.name());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let all = dir.path().join("all.pcap");
+    let _turn = lagtrace_testkit::measuring();
+    let tcpdump = Command::new("ip")
+        .args([
+            "netns", "exec", &ns, "tcpdump", "-i", "any", "-n", "-U", "-s", "128",
+        ])
+        .arg("-w")
+        .arg(&all)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tcpdump");
+    let tcpdump = common::Foreground(tcpdump);
+    let passive = Command::new(BIN)
+        .args([
+            "diagnose",
+            "--passive",
+            "--netns",
+            &ns,
+            "--port",
+            &port.to_string(),
+        ])
+        .args(["-d", &format!("{}s", secs + 3), "--json", "-q"])
+        .env("XDG_STATE_HOME", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run lagtrace");
+    // Both captures are open well before the first client connects.
+    std::thread::sleep(Duration::from_millis(1500));
+    let wrk = Command::new("wrk")
+        .args(["-t1", "-c", &conns.to_string(), "-d", &format!("{secs}s")])
+        .args(["--timeout", "2s", url])
+        .output()
+        .expect("wrk");
+    let wrk_out = String::from_utf8_lossy(&wrk.stdout).into_owned();
+    let out = passive.wait_with_output().expect("lagtrace");
+    let _ = Command::new("kill")
+        .args(["-INT", &tcpdump.0.id().to_string()])
+        .status();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(tcpdump);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "passive: not JSON ({e}): {}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    Watched {
+        j,
+        stderr,
+        wrk_requests: wrk_count(&wrk_out),
+        _dir: dir,
+        all,
+    }
+}
+
+fn show(j: &Value) -> String {
+    serde_json::to_string_pretty(&j["verdict"]).unwrap_or_default()
+        + "\n"
+        + &common::evidence_lines(j)
+}
+
+/// The checks every live window passes: no IP but the clients' TCP to the port in the
+/// independent capture, as many connections as wrk opened (its `conns` and its one probe
+/// connection: nothing of ours), the passive count within 1 % of wrk's, and the capture's
+/// stream count the same as tshark's.
+fn check_window(w: &Watched, port: u16, conns: u32, exact_conns: bool) {
+    let j = &w.j;
+    // IP other than the clients' TCP to the port (ARP and IPv6 neighbour discovery are the
+    // kernel's own link chatter).
+    let other = format!("(ip && !(tcp.port=={port})) || (ipv6 && !icmpv6)");
+    let stray = lagtrace_testkit::tshark_fields(&w.all, Some(&other), &["frame.number"]);
+    assert!(
+        stray.is_empty(),
+        "{} frames other than TCP port {port}",
+        stray.len()
+    );
+    let syns = lagtrace_testkit::tshark_fields(
+        &w.all,
+        Some("tcp.flags.syn==1 && tcp.flags.ack==0"),
+        &["tcp.stream"],
+    );
+    let mut streams: Vec<&String> = syns.iter().map(|r| &r[0]).collect();
+    streams.sort();
+    streams.dedup();
+    // wrk opens another connection for each one the server closes (nginx after its
+    // keepalive_requests): those are the server's FIN first.
+    let fins = lagtrace_testkit::tshark_fields(
+        &w.all,
+        Some("tcp.flags.fin==1"),
+        &["tcp.stream", "tcp.srcport"],
+    );
+    let mut first_fin: std::collections::HashMap<&String, &String> = Default::default();
+    for r in &fins {
+        first_fin.entry(&r[0]).or_insert(&r[1]);
+    }
+    let server_closed = first_fin
+        .values()
+        .filter(|p| **p == &port.to_string())
+        .count() as u32;
+    let n = streams.len() as u32;
+    if exact_conns {
+        assert!(
+            (conns + 1..=conns + 1 + server_closed).contains(&n),
+            "{n} connections: wrk's {conns}, its probe, and {server_closed} reopened"
+        );
+    } else {
+        assert!(n > conns, "{n} streams");
+    }
+    let run = &j["layers"]["app"]["data"]["cn"];
+    assert!(run["passive"].is_object(), "{}\n{}", w.stderr, show(j));
+    let seen = run["requests"].as_u64().unwrap_or(0);
+    let diff = seen.abs_diff(w.wrk_requests);
+    assert!(
+        w.wrk_requests > 100 && diff * 100 <= w.wrk_requests,
+        "passive {seen} vs wrk {} requests",
+        w.wrk_requests
+    );
+    assert_eq!(
+        j["layers"]["packets"]["data"]["streams"].as_u64(),
+        Some(streams.len() as u64),
+        "{}",
+        j["layers"]["packets"]
+    );
+    assert_eq!(j["layers"]["path"]["status"], "skipped");
+}
+
+/// The active diagnosis of the same server (its own measuring turn) names `want`.
+fn active_says(url: &str, want: &str) {
+    let (_, j, err) = common::diagnose_json(url, &["-d", "3s"]);
+    assert_eq!(cause(&j), want, "active run: {err}\n{}", show(&j));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn passive_reference_nginx_is_nagle_like_the_active_run_and_sends_nothing() {
+    let lab = Lab::up(&LabOptions::new(&name("ngx"))).expect("lab up");
+    let url = lab.latency_url();
+    // The active verdict first: the passive window's load does not precede it.
+    active_says(&url, "nagle-delayed-ack");
+    let port = lab.latency_addr().port();
+    // 6 s: the requests in flight when wrk stops (one per connection, answered but never
+    // counted by wrk) stay under 1 % of ~45 ms requests.
+    let w = watch(&lab, &url, port, 3, 6);
+    check_window(&w, port, 3, true);
+    assert_eq!(
+        cause(&w.j),
+        "nagle-delayed-ack",
+        "{}\n{}",
+        w.stderr,
+        show(&w.j)
+    );
+    // The server side was read over the window: its sockets and config say so.
+    let so = &w.j["layers"]["sockets"];
+    assert_eq!(so["status"], "finding", "{so}");
+    assert!(so["data"]["nodelay"]["off"].as_u64() > Some(0), "{so}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn passive_healthy_nginx_is_healthy_like_the_active_run() {
+    let lab = Lab::up(&LabOptions::new(&name("good"))).expect("lab up");
+    let url = lab.good_url();
+    // The active verdict first: the passive window's load does not precede it.
+    active_says(&url, "healthy");
+    let port = lab.good_addr().port();
+    let w = watch(&lab, &url, port, 4, 2);
+    check_window(&w, port, 4, true);
+    assert_eq!(cause(&w.j), "healthy", "{}\n{}", w.stderr, show(&w.j));
+    assert_eq!(
+        w.j["layers"]["host"]["status"], "ok",
+        "{}",
+        w.j["layers"]["host"]
+    );
+}
+
+/// A lab with the built-in servers and one extra `lagtrace serve` on port 9000.
+fn builtin_lab(test: &str, opts: ServeOptions) -> (Lab, String) {
+    let lab = Lab::up(&LabOptions::new(&name(test)).server(ServerKind::Builtin)).expect("lab up");
+    lab.start_builtin(Path::new(BIN), 9000, &opts)
+        .expect("start_builtin");
+    let url = format!("http://{}:9000/", lab.server_addr());
+    (lab, url)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn passive_slow_server_is_slow_server_like_the_active_run() {
+    let (lab, url) = builtin_lab(
+        "think",
+        ServeOptions {
+            think: Duration::from_millis(20),
+            ..ServeOptions::default()
+        },
+    );
+    // The active verdict first: the passive window's load does not precede it.
+    active_says(&url, "slow-server");
+    let w = watch(&lab, &url, 9000, 8, 3);
+    check_window(&w, 9000, 8, true);
+    assert_eq!(cause(&w.j), "slow-server", "{}\n{}", w.stderr, show(&w.j));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn passive_lossy_path_is_packet_loss_like_the_active_run() {
+    let (lab, url) = builtin_lab("loss", ServeOptions::default());
+    lab.drop_percent(3).expect("nft drop");
+    // The active verdict first: the passive window's load does not precede it.
+    active_says(&url, "packet-loss");
+    let w = watch(&lab, &url, 9000, 4, 3);
+    // wrk may reconnect after a loss: at least its connections, all of them its own.
+    check_window(&w, 9000, 4, false);
+    assert_eq!(cause(&w.j), "packet-loss", "{}\n{}", w.stderr, show(&w.j));
+}
+
+/// Every 20th request (over the whole server) sleeps 150 ms: the tail class named from the
+/// clients' traffic alone, with the tail line, in three windows.
+const EVERY_NTH: &str = r#"
+import sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+EVERY, SLOW = int(sys.argv[2]), float(sys.argv[3])
+lock = threading.Lock()
+n = [0]
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_GET(self):
+        with lock:
+            n[0] += 1
+            slow = n[0] % EVERY == 0
+        if slow:
+            time.sleep(SLOW)
+        body = b"hello\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+class S(ThreadingHTTPServer):
+    request_queue_size = 512
+    daemon_threads = True
+S(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
+"#;
+
+#[test]
+#[ignore = "needs root"]
+fn passive_every_nth_slow_request_names_the_tail_like_the_active_run() {
+    let lab = Lab::up(&LabOptions::new(&name("py20")).server(ServerKind::Builtin)).expect("lab");
+    let _py = common::start_in_lab(
+        &lab,
+        Path::new("/"),
+        &["python3", "-c", EVERY_NTH, "9004", "20", "0.15"],
+        9004,
+    );
+    let url = format!("http://{}:9004/", lab.server_addr());
+    // The active verdict first: the passive window's load does not precede it.
+    active_says(&url, "slow-server");
+    let mut causes = Vec::new();
+    for _ in 0..3 {
+        let w = watch(&lab, &url, 9004, 8, 2);
+        check_window(&w, 9004, 8, true);
+        let v = &w.j["verdict"];
+        let tail = &v["tail"];
+        assert_eq!(tail["percentile"], 99.0, "{}", show(&w.j));
+        assert!(
+            tail["excess_us"].as_u64().unwrap_or(0) >= 100_000,
+            "{}",
+            show(&w.j)
+        );
+        causes.push(cause(&w.j).to_owned());
+    }
+    causes.dedup();
+    assert_eq!(causes, ["slow-server"], "{causes:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn ctrl_c_gives_the_verdict_so_far_marked_partial() {
+    let lab = Lab::up(&LabOptions::new(&name("int"))).expect("lab up");
+    let ns = lagtrace_lab::netns_name(lab.name());
+    let home = tempfile::tempdir().expect("tempdir");
+    let port = lab.latency_addr().port().to_string();
+    let passive = Command::new(BIN)
+        .args(["diagnose", "--passive", "--netns", &ns, "--port", &port])
+        .args(["-d", "60s", "--json", "-q"])
+        .env("XDG_STATE_HOME", home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run lagtrace");
+    std::thread::sleep(Duration::from_millis(1000));
+    let wrk = Command::new("wrk")
+        .args(["-t1", "-c2", "-d1s", &lab.latency_url()])
+        .output()
+        .expect("wrk");
+    assert!(wrk.status.success());
+    let _ = Command::new("kill")
+        .args(["-INT", &passive.id().to_string()])
+        .status();
+    let t = std::time::Instant::now();
+    let out = passive.wait_with_output().expect("lagtrace");
+    // Long before its 60 s window: the interruption ended it.
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(130));
+    let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(cause(&j), "partial", "{}", show(&j));
+    // What it measured stays: the requests seen so far, and what they point to.
+    let run = &j["layers"]["app"]["data"]["cn"];
+    assert!(run["requests"].as_u64() > Some(10), "{run}");
+    assert!(
+        common::evidence_lines(&j).contains("nagle-delayed-ack"),
+        "{}",
+        show(&j)
+    );
+}
