@@ -132,6 +132,16 @@ pub fn delta(a: &CpuReading, b: &CpuReading, own: u32, watched: &[u32], window_u
     let busy_us = b.busy_ticks.saturating_sub(a.busy_ticks) * tick;
     let own_us = used(&own);
     let watched_us: u64 = watched.iter().filter(|p| **p != own).map(used).sum();
+    // Where the server ran: its processes that did a tenth of its work or more (an idle
+    // nginx master with the default affinity says nothing about where its workers wait).
+    let mut busy: Vec<u32> = watched
+        .iter()
+        .copied()
+        .filter(|p| *p != own && used(p) * 10 >= watched_us.max(1))
+        .collect();
+    if busy.is_empty() {
+        busy = watched.to_vec();
+    }
     let mut top: Vec<ProcCpu> = b
         .procs
         .iter()
@@ -153,7 +163,7 @@ pub fn delta(a: &CpuReading, b: &CpuReading, own: u32, watched: &[u32], window_u
         own_us,
         watched_us,
         others_us,
-        own_shares_cpus: shares_cpus(own, watched),
+        own_shares_cpus: shares_cpus(own, &busy),
         unattributed_us: busy_us.saturating_sub(own_us + watched_us + others_us),
         top,
     }

@@ -23,12 +23,17 @@ pub(crate) fn layer_summary(d: &Diagnosis, l: LayerName) -> String {
         LayerName::App => layers.app.get().map_or_else(missing, app_summary),
         LayerName::Packets => layers.packets.get().map_or_else(missing, packets_summary),
         LayerName::Host => layers.host.get().map_or_else(missing, host_summary),
+        // A passive run's clients are real clients: their options were not lagtrace's.
+        LayerName::Sockets if passive(d) => layers
+            .sockets
+            .get()
+            .map_or_else(missing, |so| sockets_summary(so, false)),
         LayerName::Sockets => match layers.sockets.get() {
             None => format!(
                 "{}; client lagtrace: TCP_NODELAY on, delayed ACK on (like wrk, browsers)",
                 missing()
             ),
-            Some(so) => sockets_summary(so),
+            Some(so) => sockets_summary(so, true),
         },
     };
     // A layer that kept some data but did not fully measure says why first.
@@ -199,8 +204,18 @@ fn host_summary(h: &lagtrace_model::host::HostReport) -> String {
     s
 }
 
-/// The server process, its sockets' options, its non-default config, and the client's.
-fn sockets_summary(so: &SocketEvidence) -> String {
+/// Whether the run watched real clients (`diagnose --passive` / `--pcap`).
+fn passive(d: &Diagnosis) -> bool {
+    d.layers
+        .app
+        .get()
+        .and_then(|a| a.cn.as_ref())
+        .is_some_and(|r| r.passive.is_some())
+}
+
+/// The server process, its sockets' options, its non-default config, and (when lagtrace was
+/// the client) the client's.
+fn sockets_summary(so: &SocketEvidence, own_client: bool) -> String {
     let mut s = match &so.server {
         Some(p) => format!("{} (pid {})", p.comm, p.pid),
         None => "server process not found".into(),
@@ -212,6 +227,9 @@ fn sockets_summary(so: &SocketEvidence) -> String {
     );
     for c in so.config.iter().filter(|c| !c.default) {
         let _ = write!(s, "; {} {} ({}:{})", c.name, c.value, c.file, c.line);
+    }
+    if !own_client {
+        return s;
     }
     let _ = write!(
         s,
