@@ -420,36 +420,6 @@ fn passive_lossy_path_is_packet_loss_like_the_active_run() {
     assert_eq!(cause(&w.j), "packet-loss", "{}\n{}", w.stderr, show(&w.j));
 }
 
-/// Every 20th request (over the whole server) sleeps 150 ms: the tail class named from the
-/// clients' traffic alone, with the tail line, in three windows.
-const EVERY_NTH: &str = r#"
-import sys, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-EVERY, SLOW = int(sys.argv[2]), float(sys.argv[3])
-lock = threading.Lock()
-n = [0]
-class H(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    def do_GET(self):
-        with lock:
-            n[0] += 1
-            slow = n[0] % EVERY == 0
-        if slow:
-            time.sleep(SLOW)
-        body = b"hello\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-class S(ThreadingHTTPServer):
-    request_queue_size = 512
-    daemon_threads = True
-S(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
-"#;
-
 #[test]
 #[ignore = "needs root"]
 fn passive_every_nth_slow_request_names_the_tail_like_the_active_run() {
@@ -457,7 +427,14 @@ fn passive_every_nth_slow_request_names_the_tail_like_the_active_run() {
     let _py = common::start_in_lab(
         &lab,
         Path::new("/"),
-        &["python3", "-c", EVERY_NTH, "9004", "20", "0.15"],
+        &[
+            "python3",
+            "-c",
+            common::EVERY_NTH_SERVER,
+            "9004",
+            "20",
+            "0.15",
+        ],
         9004,
     );
     let url = format!("http://{}:9004/", lab.server_addr());

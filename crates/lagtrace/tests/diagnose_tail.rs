@@ -13,38 +13,6 @@ use serde_json::Value;
 
 use common::{BIN, Foreground};
 
-/// Every `EVERY`-th request (counted over the whole server) sleeps `SLOW` seconds before it
-/// answers; the others answer at once. HTTP/1.1 keep-alive, one thread per connection, and
-/// a listen backlog large enough that no SYN is dropped, and TCP_NODELAY on (the handler
-/// writes its head and body separately: Nagle would hold every response 40 ms).
-const SERVER: &str = r#"
-import sys, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-EVERY, SLOW = int(sys.argv[2]), float(sys.argv[3])
-lock = threading.Lock()
-n = [0]
-class H(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    def do_GET(self):
-        with lock:
-            n[0] += 1
-            slow = n[0] % EVERY == 0
-        if slow:
-            time.sleep(SLOW)
-        body = b"hello\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-class S(ThreadingHTTPServer):
-    request_queue_size = 512
-    daemon_threads = True
-S(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
-"#;
-
 fn name(test: &str) -> String {
     format!("tl{test}{}", std::process::id())
 }
@@ -80,7 +48,18 @@ fn spreads(j: &Value) -> Vec<(u64, u64)> {
 #[ignore = "needs root"]
 fn python_server_slow_on_every_20th_request_is_not_healthy_and_says_the_tail() {
     let lab = Lab::up(&LabOptions::new(&name("py20")).server(ServerKind::Builtin)).expect("lab");
-    let _py = in_lab(&lab, &["python3", "-c", SERVER, "9004", "20", "0.15"], 9004);
+    let _py = in_lab(
+        &lab,
+        &[
+            "python3",
+            "-c",
+            common::EVERY_NTH_SERVER,
+            "9004",
+            "20",
+            "0.15",
+        ],
+        9004,
+    );
     let url = format!("http://{}:9004/", lab.server_addr());
     let mut causes = Vec::new();
     for _ in 0..3 {

@@ -141,3 +141,35 @@ pub fn evidence_lines(j: &serde_json::Value) -> String {
         })
         .unwrap_or_default()
 }
+
+/// A Python HTTP server (argv: port, EVERY, SLOW) whose every `EVERY`-th request (counted over the whole server) sleeps `SLOW` seconds before it
+/// answers; the others answer at once. HTTP/1.1 keep-alive, one thread per connection, and
+/// a listen backlog large enough that no SYN is dropped, and TCP_NODELAY on (the handler
+/// writes its head and body separately: Nagle would hold every response 40 ms).
+pub const EVERY_NTH_SERVER: &str = r#"
+import sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+EVERY, SLOW = int(sys.argv[2]), float(sys.argv[3])
+lock = threading.Lock()
+n = [0]
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_GET(self):
+        with lock:
+            n[0] += 1
+            slow = n[0] % EVERY == 0
+        if slow:
+            time.sleep(SLOW)
+        body = b"hello\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+class S(ThreadingHTTPServer):
+    request_queue_size = 512
+    daemon_threads = True
+S(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
+"#;
