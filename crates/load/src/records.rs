@@ -2,11 +2,10 @@
 //! slowest records exactly and a uniform sample of the rest, in memory fixed at the start.
 //! The sampling and its weights are documented on [`lagtrace_model::request`].
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
 use std::os::fd::AsRawFd;
 
 use lagtrace_model::RequestRecord;
+use lagtrace_model::request::SlowestAndSample;
 
 /// How many records each load thread keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,116 +27,43 @@ impl Default for RecordOptions {
     }
 }
 
-/// A record ordered by its wait only (for the heap of the slowest).
-struct ByWait(RequestRecord);
-
-impl PartialEq for ByWait {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.wait_us == other.0.wait_us
-    }
-}
-impl Eq for ByWait {}
-impl PartialOrd for ByWait {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for ByWait {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.wait_us.cmp(&other.0.wait_us)
-    }
-}
-
 /// One thread's kept records. Both stores are allocated once, at their capacity: offering a
 /// record never allocates.
 pub(crate) struct Recorder {
-    opts: RecordOptions,
-    /// Min-heap of the slowest records.
-    slow: BinaryHeap<Reverse<ByWait>>,
-    /// Reservoir sample of the others.
-    sample: Vec<RequestRecord>,
-    /// Records offered to the reservoir (not kept as slow, or pushed out of the slow set).
-    others: u64,
+    kept: SlowestAndSample<RequestRecord>,
     /// Every record made.
     pub seen: u64,
     /// Records made for requests or connects pending at the end.
     pub pending: u64,
-    rng: u64,
 }
 
 impl Recorder {
     pub fn new(opts: RecordOptions, seed: u64) -> Self {
         Recorder {
-            opts,
-            slow: BinaryHeap::with_capacity(opts.slow_cap),
-            sample: Vec::with_capacity(opts.sample_cap),
-            others: 0,
+            kept: SlowestAndSample::new(opts.slow_cap, opts.sample_cap, usize::MAX, seed),
             seen: 0,
             pending: 0,
-            // splitmix64 must not start at a fixed point of the sequence; any seed works.
-            rng: seed ^ 0x9E37_79B9_7F4A_7C15,
         }
-    }
-
-    /// splitmix64: uniform enough for a reservoir, no dependency.
-    fn next_u64(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 
     pub fn offer(&mut self, r: RequestRecord) {
         self.seen += 1;
         self.pending += u64::from(r.pending);
-        if self.slow.len() < self.opts.slow_cap {
-            self.slow.push(Reverse(ByWait(r)));
-            return;
-        }
-        match self.slow.peek() {
-            Some(Reverse(fastest)) if r.wait_us > fastest.0.wait_us => {
-                let out = self.slow.pop().map(|Reverse(b)| b.0);
-                self.slow.push(Reverse(ByWait(r)));
-                if let Some(out) = out {
-                    self.sample(out);
-                }
-            }
-            _ => self.sample(r),
-        }
-    }
-
-    /// Algorithm R: the k-th record offered replaces a random kept one with probability
-    /// cap / k, so every offered record is kept with the same probability.
-    fn sample(&mut self, r: RequestRecord) {
-        self.others += 1;
-        if self.sample.len() < self.opts.sample_cap {
-            self.sample.push(r);
-        } else if self.opts.sample_cap > 0 {
-            let j = self.next_u64() % self.others;
-            if let Some(slot) = self.sample.get_mut(j as usize) {
-                *slot = r;
-            }
-        }
+        self.kept.offer(r.wait_us, r);
     }
 
     /// The kept records, flagged and weighted.
     pub fn finish(self) -> Vec<RequestRecord> {
-        let weight = if self.sample.is_empty() {
-            1.0
-        } else {
-            self.others as f64 / self.sample.len() as f64
-        };
-        let mut out = Vec::with_capacity(self.slow.len() + self.sample.len());
-        out.extend(self.slow.into_iter().map(|Reverse(b)| {
-            let mut r = b.0;
+        let k = self.kept.finish();
+        let mut out = Vec::with_capacity(k.slow.len() + k.sample.len());
+        out.extend(k.slow.into_iter().map(|mut r| {
             r.slow = true;
             r.weight = 1.0;
             r
         }));
-        out.extend(self.sample.into_iter().map(|mut r| {
+        out.extend(k.sample.into_iter().map(|mut r| {
             r.slow = false;
-            r.weight = weight;
+            r.weight = k.weight;
             r
         }));
         out

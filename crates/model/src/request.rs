@@ -132,6 +132,128 @@ pub enum RequestError {
     Timeout,
 }
 
+/// The keeping described above, for any item with a wait: the `slow_cap` items with the
+/// largest key exactly (a min-heap) and a uniform sample (algorithm R) of `sample_cap` of
+/// the others, each offered to the sample once (never slow enough, or pushed out of the
+/// slow set). Used for the load engine's records and for a capture's transactions.
+pub struct SlowestAndSample<T> {
+    slow_cap: usize,
+    sample_cap: usize,
+    slow: std::collections::BinaryHeap<std::cmp::Reverse<ByKey<T>>>,
+    sample: Vec<T>,
+    /// Items offered to the sample.
+    others: u64,
+    rng: u64,
+}
+
+/// An item ordered by its key only.
+struct ByKey<T>(u64, T);
+
+impl<T> PartialEq for ByKey<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl<T> Eq for ByKey<T> {}
+impl<T> PartialOrd for ByKey<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T> Ord for ByKey<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
+/// What was kept: the slow items, the sampled ones, and how many items each sampled one
+/// stands for.
+pub struct Kept<T> {
+    /// The slowest items, in no particular order.
+    pub slow: Vec<T>,
+    /// The sampled others.
+    pub sample: Vec<T>,
+    /// `others / sample.len()` (1 with an empty sample).
+    pub weight: f64,
+}
+
+impl<T> SlowestAndSample<T> {
+    /// Empty, with room for at most `prealloc` items of each store allocated up front (then
+    /// offering never allocates below that); `seed` picks the sample (the same seed and
+    /// items keep the same sample).
+    pub fn new(slow_cap: usize, sample_cap: usize, prealloc: usize, seed: u64) -> Self {
+        SlowestAndSample {
+            slow_cap,
+            sample_cap,
+            slow: std::collections::BinaryHeap::with_capacity(slow_cap.min(prealloc)),
+            sample: Vec::with_capacity(sample_cap.min(prealloc)),
+            others: 0,
+            // splitmix64 must not start at a fixed point of the sequence; any seed works.
+            rng: seed ^ 0x9E37_79B9_7F4A_7C15,
+        }
+    }
+
+    /// splitmix64: uniform enough for a reservoir, no dependency.
+    fn next_u64(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Offers `item` whose wait is `key`.
+    pub fn offer(&mut self, key: u64, item: T) {
+        use std::cmp::Reverse;
+        if self.slow.len() < self.slow_cap {
+            self.slow.push(Reverse(ByKey(key, item)));
+            return;
+        }
+        match self.slow.peek() {
+            Some(Reverse(fastest)) if key > fastest.0 => {
+                let out = self.slow.pop().map(|Reverse(b)| b.1);
+                self.slow.push(Reverse(ByKey(key, item)));
+                if let Some(out) = out {
+                    self.sample(out);
+                }
+            }
+            _ => self.sample(item),
+        }
+    }
+
+    /// Algorithm R: the k-th item offered replaces a random kept one with probability
+    /// cap / k, so every offered item is kept with the same probability.
+    fn sample(&mut self, item: T) {
+        self.others += 1;
+        if self.sample.len() < self.sample_cap {
+            self.sample.push(item);
+        } else if self.sample_cap > 0 {
+            let j = self.next_u64() % self.others;
+            if let Some(slot) = self.sample.get_mut(j as usize) {
+                *slot = item;
+            }
+        }
+    }
+
+    /// The kept items.
+    pub fn finish(self) -> Kept<T> {
+        let weight = if self.sample.is_empty() {
+            1.0
+        } else {
+            self.others as f64 / self.sample.len() as f64
+        };
+        Kept {
+            slow: self
+                .slow
+                .into_iter()
+                .map(|std::cmp::Reverse(b)| b.1)
+                .collect(),
+            sample: self.sample,
+            weight,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

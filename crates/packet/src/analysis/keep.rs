@@ -4,12 +4,10 @@
 //! (`lagtrace_model::request`), over the capture's transactions. Memory is fixed by the
 //! caps, whatever the capture's length.
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
-
 use hdrhistogram::Histogram;
 use lagtrace_model::LatencySummary;
 use lagtrace_model::analyze::{TimingKeep, TxnTiming};
+use lagtrace_model::request::SlowestAndSample;
 
 /// Longest wait the histograms hold exactly (1 h); longer ones are clamped to it.
 const HIST_HIGH_US: u64 = 3_600_000_000;
@@ -51,25 +49,6 @@ pub fn wait_us(t: &TxnTiming) -> Option<u64> {
     u64::try_from(end - start).ok()
 }
 
-struct ByWait(u64, TxnTiming);
-
-impl PartialEq for ByWait {
-    fn eq(&self, other: &Self) -> bool {
-        self.0 == other.0
-    }
-}
-impl Eq for ByWait {}
-impl PartialOrd for ByWait {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for ByWait {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.cmp(&other.0)
-    }
-}
-
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIST_HIGH_US, 3).expect("static histogram bounds are valid")
 }
@@ -93,40 +72,26 @@ fn summary(h: &Histogram<u64>) -> LatencySummary {
 /// The kept timings and the histograms of all.
 pub(super) struct Keep {
     caps: KeepCaps,
-    slow: BinaryHeap<Reverse<ByWait>>,
-    sample: Vec<TxnTiming>,
-    others: u64,
+    kept: SlowestAndSample<TxnTiming>,
     seen: u64,
     incomplete: u64,
     waits: Histogram<u64>,
     first: Histogram<u64>,
     later: Histogram<u64>,
-    rng: u64,
 }
 
 impl Keep {
     pub fn new(caps: KeepCaps) -> Keep {
         Keep {
             caps,
-            slow: BinaryHeap::with_capacity(caps.slow_cap.min(1 << 16)),
-            sample: Vec::with_capacity(caps.sample_cap.min(1 << 16)),
-            others: 0,
+            // A fixed seed: the same capture keeps the same sample.
+            kept: SlowestAndSample::new(caps.slow_cap, caps.sample_cap, 1 << 16, 0),
             seen: 0,
             incomplete: 0,
             waits: hist(),
             first: hist(),
             later: hist(),
-            rng: 0x9E37_79B9_7F4A_7C15,
         }
-    }
-
-    /// splitmix64 (a fixed seed: the same capture keeps the same sample).
-    fn next_u64(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 
     pub fn offer(&mut self, t: TxnTiming) {
@@ -144,46 +109,15 @@ impl Keep {
             }
             None => self.incomplete += 1,
         }
-        let w = wait.unwrap_or(0);
-        if self.slow.len() < self.caps.slow_cap {
-            self.slow.push(Reverse(ByWait(w, t)));
-            return;
-        }
-        match self.slow.peek() {
-            Some(Reverse(fastest)) if w > fastest.0 => {
-                let out = self.slow.pop().map(|Reverse(b)| b.1);
-                self.slow.push(Reverse(ByWait(w, t)));
-                if let Some(out) = out {
-                    self.sample(out);
-                }
-            }
-            _ => self.sample(t),
-        }
-    }
-
-    /// Algorithm R over the timings not (or no longer) among the slowest.
-    fn sample(&mut self, t: TxnTiming) {
-        self.others += 1;
-        if self.sample.len() < self.caps.sample_cap {
-            self.sample.push(t);
-        } else if self.caps.sample_cap > 0 {
-            let j = self.next_u64() % self.others;
-            if let Some(slot) = self.sample.get_mut(j as usize) {
-                *slot = t;
-            }
-        }
+        self.kept.offer(wait.unwrap_or(0), t);
     }
 
     /// The kept timings, weighted, and how they were kept.
     pub fn finish(self) -> (Vec<TxnTiming>, TimingKeep) {
-        let weight = if self.sample.is_empty() {
-            1.0
-        } else {
-            self.others as f64 / self.sample.len() as f64
-        };
-        let mut out: Vec<TxnTiming> = self.slow.into_iter().map(|Reverse(b)| b.1).collect();
-        out.extend(self.sample.into_iter().map(|mut t| {
-            t.weight = weight;
+        let k = self.kept.finish();
+        let mut out = k.slow;
+        out.extend(k.sample.into_iter().map(|mut t| {
+            t.weight = k.weight;
             t
         }));
         let keep = TimingKeep {
