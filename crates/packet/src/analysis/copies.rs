@@ -62,6 +62,13 @@ pub(super) struct Copies {
     /// Whether the direction's sender numbers its segments (a non-zero identification
     /// seen): then 0 is one of its numbers, not "none".
     numbered: [bool; 2],
+    /// Whether this connection's capture has shown a copy.
+    copied: bool,
+    /// Whether it has shown a segment without a copy: one remembered more than
+    /// [`COPY_WINDOW_NO_ID_NS`] before a later segment, with no copy seen since.
+    single: bool,
+    /// When the newest remembered segment was seen, and whether a copy came after it.
+    last_new: Option<(i64, bool)>,
 }
 
 /// What a copy keeps of its sender's writing besides the sequence range: the flags (but
@@ -89,6 +96,17 @@ impl Copies {
     /// already sent (whole, or as a piece of a super-segment, or the pieces joined); if
     /// not, it is remembered. `mss`: the payload of one wire segment, to number pieces.
     pub fn is_copy(&mut self, d: usize, ts: i64, seg: &TcpSegment<'_>, mss: u32) -> Seen {
+        if let Some((at, false)) = self.last_new
+            && ts - at > COPY_WINDOW_NO_ID_NS
+        {
+            self.single = true;
+        }
+        // A capture that copies a connection's packets (two points on its path) copies
+        // every one of them; one that has shown a segment without its copy, and no copy at
+        // all, sees the connection once: a repeat without identifications is the sender's.
+        // (CI: a server's SYN-ACK timer and the client's resent SYN, 1 s after the first
+        // SYN-ACK was lost, made two identical SYN-ACKs 36 µs apart.)
+        let copying = self.copied || !self.single;
         let q = &mut self.dirs[d];
         while q.front().is_some_and(|s| ts - s.ts > COPY_WINDOW_ID_NS) {
             q.pop_front();
@@ -105,13 +123,18 @@ impl Copies {
         };
         let copy = if seg.payload_len == 0 {
             q.iter()
-                .any(|s| s.key == new.key && s.id == new.id && recent(s, &new))
+                .any(|s| s.key == new.key && s.id == new.id && recent(s, &new, copying))
         } else {
-            covered(q, &new, mss.max(1))
+            covered(q, &new, mss.max(1), copying)
         };
         if copy {
+            self.copied = true;
+            if let Some((_, after)) = &mut self.last_new {
+                *after = true;
+            }
             return Seen::Copy;
         }
+        self.last_new = Some((ts, false));
         let rewrite = seg.payload_len > 0 && rewritten(q, &new, mss.max(1));
         if q.len() >= KEEP {
             q.pop_front();
@@ -155,20 +178,21 @@ pub(super) fn id_older(a: u16, b: u16) -> bool {
 /// [`COPY_WINDOW_NO_ID_NS`] with nothing from the peer in between: a retransmission that
 /// soon needs the peer's duplicate ACKs or SACKs, and those pass the capture point between
 /// the original and the retransmission (seen: a retransmission 70 µs after a dropped
-/// original, with the same timestamp).
-fn recent(s: &Sent, new: &Sent) -> bool {
+/// original, with the same timestamp) — and only in a capture that may be `copying` the
+/// connection.
+fn recent(s: &Sent, new: &Sent, copying: bool) -> bool {
     if s.has_id && new.has_id {
         new.ts - s.ts <= COPY_WINDOW_ID_NS
     } else {
-        new.ts - s.ts <= COPY_WINDOW_NO_ID_NS && new.peer_seen == s.peer_seen
+        copying && new.ts - s.ts <= COPY_WINDOW_NO_ID_NS && new.peer_seen == s.peer_seen
     }
 }
 
 /// Whether every byte of `new` was in remembered segments written alike, the first of them
 /// with the identification `new` must carry when it is a copy.
-fn covered(q: &VecDeque<Sent>, new: &Sent, mss: u32) -> bool {
+fn covered(q: &VecDeque<Sent>, new: &Sent, mss: u32, copying: bool) -> bool {
     let alike = |s: &Sent, pos: u32| {
-        s.key == new.key && seq_le(s.seq, pos) && seq_lt(pos, s.end) && recent(s, new)
+        s.key == new.key && seq_le(s.seq, pos) && seq_lt(pos, s.end) && recent(s, new, copying)
     };
     // The k-th piece of a super-segment carries its identification + k.
     let same_id = |s: &Sent| {
@@ -376,6 +400,40 @@ mod tests {
         // Without identifications Wireshark's rule stands: out of order.
         let an = server_writes(&[(0, 0), (1000, 0), (0, 0)]);
         assert!(an.findings.is_empty(), "{:?}", an.findings);
+    }
+
+    /// The first SYN-ACK lost after the capture point: the client's SYN again 1 s later,
+    /// and two identical SYN-ACKs 36 µs apart (one answering it, one from the server's own
+    /// timer), no identification on either; `copied`: every frame captured twice.
+    fn syn_ack_race(copied: bool) -> lagtrace_model::analyze::Analysis {
+        let mut s = Script::empty();
+        let mut frame = |s: &mut Script, t: u64, client: bool, fl: u8, seq: u32, ack: u32| {
+            s.raw(t, client, fl, seq, ack, &[]);
+            if copied {
+                s.copy_last(t + 4);
+            }
+        };
+        let syn_ack = flags::SYN | flags::ACK;
+        frame(&mut s, 0, true, flags::SYN, 999, 0);
+        frame(&mut s, 23, false, syn_ack, 4_999, 1_000);
+        frame(&mut s, 1_015_575, true, flags::SYN, 999, 0);
+        frame(&mut s, 1_015_610, false, syn_ack, 4_999, 1_000);
+        frame(&mut s, 1_015_646, false, syn_ack, 4_999, 1_000);
+        frame(&mut s, 1_015_671, true, flags::ACK, 1_000, 5_000);
+        s.finish()
+    }
+
+    #[test]
+    fn two_syn_acks_sent_together_are_two_sends_in_a_capture_that_copies_nothing() {
+        // tshark: frames 3, 4 and 5 are retransmissions (CI saw ours miss 5).
+        let an = syn_ack_race(false);
+        assert_eq!(an.retransmitted_frames, [3, 4, 5]);
+        assert_eq!(an.streams[0].frames_ba, 3);
+        // The same sends captured twice each: the copies are copies — and, the limit, the
+        // second SYN-ACK (frame 9) cannot be told from a third capture of the first.
+        let an = syn_ack_race(true);
+        assert_eq!(an.retransmitted_frames, [5, 7], "{:?}", an.warnings);
+        assert_eq!(an.streams[0].frames_ba, 2);
     }
 
     #[test]

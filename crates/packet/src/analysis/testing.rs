@@ -26,15 +26,20 @@ pub struct Script {
 type Last = (u64, bool, u8, u32, u32, Vec<u8>, u16);
 
 impl Script {
-    /// SYN at 0, SYN-ACK at `rtt_us`, ACK 10 µs later (captured next to the client).
-    pub fn handshake(rtt_us: u64) -> Script {
-        let mut s = Script {
+    /// Nothing captured yet (the client's first byte will be 1000, the server's 5000).
+    pub fn empty() -> Script {
+        Script {
             an: Analyzer::new(AnalyzeOptions::default()),
             next: [1_000, 5_000],
             window: [65_535, 65_535],
             ip_id: 0,
             last: None,
-        };
+        }
+    }
+
+    /// SYN at 0, SYN-ACK at `rtt_us`, ACK 10 µs later (captured next to the client).
+    pub fn handshake(rtt_us: u64) -> Script {
+        let mut s = Script::empty();
         s.raw(0, true, flags::SYN, 999, 0, &[]);
         s.raw(rtt_us, false, flags::SYN | flags::ACK, 4_999, 1_000, &[]);
         s.raw(rtt_us + 10, true, flags::ACK, 1_000, 5_000, &[]);
