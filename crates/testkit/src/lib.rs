@@ -74,6 +74,21 @@ pub fn output_in_ns(ns: &str, program: &str, args: &[&str]) -> std::process::Out
         .unwrap_or_else(|e| panic!("ip netns exec {ns} {program}: {e}"))
 }
 
+/// Pins the calling thread (and the threads it spawns from now on) to CPU `cpu`: traffic
+/// between two sockets of one host over a veth enters the receiver through the sending
+/// CPU's backlog, so segments a sender writes from two CPUs (its thread, and the softirq
+/// that runs its ACK processing) can pass each other on the way. All on one CPU, they
+/// arrive in the order written.
+pub fn pin_this_thread(cpu: usize) {
+    let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    let tid = me
+        .file_name()
+        .and_then(|t| t.to_str())
+        .expect("a thread id")
+        .to_string();
+    sh(&["taskset", "-p", "-c", &cpu.to_string(), &tid]);
+}
+
 /// `tshark -r file -T fields [-Y filter] -e ...`: one row per frame, one string per field
 /// (a field that occurs several times in a frame: its values joined by commas).
 pub fn tshark_fields(file: &Path, filter: Option<&str>, fields: &[&str]) -> Vec<Vec<String>> {
