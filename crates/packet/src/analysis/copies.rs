@@ -407,7 +407,7 @@ mod tests {
     /// timer), no identification on either; `copied`: every frame captured twice.
     fn syn_ack_race(copied: bool) -> lagtrace_model::analyze::Analysis {
         let mut s = Script::empty();
-        let mut frame = |s: &mut Script, t: u64, client: bool, fl: u8, seq: u32, ack: u32| {
+        let frame = |s: &mut Script, t: u64, client: bool, fl: u8, seq: u32, ack: u32| {
             s.raw(t, client, fl, seq, ack, &[]);
             if copied {
                 s.copy_last(t + 4);
