@@ -194,6 +194,7 @@ fn tail_charts(dom: &str, d: &serde_json::Value) {
         timelines += 1;
     }
     assert_eq!(timelines, 2, "c=1 and c=32 kept records");
+    slowest_tables(dom, d);
     match d["verdict"]["tail"]["parts"].as_array() {
         Some(parts) => {
             let at = dom.find("id=\"tail-decomposition\"").expect("tail chart");
@@ -205,6 +206,59 @@ fn tail_charts(dom: &str, d: &serde_json::Value) {
         }
         None => assert!(!dom.contains("tail-decomposition")),
     }
+}
+
+/// Each run whose records were joined with the packets (the captured one) has its table of the slowest
+/// requests: one row per kept record up to 10, the slowest first with its wait and its
+/// server part as the JSON has them.
+fn slowest_tables(dom: &str, d: &serde_json::Value) {
+    use lagtrace_model::Micros;
+    let joins = d["layers"]["packets"]["data"]["joins"].as_array();
+    let mut tables = 0;
+    for run in ["c1", "cn"] {
+        let r = &d["layers"]["app"]["data"][run];
+        let (Some(recs), Some(j)) = (
+            r["records"]["records"].as_array(),
+            joins.and_then(|js| js.iter().find(|j| j["concurrency"] == r["concurrency"])),
+        ) else {
+            continue;
+        };
+        let id = format!("id=\"slowest-c{}\"", r["concurrency"]);
+        let at = dom.find(&id).unwrap_or_else(|| panic!("{id} missing"));
+        let table = &dom[at..at + dom[at..].find("</table>").unwrap()];
+        assert_eq!(
+            table.matches("<tr class=\"req\">").count(),
+            recs.len().min(10),
+            "{id}"
+        );
+        let wait = |i: usize| recs[i]["wait_us"].as_u64().unwrap();
+        let top = (0..recs.len()).map(wait).max().unwrap();
+        let i = (0..recs.len()).find(|&i| wait(i) == top).unwrap();
+        let row = &table[table.find("<tr class=\"req\">").unwrap()..];
+        let row = &row[..row.find("</tr>").unwrap()];
+        assert!(
+            row.contains(&format!("<td class=\"wait\">{}</td>", Micros(top))),
+            "{row}"
+        );
+        let server = j["requests"][i]["server_us"].as_u64().unwrap();
+        let cell = if server == 0 {
+            String::new()
+        } else {
+            Micros(server).to_string()
+        };
+        assert!(
+            row.contains(&format!("<td class=\"server\">{cell}</td>")),
+            "{row}"
+        );
+        tables += 1;
+    }
+    // The capture runs during the c=32 run, which kept records: it is joined.
+    let joined = joins.map_or(0, |js| js.len());
+    assert!(joined >= 1, "the captured run is joined with its records");
+    assert_eq!(
+        tables, joined,
+        "a table of the slowest requests per joined run"
+    );
 }
 
 /// A real tail: a Python server on loopback (one write per response, TCP_NODELAY on) whose

@@ -132,6 +132,26 @@ pub enum RequestError {
     Timeout,
 }
 
+impl RequestError {
+    /// The JSON name (`connect-timeout`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestError::ConnectRefused => "connect-refused",
+            RequestError::ConnectTimeout => "connect-timeout",
+            RequestError::Connect => "connect",
+            RequestError::Read => "read",
+            RequestError::Write => "write",
+            RequestError::Timeout => "timeout",
+        }
+    }
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// The keeping described above, for any item with a wait: the `slow_cap` items with the
 /// largest key exactly (a min-heap) and a uniform sample (algorithm R) of `sample_cap` of
 /// the others, each offered to the sample once (never slow enough, or pushed out of the
@@ -264,6 +284,17 @@ mod tests {
             serde_json::to_string(&RequestError::ConnectTimeout).unwrap(),
             "\"connect-timeout\""
         );
+        use RequestError::*;
+        for e in [
+            ConnectRefused,
+            ConnectTimeout,
+            Connect,
+            Read,
+            Write,
+            Timeout,
+        ] {
+            assert_eq!(serde_json::to_string(&e).unwrap(), format!("\"{e}\""));
+        }
         let r = RequestRecord {
             conn: 3,
             local: Some("10.0.0.1:40000".parse().unwrap()),

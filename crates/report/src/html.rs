@@ -9,6 +9,7 @@ use lagtrace_model::diagnosis::evidence::{LayerName, LayerStatus};
 use lagtrace_model::diagnosis::verdict::{FixSide, Stance};
 
 use crate::ladder::flow_ladder;
+use crate::slowest::{passive_table, slowest_caption, slowest_table};
 use crate::svg::{Series, esc, percentile_chart};
 use crate::tail::{tail_bar, timeline, timeline_caption};
 use crate::text::layer_summary;
@@ -46,6 +47,7 @@ code{font-family:ui-monospace,"DejaVu Sans Mono",monospace;background:#eef0f4;pa
 .chart .stall-label{font-size:12px;font-weight:700;fill:#b03a2e}
 .better{color:#1e8449;font-weight:600}.worse{color:#b03a2e;font-weight:600}
 .charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:8px 0}
+table.slowest th,table.slowest td{font-size:12px;padding:4px 6px}table.slowest td{font-family:ui-monospace,"DejaVu Sans Mono",monospace;white-space:nowrap}
 footer{color:#888;font-size:12px;margin-top:30px}
 "#;
 
@@ -61,7 +63,9 @@ pub fn html(d: &Diagnosis) -> String {
     fix(&mut o, d);
     verify(&mut o, d);
     layers(&mut o, d);
+    passive(&mut o, d);
     chart(&mut o, d);
+    slowest(&mut o, d);
     flow(&mut o, d);
     evidence(&mut o, d);
     o
@@ -319,6 +323,48 @@ fn timelines(o: &mut String, d: &Diagnosis) {
             o,
             "<figure><figcaption class=\"sub\">{}</figcaption>{svg}</figure>",
             esc(&timeline_caption(&label, recs))
+        );
+    }
+}
+
+/// Where a passive run's requests came from (the real clients), when it was one.
+fn passive(o: &mut String, d: &Diagnosis) {
+    let Some(a) = d.layers.app.get() else {
+        return;
+    };
+    for r in [a.c1.as_ref(), a.cn.as_ref()].into_iter().flatten() {
+        if let Some(p) = &r.passive {
+            o.push_str("<h2>Real clients' traffic (passive: nothing was sent)</h2>");
+            o.push_str(&passive_table(p));
+        }
+    }
+}
+
+/// Per load run with records joined to its packets: its slowest requests, part by part.
+fn slowest(o: &mut String, d: &Diagnosis) {
+    let (Some(a), Some(p)) = (d.layers.app.get(), d.layers.packets.get()) else {
+        return;
+    };
+    let mut head = false;
+    for r in [a.c1.as_ref(), a.cn.as_ref()].into_iter().flatten() {
+        let (Some(recs), Some(join)) = (
+            r.records.as_ref(),
+            p.joins.iter().find(|j| j.concurrency == r.concurrency),
+        ) else {
+            continue;
+        };
+        let label = format!("c={}", r.concurrency);
+        let Some(table) = slowest_table(&label, recs, join) else {
+            continue;
+        };
+        if !head {
+            o.push_str("<h2>The slowest requests, part by part</h2>");
+            head = true;
+        }
+        let _ = write!(
+            o,
+            "<figure><figcaption class=\"sub\">{}</figcaption>{table}</figure>",
+            esc(&slowest_caption(&label, recs, join))
         );
     }
 }

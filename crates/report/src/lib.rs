@@ -6,6 +6,7 @@
 
 mod html;
 mod ladder;
+mod slowest;
 mod svg;
 mod tail;
 mod text;
@@ -14,6 +15,7 @@ use lagtrace_model::diagnosis::Diagnosis;
 
 pub use html::html;
 pub use ladder::flow_ladder;
+pub use slowest::{passive_table, slowest_caption, slowest_table};
 pub use svg::{Series, percentile_chart};
 pub use tail::{tail_bar, timeline, timeline_caption};
 pub use text::text;
