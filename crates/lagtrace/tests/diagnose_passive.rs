@@ -106,6 +106,9 @@ fn the_healthy_capture_is_healthy() {
     let seen = run["requests"].as_u64().unwrap() + run["passive"]["incomplete"].as_u64().unwrap();
     assert_eq!(seen as usize, tshark_requests(&pcap, 80));
     // The text names no lagtrace client: the clients in a capture are whoever they were.
+    // The report says where the traffic was seen and shows its slowest requests, as joined.
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.html");
     let out = Command::new(BIN)
         .args([
             "diagnose",
@@ -114,12 +117,24 @@ fn the_healthy_capture_is_healthy() {
             "--port",
             "80",
             "-q",
+            "--report",
         ])
+        .arg(&report)
         .output()
         .expect("run lagtrace");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("VERDICT  healthy"), "{text}");
     assert!(!text.contains("client lagtrace"), "{text}");
+    let page = std::fs::read_to_string(&report).expect("the report");
+    let source = run["passive"]["source"].as_str().unwrap();
+    assert!(
+        page.contains("id=\"passive\"") && page.contains(source),
+        "{source}"
+    );
+    let joined = j["layers"]["packets"]["data"]["joins"]
+        .as_array()
+        .map_or(0, |js| js.len());
+    assert_eq!(page.matches("class=\"slowest\"").count(), joined);
 }
 
 #[test]
