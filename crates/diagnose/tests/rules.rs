@@ -1083,6 +1083,47 @@ fn connect_run(c: u32, requests: u64, syn: u64) -> AppRun {
     r
 }
 
+/// Responses that were mostly errors (a wrong URL's 404): the latency measured is the error
+/// path's. Healthy stays healthy but never sure, and the evidence says which status; a few
+/// errors among good responses change nothing.
+#[test]
+fn error_statuses_make_healthy_unsure_and_are_named_with_their_status() {
+    let mut l = healthy_layers();
+    let app = l.app.data.as_mut().unwrap();
+    let cn = app.cn.as_mut().unwrap();
+    cn.errors.status = cn.requests;
+    let mut rec = connect_record(0, 0, 100, 0);
+    rec.status = Some(404);
+    cn.records = Some(lagtrace_model::RequestRecords {
+        seen: cn.requests,
+        records: vec![rec],
+        ..Default::default()
+    });
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+    assert_eq!(j.verdict.confidence, Confidence::Low, "{}", texts(&j));
+    let t = texts(&j);
+    assert!(t.contains("(100%) had an error status, mostly 404"), "{t}");
+    // A tenth of the responses: named, and healthy at medium at most.
+    let mut l = healthy_layers();
+    let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+    cn.errors.status = cn.requests / 10;
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.confidence, Confidence::Medium, "{}", texts(&j));
+    assert!(
+        texts(&j).contains("(10%) had an error status"),
+        "{}",
+        texts(&j)
+    );
+    // One error in a hundred: not material, nothing said.
+    let mut l = healthy_layers();
+    let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+    cn.errors.status = cn.requests / 100;
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.confidence, Confidence::High, "{}", texts(&j));
+    assert!(!texts(&j).contains("error status"), "{}", texts(&j));
+}
+
 #[test]
 fn connects_waiting_for_syn_retransmissions_in_the_records_are_syn_drop_with_their_cost() {
     let mut l = healthy_layers();

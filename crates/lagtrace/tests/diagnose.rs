@@ -152,6 +152,34 @@ fn lab_good_nginx_is_healthy() {
     assert_eq!(comm, Some("nginx"));
 }
 
+/// A URL that does not exist on a fast nginx: every response is a 404 (wrk counts them all
+/// as "Non-2xx or 3xx responses"). The latency measured is nginx's error path, so the
+/// verdict may be healthy but never sure, and its evidence says the responses were errors
+/// and which status — on every run (it was `healthy, high` with only an error count).
+#[test]
+#[ignore = "needs root"]
+fn a_url_answered_with_errors_is_never_healthy_high_and_says_the_status() {
+    let lab = Lab::up(&LabOptions::new(&name("404"))).expect("lab up");
+    let url = format!("{}no-such-page", lab.good_url());
+    let wrk = {
+        let _turn = lagtrace_testkit::measuring();
+        sh(&["wrk", "-d1s", "-c4", "-t1", &url])
+    };
+    assert!(wrk.contains("Non-2xx or 3xx responses"), "{wrk}");
+    for run in 0..3 {
+        let (_, j, err) = diagnose(&url, &["-d", "2s"]);
+        let ev = evidence(&j);
+        assert!(
+            ev.contains("had an error status, mostly 404"),
+            "run {run}: {err}\n{}",
+            show(&j)
+        );
+        if cause(&j) == "healthy" {
+            assert_eq!(j["verdict"]["confidence"], "low", "run {run}: {}", show(&j));
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn builtin_split_writes_without_nodelay_is_nagle() {

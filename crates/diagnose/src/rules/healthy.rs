@@ -1,5 +1,6 @@
 //! `healthy`: no candidate cause. The verdict states the latency the user sees, with every
-//! alternative ruled out, as sure as the layers that could have shown a problem.
+//! alternative ruled out, as sure as the layers that could have shown a problem — and never
+//! sure when the responses measured were mostly error statuses (the page was not measured).
 
 use lagtrace_model::Cause;
 
@@ -61,8 +62,12 @@ pub(super) fn judge(layers: &Layers, x: &Facts<'_>) -> Judgement {
     }
     // Healthy is as sure as the layers that could have shown a problem.
     let ran = |l: LayerName| matches!(layers.status(l), LayerStatus::Ok | LayerStatus::Finding);
-    let confidence = if !ran(LayerName::App) {
+    // Measured on error responses: the page itself was not measured.
+    let errors = x.main_run().map_or(0.0, super::judge::error_status_share);
+    let confidence = if !ran(LayerName::App) || errors >= 0.5 {
         Confidence::Low
+    } else if errors >= super::judge::ERROR_STATUS_SHARE {
+        Confidence::Medium
     } else if ran(LayerName::Packets) && ran(LayerName::Path) {
         Confidence::High
     } else {

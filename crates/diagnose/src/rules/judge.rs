@@ -8,7 +8,7 @@ use super::{
     Candidate, Judgement, RULE_OUTS, RULES, SLOW_SERVER_US, healthy, host, note, rule, tail,
     unreachable, wiredrop,
 };
-use crate::evidence::{LayerName, LayerStatus, Layers, Target};
+use crate::evidence::{AppRun, LayerName, LayerStatus, Layers, Target};
 use crate::verdict::{Confidence, Cost, EvidenceLine, Mechanism, Tail, Verdict};
 
 /// Decides the verdict from the evidence of all layers.
@@ -261,10 +261,66 @@ fn clients_differ(c: &[lagtrace_model::diagnosis::evidence::ClientWaits]) -> Opt
         })
 }
 
+/// The share of a run's responses with an error status (≥ 400) from which a note says the
+/// latency measured is the error path's ([`error_statuses`]).
+pub(super) const ERROR_STATUS_SHARE: f64 = super::MATERIAL_SHARE;
+
+/// The share of `run`'s completed responses that carried an error status (≥ 400).
+pub(super) fn error_status_share(run: &AppRun) -> f64 {
+    run.errors.status as f64 / run.requests.max(1) as f64
+}
+
+/// A note for each app run where at least [`ERROR_STATUS_SHARE`] of the responses had an
+/// error status (a wrong URL's 404, a 403 from unreadable files, an upstream's 502): their
+/// latencies are the error path's — fast or slow, not the page's — whatever the verdict.
+/// Names the most frequent error status among the run's kept records.
+fn error_statuses(layers: &Layers) -> Vec<EvidenceLine> {
+    let Some(app) = layers.app.get() else {
+        return Vec::new();
+    };
+    app.c1
+        .iter()
+        .chain(app.cn.iter())
+        .filter(|r| r.requests > 0 && error_status_share(r) >= ERROR_STATUS_SHARE)
+        .map(|r| {
+            let mut n: Vec<(u16, u64)> = Vec::new();
+            for s in r
+                .records
+                .iter()
+                .flat_map(|k| k.records.iter())
+                .filter_map(|k| k.status)
+                .filter(|s| *s >= 400)
+            {
+                match n.iter_mut().find(|e| e.0 == s) {
+                    Some(e) => e.1 += 1,
+                    None => n.push((s, 1)),
+                }
+            }
+            let code = n
+                .iter()
+                .max_by_key(|e| e.1)
+                .map(|e| format!(", mostly {}", e.0))
+                .unwrap_or_default();
+            note(
+                LayerName::App,
+                format!(
+                    "c={}: {} of {} responses ({}) had an error status{code}: their \
+                     latencies are the server's error path, not the page's — check the URL \
+                     and the server's error log before trusting the verdict",
+                    r.concurrency,
+                    r.errors.status,
+                    r.requests,
+                    super::pct(error_status_share(r))
+                ),
+            )
+        })
+        .collect()
+}
+
 /// A note for each layer that did not run, with why (and for a capture that lost packets,
-/// and what a passive run cannot tell).
+/// what a passive run cannot tell, and runs whose responses were mostly errors).
 pub(super) fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
-    let mut v = Vec::new();
+    let mut v = error_statuses(layers);
     if let Some(p) = layers
         .app
         .get()
