@@ -438,6 +438,53 @@ fn run_queue_delay_caused_by_the_measurement_itself_is_healthy_at_medium_confide
     );
 }
 
+/// `host_contended` with each busy 100 ms interval's waits spread over `busy_slices`
+/// timeslices (and 10 in each quiet one).
+fn with_slices(mut h: HostReport, busy_slices: u64) -> HostReport {
+    let th = h.threads.data.as_mut().expect("threads");
+    for t in &mut th.timeline {
+        t.timeslices = if t.wait_us > 1_000 { busy_slices } else { 10 };
+    }
+    th.timeslices = th.timeline.iter().map(|t| t.timeslices).sum();
+    h
+}
+
+/// The same waits through the same slow requests, but in a thousand ~60 µs waits per 100 ms
+/// — a thread that gets a CPU ten thousand times a second while the host is busy: no 80 ms
+/// request waited 40 ms of that, whoever held the CPUs. Not cpu-contention, and not the
+/// measurement's own contention either (never healthy over that tail); waits of a
+/// scheduler slice behind two CPU-bound neighbours (60 ms in 10 timeslices, 6 ms each, as
+/// nginx pinned with two busy loops measured) are.
+#[test]
+fn many_short_waits_for_a_cpu_on_a_busy_host_do_not_explain_slow_requests() {
+    let (starts, busy) = contended_tail();
+    for (own, others) in [(300, 2_500), (1_500, 200)] {
+        let mut l = layers_with_tail(&starts);
+        l.host = Layer::ran(with_slices(host_contended(&busy, 60, own, others), 1_000));
+        let j = judge(&target(), &l);
+        assert_ne!(
+            j.verdict.mechanism,
+            Some(Mechanism::CpuContention),
+            "{j:#?}"
+        );
+        assert_ne!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+        let mut l = layers_with_tail(&starts);
+        l.host = Layer::ran(with_slices(host_contended(&busy, 60, own, others), 10));
+        let j = judge(&target(), &l);
+        let t: String = j.evidence.iter().map(|e| e.text.clone()).collect();
+        if own == 300 {
+            assert_eq!(
+                j.verdict.mechanism,
+                Some(Mechanism::CpuContention),
+                "{j:#?}"
+            );
+        } else {
+            assert_eq!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+        }
+        assert!(t.contains("each time"), "{t}");
+    }
+}
+
 #[test]
 fn run_queue_delay_elsewhere_in_time_or_too_short_is_no_contention() {
     let (starts, _) = contended_tail();

@@ -253,7 +253,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
     let start_times = match &first.threads {
         Some(Ok(t)) => t
             .iter()
-            .map(|(tid, r)| (*tid, (r.run_ns, r.wait_ns)))
+            .map(|(tid, r)| (*tid, (r.run_ns, r.wait_ns, r.slices)))
             .collect(),
         _ => BTreeMap::new(),
     };

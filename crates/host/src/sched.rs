@@ -67,9 +67,9 @@ pub fn read_all(pids: &[u32]) -> std::io::Result<BTreeMap<u32, ThreadReading>> {
     Ok(out)
 }
 
-/// On-CPU and run-queue time (ns) of every thread of `pids`, without names: a sampling
-/// tick's reading.
-pub fn read_times(pids: &[u32]) -> BTreeMap<u32, (u64, u64)> {
+/// On-CPU and run-queue time (ns) and timeslices of every thread of `pids`, without names:
+/// a sampling tick's reading.
+pub fn read_times(pids: &[u32]) -> BTreeMap<u32, (u64, u64, u64)> {
     let mut out = BTreeMap::new();
     for pid in pids {
         let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -79,12 +79,12 @@ pub fn read_times(pids: &[u32]) -> BTreeMap<u32, (u64, u64)> {
             let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
                 continue;
             };
-            if let Some((run, wait, _)) = std::fs::read_to_string(e.path().join("schedstat"))
+            if let Some(t) = std::fs::read_to_string(e.path().join("schedstat"))
                 .ok()
                 .as_deref()
                 .and_then(parse)
             {
-                out.insert(tid, (run, wait));
+                out.insert(tid, t);
             }
         }
     }
@@ -93,8 +93,8 @@ pub fn read_times(pids: &[u32]) -> BTreeMap<u32, (u64, u64)> {
 
 /// The interval between two ticks' readings: the threads present at both.
 pub fn sample(
-    a: &BTreeMap<u32, (u64, u64)>,
-    b: &BTreeMap<u32, (u64, u64)>,
+    a: &BTreeMap<u32, (u64, u64, u64)>,
+    b: &BTreeMap<u32, (u64, u64, u64)>,
     start_unix_us: u64,
     end_unix_us: u64,
 ) -> SchedSample {
@@ -103,11 +103,14 @@ pub fn sample(
         end_unix_us,
         ..SchedSample::default()
     };
-    for (tid, (run, wait)) in b {
-        let Some((r0, w0)) = a.get(tid) else { continue };
+    for (tid, (run, wait, slices)) in b {
+        let Some((r0, w0, n0)) = a.get(tid) else {
+            continue;
+        };
         let (dr, dw) = (run.saturating_sub(*r0), wait.saturating_sub(*w0));
         s.run_us += dr / 1000;
         s.wait_us += dw / 1000;
+        s.timeslices += slices.saturating_sub(*n0);
         if dr + dw > 0 {
             s.active += 1;
         }
@@ -182,15 +185,17 @@ mod tests {
 
     #[test]
     fn a_sample_counts_the_threads_that_ran_or_waited() {
-        let a = BTreeMap::from([(1, (0, 0)), (2, (5_000, 5_000)), (3, (0, 0))]);
+        let a = BTreeMap::from([(1, (0, 0, 0)), (2, (5_000, 5_000, 7)), (3, (0, 0, 1))]);
         let b = BTreeMap::from([
-            (1, (2_000_000, 6_000_000)),
-            (2, (5_000, 5_000)),
-            (3, (1_000_000, 0)),
-            (4, (9_000_000, 9_000_000)),
+            (1, (2_000_000, 6_000_000, 3)),
+            (2, (5_000, 5_000, 7)),
+            (3, (1_000_000, 0, 2)),
+            (4, (9_000_000, 9_000_000, 50)),
         ]);
         let s = sample(&a, &b, 10, 20);
         assert_eq!((s.run_us, s.wait_us, s.active), (3000, 6000, 2));
+        // The timeslices of the threads present at both ticks.
+        assert_eq!(s.timeslices, 4);
         assert_eq!((s.start_unix_us, s.end_unix_us), (10, 20));
     }
 

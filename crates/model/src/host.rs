@@ -207,6 +207,10 @@ pub struct SchedSample {
     pub wait_us: u64,
     /// Threads that ran or waited in the interval.
     pub active: u32,
+    /// Times a thread was put on a CPU in the interval, all threads: `wait_us / timeslices`
+    /// is how long one wait for a CPU lasted on average. 0 when not measured (older JSON).
+    #[serde(default)]
+    pub timeslices: u64,
 }
 
 /// Who used the host's CPUs over the window (`/proc/stat`, `/proc/PID/stat`). Tells a

@@ -12,8 +12,11 @@
 //!   seen full while sampled or the namespace's `ListenOverflows` moved.
 //! - `cpu-contention`: the server's threads waited for a CPU (run-queue delay, sampled
 //!   every ~100 ms) for at least half of what each of most of the slowest requests waited
-//!   beyond the p50 — the host's CPUs were busy when they were slow. Who held the CPUs
-//!   decides the verdict: when the measuring process itself (the load generator and the
+//!   beyond the p50 — the host's CPUs were busy when they were slow — in waits long enough
+//!   to add up to that: one wait for a CPU (the samples' delay per timeslice) times the
+//!   contention spread reaches half the excess. Thousands of 50 µs waits a second leave
+//!   every request quick; a request slow for its own reason on a busy host is not the
+//!   CPU's. Who held the CPUs decides the verdict: when the measuring process itself (the load generator and the
 //!   capture, on the server's host) may run on the server's CPUs (their affinity masks
 //!   overlap) and used at least as much CPU as every other process together, the tail is
 //!   the measurement's own contention — `healthy` at medium confidence with that evidence, never
@@ -183,6 +186,39 @@ fn waited_within(timeline: &[SchedSample], s: u64, e: u64) -> u64 {
         .sum()
 }
 
+/// How long one of the server's threads' waits for a CPU lasted on average within `[s, e)`
+/// (µs): the overlapping samples' run-queue delay over their timeslices, pro rata of the
+/// overlap. `None` when the samples did not count timeslices (older JSON).
+fn stretch_within(timeline: &[SchedSample], s: u64, e: u64) -> Option<f64> {
+    if timeline.iter().all(|t| t.timeslices == 0) {
+        return None;
+    }
+    let (mut wait, mut slices) = (0.0, 0.0);
+    for t in timeline
+        .iter()
+        .filter(|t| t.start_unix_us < e && t.end_unix_us > s && t.end_unix_us > t.start_unix_us)
+    {
+        let overlap = e.min(t.end_unix_us) - s.max(t.start_unix_us);
+        let f = overlap as f64 / (t.end_unix_us - t.start_unix_us) as f64;
+        wait += t.wait_us as f64 * f;
+        slices += t.timeslices as f64 * f;
+    }
+    // A thread that waited through the overlap without running once waited all of it.
+    Some(wait / slices.max(1.0))
+}
+
+/// Whether waits for a CPU lasting `stretch_us` on average can hold a request `half_us`:
+/// a request waits through a few of its threads' waits (its wake-ups; an event loop serves
+/// every ready request each time it runs), which spread like any contention wait — an
+/// exponential, whose p99.9 is [`super::tail::spread`] × its median (the mean, a little
+/// longer than the median, stands in for it). Waits of tens of µs — a thread that gets a CPU
+/// thousands of times a second while the host is busy — never add up to a request's
+/// hundreds of ms: those requests waited for something else (a backend, a lock, a sleep)
+/// while the host happened to be busy.
+fn long_enough(stretch_us: Option<f64>, half_us: u64) -> bool {
+    stretch_us.is_none_or(|m| super::tail::spread() * m >= half_us as f64)
+}
+
 /// `cpu-contention`: the server's threads waited for a CPU through most of the slowest
 /// requests, at least half of each one's excess; `None` when the threads were not sampled,
 /// the cgroup's throttling explains it (`throttled`: [`throttled`] named it already — a
@@ -200,7 +236,7 @@ pub(super) fn contention(x: &Facts<'_>, host: &HostReport, throttled: bool) -> O
         let ex = (e - s).saturating_sub(p50);
         excess.push(ex);
         let w = waited_within(&th.timeline, s, e);
-        if ex > 0 && w * 2 >= ex {
+        if ex > 0 && w * 2 >= ex && long_enough(stretch_within(&th.timeline, s, e), ex / 2) {
             waited.push(w);
         }
     }
@@ -218,10 +254,11 @@ pub(super) fn contention(x: &Facts<'_>, host: &HostReport, throttled: bool) -> O
     let own = cpu.is_none_or(|c| c.own_shares_cpus && c.own_us >= c.others_us);
     let total = run.waits.as_ref().map_or(0, |w| w.count);
     let text = format!(
-        "the server's {} threads waited {} for a CPU over the window ({} of their runnable time); {aligned} of the {} slowest requests (≥ p99) fall where they waited at least half their excess (median wait in a slow request ~{}, median excess +{}){}",
+        "the server's {} threads waited {} for a CPU over the window ({} of their runnable time, ~{} each time); {aligned} of the {} slowest requests (≥ p99) fall where they waited at least half their excess (median wait in a slow request ~{}, median excess +{}){}",
         th.threads,
         ms(th.wait_us),
         pct(th.wait_share),
+        ms(th.wait_us / th.timeslices.max(1)),
         slow.len(),
         ms(waited.get(waited.len() / 2).copied().unwrap_or(0)),
         ms(added_us),
