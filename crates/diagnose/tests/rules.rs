@@ -1124,6 +1124,32 @@ fn error_statuses_make_healthy_unsure_and_are_named_with_their_status() {
     assert!(!texts(&j).contains("error status"), "{}", texts(&j));
 }
 
+/// Requests the server closed before answering under load only (a connection limit): a
+/// note with the kinds and the c=1 contrast, and healthy no longer sure; a handful is not
+/// material.
+#[test]
+fn requests_failing_under_load_are_named_and_make_healthy_unsure() {
+    let mut l = healthy_layers();
+    let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+    cn.errors.read = cn.requests / 12;
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+    assert_eq!(j.verdict.confidence, Confidence::Medium, "{}", texts(&j));
+    let t = texts(&j);
+    assert!(t.contains("failed after connecting"), "{t}");
+    assert!(t.contains("none of c=1's"), "{t}");
+    let mut l = healthy_layers();
+    let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+    cn.errors.read = cn.requests / 500;
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.confidence, Confidence::High, "{}", texts(&j));
+    assert!(
+        !texts(&j).contains("failed after connecting"),
+        "{}",
+        texts(&j)
+    );
+}
+
 #[test]
 fn connects_waiting_for_syn_retransmissions_in_the_records_are_syn_drop_with_their_cost() {
     let mut l = healthy_layers();

@@ -1,6 +1,7 @@
 //! `healthy`: no candidate cause. The verdict states the latency the user sees, with every
 //! alternative ruled out, as sure as the layers that could have shown a problem — and never
-//! sure when the responses measured were mostly error statuses (the page was not measured).
+//! sure when the responses measured were mostly error statuses (the page was not measured)
+//! or a material share of the requests failed.
 
 use lagtrace_model::Cause;
 
@@ -62,11 +63,16 @@ pub(super) fn judge(layers: &Layers, x: &Facts<'_>) -> Judgement {
     }
     // Healthy is as sure as the layers that could have shown a problem.
     let ran = |l: LayerName| matches!(layers.status(l), LayerStatus::Ok | LayerStatus::Finding);
-    // Measured on error responses: the page itself was not measured.
-    let errors = x.main_run().map_or(0.0, super::judge::error_status_share);
-    let confidence = if !ran(LayerName::App) || errors >= 0.5 {
+    // Measured on error responses (the page itself was not measured), or requests failed.
+    let (errors, failed) = x.main_run().map_or((0.0, 0.0), |r| {
+        (
+            super::judge::error_status_share(r),
+            super::judge::failed_share(r),
+        )
+    });
+    let confidence = if !ran(LayerName::App) || errors.max(failed) >= 0.5 {
         Confidence::Low
-    } else if errors >= super::judge::ERROR_STATUS_SHARE {
+    } else if errors >= super::judge::ERROR_STATUS_SHARE || failed >= super::judge::FAILED_SHARE {
         Confidence::Medium
     } else if ran(LayerName::Packets) && ran(LayerName::Path) {
         Confidence::High

@@ -262,7 +262,7 @@ fn clients_differ(c: &[lagtrace_model::diagnosis::evidence::ClientWaits]) -> Opt
 }
 
 /// The share of a run's responses with an error status (≥ 400) from which a note says the
-/// latency measured is the error path's ([`error_statuses`]).
+/// latency measured is the error path's ([`request_errors`]).
 pub(super) const ERROR_STATUS_SHARE: f64 = super::MATERIAL_SHARE;
 
 /// The share of `run`'s completed responses that carried an error status (≥ 400).
@@ -270,57 +270,114 @@ pub(super) fn error_status_share(run: &AppRun) -> f64 {
     run.errors.status as f64 / run.requests.max(1) as f64
 }
 
-/// A note for each app run where at least [`ERROR_STATUS_SHARE`] of the responses had an
-/// error status (a wrong URL's 404, a 403 from unreadable files, an upstream's 502): their
-/// latencies are the error path's — fast or slow, not the page's — whatever the verdict.
-/// Names the most frequent error status among the run's kept records.
-fn error_statuses(layers: &Layers) -> Vec<EvidenceLine> {
-    let Some(app) = layers.app.get() else {
-        return Vec::new();
-    };
+/// The share of a run's requests that failed at once after their connection was made — the
+/// server closed or reset it before a response, or a write failed — from which a note says
+/// so ([`failures`]): the slowest 1 % is what the p99 judges, and a failed request is worse
+/// than a slow one, yet it is in no latency. (Timeouts are in the run's waits, the tail sees
+/// them; failed connects are `syn-drop`'s.)
+pub(super) const FAILED_SHARE: f64 = 0.01;
+
+/// The share of `run`'s requests that failed at once after connecting (read, write).
+pub(super) fn failed_share(run: &AppRun) -> f64 {
+    let failed = run.errors.read + run.errors.write;
+    failed as f64 / (run.requests + failed).max(1) as f64
+}
+
+/// A note for each app run where at least [`FAILED_SHARE`] of the requests failed at once
+/// after connecting, by kind, with the c=1 run's count beside a c=N run's (failures under load
+/// only: the server stops serving connections beyond a limit).
+fn failures(app: &crate::evidence::AppEvidence) -> Vec<EvidenceLine> {
     app.c1
         .iter()
         .chain(app.cn.iter())
-        .filter(|r| r.requests > 0 && error_status_share(r) >= ERROR_STATUS_SHARE)
+        .filter(|r| r.requests > 0 && failed_share(r) >= FAILED_SHARE)
         .map(|r| {
-            let mut n: Vec<(u16, u64)> = Vec::new();
-            for s in r
-                .records
-                .iter()
-                .flat_map(|k| k.records.iter())
-                .filter_map(|k| k.status)
-                .filter(|s| *s >= 400)
-            {
-                match n.iter_mut().find(|e| e.0 == s) {
-                    Some(e) => e.1 += 1,
-                    None => n.push((s, 1)),
-                }
-            }
-            let code = n
-                .iter()
-                .max_by_key(|e| e.1)
-                .map(|e| format!(", mostly {}", e.0))
+            let e = &r.errors;
+            let failed = e.read + e.write;
+            let c1 = app
+                .c1
+                .as_ref()
+                .filter(|c1| c1.concurrency != r.concurrency)
+                .map(|c1| {
+                    let n = c1.errors.read + c1.errors.write;
+                    if n == 0 {
+                        format!("; none of c=1's {} failed: the server drops connections beyond a limit under load (a worker's connection limit such as nginx worker_connections, an open-file limit, a proxy's maximum)", c1.requests)
+                    } else {
+                        format!("; {n} at c=1")
+                    }
+                })
                 .unwrap_or_default();
             note(
                 LayerName::App,
                 format!(
-                    "c={}: {} of {} responses ({}) had an error status{code}: their \
-                     latencies are the server's error path, not the page's — check the URL \
-                     and the server's error log before trusting the verdict",
+                    "c={}: {failed} of {} requests ({}) failed after connecting ({} closed or \
+                     reset before a response, {} writes failed){c1}; a failed request is in \
+                     no latency",
                     r.concurrency,
-                    r.errors.status,
-                    r.requests,
-                    super::pct(error_status_share(r))
+                    r.requests + failed,
+                    super::pct(failed_share(r)),
+                    e.read,
+                    e.write
                 ),
             )
         })
         .collect()
 }
 
+/// A note for each app run where requests failed ([`failures`]), and where at least
+/// [`ERROR_STATUS_SHARE`] of the responses had an error status (a wrong URL's 404, a 403 from unreadable files, an upstream's 502): their
+/// latencies are the error path's — fast or slow, not the page's — whatever the verdict.
+/// Names the most frequent error status among the run's kept records.
+fn request_errors(layers: &Layers) -> Vec<EvidenceLine> {
+    let Some(app) = layers.app.get() else {
+        return Vec::new();
+    };
+    let mut v = failures(app);
+    v.extend(
+        app.c1
+            .iter()
+            .chain(app.cn.iter())
+            .filter(|r| r.requests > 0 && error_status_share(r) >= ERROR_STATUS_SHARE)
+            .map(|r| {
+                let mut n: Vec<(u16, u64)> = Vec::new();
+                for s in r
+                    .records
+                    .iter()
+                    .flat_map(|k| k.records.iter())
+                    .filter_map(|k| k.status)
+                    .filter(|s| *s >= 400)
+                {
+                    match n.iter_mut().find(|e| e.0 == s) {
+                        Some(e) => e.1 += 1,
+                        None => n.push((s, 1)),
+                    }
+                }
+                let code = n
+                    .iter()
+                    .max_by_key(|e| e.1)
+                    .map(|e| format!(", mostly {}", e.0))
+                    .unwrap_or_default();
+                note(
+                    LayerName::App,
+                    format!(
+                        "c={}: {} of {} responses ({}) had an error status{code}: their \
+                     latencies are the server's error path, not the page's — check the URL \
+                     and the server's error log before trusting the verdict",
+                        r.concurrency,
+                        r.errors.status,
+                        r.requests,
+                        super::pct(error_status_share(r))
+                    ),
+                )
+            }),
+    );
+    v
+}
+
 /// A note for each layer that did not run, with why (and for a capture that lost packets,
 /// what a passive run cannot tell, and runs whose responses were mostly errors).
 pub(super) fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
-    let mut v = error_statuses(layers);
+    let mut v = request_errors(layers);
     if let Some(p) = layers
         .app
         .get()
