@@ -241,3 +241,64 @@ fn healthy_nginx_with_a_new_connection_per_request_stays_healthy() {
     assert_eq!(syn_waits(&j, "cn"), 0, "{}", show(&j));
     assert!(wall < Duration::from_secs(12), "{wall:?}");
 }
+
+/// HTTP/1.1 keep-alive, a thread per connection that sleeps 80–160 ms after the accept
+/// before it reads (per-connection setup: a backend connection, authentication): every new
+/// connection's first request waits, the later ones on it do not.
+const SLOW_START_SERVER: &str = r#"
+import random, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def setup(self):
+        time.sleep(random.uniform(0.08, 0.16))
+        super().setup()
+    def do_GET(self):
+        body = b"hello\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+class S(ThreadingHTTPServer):
+    request_queue_size = 512
+    daemon_threads = True
+S(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
+"#;
+
+/// A server slow to start serving each new connection: keep-alive hides it from the p99 of
+/// both runs (one first request per connection), so no cause is claimed — but the evidence
+/// says that every new connection's first request waits, from both runs (c=1's connection
+/// and c=32's), and `healthy` is then not sure. Twice, the same.
+#[test]
+#[ignore = "needs root"]
+fn a_server_slow_to_start_each_connection_is_said_so_and_never_healthy_high() {
+    let lab = Lab::up(&LabOptions::new(&name("ss")).server(ServerKind::Builtin)).expect("lab");
+    let cmd = ["python3", "-c", SLOW_START_SERVER, "9013"];
+    let _py = common::start_in_lab(&lab, Path::new("/"), &cmd, 9013);
+    let url = format!("http://{}:9013/", lab.server_addr());
+    for run in 0..2 {
+        let (j, err, _) = diagnose(&url, &["-d", "3s"]);
+        eprintln!("run {run}: {}", show(&j));
+        let first = |r: &str| j["layers"]["app"]["data"][r]["first_request"]["p50_us"].as_u64();
+        assert!(
+            first("c1").unwrap_or(0) >= 80_000 && first("cn").unwrap_or(0) >= 80_000,
+            "run {run}: the measured first requests wait the server's sleep: {}",
+            show(&j)
+        );
+        let line = j["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["text"].as_str())
+            .find(|t| t.starts_with("the first request on each connection waited"));
+        assert!(line.is_some(), "run {run}: {err}\n{}", show(&j));
+        assert!(
+            cause(&j) != "healthy" || j["verdict"]["confidence"] != "high",
+            "run {run}: {}",
+            show(&j)
+        );
+    }
+}

@@ -72,7 +72,11 @@ pub(super) fn judge(layers: &Layers, x: &Facts<'_>) -> Judgement {
     });
     let confidence = if !ran(LayerName::App) || errors.max(failed) >= 0.5 {
         Confidence::Low
-    } else if errors >= super::judge::ERROR_STATUS_SHARE || failed >= super::judge::FAILED_SHARE {
+    } else if errors >= super::judge::ERROR_STATUS_SHARE
+        || failed >= super::judge::FAILED_SHARE
+        || super::first::slow_first(x.c1, x.cn).is_some()
+    {
+        // Or new connections wait: keep-alive hid it from this run's p99 only.
         Confidence::Medium
     } else if ran(LayerName::Packets) && ran(LayerName::Path) {
         Confidence::High

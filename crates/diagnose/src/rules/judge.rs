@@ -378,6 +378,9 @@ fn request_errors(layers: &Layers) -> Vec<EvidenceLine> {
 /// what a passive run cannot tell, and runs whose responses were mostly errors).
 pub(super) fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
     let mut v = request_errors(layers);
+    if let Some(a) = layers.app.get() {
+        v.extend(super::first::note_line(a.c1.as_ref(), a.cn.as_ref()));
+    }
     if let Some(p) = layers
         .app
         .get()

@@ -25,6 +25,7 @@
 
 mod cork;
 mod facts;
+mod first;
 mod healthy;
 mod host;
 mod judge;
