@@ -577,3 +577,80 @@ fn a_child_qdisc_that_dropped_is_named_not_the_classful_parent_counting_its_drop
     assert!(!host.text.contains("htb"), "{}", host.text);
     assert!(host.text.contains("dropped 260 packets"), "{}", host.text);
 }
+
+/// A host report whose only root qdisc (an htb on `veth1`) sent `bytes` over 4.9 s and held
+/// a median of `backlog` bytes over 49 samples, `end` bytes at the end.
+fn host_qdisc(bytes: u64, backlog: u32, end: u32) -> HostReport {
+    serde_json::from_value(json!({
+        "scope": {"pid": 4242, "comm": "nginx", "netns_inode": 1},
+        "window_us": 4_900_000,
+        "counters": {"status": "ok", "data": []},
+        "listeners": {"status": "ok", "data": []},
+        "cgroup": {"status": "skipped", "reason": "x"},
+        "threads": {"status": "skipped", "reason": "x"},
+        "qdiscs": {"status": "ok", "data": [
+            {"dev": "veth1", "kind": "htb", "handle": "1:", "parent": "root",
+             "packets": 12_421, "bytes": bytes, "drops": 0, "overlimits": 11_606,
+             "requeues": 0, "drops_total": 0, "qlen": 53, "backlog_bytes": end,
+             "backlog_sampled": {"samples": 49, "p50_bytes": backlog, "max_bytes": end.max(backlog)}},
+            {"dev": "veth1", "kind": "pfifo", "handle": "10:", "parent": "1:10",
+             "packets": 12_421, "bytes": bytes, "drops": 0, "overlimits": 0,
+             "requeues": 0, "drops_total": 0, "qlen": 53, "backlog_bytes": backlog}]},
+        "sockstat": {"status": "skipped", "reason": "x"},
+        "drops": {"status": "skipped", "reason": "x"},
+        "cost": {"cpu_us": 0, "cpu_share": 0.0}
+    }))
+    .expect("host report")
+}
+
+/// Another flow keeps a shaper's deep FIFO on the server's egress full (the lab's htb at
+/// 20 Mbit/s, 300 packets, and a bulk download): the SYN RTT is the queue's before the load
+/// as after it (116 ms, then 14 ms), so it does not rise; every request waits ~14 ms.
+fn standing_queue(syn_load_us: u64, backlog: u32, end: u32) -> Layers {
+    let mut l = Synth::RULES.healthy_layers();
+    let p = l.path.data.as_mut().unwrap();
+    p.idle = Some(lagtrace_testkit::layers::rtt(115_000));
+    p.under_load = Some(lagtrace_testkit::layers::rtt(syn_load_us));
+    let app = l.app.data.as_mut().unwrap();
+    app.c1.as_mut().unwrap().latency = Synth::RULES.pct(300, 16_000, 55_000);
+    app.cn.as_mut().unwrap().latency = Synth::RULES.pct(10_000, 14_190, 26_000);
+    l.packets.data.as_mut().unwrap().server_time = Some(Synth::RULES.pct(10_000, 14_160, 20_000));
+    l.host = Layer::ran(host_qdisc(12_228_553, backlog, end));
+    l
+}
+
+#[test]
+fn a_standing_queue_in_the_servers_own_qdisc_is_path_queueing_from_the_host() {
+    let j = judge(&target(), &standing_queue(14_300, 26_482, 900));
+    assert_eq!(j.verdict.cause, Cause::PathQueueing, "{j:#?}");
+    assert!(j.finding_layers.contains(&LayerName::Host), "{j:#?}");
+    let host = j
+        .evidence
+        .iter()
+        .find(|e| e.layer == LayerName::Host)
+        .expect("a host line");
+    // A median of 26482 B at 12228553 B / 4.9 s: 10.6 ms (900 B at the end).
+    assert!(host.text.contains("htb 1: on veth1"), "{}", host.text);
+    assert!(host.text.contains("median 26482 B"), "{}", host.text);
+    assert!(host.text.contains("~10.61ms"), "{}", host.text);
+    let fix = &j.verdict.fix[0];
+    assert_eq!(
+        fix.location.as_deref(),
+        Some("veth1 qdisc htb 1:"),
+        "{j:#?}"
+    );
+}
+
+#[test]
+fn a_backlog_that_probes_and_requests_do_not_wait_behind_is_no_queue() {
+    // The same backlog, but the SYN probes under load crossed in 60 µs: a burst caught at
+    // the end of the window, not a queue everyone waits in.
+    let j = judge(&target(), &standing_queue(60, 26_482, 26_482));
+    assert_ne!(j.verdict.cause, Cause::PathQueueing, "{j:#?}");
+    // A backlog short of QUEUE_RISE_US at the qdisc's rate names nothing.
+    let j = judge(&target(), &standing_queue(14_300, 2_000, 2_000));
+    assert_ne!(j.verdict.cause, Cause::PathQueueing, "{j:#?}");
+    // Nor does a large backlog at the end when the median through the run is short.
+    let j = judge(&target(), &standing_queue(14_300, 2_000, 60_000));
+    assert_ne!(j.verdict.cause, Cause::PathQueueing, "{j:#?}");
+}

@@ -225,6 +225,27 @@ fn watched(o: &HostOptions) -> Vec<u32> {
     v
 }
 
+/// The qdiscs' counts over the window, with their backlog as sampled through it.
+fn qdisc_layer(
+    first: &Ends,
+    last: &Ends,
+    backlogs: qdisc::BacklogTrack,
+) -> Layer<Vec<lagtrace_model::host::QdiscDelta>> {
+    match (&first.qdiscs, &last.qdiscs) {
+        (Ok(a), Ok(b)) => {
+            let names: BTreeMap<i32, String> = b
+                .iter()
+                .map(|q| (q.ifindex, qdisc::dev_name(q.ifindex)))
+                .collect();
+            let after = qdisc::keyed(b.clone());
+            let mut d = qdisc::deltas(&qdisc::keyed(a.clone()), &after, &names);
+            backlogs.finish(&after, &mut d);
+            Layer::ran(d)
+        }
+        (Err(e), _) | (_, Err(e)) => err_layer("rtnetlink qdisc dump", e),
+    }
+}
+
 /// The window, on a thread inside the watched namespace.
 fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
     let dirs = o.pid.map(|pid| {
@@ -266,6 +287,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         timeline.push((unix_us(), r.clone()));
     }
     let deadline = started + o.duration;
+    let mut backlogs = qdisc::BacklogTrack::default();
     ctl.arm();
     loop {
         let now = Instant::now();
@@ -283,6 +305,9 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
             let tick = (unix_us(), sched::read_times(&pids));
             sched_timeline.push(sched::sample(&sched_tick.1, &tick.1, sched_tick.0, tick.0));
             sched_tick = tick;
+        }
+        if let Ok(v) = qdisc::dump() {
+            backlogs.sample(&v);
         }
         if let Some(Ok(t)) = tracer.as_mut() {
             t.drain();
@@ -315,20 +340,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
             (Some(Err(e)), _) | (_, Some(Err(e))) => err_layer("reading the threads' schedstat", e),
             _ => Layer::skipped("run-queue delay is per process: give --pid"),
         },
-        qdiscs: match (&first.qdiscs, &last.qdiscs) {
-            (Ok(a), Ok(b)) => {
-                let names: BTreeMap<i32, String> = b
-                    .iter()
-                    .map(|q| (q.ifindex, qdisc::dev_name(q.ifindex)))
-                    .collect();
-                Layer::ran(qdisc::deltas(
-                    &qdisc::keyed(a.clone()),
-                    &qdisc::keyed(b.clone()),
-                    &names,
-                ))
-            }
-            (Err(e), _) | (_, Err(e)) => err_layer("rtnetlink qdisc dump", e),
-        },
+        qdiscs: qdisc_layer(&first, &last, backlogs),
         cpu: match (&first.cpu, &last.cpu) {
             (Ok(a), Ok(b)) => Layer::ran(cpu::delta(a, b, std::process::id(), &pids, window_us)),
             (Err(e), _) | (_, Err(e)) => err_layer("reading /proc/stat", e),

@@ -211,14 +211,75 @@ pub fn deltas(
                 drops_total: a.drops.into(),
                 qlen: a.qlen,
                 backlog_bytes: a.backlog,
+                backlog_sampled: None,
             }
         })
         .collect()
 }
 
+/// Each qdisc's backlog (bytes) at every sample of a window, keyed like [`keyed`].
+#[derive(Debug, Default)]
+pub struct BacklogTrack {
+    seen: BTreeMap<Key, Vec<u32>>,
+}
+
+impl BacklogTrack {
+    /// Records one dump's backlogs.
+    pub fn sample(&mut self, v: &[QdiscStats]) {
+        for q in v {
+            self.seen
+                .entry((q.ifindex, q.handle, q.parent))
+                .or_default()
+                .push(q.backlog);
+        }
+    }
+
+    /// Sets `backlog_sampled` on the deltas (in [`deltas`]' order, from the same `after`).
+    pub fn finish(mut self, after: &BTreeMap<Key, QdiscStats>, out: &mut [QdiscDelta]) {
+        for (k, d) in after.keys().zip(out.iter_mut()) {
+            if let Some(v) = self.seen.get_mut(k).filter(|v| !v.is_empty()) {
+                v.sort_unstable();
+                d.backlog_sampled = Some(lagtrace_model::host::BacklogSamples {
+                    samples: u32::try_from(v.len()).unwrap_or(u32::MAX),
+                    p50_bytes: v[v.len() / 2],
+                    max_bytes: v[v.len() - 1],
+                });
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backlog_samples_give_each_qdisc_its_median_and_max() {
+        let q = |handle: u32, backlog: u32| QdiscStats {
+            ifindex: 2,
+            handle,
+            parent: TC_H_ROOT,
+            backlog,
+            ..QdiscStats::default()
+        };
+        let mut t = BacklogTrack::default();
+        for b in [9000, 100, 8000, 7000, 60_000] {
+            t.sample(&[q(0x10000, b), q(0x20000, 0)]);
+        }
+        let after = keyed(vec![q(0x10000, 5), q(0x20000, 0), q(0x30000, 1)]);
+        let mut d = deltas(&BTreeMap::new(), &after, &BTreeMap::new());
+        t.finish(&after, &mut d);
+        let s: Vec<_> = d.iter().map(|d| d.backlog_sampled).collect();
+        let m = |samples, p50_bytes, max_bytes| {
+            Some(lagtrace_model::host::BacklogSamples {
+                samples,
+                p50_bytes,
+                max_bytes,
+            })
+        };
+        // The third qdisc appeared after the last sample: none.
+        assert_eq!(s, [m(5, 8000, 60_000), m(5, 0, 0), None]);
+    }
 
     #[test]
     fn prints_handles_like_tc() {

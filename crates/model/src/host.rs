@@ -293,6 +293,22 @@ pub struct QdiscDelta {
     pub qlen: u32,
     /// Bytes queued at the end of the window.
     pub backlog_bytes: u32,
+    /// The bytes queued as sampled through the window (every sampling interval): a queue
+    /// that stands shows in their median, a burst only in their maximum. Absent when the
+    /// window took no sample.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog_sampled: Option<BacklogSamples>,
+}
+
+/// A qdisc's backlog sampled through the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct BacklogSamples {
+    /// Samples taken.
+    pub samples: u32,
+    /// Median bytes queued.
+    pub p50_bytes: u32,
+    /// Most bytes queued.
+    pub max_bytes: u32,
 }
 
 /// `/proc/net/sockstat` of the namespace at the end of the window.

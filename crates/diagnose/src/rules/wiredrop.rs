@@ -563,6 +563,7 @@ mod tests {
             drops_total: drops,
             qlen: 0,
             backlog_bytes: 0,
+            backlog_sampled: None,
         }
     }
 
