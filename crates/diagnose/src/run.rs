@@ -292,7 +292,9 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
         // Connects waited or failed while the SYN probes were answered: the c=N phase
         // measures how connection setup fares (`unreachable` needs no connection at all).
         C1::NoConnection => !quick_fail,
-        C1::NoRequest => false,
+        // Requests sent on open connections got no response in time: the c=N phase and
+        // its capture show where the responses go (held, lost, never sent).
+        C1::NoRequest => app.c1.as_ref().is_some_and(awaited_response),
     };
     let (packets, sockets, host) = if !go_on || stop.load(Ordering::Relaxed) {
         let why = if stop.load(Ordering::Relaxed) {
@@ -457,6 +459,17 @@ fn load_options(opts: &DiagnoseOptions, c1: Duration, records: bool) -> lagtrace
         lo.connect_timeout = CONNECT_WAIT;
     }
     lo
+}
+
+/// A request of `run` was sent on an open connection and its response did not come: it
+/// timed out, or was still awaited when the phase ended (a phase shorter than the timeout).
+fn awaited_response(run: &AppRun) -> bool {
+    run.errors.timeout > 0
+        || run.records.as_ref().is_some_and(|rs| {
+            rs.records
+                .iter()
+                .any(|r| r.pending && r.error.is_none() && r.sent_first_us.is_some())
+        })
 }
 
 /// How the c=1 phase ended.

@@ -1247,3 +1247,33 @@ fn nodelay_read_on_every_server_socket_rules_nagle_out() {
     assert!(t.contains("Nagle holds nothing there"), "{t}");
     assert!(!t.contains("were not read"), "{t}");
 }
+
+/// Every request timed out on connections that were made (a PMTU black hole: the router
+/// cannot forward the full-size segments and its ICMP is filtered), while the capture shows
+/// the responses' first segments resent on the retransmission timer, never acknowledged:
+/// packet-loss, never healthy; the cost says no request completes.
+#[test]
+fn responses_that_never_arrive_with_their_segments_resent_are_packet_loss() {
+    let mut l = healthy_layers();
+    let app = l.app.data.as_mut().unwrap();
+    for (r, c, timeouts) in [(&mut app.c1, 1, 1), (&mut app.cn, 32, 64)] {
+        let mut none = run(c, 0, 0, 0.0);
+        none.latency = Percentiles::default();
+        none.errors.timeout = timeouts;
+        *r = Some(none);
+    }
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 99;
+    p.server_time = None;
+    p.findings = vec![finding("retransmission", 98, 99, 632_000)];
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::PacketLoss, "{}", texts(&j));
+    assert!(
+        texts(&j).contains("no request completed; 64 timed out"),
+        "{}",
+        texts(&j)
+    );
+    let cost = &j.verdict.cost.text;
+    assert!(cost.contains("no request completes"), "{cost}");
+    assert!(cost.contains("all 64 requests at c=32 timed out"), "{cost}");
+}

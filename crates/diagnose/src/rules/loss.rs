@@ -13,8 +13,32 @@ pub(super) struct Loss;
 
 const CAUSE: Cause = Cause::PacketLoss;
 
+/// The run whose requests timed out most, when no request of any run completed: the
+/// responses never arrived (their segments are resent and never acknowledged).
+fn none_completed<'a>(x: &Facts<'a>) -> Option<&'a crate::evidence::AppRun> {
+    if x.main_run().is_some() {
+        return None;
+    }
+    x.runs
+        .iter()
+        .copied()
+        .filter(|r| r.errors.timeout > 0)
+        .max_by_key(|r| r.errors.timeout)
+}
+
 /// What the application shows of the loss: a tail at the retransmission wait, or timeouts.
 fn app_line(x: &Facts<'_>, f: &FindingSummary) -> Option<EvidenceLine> {
+    if let Some(run) = none_completed(x) {
+        return Some(sup(
+            LayerName::App,
+            CAUSE,
+            format!(
+                "c={}: no request completed; {} timed out after the connection was made: \
+                 the responses never arrived",
+                run.concurrency, run.errors.timeout
+            ),
+        ));
+    }
     let run = x.main_run()?;
     if f.share >= 0.01
         && run.latency.p99_us >= f.median_added_us / 2
@@ -146,6 +170,16 @@ impl CauseRule for Loss {
 
 /// The cost in the user's terms, in one sentence.
 fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
+    if let Some(run) = none_completed(x) {
+        return format!(
+            "no request completes: {} of the responses seen wait ~{} for retransmissions, \
+             and all {} requests at c={} timed out",
+            pct(c.share),
+            ms(c.added_us),
+            run.errors.timeout,
+            run.concurrency
+        );
+    }
     let run = x.main_run();
     format!(
         "{} of requests wait ~{} for a retransmission; p99 {} at c={} (p50 {})",
