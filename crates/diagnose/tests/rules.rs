@@ -1277,3 +1277,28 @@ fn responses_that_never_arrive_with_their_segments_resent_are_packet_loss() {
     assert!(cost.contains("no request completes"), "{cost}");
     assert!(cost.contains("all 64 requests at c=32 timed out"), "{cost}");
 }
+
+/// The capture stopped at its packet limit a fifth of the way into the c=N run (64 KB
+/// responses at c=32): the evidence says its findings and join cover only those requests.
+#[test]
+fn a_capture_cut_at_its_packet_limit_says_how_much_of_the_run_it_holds() {
+    let mut l = healthy_layers();
+    let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+    cn.requests = 20_110;
+    let p = l.packets.data.as_mut().unwrap();
+    p.packets = lagtrace_diagnose::run::MAX_CAPTURE_PACKETS;
+    p.transactions = 3_754;
+    let j = judge(&target(), &l);
+    assert!(
+        texts(&j).contains(
+            "the capture stopped at its 200000-packet limit: its 3754 transactions are about \
+             the first 19% of the c=32 run's 20110 requests"
+        ),
+        "{}",
+        texts(&j)
+    );
+    // A capture that holds the whole run says nothing of the kind.
+    let mut l = healthy_layers();
+    l.packets.data.as_mut().unwrap().packets = lagtrace_diagnose::run::MAX_CAPTURE_PACKETS;
+    assert!(!texts(&judge(&target(), &l)).contains("packet limit"));
+}

@@ -374,6 +374,34 @@ fn request_errors(layers: &Layers) -> Vec<EvidenceLine> {
     v
 }
 
+/// The active run's capture stopped at its packet limit ([`crate::run::MAX_CAPTURE_PACKETS`])
+/// while the c=N run went on: its findings and the per-request join cover only the requests
+/// it holds (large responses at c=N fill it within a second), so a tail they do not explain
+/// may lie in the requests it never saw.
+fn capture_cut(layers: &Layers) -> Option<EvidenceLine> {
+    let p = layers.packets.get()?;
+    let cn = layers.app.get()?.cn.as_ref()?;
+    if cn.passive.is_some()
+        || p.packets < crate::run::MAX_CAPTURE_PACKETS
+        || cn.requests as f64 <= 1.1 * p.transactions as f64
+    {
+        return None;
+    }
+    Some(note(
+        LayerName::Packets,
+        format!(
+            "the capture stopped at its {}-packet limit: its {} transactions are about the \
+             first {} of the c={} run's {} requests; the packet findings and the per-request \
+             join cover only those",
+            crate::run::MAX_CAPTURE_PACKETS,
+            p.transactions,
+            super::pct(p.transactions as f64 / cn.requests as f64),
+            cn.concurrency,
+            cn.requests
+        ),
+    ))
+}
+
 /// A note for each layer that did not run, with why (and for a capture that lost packets,
 /// what a passive run cannot tell, and runs whose responses were mostly errors).
 pub(super) fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
@@ -402,6 +430,7 @@ pub(super) fn missing_layers(layers: &Layers) -> Vec<EvidenceLine> {
             ),
         ));
     }
+    v.extend(capture_cut(layers));
     v.extend(
         LayerName::ALL
             .into_iter()
