@@ -639,6 +639,19 @@ fn a_standing_queue_in_the_servers_own_qdisc_is_path_queueing_from_the_host() {
         Some("veth1 qdisc htb 1:"),
         "{j:#?}"
     );
+    // The packets' server time is the queue's too (the capture is past the qdisc): not
+    // called the server queueing requests itself.
+    let texts: Vec<&str> = j.evidence.iter().map(|e| e.text.as_str()).collect();
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("includes the wait in the server's egress queue")),
+        "{texts:#?}"
+    );
+    assert!(
+        !texts.iter().any(|t| t.contains("queues requests itself")),
+        "{texts:#?}"
+    );
 }
 
 #[test]

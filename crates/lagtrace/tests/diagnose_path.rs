@@ -157,6 +157,10 @@ fn a_queue_kept_full_by_another_clients_download_is_path_queueing_from_the_host(
         );
         let fix = v["fix"][0]["location"].as_str().unwrap_or_default();
         assert!(fix.contains(&dev), "run {run}: {}", show(&j));
+        // The capture sees responses as they leave the qdisc: their wait there is not the
+        // server queueing requests.
+        let ev = common::evidence_lines(&j);
+        assert!(!ev.contains("queues requests itself"), "run {run}: {ev}");
     }
 }
 

@@ -157,16 +157,30 @@ impl CauseRule for SlowServer {
             && p.p50_us >= DOMINANT_SERVER_US
             && p.p50_us >= own.saturating_mul(4)
         {
+            // A standing queue in the server's own egress qdisc (named by the host layer):
+            // the capture sees each response as it leaves that queue.
+            let egress_queue = chosen
+                .iter()
+                .any(|c| c.cause == Cause::PathQueueing && c.layers.contains(&LayerName::Host));
             v.push(note(
                 LayerName::Packets,
-                format!(
-                    "under load the server queues requests itself: server time p50 {} at \
+                if egress_queue {
+                    format!(
+                        "server time in packets p50 {} at c={} includes the wait in the \
+                         server's egress queue: the capture sees a response as it leaves it",
+                        ms(p.p50_us),
+                        cn.concurrency
+                    )
+                } else {
+                    format!(
+                        "under load the server queues requests itself: server time p50 {} at \
                      c={} against ~{} at c=1 ({:.0} req/s is about what it serves)",
-                    ms(p.p50_us),
-                    cn.concurrency,
-                    ms(own),
-                    cn.requests_per_sec
-                ),
+                        ms(p.p50_us),
+                        cn.concurrency,
+                        ms(own),
+                        cn.requests_per_sec
+                    )
+                },
             ));
         }
         v
