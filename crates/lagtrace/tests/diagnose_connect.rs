@@ -242,32 +242,6 @@ fn healthy_nginx_with_a_new_connection_per_request_stays_healthy() {
     assert!(wall < Duration::from_secs(12), "{wall:?}");
 }
 
-/// HTTP/1.1 keep-alive, a thread per connection that sleeps 80–160 ms after the accept
-/// before it reads (per-connection setup: a backend connection, authentication): every new
-/// connection's first request waits, the later ones on it do not.
-const SLOW_START_SERVER: &str = r#"
-import random, sys, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-class H(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    def setup(self):
-        time.sleep(random.uniform(0.08, 0.16))
-        super().setup()
-    def do_GET(self):
-        body = b"hello\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-class S(ThreadingHTTPServer):
-    request_queue_size = 512
-    daemon_threads = True
-S(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
-"#;
-
 /// A server slow to start serving each new connection: keep-alive hides it from the p99 of
 /// both runs (one first request per connection), so no cause is claimed — but the evidence
 /// says that every new connection's first request waits, from both runs (c=1's connection
@@ -276,7 +250,10 @@ S(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
 #[ignore = "needs root"]
 fn a_server_slow_to_start_each_connection_is_said_so_and_never_healthy_high() {
     let lab = Lab::up(&LabOptions::new(&name("ss")).server(ServerKind::Builtin)).expect("lab");
-    let cmd = ["python3", "-c", SLOW_START_SERVER, "9013"];
+    // Sleeps 80–160 ms after the accept, before it reads (per-connection setup: a backend
+    // connection, authentication): every new connection's first request waits.
+    let server = common::python_server("", "time.sleep(random.uniform(0.08, 0.16))", "pass");
+    let cmd = ["python3", "-c", &server, "9013"];
     let _py = common::start_in_lab(&lab, Path::new("/"), &cmd, 9013);
     let url = format!("http://{}:9013/", lab.server_addr());
     for run in 0..2 {

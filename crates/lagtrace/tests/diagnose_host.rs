@@ -381,30 +381,6 @@ fn nginx_sharing_its_cpu_with_other_work_is_slow_server_cpu_contention() {
     assert_eq!(causes.len(), 1, "{causes:?}");
 }
 
-/// HTTP/1.1 keep-alive, a thread per connection: a random 2 % of requests sleep 100–300 ms
-/// before answering (a backend's slow path: no CPU used). argv: port.
-const RANDOM_SLOW: &str = r#"
-import sys, random, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-class H(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    def do_GET(self):
-        if random.random() < 0.02:
-            time.sleep(random.uniform(0.1, 0.3))
-        body = b"hello\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-class S(ThreadingHTTPServer):
-    request_queue_size = 512
-    daemon_threads = True
-S(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
-"#;
-
 /// nginx (one process) proxying to a backend where a random 2 % of requests take 100–300 ms,
 /// on a busy host: nginx shares its CPU with two CPU-bound processes, so its worker waits
 /// for a CPU most of the run (thousands of short waits: it gets the CPU back within a
@@ -418,10 +394,17 @@ fn a_slow_backend_behind_nginx_on_a_busy_host_is_not_cpu_contention() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert!(cpus >= 2, "needs 2 CPUs: nginx's and the others'");
     let lab = Lab::up(&LabOptions::new(&name("bk")).server(ServerKind::Builtin)).expect("lab up");
+    // The backend: a random 2 % of requests sleep 100–300 ms before answering (a slow path
+    // that uses no CPU).
+    let random_slow = common::python_server(
+        "",
+        "pass",
+        "if random.random() < 0.02:\n            time.sleep(random.uniform(0.1, 0.3))",
+    );
     let _backend = common::start_in_lab(
         &lab,
         Path::new("/"),
-        &["taskset", "2", "python3", "-c", RANDOM_SLOW, "9301"],
+        &["taskset", "2", "python3", "-c", &random_slow, "9301"],
         9301,
     );
     let dir = tempfile::tempdir().expect("tempdir");

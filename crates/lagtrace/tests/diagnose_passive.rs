@@ -445,7 +445,7 @@ fn passive_every_nth_slow_request_names_the_tail_like_the_active_run() {
         &[
             "python3",
             "-c",
-            common::EVERY_NTH_SERVER,
+            &common::every_nth_server(),
             "9004",
             "20",
             "0.15",

@@ -53,7 +53,7 @@ fn python_server_slow_on_every_20th_request_is_not_healthy_and_says_the_tail() {
         &[
             "python3",
             "-c",
-            common::EVERY_NTH_SERVER,
+            &common::every_nth_server(),
             "9004",
             "20",
             "0.15",

@@ -142,25 +142,27 @@ pub fn evidence_lines(j: &serde_json::Value) -> String {
         .unwrap_or_default()
 }
 
-/// A Python HTTP server (argv: port, EVERY, SLOW) whose every `EVERY`-th request (counted over the whole server) sleeps `SLOW` seconds before it
-/// answers; the others answer at once. HTTP/1.1 keep-alive, one thread per connection, and
-/// a listen backlog large enough that no SYN is dropped, and TCP_NODELAY on (the handler
-/// writes its head and body separately: Nagle would hold every response 40 ms).
-pub const EVERY_NTH_SERVER: &str = r#"
-import sys, threading, time
+/// A Python HTTP server (argv: port, then the hooks' own): HTTP/1.1 keep-alive, one thread
+/// per connection, a listen backlog large enough that no SYN is dropped, and TCP_NODELAY on
+/// (the handler writes its head and body separately: Nagle would hold every response 40 ms).
+/// It answers `hello` to every GET. `globals` are Python lines run first (`sys`, `random`,
+/// `threading` and `time` are imported);
+/// `on_connect` runs when a connection is accepted, before anything is read, and `on_request`
+/// before each answer (each one Python statement or `pass`).
+pub fn python_server(globals: &str, on_connect: &str, on_request: &str) -> String {
+    format!(
+        r#"
+import sys, random, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-EVERY, SLOW = int(sys.argv[2]), float(sys.argv[3])
-lock = threading.Lock()
-n = [0]
+{globals}
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
+    def setup(self):
+        {on_connect}
+        super().setup()
     def do_GET(self):
-        with lock:
-            n[0] += 1
-            slow = n[0] % EVERY == 0
-        if slow:
-            time.sleep(SLOW)
+        {on_request}
         body = b"hello\n"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -172,4 +174,16 @@ class S(ThreadingHTTPServer):
     request_queue_size = 512
     daemon_threads = True
 S(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
-"#;
+"#
+    )
+}
+
+/// [`python_server`] (argv: port, EVERY, SLOW) whose every `EVERY`-th request (counted over
+/// the whole server) sleeps `SLOW` seconds before it answers; the others answer at once.
+pub fn every_nth_server() -> String {
+    python_server(
+        "EVERY, SLOW = int(sys.argv[2]), float(sys.argv[3])\nlock = threading.Lock()\nn = [0]",
+        "pass",
+        "with lock:\n            n[0] += 1\n            slow = n[0] % EVERY == 0\n        if slow:\n            time.sleep(SLOW)",
+    )
+}
