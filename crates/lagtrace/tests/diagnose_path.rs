@@ -34,17 +34,7 @@ fn show(j: &Value) -> String {
 
 /// Runs `tc ARGS` in the lab's namespace.
 fn tc(lab: &Lab, args: &[&str]) {
-    let ns = lagtrace_lab::netns_name(lab.name());
-    let out = Command::new("tc")
-        .args(["-n", &ns])
-        .args(args)
-        .output()
-        .expect("tc");
-    assert!(
-        out.status.success(),
-        "tc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::tc_in_lab(lab, args);
 }
 
 /// Another client downloading from `addr` back to back (a new connection per download),

@@ -164,18 +164,7 @@ fn nginx_with_an_nft_drop_on_its_output_is_packet_loss_dropped_before_wire() {
 
 /// Runs `tc ARGS` in the lab's namespace; its output.
 fn tc(lab: &Lab, args: &[&str]) -> String {
-    let ns = lagtrace_lab::netns_name(lab.name());
-    let out = Command::new("tc")
-        .args(["-n", &ns])
-        .args(args)
-        .output()
-        .expect("tc");
-    assert!(
-        out.status.success(),
-        "tc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::tc_in_lab(lab, args)
 }
 
 /// A tbf qdisc (handle 10:) below an htb root (1:) on the server's device, fed a share of

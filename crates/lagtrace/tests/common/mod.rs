@@ -66,6 +66,22 @@ impl Drop for Foreground {
     }
 }
 
+/// Runs `tc ARGS` in `lab`'s namespace (panics with tc's error when it fails); its output.
+pub fn tc_in_lab(lab: &lagtrace_lab::Lab, args: &[&str]) -> String {
+    let ns = lagtrace_lab::netns_name(lab.name());
+    let out = std::process::Command::new("tc")
+        .args(["-n", &ns])
+        .args(args)
+        .output()
+        .expect("tc");
+    assert!(
+        out.status.success(),
+        "tc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Starts `cmd` in `lab`'s namespace, in directory `dir`, and waits (at most 10 s) until
 /// the lab's server address answers on `port`.
 pub fn start_in_lab(lab: &lagtrace_lab::Lab, dir: &Path, cmd: &[&str], port: u16) -> Foreground {
