@@ -93,7 +93,7 @@ impl Drop for Cgroup {
     }
 }
 
-/// A CPU-bound process (bounded to 60 s).
+/// A CPU-bound process (bounded to 60 s). Start it holding the measuring turn.
 fn busy() -> Foreground {
     Foreground(
         Command::new("python3")
@@ -171,6 +171,9 @@ fn a_server_under_a_cpu_quota_is_slow_server_cpu_throttled() {
 #[test]
 #[ignore = "needs root"]
 fn a_quota_on_another_process_is_not_blamed() {
+    // The whole test is a measurement: its CPU hogs must not run while another test measures
+    // (CI: this file's two hog tests in parallel, one's hogs in the other's control run).
+    let _turn = lagtrace_testkit::measuring();
     let lab = Lab::up(&LabOptions::new(&name("cpx")).server(ServerKind::Builtin)).expect("lab");
     let _py = server(&lab, 9012, 2.0, 512, 0);
     let cg = Cgroup::new(10_000);
@@ -294,7 +297,8 @@ fn healthy_nginx_gets_no_host_finding() {
     }
 }
 
-/// A CPU-bound process named `lthog` pinned to the CPUs in `mask` (bounded to 60 s).
+/// A CPU-bound process named `lthog` pinned to the CPUs in `mask` (bounded to 60 s). Start
+/// it holding the measuring turn.
 fn hog(mask: &str) -> Foreground {
     Foreground(
         Command::new("taskset")
@@ -334,6 +338,9 @@ fn diagnose_pinned(mask: &str, url: &str, args: &[&str]) -> (Value, String) {
 #[test]
 #[ignore = "needs root"]
 fn nginx_sharing_its_cpu_with_other_work_is_slow_server_cpu_contention() {
+    // The whole test is a measurement: its CPU hogs must not run while another test measures
+    // (CI: this file's two hog tests in parallel, one's hogs in the other's control run).
+    let _turn = lagtrace_testkit::measuring();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert!(
         cpus >= 2,
@@ -391,6 +398,9 @@ fn nginx_sharing_its_cpu_with_other_work_is_slow_server_cpu_contention() {
 #[test]
 #[ignore = "needs root"]
 fn a_slow_backend_behind_nginx_on_a_busy_host_is_not_cpu_contention() {
+    // The whole test is a measurement: its CPU hogs must not run while another test measures
+    // (CI: this file's two hog tests in parallel, one's hogs in the other's control run).
+    let _turn = lagtrace_testkit::measuring();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert!(cpus >= 2, "needs 2 CPUs: nginx's and the others'");
     let lab = Lab::up(&LabOptions::new(&name("bk")).server(ServerKind::Builtin)).expect("lab up");
