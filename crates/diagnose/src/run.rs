@@ -582,7 +582,11 @@ pub(crate) fn join_pinger(
     (ping, notes)
 }
 
-/// The load options of the c=N phase, from the c=1 phase's.
+/// The load options of the c=N phase, from the c=1 phase's, always with records: c=N runs
+/// only where connections can be made, even when the path's SYN probes went unanswered and
+/// c=1 went without records to fail fast (CI: a listener whose accept queue was full dropped
+/// every probe, then served c=1; without records c=N's 1 s connects were in no latency, and
+/// the overflowing backlog was called slow-server).
 fn cn_options(
     opts: &DiagnoseOptions,
     c1: &lagtrace_load::LoadOptions,
@@ -592,6 +596,10 @@ fn cn_options(
     lo.connections = opts.concurrency as usize;
     lo.threads = (opts.concurrency as usize).clamp(1, 2);
     lo.duration = Some(cn_dur);
+    if lo.records.is_none() {
+        lo.records = Some(lagtrace_load::RecordOptions::default());
+        lo.connect_timeout = CONNECT_WAIT;
+    }
     lo
 }
 
@@ -1033,6 +1041,17 @@ pub fn inspect_server(loc: &ServerLocation, port: u16) -> Layer<SocketEvidence> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_c_n_phase_records_its_requests_even_when_c1_failed_fast() {
+        let opts = DiagnoseOptions::new("http://127.0.0.1:1/");
+        let quick = load_options(&opts, Duration::from_secs(1), false);
+        assert!(quick.records.is_none());
+        let cn = cn_options(&opts, &quick, Duration::from_secs(2));
+        assert!(cn.records.is_some());
+        assert_eq!(cn.connect_timeout, CONNECT_WAIT);
+        assert_eq!(cn.connections, opts.concurrency as usize);
+    }
 
     #[test]
     fn urls_parse_into_targets_and_bad_ones_fail_clearly() {
