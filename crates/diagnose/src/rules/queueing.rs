@@ -160,7 +160,7 @@ fn host_queue<'a>(x: &Facts<'a>) -> Option<HostQueue<'a>> {
         .filter(|q| q.parent == "root" && q.bytes > 0 && window_s > 0.0)
         .map(|q| {
             let rate = q.bytes as f64 / window_s;
-            let wait_us = (f64::from(standing(q).0) / rate * 1e6) as u64;
+            let wait_us = (f64::from(standing_bytes(q)) / rate * 1e6) as u64;
             HostQueue {
                 q,
                 rate,
@@ -175,23 +175,27 @@ fn host_queue<'a>(x: &Facts<'a>) -> Option<HostQueue<'a>> {
         .max_by_key(|h| h.wait_us)
 }
 
-/// The bytes a qdisc holds as a rule, and how that was seen: the median of the samples
-/// through the window when there are at least [`MIN_SAMPLES`], else the end's backlog.
-fn standing(q: &QdiscDelta) -> (u32, String) {
-    match q.backlog_sampled.filter(|s| s.samples >= MIN_SAMPLES) {
-        Some(s) => (
-            s.p50_bytes,
-            format!(
-                "a median {} B queued over {} samples through the run (max {} B)",
-                s.p50_bytes, s.samples, s.max_bytes
-            ),
+/// The samples that make a qdisc's median backlog: at least [`MIN_SAMPLES`].
+fn sampled(q: &QdiscDelta) -> Option<lagtrace_model::host::BacklogSamples> {
+    q.backlog_sampled.filter(|s| s.samples >= MIN_SAMPLES)
+}
+
+/// The bytes a qdisc holds as a rule: the median of its samples through the window, else
+/// the end's backlog.
+fn standing_bytes(q: &QdiscDelta) -> u32 {
+    sampled(q).map_or(q.backlog_bytes, |s| s.p50_bytes)
+}
+
+/// How [`standing_bytes`] was seen, in words.
+fn standing_text(q: &QdiscDelta) -> String {
+    match sampled(q) {
+        Some(s) => format!(
+            "a median {} B queued over {} samples through the run (max {} B)",
+            s.p50_bytes, s.samples, s.max_bytes
         ),
-        None => (
-            q.backlog_bytes,
-            format!(
-                "{} B ({} packets) queued at the end of the run",
-                q.backlog_bytes, q.qlen
-            ),
+        None => format!(
+            "{} B ({} packets) queued at the end of the run",
+            q.backlog_bytes, q.qlen
         ),
     }
 }
@@ -210,7 +214,7 @@ fn host_line(h: &HostQueue<'_>) -> EvidenceLine {
             q.kind,
             q.handle,
             q.dev,
-            standing(q).1,
+            standing_text(q),
             rate_text(h.rate * 8.0),
             ms(h.wait_us),
             if q.overlimits > 0 {
