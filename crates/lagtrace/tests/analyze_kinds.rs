@@ -87,6 +87,17 @@ fn run_with(
     respond: fn(&mut TcpStream),
     setup: fn(&TcpListener),
 ) -> serde_json::Value {
+    run_keeping(ip, client, requests, respond, setup).0
+}
+
+/// [`run_with`], keeping the capture (for a peer to read) and the server's port.
+fn run_keeping(
+    ip: &'static str,
+    client: Client,
+    requests: usize,
+    respond: fn(&mut TcpStream),
+    setup: fn(&TcpListener),
+) -> (serde_json::Value, Capture, u16) {
     let l = TcpListener::bind((ip, 0)).unwrap();
     setup(&l);
     let port = l.local_addr().unwrap().port();
@@ -152,7 +163,7 @@ fn run_with(
     drop(c);
     server.join().unwrap();
     let file = cap.stop().to_path_buf();
-    analyze_json(&file)
+    (analyze_json(&file), cap, port)
 }
 
 fn no_setup(_: &TcpListener) {}
@@ -461,14 +472,76 @@ fn cork_holding_only_the_tail_is_tcp_cork() {
     );
 }
 
+/// For each response on the server `port` in `file`, read by tshark (the peer): when the
+/// body left after the client's first ACK that covered the head, in µs (`None`: the body
+/// left before any such ACK).
+fn body_after_head_ack(file: &Path, port: u16) -> Vec<Option<i64>> {
+    let rows = lagtrace_testkit::tshark_fields(
+        file,
+        None,
+        &[
+            "frame.time_epoch",
+            "tcp.srcport",
+            "tcp.len",
+            "tcp.seq",
+            "tcp.ack",
+        ],
+    );
+    let mut out = Vec::new();
+    let (mut head_end, mut ack_at): (Option<u64>, Option<i64>) = (None, None);
+    for r in rows {
+        let t: f64 = r[0].parse().unwrap();
+        let t = (t * 1e6) as i64;
+        let (from_server, len) = (r[1] == port.to_string(), r[2].parse::<u64>().unwrap_or(0));
+        let (seq, ack) = (
+            r[3].parse::<u64>().unwrap_or(0),
+            r[4].parse::<u64>().unwrap_or(0),
+        );
+        match (from_server, len > 0) {
+            (true, true) => match head_end {
+                None => head_end = Some(seq + len),
+                Some(u64::MAX) => {}
+                Some(_) => {
+                    out.push(ack_at.map(|a| t - a));
+                    head_end = Some(u64::MAX); // the body is in: nothing more until the next request
+                }
+            },
+            (false, true) => {
+                (head_end, ack_at) = (None, None);
+            }
+            (false, false) => {
+                if let Some(h) = head_end
+                    && h != u64::MAX
+                    && ack >= h
+                    && ack_at.is_none()
+                {
+                    ack_at = Some(t);
+                }
+            }
+            (true, false) => {}
+        }
+    }
+    out
+}
+
 /// TCP_NODELAY server that pauses 52 ms between headers and body (a busy or slow server,
 /// not Nagle): the client's delayed ACK of the headers comes at ~40-48 ms, the body a few
-/// ms after it. That coincidence must not be called Nagle or delayed ACK: a Nagle hold is
-/// released while the ACK is processed, within about one RTT.
+/// ms after it. A Nagle hold is released while the ACK is processed, within about one RTT,
+/// so what the packets decide is asserted per response, measured by tshark on the same
+/// capture: a body that left more than 10 ms after the ACK (or before it) was not released
+/// by it and gets no finding; when no body left within 2 ms of its ACK, no response gets a
+/// finding at all (late releases count only beside prompt ones). A body that left within
+/// 2 ms of a late ACK is what the packets cannot tell from Nagle — it happens when the ACK
+/// and the end of the pause fire together (a virtual CPU that was descheduled runs both
+/// timers at once when it resumes: a fresh CI machine named 7 of 8 so): such a response may
+/// be named, and its finding must say that the sender's TCP_NODELAY decides
+/// ([`a_pause_ending_with_the_ack_is_named_with_what_decides_it`] makes that band on purpose).
 #[test]
 #[ignore = "needs root"]
 fn pause_between_writes_ending_after_a_delayed_ack_is_not_nagle() {
-    let an = run(
+    let (an, cap, port) = run_keeping(
+        "127.0.0.1",
+        Client::default(),
         8,
         |s| {
             s.set_nodelay(true).unwrap();
@@ -479,13 +552,91 @@ fn pause_between_writes_ending_after_a_delayed_ack_is_not_nagle() {
         },
         no_setup,
     );
-    let k = kinds(&an);
-    assert_eq!(
-        count(&k, "nagle-delayed-ack") + count(&k, "nagle-stall") + count(&k, "delayed-ack"),
-        0,
-        "{k:?}"
-    );
     assert_eq!(an["transactions_total"].as_u64(), Some(8));
+    let after = body_after_head_ack(&cap.file, port);
+    assert_eq!(after.len(), 8, "{after:?}");
+    let prompt = |d: &Option<i64>| d.is_some_and(|d| (0..=2_000).contains(&d));
+    let decided = |d: &Option<i64>| d.is_none_or(|d| d > 10_000);
+    let any_prompt = after.iter().any(prompt);
+    let stalls = [
+        "nagle-delayed-ack",
+        "nagle-stall",
+        "delayed-ack",
+        "held-until-ack",
+    ];
+    for f in an["findings"].as_array().unwrap() {
+        let kind = f["kind"].as_str().unwrap();
+        if !stalls.contains(&kind) {
+            continue;
+        }
+        let t = f["transaction"].as_u64().unwrap() as usize;
+        let d = after[t];
+        assert!(
+            !decided(&d),
+            "response {t} left {d:?} µs after the ACK of its head, yet {kind}: {f}\n{after:?}"
+        );
+        assert!(
+            any_prompt,
+            "no body left within 2 ms of its ACK, yet response {t} is {kind}: {f}\n{after:?}"
+        );
+        assert!(
+            f["explanation"]
+                .as_str()
+                .unwrap()
+                .contains("its TCP_NODELAY decides"),
+            "an ambiguous hold must say what decides it: {f}"
+        );
+    }
+}
+
+/// The ambiguous band made on purpose: a TCP_NODELAY server that waits until its head is
+/// acknowledged (the kernel's unacknowledged bytes, SIOCOUTQ, reach 0) and only then writes
+/// the body. On the wire that is a Nagle hold released by the client's delayed ACK — the
+/// packets cannot tell — so `analyze` names it, and each finding says that the sender's
+/// TCP_NODELAY decides (`diagnose` reads it from the socket).
+#[test]
+#[ignore = "needs root"]
+fn a_pause_ending_with_the_ack_is_named_with_what_decides_it() {
+    let an = run(
+        8,
+        |s| {
+            s.set_nodelay(true).unwrap();
+            let (h, b) = response(150, 600);
+            s.write_all(&h).unwrap();
+            let t = std::time::Instant::now();
+            loop {
+                let mut queued: libc::c_int = 0;
+                // SAFETY: TIOCOUTQ (= SIOCOUTQ) writes one int, the bytes not yet
+                // acknowledged, into `queued`.
+                let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+                assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+                if queued == 0 || t.elapsed() > Duration::from_secs(1) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            s.write_all(&b).unwrap();
+        },
+        no_setup,
+    );
+    let nagle: Vec<_> = an["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "nagle-delayed-ack")
+        .collect();
+    // The first response's head is acknowledged at once (a new connection's quick ACKs);
+    // the others wait for the delayed ACK.
+    assert!(nagle.len() >= 4, "{:?}", kinds(&an));
+    for f in nagle {
+        assert!(
+            f["explanation"]
+                .as_str()
+                .unwrap()
+                .contains("its TCP_NODELAY decides"),
+            "{f}"
+        );
+    }
 }
 
 /// Larger responses (MSS clamped to 1000 with TCP_MAXSEG on the listener): headers in one

@@ -356,9 +356,18 @@ fn builtin_behind_a_deep_tbf_queue_is_path_queueing() {
 /// retransmissions are tail-loss probes and RACK firing while the busy client's ACKs are late,
 /// and the client D-SACKs them; the client's window fills briefly while it waits for a CPU.
 /// None of that is a cause: healthy, three runs out of three.
+///
+/// Healthy holds while the CPUs are the server's and this lagtrace's. When other work takes
+/// them (a fresh CI machine: run 1 said slow-server, p99 596 ms, 93 % server time; two busy
+/// loops beside this test: 7 runs of 8), the server's threads wait for a CPU through the
+/// slowest requests and the right verdict is `slow-server` / `cpu-contention` — asserted
+/// then only with the host layer's own measure of that other work (other processes used
+/// more CPU than this lagtrace). The measuring turn is held for the whole test, so no other
+/// verdict test of the suite runs between its runs.
 #[test]
 #[ignore = "needs root"]
 fn builtin_bulk_4mb_at_c32_is_healthy_every_run() {
+    let _turn = lagtrace_testkit::measuring();
     let (_lab, url) = builtin_lab(
         "bulk",
         ServeOptions {
@@ -368,7 +377,25 @@ fn builtin_bulk_4mb_at_c32_is_healthy_every_run() {
     );
     for run in 1..=3 {
         let (code, j, err) = diagnose(&url, &["-d", "5s"]);
-        assert_eq!(cause(&j), "healthy", "run {run}: {err}\n{}", show(&j));
+        let cpu = &j["layers"]["host"]["data"]["cpu"]["data"];
+        let (own, others) = (cpu["own_us"].as_u64(), cpu["others_us"].as_u64());
+        let contended = matches!((own, others), (Some(o), Some(x)) if x > o);
+        if contended && cause(&j) == "slow-server" {
+            assert_eq!(
+                j["verdict"]["mechanism"],
+                "cpu-contention",
+                "run {run}: other work held the CPUs ({others:?} µs against this lagtrace's {own:?} µs): {err}\n{}",
+                show(&j)
+            );
+            assert_eq!(code, 1, "run {run}");
+            continue;
+        }
+        assert_eq!(
+            cause(&j),
+            "healthy",
+            "run {run} (other processes' CPU {others:?} µs, this lagtrace's {own:?} µs): {err}\n{}",
+            show(&j)
+        );
         assert_eq!(code, 0, "run {run}");
     }
 }

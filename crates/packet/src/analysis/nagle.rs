@@ -227,6 +227,12 @@ pub(super) fn held_until_ack(mut f: Finding, u: &Unheld) -> Finding {
     f
 }
 
+/// What the packets cannot tell about a Nagle-shaped hold: a sender whose own pause ended
+/// just after the ACK (a pause that met a late ACK: a receiver or a virtual CPU that ran late
+/// fires the delayed-ACK timer and wakes the sender at the same moment) sends the same
+/// packets at the same times. Only the sender's socket options (TCP_NODELAY) decide.
+const AMBIGUOUS: &str = "; a sender whose own pause ended with this ACK looks the same on the wire: its TCP_NODELAY decides";
+
 /// Segment `ev` was held behind the small `sm` until ACK `a`; `p` is the data before it.
 fn nagle_finding(
     ev: &Seg<'_>,
@@ -241,7 +247,7 @@ fn nagle_finding(
         (
             FindingKind::NagleDelayedAck,
             format!(
-                "{} B held by Nagle behind the unacknowledged {} B segment (frame {}) until the peer's ACK {:.1} ms later (frame {}, delayed ACK); sent {:.1} ms after it",
+                "{} B held by Nagle behind the unacknowledged {} B segment (frame {}) until the peer's ACK {:.1} ms later (frame {}, delayed ACK); sent {:.1} ms after it{AMBIGUOUS}",
                 ev.len,
                 sm.len,
                 sm.frame,
@@ -254,7 +260,7 @@ fn nagle_finding(
         (
             FindingKind::NagleStall,
             format!(
-                "{} B held by Nagle behind the unacknowledged {} B segment (frame {}) until the peer's ACK (frame {}, {:.1} ms)",
+                "{} B held by Nagle behind the unacknowledged {} B segment (frame {}) until the peer's ACK (frame {}, {:.1} ms){AMBIGUOUS}",
                 ev.len,
                 sm.len,
                 sm.frame,
