@@ -121,7 +121,8 @@ case $mode in
     # Build once, before the load starts; then run the test binary itself, M times.
     (cd "$work/clone" && cargo build --release --locked --bin lagtrace -q) || exit 2
     bin=$(cd "$work/clone" && cargo test --release --locked -p lagtrace --test "$file" --no-run \
-      --message-format=json 2>/dev/null | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+      --message-format=json 2>/dev/null | grep '"kind":\["test"\]' | grep "\"name\":\"$file\"" \
+      | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
     [[ -x $bin ]] || { echo "flake-check: could not build tests/$file.rs" >&2; exit 2; }
     echo "flake-check: $runs run(s) of tests/$file.rs ${filter:+(filter $filter) }with $load busy loop(s) (HEAD $(git -C "$here" rev-parse --short HEAD))" >&2
     start_hogs

@@ -56,6 +56,7 @@
 pub mod adapters;
 pub mod client_cpu;
 mod error;
+mod hops;
 pub mod join;
 mod partial;
 pub mod passive;

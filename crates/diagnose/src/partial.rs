@@ -61,6 +61,7 @@ pub fn mark(mut d: Diagnosis) -> Diagnosis {
         mechanism: None,
         tail: None,
         fix: Vec::new(),
+        hop: None,
     };
     d
 }
@@ -133,6 +134,7 @@ mod tests {
             packets: Layer::skipped("interrupted"),
             sockets: Layer::skipped("interrupted"),
             host: Layer::skipped("interrupted"),
+            hops: Vec::new(),
         };
         let target = Target {
             url: "http://127.0.0.1:1/".into(),

@@ -249,6 +249,7 @@ fn from_file(opts: &PassiveOptions, path: &Path, progress: &dyn Fn(Step)) -> Res
         packets,
         sockets: Layer::skipped(why("server sockets")),
         host: Layer::skipped(why("host counters")),
+        hops: Vec::new(),
     })
 }
 
@@ -618,6 +619,7 @@ fn live(
         packets,
         sockets,
         host,
+        hops: Vec::new(),
     })
 }
 

@@ -155,5 +155,6 @@ pub(crate) fn under_load(
         packets,
         sockets,
         host,
+        hops: Vec::new(),
     }
 }

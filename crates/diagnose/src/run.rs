@@ -65,6 +65,8 @@ pub struct DiagnoseOptions {
     /// The server-side layers (packets, sockets, host) from another host (`lagtrace
     /// agent`) instead of this machine's namespaces, which are then never entered.
     pub remote: Option<Arc<dyn crate::remote::RemoteServer>>,
+    /// Do not look for the server's own upstream connections (hops).
+    pub no_hops: bool,
 }
 
 impl DiagnoseOptions {
@@ -79,6 +81,7 @@ impl DiagnoseOptions {
             insecure: false,
             server_pid: None,
             remote: None,
+            no_hops: false,
         }
     }
 }
@@ -285,6 +288,13 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     // Per-request records (connect waits, failures, pending ones) wherever a connection
     // can be made; where the path saw the port closed or silent, c=1 fails fast instead.
     let lo = load_options(opts, budget.c1, !quick_fail);
+    // The server's own upstream connections are watched from before c=1: a proxy that
+    // opens one per request shows them there, and the c=N phase captures their packets.
+    let discovery = if quick_fail || opts.no_hops {
+        None
+    } else {
+        crate::hops::Discovery::start(&location, sa)
+    };
     let (c1, app_reason) = app_c1(&lo, &mut app, stop, progress);
 
     let go_on = match c1 {
@@ -296,6 +306,7 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
         // its capture show where the responses go (held, lost, never sent).
         C1::NoRequest => app.c1.as_ref().is_some_and(awaited_response),
     };
+    let mut hops = Vec::new();
     let (packets, sockets, host) = if !go_on || stop.load(Ordering::Relaxed) {
         let why = if stop.load(Ordering::Relaxed) {
             INTERRUPTED.to_string()
@@ -310,7 +321,8 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
             Layer::skipped(why),
         )
     } else {
-        let u = under_load(opts, &lo, budget.cn, &location, sa, progress);
+        let u = under_load(opts, &lo, budget.cn, &location, sa, discovery, progress);
+        hops = u.hops;
         app.cn = Some(u.cn);
         path.under_load = u.ping;
         path.notes.extend(u.notes);
@@ -334,6 +346,7 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
         packets,
         sockets,
         host,
+        hops,
     };
     Ok(assemble(opts, target, layers, t0))
 }
@@ -545,6 +558,8 @@ pub(crate) struct UnderLoad {
     pub(crate) packets: Layer<PacketEvidence>,
     pub(crate) sockets: Layer<SocketEvidence>,
     pub(crate) host: Layer<lagtrace_model::host::HostReport>,
+    /// The hops behind the server (local servers only).
+    pub(crate) hops: Vec<lagtrace_model::diagnosis::evidence::HopEvidence>,
 }
 
 /// The SYN ping under load on its own thread (from 400 ms into the run until stopped).
@@ -611,6 +626,7 @@ fn under_load(
     cn_dur: Duration,
     location: &ServerLocation,
     sa: SocketAddr,
+    discovery: Option<crate::hops::Discovery>,
     progress: &dyn Fn(Step),
 ) -> UnderLoad {
     if let Some(remote) = &opts.remote {
@@ -626,6 +642,16 @@ fn under_load(
     }
     let stop = &*opts.stop;
     let capture = start_capture(location, sa, progress);
+    let hop_captures = discovery.as_ref().map(|d| {
+        let c = d.start_captures();
+        if c.peers() > 0 {
+            progress(Step::Start(format!(
+                "hops: capturing the server's connections to {}",
+                c.peer_list()
+            )));
+        }
+        c
+    });
     let (pinger, ping_stop) = start_pinger(sa);
     let host = start_host(opts, location, sa.port(), cn_dur);
     let insp: Arc<Mutex<Option<Layer<SocketEvidence>>>> = Arc::new(Mutex::new(None));
@@ -662,6 +688,23 @@ fn under_load(
     progress(Step::Start("packets: analysing the capture".into()));
     let packets = finish_capture(capture, &cn);
     progress(ended(&packets, packets_line(&packets)));
+    let hops = match (discovery, hop_captures) {
+        (Some(d), Some(c)) => d.finish(c),
+        _ => Vec::new(),
+    };
+    for h in &hops {
+        progress(Step::Done(format!(
+            "hop: {} (pid {}) → {}{}: {} connection(s) seen; {}",
+            h.from.comm,
+            h.from.pid,
+            h.peer,
+            h.to.as_ref()
+                .map(|t| format!(" ({} pid {})", t.comm, t.pid))
+                .unwrap_or_default(),
+            h.connections,
+            packets_line(&h.packets)
+        )));
+    }
     progress(ended(&sockets, sockets_line(&sockets)));
     let host = match join_unless_stopped(host, stop) {
         Some(Ok(l)) => l,
@@ -687,6 +730,7 @@ fn under_load(
         packets,
         sockets,
         host,
+        hops,
     }
 }
 
@@ -795,6 +839,8 @@ struct RunningCapture {
     file: tempfile_path::TempPath,
     point: String,
 }
+
+pub(crate) use tempfile_path::{TempPath, new as temp_path};
 
 /// A temporary file removed on drop (no extra crate: the diagnose crate keeps its deps).
 mod tempfile_path {
@@ -950,7 +996,7 @@ pub(crate) fn analyse_pcap_bytes(
 }
 
 /// The packet layer of a capture file, joined with the run's kept records.
-fn analyse(
+pub(crate) fn analyse(
     path: &std::path::Path,
     point: String,
     dropped: u64,

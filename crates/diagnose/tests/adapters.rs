@@ -16,6 +16,7 @@ fn packets_only(p: PacketEvidence) -> Layers {
         packets: Layer::ran(p),
         sockets: Layer::skipped("not run: a capture file"),
         host: Layer::skipped("not run: a capture file"),
+        hops: Vec::new(),
     }
 }
 

@@ -40,11 +40,15 @@ fn show(j: &Value) -> String {
         + "\n"
         + &evidence(j)
         + &format!(
-            "layers: path {} app {} packets {} sockets {}",
+            "layers: path {} app {} packets {} sockets {} host {} {}\nhost threads: {} cpu: {}",
             j["layers"]["path"]["status"],
             j["layers"]["app"]["status"],
             j["layers"]["packets"]["status"],
-            j["layers"]["sockets"]["status"]
+            j["layers"]["sockets"]["status"],
+            j["layers"]["host"]["status"],
+            j["layers"]["host"]["reason"],
+            serde_json::to_string(&j["layers"]["host"]["data"]["threads"]).unwrap_or_default(),
+            serde_json::to_string(&j["layers"]["host"]["data"]["cpu"]).unwrap_or_default(),
         )
 }
 

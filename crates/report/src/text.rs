@@ -261,6 +261,9 @@ pub fn text(d: &Diagnosis) -> String {
         v.confidence.name()
     );
     let _ = writeln!(o, "  {}", v.summary);
+    if let Some(h) = &v.hop {
+        let _ = writeln!(o, "  where: {}", h.text);
+    }
     if !v.cost.text.is_empty() {
         let _ = writeln!(o, "  cost: {}", v.cost.text);
     }

@@ -142,6 +142,7 @@ impl Synth {
                 notes: vec![],
             }),
             host: Layer::skipped("not measured in this fixture"),
+            hops: Vec::new(),
         }
     }
 }

@@ -94,6 +94,7 @@ pub(super) fn judge(layers: &Layers, x: &Facts<'_>) -> Judgement {
             mechanism: None,
             tail: None,
             fix: Vec::new(),
+            hop: None,
         },
         evidence,
         finding_layers: Vec::new(),

@@ -5,14 +5,39 @@ use lagtrace_model::Cause;
 
 use super::facts::Facts;
 use super::{
-    Candidate, Judgement, RULE_OUTS, RULES, SLOW_SERVER_US, healthy, host, note, rule, tail,
+    Candidate, Judgement, RULE_OUTS, RULES, SLOW_SERVER_US, healthy, hop, host, note, rule, tail,
     unreachable, wiredrop,
 };
 use crate::evidence::{AppRun, LayerName, LayerStatus, Layers, Target};
 use crate::verdict::{Confidence, Cost, EvidenceLine, Mechanism, Tail, Verdict};
 
-/// Decides the verdict from the evidence of all layers.
+/// Decides the verdict from the evidence of all layers, the hops behind the server included:
+/// each hop is judged with the same rules, and a cause its packets show becomes the verdict
+/// when the server's own verdict sees only time inside the server ([`hop`]).
 pub fn judge(target: &Target, layers: &Layers) -> Judgement {
+    let front = judge_here(target, layers);
+    if layers.hops.is_empty() || !hop::front_open(&front, layers) {
+        return front;
+    }
+    let best = layers
+        .hops
+        .iter()
+        .map(|h| {
+            (
+                h,
+                judge_here(&hop::hop_target(h), &hop::hop_layers(layers, h)),
+            )
+        })
+        .filter(|(_, j)| hop::names_cause(j))
+        .max_by(|a, b| hop::impact(&a.1).total_cmp(&hop::impact(&b.1)));
+    match best {
+        Some((h, j)) => hop::adopt(front, j, h, hop::chain(target, h)),
+        None => front,
+    }
+}
+
+/// The verdict of one server from its own layers.
+fn judge_here(target: &Target, layers: &Layers) -> Judgement {
     let x = Facts::new(layers);
     if let Some(j) = unreachable::judge(target, layers, &x) {
         return j;
@@ -102,6 +127,7 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
             mechanism: primary.mechanism.or(mechanism.map(|m| m.0)),
             tail: tail.map(|t| with_mechanism(t.tail(), primary, &x)),
             fix,
+            hop: None,
         },
         evidence,
         finding_layers,

@@ -27,6 +27,7 @@ mod cork;
 mod facts;
 mod first;
 mod healthy;
+mod hop;
 mod host;
 mod judge;
 mod loss;

@@ -661,6 +661,7 @@ pub(super) fn judge(
             mechanism: t.explained.as_ref().and_then(|p| p.mechanism),
             tail: Some(tail),
             fix,
+            hop: None,
         },
         evidence,
         finding_layers,

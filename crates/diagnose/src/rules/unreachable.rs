@@ -219,6 +219,7 @@ pub(super) fn judge(target: &Target, layers: &Layers, x: &Facts<'_>) -> Option<J
             mechanism: None,
             tail: None,
             fix: vec![fix],
+            hop: None,
         },
         evidence: ev,
         finding_layers: [LayerName::Path, LayerName::App]

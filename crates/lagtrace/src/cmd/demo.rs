@@ -206,6 +206,7 @@ fn diagnose(
         baseline: None,
         verify: false,
         server_pid: None,
+        no_hops: false,
         agent: Default::default(),
         passive: Default::default(),
         quiet: false,

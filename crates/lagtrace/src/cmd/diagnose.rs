@@ -85,6 +85,12 @@ pub struct Args {
     /// namespace's under /run/netns; otherwise the host layer is skipped
     #[arg(long, value_name = "PID", value_parser = super::process_id)]
     pub server_pid: Option<u32>,
+    /// Do not follow the request behind the server. By default the connections the server's
+    /// processes open during the run (to an application server, a database, a cache) are
+    /// found from their sockets, captured in the server's namespace (loopback included) and
+    /// judged with the same rules: a cause on such a hop is named there (`verdict.hop`)
+    #[arg(long)]
+    pub no_hops: bool,
     /// The server-side layers (capture, sockets, host) from `lagtrace agent` on the server's
     /// host instead of this machine
     #[command(flatten)]
@@ -413,6 +419,7 @@ pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
     o.timeout = args.timeout;
     o.insecure = args.insecure;
     o.server_pid = args.server_pid;
+    o.no_hops = args.no_hops;
     o.remote = remote;
     o.stop = stop;
     let r = lagtrace_diagnose::run(&o, &printer(args.quiet));

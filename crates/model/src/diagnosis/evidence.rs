@@ -747,6 +747,37 @@ pub struct Layers {
     /// run. Absent in diagnoses recorded before it existed (then `skipped`).
     #[serde(default = "host_not_recorded")]
     pub host: Layer<crate::host::HostReport>,
+    /// The hops behind the server: the upstreams its processes connected to during the c=N
+    /// run, each with its own packets and sockets. Empty when none was seen (or not looked
+    /// for: a remote server, a saved capture).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hops: Vec<HopEvidence>,
+}
+
+/// One hop behind the server: the TCP connections a process on the request's way opened to
+/// one peer (address:port) during the c=N run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HopEvidence {
+    /// 1 for the server's own upstreams, 2 for theirs, …
+    pub depth: u32,
+    /// The process that opened the connections.
+    pub from: ServerProcess,
+    /// The peer as the connecting process sees it (`127.0.0.1:9000`).
+    pub peer: String,
+    /// The process listening there, when it is on this host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<ServerProcess>,
+    /// The service the peer's port is known for (`redis`, `postgresql`), a hint only: the
+    /// hop is found from the connecting process's sockets, never from a port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Distinct connections seen (by local port) while polling the process's sockets.
+    pub connections: u32,
+    /// The hop's packets, captured in the connecting process's namespace on the interface
+    /// toward the peer (loopback included).
+    pub packets: Layer<PacketEvidence>,
+    /// The peer's sockets and configuration (the owner of its listener), when on this host.
+    pub sockets: Layer<SocketEvidence>,
 }
 
 fn host_not_recorded() -> Layer<crate::host::HostReport> {

@@ -106,6 +106,63 @@ pub struct Verdict {
     pub tail: Option<Tail>,
     /// How to fix it, best first (empty when healthy).
     pub fix: Vec<Fix>,
+    /// Where on the request's way the cause sits, when it is behind the server: the chain
+    /// client → server → upstream … and which link of it. Absent when the cause is at the
+    /// server the client talks to (or no hop behind it was observed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hop: Option<Hop>,
+}
+
+/// Where the cause sits on the way of a request through the server to its upstreams.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Hop {
+    /// The chain from the client on: `client`, the server, then each upstream.
+    pub chain: Vec<HopNode>,
+    /// Index in `chain` of the process whose side the cause is on (≥ 2: behind the server).
+    pub at: usize,
+    /// The chain in one line (`client → nginx (pid 7) 10.0.0.2:8080 → python3 (pid 9)
+    /// 127.0.0.1:9000`).
+    pub text: String,
+}
+
+/// One process on a request's way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct HopNode {
+    /// Its command name (`client` for the client, `remote` when not on this host).
+    pub name: String,
+    /// Its process id, when on this host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The address:port its clients connect to (none for the client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+}
+
+impl HopNode {
+    /// `name (pid N) addr`, as far as known.
+    pub fn label(&self) -> String {
+        let mut s = self.name.clone();
+        if let Some(p) = self.pid {
+            s.push_str(&format!(" (pid {p})"));
+        }
+        if let Some(a) = &self.addr {
+            s.push(' ');
+            s.push_str(a);
+        }
+        s
+    }
+}
+
+impl Hop {
+    /// A hop from its chain, with the one-line text filled.
+    pub fn new(chain: Vec<HopNode>, at: usize) -> Hop {
+        let text = chain
+            .iter()
+            .map(HopNode::label)
+            .collect::<Vec<_>>()
+            .join(" → ");
+        Hop { chain, at, text }
+    }
 }
 
 /// The cost of the verdict's cause in the user's terms: numbers first, the same in prose.

@@ -1,0 +1,317 @@
+//! The hops behind the server: the TCP connections its processes open (connect, not
+//! accept) while the load runs, their packets, and the process at the other end.
+//!
+//! - **Found** from the server's own sockets, never from a port: every process holding the
+//!   target's listener (as the host layer finds them) is watched through the run; each of
+//!   its TCP sockets whose local port is not the listener's is an upstream connection, and
+//!   its peer address:port is a hop. Polled (sock_diag + the processes' descriptor tables)
+//!   from before the c=1 run, so a proxy that opens a connection per request is seen too.
+//! - **Captured** in the server's namespace on the interface toward each peer (loopback
+//!   included), one capture per peer: each connection is seen at
+//!   one capture point, and the client-facing capture is left as it was.
+//! - **Analysed** with the same TCP analysis as the server's own traffic (the connecting
+//!   process is the client there), and the peer's sockets and configuration are read where
+//!   the peer listens on this host.
+//!
+//! The verdict rules then judge each hop with the same rules ([`crate::rules::judge`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use lagtrace_model::diagnosis::evidence::{HopEvidence, ServerProcess};
+use lagtrace_netns::NetNs;
+
+use crate::evidence::{AppRun, Layer, PacketEvidence};
+use crate::run::ServerLocation;
+
+/// How often the server's sockets are listed. A connection that lives less than this may be
+/// missed on one poll, not on every request of a run.
+const POLL: Duration = Duration::from_millis(20);
+/// How often the processes holding the listener are looked up again (workers come and go).
+const PIDS_EVERY: Duration = Duration::from_millis(500);
+/// sock_diag states of a connection its process still holds: SYN_SENT, ESTABLISHED,
+/// FIN_WAIT1, FIN_WAIT2, CLOSE_WAIT, LAST_ACK, CLOSING.
+const OPEN_STATES: u32 =
+    (1 << 1) | (1 << 2) | (1 << 4) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 11);
+/// At most this many peers are followed (the busiest by connections seen).
+const MAX_HOPS: usize = 8;
+/// Packets kept per hop capture.
+const MAX_HOP_PACKETS: u64 = 200_000;
+
+/// A peer seen from the server's sockets.
+#[derive(Debug, Clone)]
+struct Seen {
+    from: ServerProcess,
+    local_ports: BTreeSet<u16>,
+}
+
+type SeenMap = BTreeMap<SocketAddr, Seen>;
+
+/// Watches the server's processes for the connections they open.
+pub(crate) struct Discovery {
+    netns: NetNs,
+    location: ServerLocation,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<SeenMap>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The hop captures of one run.
+pub(crate) struct HopCaptures {
+    running: Vec<RunningHopCapture>,
+    /// Peers seen only after the captures started (not captured), with their notes.
+    not_captured: Vec<(SocketAddr, String)>,
+}
+
+struct RunningHopCapture {
+    handle: lagtrace_packet::capture::CaptureHandle,
+    file: crate::run::TempPath,
+    point: String,
+    peer: SocketAddr,
+}
+
+impl HopCaptures {
+    /// How many peers are captured.
+    pub fn peers(&self) -> usize {
+        self.running.len()
+    }
+
+    /// The captured peers, comma-separated.
+    pub fn peer_list(&self) -> String {
+        self.running
+            .iter()
+            .map(|c| c.peer.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl Discovery {
+    /// Starts watching the processes holding `target`'s listener where the server runs on
+    /// this machine; `None` elsewhere (a remote server: its agent would have to say).
+    pub fn start(loc: &ServerLocation, target: SocketAddr) -> Option<Discovery> {
+        let (netns, label) = match loc {
+            ServerLocation::Here => (NetNs::Current, "current".to_string()),
+            ServerLocation::Namespace(n) => (NetNs::Named(n.clone()), n.clone()),
+            _ => return None,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen: Arc<Mutex<SeenMap>> = Arc::default();
+        let thread = {
+            let (netns, stop, seen) = (netns.clone(), stop.clone(), seen.clone());
+            std::thread::Builder::new()
+                .name("hops".into())
+                .spawn(move || watch(&netns, &label, target.port(), &stop, &seen))
+                .ok()?
+        };
+        Some(Discovery {
+            netns,
+            location: loc.clone(),
+            stop,
+            seen,
+            thread: Some(thread),
+        })
+    }
+
+    fn snapshot(&self) -> SeenMap {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Starts one capture per peer seen so far, on the interface toward it.
+    pub fn start_captures(&self) -> HopCaptures {
+        use lagtrace_packet::capture::{Capture, CaptureOptions, route_iface};
+        let mut running = Vec::new();
+        let mut not_captured = Vec::new();
+        for peer in busiest(&self.snapshot()) {
+            let iface = route_iface(peer.ip(), &self.netns).unwrap_or_else(|| "any".into());
+            let file = match crate::run::temp_path("hop") {
+                Ok(f) => f,
+                Err(e) => {
+                    not_captured.push((peer, format!("temp file: {e}")));
+                    continue;
+                }
+            };
+            let o = CaptureOptions {
+                iface: iface.clone(),
+                filter: Some(format!(
+                    "tcp and host {} and port {}",
+                    peer.ip(),
+                    peer.port()
+                )),
+                snaplen: 160,
+                netns: self.netns.clone(),
+                count: Some(MAX_HOP_PACKETS),
+                output: Some(file.0.clone()),
+                ..CaptureOptions::default()
+            };
+            let point = format!("{iface} in {}", netns_label(&self.netns));
+            match Capture::start(&o, None) {
+                Ok(handle) => running.push(RunningHopCapture {
+                    handle,
+                    file,
+                    point,
+                    peer,
+                }),
+                Err(e) => not_captured.push((peer, format!("capture on {point}: {e}"))),
+            }
+        }
+        HopCaptures {
+            running,
+            not_captured,
+        }
+    }
+
+    /// Stops watching and capturing; each hop with its packets and its peer's sockets.
+    pub fn finish(mut self, caps: HopCaptures) -> Vec<HopEvidence> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let seen = self.snapshot();
+        let mut packets: BTreeMap<SocketAddr, Layer<PacketEvidence>> = BTreeMap::new();
+        for c in caps.running {
+            let layer = match c.handle.stop() {
+                Ok(stats) => crate::run::analyse(
+                    &c.file.0,
+                    c.point,
+                    stats.dropped_by_kernel,
+                    &AppRun::default(),
+                ),
+                Err(e) => Layer::error(format!("capture: {e:#}")),
+            };
+            packets.insert(c.peer, layer);
+        }
+        for (p, why) in caps.not_captured {
+            packets.insert(p, Layer::error(why));
+        }
+        let mut hops = Vec::new();
+        for peer in busiest(&seen) {
+            let s = &seen[&peer];
+            let packets = packets.remove(&peer).unwrap_or_else(|| {
+                Layer::skipped(
+                    "first seen after the c=N run had started: its packets were not captured",
+                )
+            });
+            let local = is_local(peer.ip(), &self.netns);
+            let sockets = if local {
+                crate::run::inspect_server(&self.location, peer.port())
+            } else {
+                Layer::skipped(
+                    "the peer is not on this host: an agent there (`lagtrace agent`) would read its sockets",
+                )
+            };
+            let to = sockets.get().and_then(|s| s.server.clone());
+            hops.push(HopEvidence {
+                depth: 1,
+                from: s.from.clone(),
+                peer: peer.to_string(),
+                to,
+                service: service_name(peer.port()).map(str::to_string),
+                connections: s.local_ports.len() as u32,
+                packets,
+                sockets,
+            });
+        }
+        hops
+    }
+}
+
+impl Drop for Discovery {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The peers to follow: the ones with the most connections, at most [`MAX_HOPS`].
+fn busiest(seen: &SeenMap) -> Vec<SocketAddr> {
+    let mut v: Vec<(usize, SocketAddr)> = seen
+        .iter()
+        .map(|(p, s)| (s.local_ports.len(), *p))
+        .collect();
+    v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    v.into_iter().take(MAX_HOPS).map(|(_, p)| p).collect()
+}
+
+/// Whether `ip` is an address of `netns` itself (the kernel routes it through `lo`).
+fn is_local(ip: IpAddr, netns: &NetNs) -> bool {
+    lagtrace_packet::capture::route_iface(ip, netns).is_some_and(|i| i == "lo")
+}
+
+fn netns_label(n: &NetNs) -> String {
+    match n {
+        NetNs::Named(n) => format!("namespace {n}"),
+        _ => "this namespace".into(),
+    }
+}
+
+/// The service a port is known for: a hint in the text only (hops are found from sockets).
+fn service_name(port: u16) -> Option<&'static str> {
+    Some(match port {
+        3306 => "mysql",
+        5432 => "postgresql",
+        6379 => "redis",
+        11211 => "memcached",
+        27017 => "mongodb",
+        9042 => "cassandra",
+        5672 => "amqp",
+        9200 => "elasticsearch",
+        2379 => "etcd",
+        _ => return None,
+    })
+}
+
+/// The watch loop: lists the namespace's open TCP connections every [`POLL`] and keeps
+/// those held by the listener's processes whose local port is not the listener's.
+fn watch(netns: &NetNs, label: &str, port: u16, stop: &AtomicBool, seen: &Mutex<SeenMap>) {
+    let mut pids: Vec<u32> = Vec::new();
+    let mut pids_at: Option<Instant> = None;
+    while !stop.load(Ordering::Relaxed) {
+        if pids_at.is_none_or(|t| t.elapsed() >= PIDS_EVERY) {
+            pids = crate::adapters::host::listener_pids(netns, port).unwrap_or_default();
+            pids_at = Some(Instant::now());
+        }
+        if !pids.is_empty()
+            && let Ok(Ok(socks)) = netns.run(|| lagtrace_sockets::diag::dump_tcp(OPEN_STATES))
+        {
+            let out: Vec<_> = socks
+                .iter()
+                .filter(|s| s.inode != 0 && s.local.port() != port && s.remote.port() != 0)
+                .collect();
+            if !out.is_empty() {
+                let scan = lagtrace_sockets::procfs::scan_fds(&pids);
+                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                for s in out {
+                    let Some(o) = scan.owners.get(&s.inode).and_then(|v| v.first()) else {
+                        continue;
+                    };
+                    // A connection back to the server's own listener is not a hop.
+                    if s.remote.port() == port && pids.contains(&o.pid) && is_own(&socks, s.remote)
+                    {
+                        continue;
+                    }
+                    seen.entry(s.remote)
+                        .or_insert_with(|| Seen {
+                            from: ServerProcess {
+                                pid: o.pid,
+                                comm: o.comm.clone(),
+                                netns: label.to_string(),
+                            },
+                            local_ports: BTreeSet::new(),
+                        })
+                        .local_ports
+                        .insert(s.local.port());
+                }
+            }
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Whether `addr` is one of the namespace's own connection endpoints (a socket local there).
+fn is_own(socks: &[lagtrace_sockets::diag::DiagSocket], addr: SocketAddr) -> bool {
+    socks.iter().any(|s| s.local == addr)
+}

@@ -1,0 +1,184 @@
+//! The hops behind the server. Each hop is judged with the same rules as the server (its
+//! own packets, its peer's sockets, and the client's view of the run); a cause the hop's
+//! packets show becomes the verdict's when the server's own verdict sees only time spent
+//! inside the server (`slow-server`, `unexplained-tail`, or nothing at all), and
+//! `verdict.hop` says where on the chain it sits.
+//!
+//! Pure functions of the evidence; [`super::judge`] runs the rules on each hop.
+
+use lagtrace_model::Cause;
+use lagtrace_model::diagnosis::evidence::{HopEvidence, ServerProcess};
+
+use super::Judgement;
+use crate::evidence::{Layer, LayerName, Layers, Target};
+use crate::verdict::{EvidenceLine, FixSide, Hop, HopNode, Stance};
+
+/// Whether the server's own verdict leaves its time unexplained: only then can a hop behind
+/// it take the verdict. That is the server's time itself (`slow-server`, a tail no layer
+/// explains, or nothing at all), or a cause the server's own packets did not show although
+/// they were captured (its sockets and the run's shape alone: a proxy whose upstream sockets
+/// have Nagle on, while the Nagle stalls are on the hop behind it). A cause the server's
+/// packets show (its Nagle, a lossy path to the client, its listen queue) stays the server's.
+pub(super) fn front_open(front: &Judgement, layers: &Layers) -> bool {
+    matches!(
+        front.verdict.cause,
+        Cause::SlowServer | Cause::Healthy | Cause::UnexplainedTail
+    ) || (layers.packets.get().is_some_and(|p| p.transactions > 0)
+        && !front.finding_layers.contains(&LayerName::Packets))
+}
+
+/// The hop's layers: its packets and its peer's sockets, with the client's app runs (what
+/// the requests waited: the hop's delay is in them) and no path or host of its own.
+pub(super) fn hop_layers(front: &Layers, h: &HopEvidence) -> Layers {
+    // The hop's client is the server's process, not lagtrace: say so where the sockets
+    // layer speaks of the client.
+    let mut sockets = h.sockets.clone();
+    if let Some(s) = sockets.data.as_mut() {
+        s.client.note = format!(
+            "the client on this hop is {} (pid {}): the server's own connections to {}",
+            h.from.comm, h.from.pid, h.peer
+        );
+    }
+    Layers {
+        path: Layer::skipped("a hop behind the server: its path is inside the server's host"),
+        app: front.app.clone(),
+        packets: h.packets.clone(),
+        sockets,
+        host: Layer::skipped("a hop behind the server: the host layer is the server's"),
+        hops: Vec::new(),
+    }
+}
+
+/// The hop as a target of its own (the peer's address and port).
+pub(super) fn hop_target(h: &HopEvidence) -> Target {
+    let (addr, port) = match h.peer.parse::<std::net::SocketAddr>() {
+        Ok(sa) => (sa.ip().to_string(), sa.port()),
+        Err(_) => (h.peer.clone(), 0),
+    };
+    Target {
+        url: format!("tcp://{}", h.peer),
+        host: addr.clone(),
+        addr,
+        port,
+    }
+}
+
+/// Whether a hop's judgement names a cause of its own, seen in the hop's own packets (the
+/// app layer alone is the client's view through the server, not the hop's).
+pub(super) fn names_cause(j: &Judgement) -> bool {
+    !matches!(
+        j.verdict.cause,
+        Cause::Healthy | Cause::Unreachable | Cause::Partial | Cause::UnexplainedTail
+    ) && j.finding_layers.contains(&LayerName::Packets)
+}
+
+/// What a hop's cause costs the requests, to pick between hops: the median added × share.
+pub(super) fn impact(j: &Judgement) -> f64 {
+    j.verdict.cost.added_us as f64 * j.verdict.cost.share
+}
+
+fn node(p: &ServerProcess, addr: Option<String>) -> HopNode {
+    HopNode {
+        name: p.comm.clone(),
+        pid: Some(p.pid),
+        addr,
+    }
+}
+
+/// The chain client → server → the hop's peer.
+pub(super) fn chain(target: &Target, h: &HopEvidence) -> Hop {
+    // The process that opened the connections (a worker, where the listener's owner is a
+    // master that does not serve).
+    let server = &h.from;
+    let peer = match &h.to {
+        Some(p) => node(p, Some(h.peer.clone())),
+        None => HopNode {
+            name: h.service.clone().unwrap_or_else(|| "remote".into()),
+            pid: None,
+            addr: Some(h.peer.clone()),
+        },
+    };
+    Hop::new(
+        vec![
+            HopNode {
+                name: "client".into(),
+                pid: None,
+                addr: None,
+            },
+            node(server, Some(format!("{}:{}", target.addr, target.port))),
+            peer,
+        ],
+        2,
+    )
+}
+
+/// The verdict of the hop, placed: its cause, cost and fix, `verdict.hop`, its evidence
+/// marked with the hop, then the server's own lines (what it saw of the wait).
+pub(super) fn adopt(front: Judgement, mut hop: Judgement, h: &HopEvidence, at: Hop) -> Judgement {
+    let peer = at.chain[at.at].label();
+    // A fix on the hop's server side is the peer's; on its client side, the process that
+    // opened the connections (its upstream sockets, not the user's client).
+    let client = format!(
+        "{}, its connections to {}",
+        at.chain[at.at - 1].label(),
+        h.peer
+    );
+    for f in &mut hop.verdict.fix {
+        let whose = match f.side {
+            FixSide::Client => &client,
+            _ => &peer,
+        };
+        f.location = Some(match f.location.take() {
+            None => whose.clone(),
+            Some(l) if l.contains(&h.peer) => l,
+            Some(l) => format!("{whose}: {l}"),
+        });
+    }
+    hop.verdict.summary = format!("{} — on the hop to {peer}", hop.verdict.summary);
+    let mut evidence: Vec<EvidenceLine> = vec![EvidenceLine {
+        layer: LayerName::Packets,
+        stance: Stance::Supports,
+        cause: Some(hop.verdict.cause),
+        text: format!(
+            "the request's way: {}; the server's {} connection(s) to {} were captured on its side",
+            at.text, h.connections, h.peer
+        ),
+    }];
+    evidence.extend(hop.evidence.into_iter().map(|mut e| {
+        if e.layer == LayerName::Sockets && e.text.starts_with("client (lagtrace)") {
+            // On the hop the client is the server's process, not lagtrace.
+            e.text = format!(
+                "the client on this hop is {} (pid {}), the server's own connections to {}",
+                h.from.comm, h.from.pid, h.peer
+            );
+        }
+        if matches!(e.layer, LayerName::Packets | LayerName::Sockets) {
+            e.text = format!("hop {}: {}", h.peer, e.text);
+        }
+        e
+    }));
+    // What the server's side showed: its time is the hop's wait.
+    evidence.extend(
+        front
+            .evidence
+            .into_iter()
+            .filter(|e| e.stance != Stance::Supports || e.cause == Some(Cause::SlowServer))
+            .map(|mut e| {
+                if e.cause == Some(Cause::SlowServer) && e.stance == Stance::Supports {
+                    e.stance = Stance::Note;
+                    e.text = format!("at the server: {}", e.text);
+                }
+                e
+            }),
+    );
+    let mut finding_layers = hop.finding_layers;
+    finding_layers.extend(front.finding_layers);
+    finding_layers.sort();
+    finding_layers.dedup();
+    hop.verdict.hop = Some(at);
+    Judgement {
+        verdict: hop.verdict,
+        evidence,
+        finding_layers,
+    }
+}

@@ -1,0 +1,145 @@
+//! The hop rule on constructed evidence: a cause on the hop behind the server becomes the
+//! verdict, with `verdict.hop`, only when the server's own packets leave its time unexplained.
+
+use lagtrace_diagnose::evidence::*;
+use lagtrace_diagnose::{FixSide, judge};
+use lagtrace_model::Cause;
+use lagtrace_model::diagnosis::evidence::{HopEvidence, ServerProcess};
+use lagtrace_testkit::layers::{Synth, finding, options};
+
+fn pct(count: u64, p50: u64, p99: u64) -> Percentiles {
+    Synth::RULES.pct(count, p50, p99)
+}
+
+fn proc(pid: u32, comm: &str) -> ServerProcess {
+    ServerProcess {
+        pid,
+        comm: comm.into(),
+        netns: "lt-x".into(),
+    }
+}
+
+/// Every request waits ~44 ms in the server (nginx, TCP_NODELAY on); the packets to the
+/// client show no stall, only server time.
+fn front_slow() -> Layers {
+    let mut l = Synth::RULES.healthy_layers();
+    let mut c1 = Synth::RULES.run(1, 44_000, 48_000, 22.0);
+    c1.first_request = Some(pct(1, 4_000, 4_000));
+    c1.later_requests = Some(pct(100, 44_000, 48_000));
+    l.app = Layer::ran(AppEvidence {
+        c1: Some(c1),
+        cn: Some(Synth::RULES.run(32, 44_000, 49_000, 700.0)),
+    });
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 3_000;
+    p.server_time = Some(pct(3_000, 43_900, 48_000));
+    p.findings = vec![finding("slow-server", 2_900, 3_000, 43_900)];
+    let s = l.sockets.data.as_mut().unwrap();
+    s.server = Some(proc(100, "nginx"));
+    s.nodelay = options(32, 0);
+    l
+}
+
+/// nginx (pid 101) → python3 (pid 200) at 127.0.0.1:9000: `findings` in the hop's packets,
+/// the backend's sockets with TCP_NODELAY off.
+fn hop(findings: Vec<FindingSummary>) -> HopEvidence {
+    let mut packets = Synth::RULES.healthy_layers().packets;
+    let p = packets.data.as_mut().unwrap();
+    p.transactions = 3_000;
+    p.server_time = Some(pct(3_000, 300, 1_000));
+    p.findings = findings;
+    let mut sockets = Synth::RULES.healthy_layers().sockets;
+    let s = sockets.data.as_mut().unwrap();
+    s.server = Some(proc(200, "python3"));
+    s.nodelay = options(0, 8);
+    s.config.clear();
+    HopEvidence {
+        depth: 1,
+        from: proc(101, "nginx"),
+        peer: "127.0.0.1:9000".into(),
+        to: Some(proc(200, "python3")),
+        service: None,
+        connections: 32,
+        packets,
+        sockets,
+    }
+}
+
+#[test]
+fn nagle_on_the_hop_is_the_verdict_at_the_hop() {
+    let mut l = front_slow();
+    assert_eq!(
+        judge(&lagtrace_testkit::layers::target(), &l).verdict.cause,
+        Cause::SlowServer
+    );
+    l.hops = vec![hop(vec![finding(
+        "nagle-delayed-ack",
+        2_900,
+        3_000,
+        43_500,
+    )])];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck, "{:#?}", j.evidence);
+    let h = j.verdict.hop.as_ref().expect("hop");
+    assert_eq!(h.at, 2);
+    assert_eq!(h.chain[2].pid, Some(200));
+    assert_eq!(h.chain[1].pid, Some(101));
+    assert!(h.text.starts_with("client → nginx (pid 101)"), "{}", h.text);
+    let server_fix = j
+        .verdict
+        .fix
+        .iter()
+        .find(|f| f.side == FixSide::Server)
+        .unwrap();
+    assert!(
+        server_fix
+            .location
+            .as_deref()
+            .unwrap()
+            .contains("python3 (pid 200) 127.0.0.1:9000"),
+        "{server_fix:?}"
+    );
+    // Client-side fixes on the hop are the connecting process's, not lagtrace's.
+    for f in j.verdict.fix.iter().filter(|f| f.side == FixSide::Client) {
+        assert!(
+            f.location
+                .as_deref()
+                .unwrap()
+                .starts_with("nginx (pid 101)"),
+            "{f:?}"
+        );
+    }
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.starts_with("hop 127.0.0.1:9000: "))
+    );
+}
+
+#[test]
+fn a_hop_without_a_cause_in_its_packets_leaves_the_verdict_at_the_server() {
+    let mut l = front_slow();
+    l.hops = vec![hop(vec![])];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer);
+    assert!(j.verdict.hop.is_none());
+}
+
+#[test]
+fn a_cause_the_servers_own_packets_show_stays_the_servers() {
+    // The server's own Nagle (its packets show the stalls) is named there, whatever a hop shows.
+    let mut l = front_slow();
+    let p = l.packets.data.as_mut().unwrap();
+    p.server_time = Some(pct(3_000, 150, 2_000));
+    p.findings = vec![finding("nagle-delayed-ack", 2_900, 3_000, 40_800)];
+    l.sockets.data.as_mut().unwrap().nodelay = options(0, 32);
+    l.hops = vec![hop(vec![finding(
+        "nagle-delayed-ack",
+        2_900,
+        3_000,
+        43_500,
+    )])];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck);
+    assert!(j.verdict.hop.is_none(), "{:?}", j.verdict.hop);
+}

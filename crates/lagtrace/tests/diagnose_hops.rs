@@ -1,0 +1,179 @@
+//! `lagtrace diagnose` follows the request behind the server (issue 25): real nginx from
+//! Debian proxying to a real Python backend in a lab namespace, the fault on the backend's
+//! side of the loopback hop. The hop is found from nginx's own sockets (never from a port),
+//! captured on the namespace's loopback, and judged with the same rules. Needs root.
+
+mod common;
+
+use std::path::Path;
+
+use lagtrace_lab::{Lab, LabOptions, ServerKind};
+use serde_json::Value;
+
+use common::{Foreground, diagnose_json, evidence_lines, python_server, start_in_lab};
+
+fn name(test: &str) -> String {
+    format!("hp{test}{}", std::process::id() % 100_000)
+}
+
+/// nginx in `lab` on `listen`, proxying to 127.0.0.1:`upstream` over a keep-alive pool (as
+/// production configurations do); `server_extra` goes into the server block.
+fn nginx_proxy(
+    lab: &Lab,
+    listen: u16,
+    upstream: u16,
+    server_extra: &str,
+) -> (Foreground, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display().to_string();
+    let conf = format!(
+        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
+         fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
+         upstream app {{ server 127.0.0.1:{upstream}; keepalive 64; }}\n\
+         server {{ listen {listen}; {server_extra} location / {{ proxy_pass http://app; \
+         proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }} }}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let conf = format!("{d}/nginx.conf");
+    let fg = start_in_lab(lab, dir.path(), &["nginx", "-p", &d, "-c", &conf], listen);
+    (fg, dir)
+}
+
+/// The Python backend on `port`: `nagle` leaves Nagle on (its head and body are two small
+/// writes), `think` seconds before each answer.
+fn backend(lab: &Lab, port: u16, nagle: bool, think: f64) -> Foreground {
+    let on_connect = if nagle {
+        "self.disable_nagle_algorithm = False"
+    } else {
+        "pass"
+    };
+    let on_request = if think > 0.0 {
+        format!("time.sleep({think})")
+    } else {
+        "pass".into()
+    };
+    let script = python_server("", on_connect, &on_request);
+    start_in_lab(
+        lab,
+        Path::new("/"),
+        &["python3", "-c", &script, &port.to_string()],
+        port,
+    )
+}
+
+fn show(j: &Value) -> String {
+    serde_json::to_string_pretty(&j["verdict"]).unwrap_or_default() + "\n" + &evidence_lines(j)
+}
+
+/// The hop named in the verdict: (its process name, pid, address).
+fn hop_at(j: &Value) -> Option<(String, u64, String)> {
+    let h = &j["verdict"]["hop"];
+    let at = h["at"].as_u64()? as usize;
+    let n = &h["chain"][at];
+    Some((
+        n["name"].as_str()?.to_string(),
+        n["pid"].as_u64()?,
+        n["addr"].as_str()?.to_string(),
+    ))
+}
+
+/// The regression of issue 25: nginx → a Python backend with Nagle on and two small writes
+/// per response. Every request waits for nginx's delayed ACK on the loopback hop; the
+/// client-facing capture sees only nginx's server time. The verdict names Nagle at the
+/// backend, with its pid and address, and the fix is the backend's — three runs of three.
+#[test]
+#[ignore = "needs root"]
+fn nagle_on_the_backend_behind_nginx_is_named_at_the_backend() {
+    let lab = Lab::up(&LabOptions::new(&name("ng")).server(ServerKind::Builtin)).expect("lab up");
+    let be = backend(&lab, 9411, true, 0.0);
+    let (_nginx, _dir) = nginx_proxy(&lab, 9412, 9411, "");
+    let url = format!("http://{}:9412/", lab.server_addr());
+    for run in 1..=3 {
+        let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        assert_eq!(
+            j["verdict"]["cause"],
+            "nagle-delayed-ack",
+            "run {run}: {err}\n{}",
+            show(&j)
+        );
+        assert_eq!(code, 1);
+        let (who, pid, addr) =
+            hop_at(&j).unwrap_or_else(|| panic!("run {run}: no hop\n{}", show(&j)));
+        assert_eq!(pid, u64::from(be.0.id()), "run {run}: {}", show(&j));
+        assert!(who.starts_with("python"), "{who}");
+        assert_eq!(addr, "127.0.0.1:9411");
+        let chain = j["verdict"]["hop"]["text"].as_str().unwrap();
+        assert!(chain.starts_with("client → nginx (pid "), "{chain}");
+        let fix = &j["verdict"]["fix"][0];
+        assert!(
+            fix["location"]
+                .as_str()
+                .unwrap_or("")
+                .contains("127.0.0.1:9411"),
+            "the fix is the backend's: {fix}"
+        );
+        // The hop's evidence in the JSON: its packets hold the Nagle stalls.
+        let hop = j["layers"]["hops"]
+            .as_array()
+            .and_then(|h| h.iter().find(|h| h["peer"] == "127.0.0.1:9411"))
+            .unwrap_or_else(|| panic!("no hop layer: {}", show(&j)));
+        assert_eq!(hop["from"]["comm"], "nginx");
+        assert_eq!(hop["to"]["pid"], u64::from(be.0.id()));
+    }
+}
+
+/// A backend that thinks 30 ms per request: `slow-server` at the backend (its pid), not at
+/// nginx — the proxy's own time is small.
+#[test]
+#[ignore = "needs root"]
+fn a_slow_backend_behind_nginx_is_slow_server_at_the_backend() {
+    let lab = Lab::up(&LabOptions::new(&name("sl")).server(ServerKind::Builtin)).expect("lab up");
+    let be = backend(&lab, 9421, false, 0.03);
+    let (_nginx, _dir) = nginx_proxy(&lab, 9422, 9421, "");
+    let url = format!("http://{}:9422/", lab.server_addr());
+    for run in 1..=3 {
+        let (_, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        assert_eq!(
+            j["verdict"]["cause"],
+            "slow-server",
+            "run {run}: {err}\n{}",
+            show(&j)
+        );
+        let (_, pid, addr) =
+            hop_at(&j).unwrap_or_else(|| panic!("run {run}: no hop\n{}", show(&j)));
+        assert_eq!(pid, u64::from(be.0.id()), "run {run}: {}", show(&j));
+        assert_eq!(addr, "127.0.0.1:9421");
+    }
+}
+
+/// Negative control: the same chain with a backend that answers at once with TCP_NODELAY on
+/// is healthy, and no hop is blamed.
+#[test]
+#[ignore = "needs root"]
+fn a_healthy_chain_is_healthy_and_blames_no_hop() {
+    let lab = Lab::up(&LabOptions::new(&name("ok")).server(ServerKind::Builtin)).expect("lab up");
+    let _be = backend(&lab, 9431, false, 0.0);
+    let (_nginx, _dir) = nginx_proxy(&lab, 9432, 9431, "");
+    let url = format!("http://{}:9432/", lab.server_addr());
+    for run in 1..=3 {
+        let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        assert_eq!(
+            j["verdict"]["cause"],
+            "healthy",
+            "run {run}: {err}\n{}",
+            show(&j)
+        );
+        assert_eq!(code, 0);
+        assert!(j["verdict"]["hop"].is_null(), "{}", show(&j));
+        // The hop was found and looked at all the same.
+        assert!(
+            j["layers"]["hops"]
+                .as_array()
+                .is_some_and(|h| h.iter().any(|h| h["peer"] == "127.0.0.1:9431")),
+            "{}",
+            serde_json::to_string(&j["layers"]["hops"]).unwrap()
+        );
+    }
+}
