@@ -58,7 +58,17 @@ pub(crate) struct Discovery {
     location: ServerLocation,
     stop: Arc<AtomicBool>,
     seen: Arc<Mutex<SeenMap>>,
+    late: Arc<Mutex<Late>>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// The captures the watch starts itself, for peers first seen once capturing began.
+struct Late {
+    /// Capturing has begun (the c=N run).
+    on: bool,
+    /// Peers whose capture was started (or tried).
+    started: BTreeSet<SocketAddr>,
+    caps: HopCaptures,
 }
 
 /// The hop captures of one run.
@@ -102,11 +112,20 @@ impl Discovery {
         };
         let stop = Arc::new(AtomicBool::new(false));
         let seen: Arc<Mutex<SeenMap>> = Arc::default();
+        let late = Arc::new(Mutex::new(Late {
+            on: false,
+            started: BTreeSet::new(),
+            caps: HopCaptures {
+                running: Vec::new(),
+                not_captured: Vec::new(),
+            },
+        }));
         let thread = {
-            let (netns, stop, seen) = (netns.clone(), stop.clone(), seen.clone());
+            let (netns, stop, seen, late) =
+                (netns.clone(), stop.clone(), seen.clone(), late.clone());
             std::thread::Builder::new()
                 .name("hops".into())
-                .spawn(move || watch(&netns, &label, target.port(), &stop, &seen))
+                .spawn(move || watch(&netns, &label, target.port(), &stop, &seen, &late))
                 .ok()?
         };
         Some(Discovery {
@@ -114,6 +133,7 @@ impl Discovery {
             location: loc.clone(),
             stop,
             seen,
+            late,
             thread: Some(thread),
         })
     }
@@ -122,48 +142,26 @@ impl Discovery {
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Starts one capture per peer seen so far, on the interface toward it.
+    /// Starts one capture per peer seen so far, on the interface toward it; a peer first
+    /// seen from now on gets its capture when the watch sees it (a proxy that opens a short
+    /// connection per request may show none in c=1).
     pub fn start_captures(&self) -> HopCaptures {
-        use lagtrace_packet::capture::{Capture, CaptureOptions, route_iface};
-        let mut running = Vec::new();
-        let mut not_captured = Vec::new();
-        for peer in busiest(&self.snapshot()) {
-            let iface = route_iface(peer.ip(), &self.netns).unwrap_or_else(|| "any".into());
-            let file = match crate::run::temp_path("hop") {
-                Ok(f) => f,
-                Err(e) => {
-                    not_captured.push((peer, format!("temp file: {e}")));
-                    continue;
-                }
-            };
-            let o = CaptureOptions {
-                iface: iface.clone(),
-                filter: Some(format!(
-                    "tcp and host {} and port {}",
-                    peer.ip(),
-                    peer.port()
-                )),
-                snaplen: 160,
-                netns: self.netns.clone(),
-                count: Some(MAX_HOP_PACKETS),
-                output: Some(file.0.clone()),
-                ..CaptureOptions::default()
-            };
-            let point = format!("{iface} in {}", netns_label(&self.netns));
-            match Capture::start(&o, None) {
-                Ok(handle) => running.push(RunningHopCapture {
-                    handle,
-                    file,
-                    point,
-                    peer,
-                }),
-                Err(e) => not_captured.push((peer, format!("capture on {point}: {e}"))),
+        let mut caps = HopCaptures {
+            running: Vec::new(),
+            not_captured: Vec::new(),
+        };
+        // The watch locks `seen` then `late`: take the snapshot before locking `late`.
+        let peers = busiest(&self.snapshot());
+        let mut late = self.late.lock().unwrap_or_else(|e| e.into_inner());
+        for peer in peers {
+            match capture_peer(&self.netns, peer) {
+                Ok(c) => caps.running.push(c),
+                Err(e) => caps.not_captured.push((peer, e)),
             }
+            late.started.insert(peer);
         }
-        HopCaptures {
-            running,
-            not_captured,
-        }
+        late.on = true;
+        caps
     }
 
     /// Stops watching and capturing; each hop with its packets and its peer's sockets.
@@ -173,6 +171,12 @@ impl Discovery {
             let _ = t.join();
         }
         let seen = self.snapshot();
+        let mut caps = caps;
+        {
+            let mut late = self.late.lock().unwrap_or_else(|e| e.into_inner());
+            caps.running.append(&mut late.caps.running);
+            caps.not_captured.append(&mut late.caps.not_captured);
+        }
         let mut packets: BTreeMap<SocketAddr, Layer<PacketEvidence>> = BTreeMap::new();
         for c in caps.running {
             let layer = match c.handle.stop() {
@@ -193,9 +197,7 @@ impl Discovery {
         for peer in busiest(&seen) {
             let s = &seen[&peer];
             let packets = packets.remove(&peer).unwrap_or_else(|| {
-                Layer::skipped(
-                    "first seen after the c=N run had started: its packets were not captured",
-                )
+                Layer::skipped("not captured: more peers than are followed at once")
             });
             let local = is_local(peer.ip(), &self.netns);
             let sockets = if local {
@@ -224,6 +226,36 @@ impl Discovery {
 impl Drop for Discovery {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Starts the capture of one peer's packets in `netns`, on the interface toward it.
+fn capture_peer(netns: &NetNs, peer: SocketAddr) -> Result<RunningHopCapture, String> {
+    use lagtrace_packet::capture::{Capture, CaptureOptions, route_iface};
+    let iface = route_iface(peer.ip(), netns).unwrap_or_else(|| "any".into());
+    let file = crate::run::temp_path("hop").map_err(|e| format!("temp file: {e}"))?;
+    let o = CaptureOptions {
+        iface: iface.clone(),
+        filter: Some(format!(
+            "tcp and host {} and port {}",
+            peer.ip(),
+            peer.port()
+        )),
+        snaplen: 160,
+        netns: netns.clone(),
+        count: Some(MAX_HOP_PACKETS),
+        output: Some(file.0.clone()),
+        ..CaptureOptions::default()
+    };
+    let point = format!("{iface} in {}", netns_label(netns));
+    match Capture::start(&o, None) {
+        Ok(handle) => Ok(RunningHopCapture {
+            handle,
+            file,
+            point,
+            peer,
+        }),
+        Err(e) => Err(format!("capture on {point}: {e}")),
     }
 }
 
@@ -267,7 +299,14 @@ fn service_name(port: u16) -> Option<&'static str> {
 
 /// The watch loop: lists the namespace's open TCP connections every [`POLL`] and keeps
 /// those held by the listener's processes whose local port is not the listener's.
-fn watch(netns: &NetNs, label: &str, port: u16, stop: &AtomicBool, seen: &Mutex<SeenMap>) {
+fn watch(
+    netns: &NetNs,
+    label: &str,
+    port: u16,
+    stop: &AtomicBool,
+    seen: &Mutex<SeenMap>,
+    late: &Mutex<Late>,
+) {
     let mut pids: Vec<u32> = Vec::new();
     let mut pids_at: Option<Instant> = None;
     // Socket inode → its owner among the listener's processes (None: another process's),
@@ -321,6 +360,25 @@ fn watch(netns: &NetNs, label: &str, port: u16, stop: &AtomicBool, seen: &Mutex<
                         })
                         .local_ports
                         .insert(s.local.port());
+                }
+                // Peers first seen while the c=N run is captured get their capture now.
+                let mut late = late.lock().unwrap_or_else(|e| e.into_inner());
+                if late.on {
+                    let new: Vec<SocketAddr> = seen
+                        .keys()
+                        .filter(|p| !late.started.contains(p))
+                        .copied()
+                        .collect();
+                    for peer in new {
+                        if late.started.len() >= MAX_HOPS {
+                            break;
+                        }
+                        late.started.insert(peer);
+                        match capture_peer(netns, peer) {
+                            Ok(c) => late.caps.running.push(c),
+                            Err(e) => late.caps.not_captured.push((peer, e)),
+                        }
+                    }
                 }
             }
         }

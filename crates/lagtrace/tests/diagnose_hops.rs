@@ -177,3 +177,87 @@ fn a_healthy_chain_is_healthy_and_blames_no_hop() {
         );
     }
 }
+
+/// The same Nagle fault behind HAProxy (Debian's): nothing in the hop code is nginx's.
+#[test]
+#[ignore = "needs root"]
+fn nagle_on_the_backend_behind_haproxy_is_named_at_the_backend() {
+    let lab = Lab::up(&LabOptions::new(&name("ha")).server(ServerKind::Builtin)).expect("lab up");
+    let be = backend(&lab, 9441, true, 0.0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        "global\n  maxconn 4096\ndefaults\n  mode http\n  timeout connect 5s\n  \
+         timeout client 30s\n  timeout server 30s\nfrontend f\n  bind :9442\n  \
+         default_backend b\nbackend b\n  server s1 127.0.0.1:9441\n",
+    )
+    .unwrap();
+    let cfg = cfg.display().to_string();
+    let _ha = start_in_lab(&lab, dir.path(), &["haproxy", "-db", "-f", &cfg], 9442);
+    let url = format!("http://{}:9442/", lab.server_addr());
+    for run in 1..=3 {
+        let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        assert_eq!(
+            j["verdict"]["cause"],
+            "nagle-delayed-ack",
+            "run {run}: {err}\n{}",
+            show(&j)
+        );
+        assert_eq!(code, 1);
+        let (_, pid, addr) =
+            hop_at(&j).unwrap_or_else(|| panic!("run {run}: no hop\n{}", show(&j)));
+        assert_eq!(pid, u64::from(be.0.id()), "run {run}: {}", show(&j));
+        assert_eq!(addr, "127.0.0.1:9441");
+        let chain = j["verdict"]["hop"]["text"].as_str().unwrap();
+        assert!(chain.starts_with("client → haproxy (pid "), "{chain}");
+    }
+}
+
+/// nginx without upstream keep-alive (a connection per request) in front of `python3 -m
+/// http.server` (listen backlog 5): under nginx's concurrency the backend's accept queue
+/// overflows and some upstream connects wait for a SYN retransmission. `syn-drop` at the
+/// hop, with the fix naming nginx's upstream keep-alive and the backlog.
+#[test]
+#[ignore = "needs root"]
+fn a_backend_listener_overflowing_behind_nginx_is_syn_drop_at_the_hop() {
+    let lab = Lab::up(&LabOptions::new(&name("sd")).server(ServerKind::Builtin)).expect("lab up");
+    let web = tempfile::tempdir().expect("tempdir");
+    std::fs::write(web.path().join("index.html"), "hello\n").unwrap();
+    let be = start_in_lab(
+        &lab,
+        web.path(),
+        &["python3", "-m", "http.server", "9451", "--bind", "0.0.0.0"],
+        9451,
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display().to_string();
+    let conf = format!(
+        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
+         fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
+         server {{ listen 9452; location / {{ proxy_pass http://127.0.0.1:9451; }} }} }}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let conf = format!("{d}/nginx.conf");
+    let _nginx = start_in_lab(&lab, dir.path(), &["nginx", "-p", &d, "-c", &conf], 9452);
+    let url = format!("http://{}:9452/", lab.server_addr());
+    for run in 1..=3 {
+        let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        assert_eq!(
+            j["verdict"]["cause"],
+            "syn-drop",
+            "run {run}: {err}\n{}",
+            show(&j)
+        );
+        assert_eq!(code, 1);
+        let (_, pid, addr) =
+            hop_at(&j).unwrap_or_else(|| panic!("run {run}: no hop\n{}", show(&j)));
+        assert_eq!(pid, u64::from(be.0.id()), "run {run}: {}", show(&j));
+        assert_eq!(addr, "127.0.0.1:9451");
+        let fixes = serde_json::to_string(&j["verdict"]["fix"]).unwrap();
+        assert!(fixes.contains("keepalive"), "{fixes}");
+        assert!(fixes.contains("backlog"), "{fixes}");
+    }
+}

@@ -77,6 +77,38 @@ pub(super) fn impact(j: &Judgement) -> f64 {
     j.verdict.cost.added_us as f64 * j.verdict.cost.share
 }
 
+/// How many connections the client-facing run kept open (its concurrency), at least 1.
+fn front_connections(front: &Judgement) -> u32 {
+    front.verdict.cost.concurrency.unwrap_or(1).max(1)
+}
+
+/// Keep the hop's connections open instead of one per request, in the connecting server's
+/// terms where it is known.
+fn reuse_fix(h: &HopEvidence) -> crate::verdict::Fix {
+    let change = if h.from.comm == "nginx" {
+        format!(
+            "keep upstream connections to {} open: `upstream NAME {{ server {}; keepalive 32; }}` \
+             with `proxy_http_version 1.1;` and `proxy_set_header Connection \"\";` in the \
+             location (nginx opens a connection per request otherwise)",
+            h.peer, h.peer
+        )
+    } else {
+        format!(
+            "reuse connections to {} (a keep-alive pool) instead of opening one per request",
+            h.peer
+        )
+    };
+    crate::verdict::Fix {
+        side: FixSide::Server,
+        location: Some(format!(
+            "{} (pid {}), its connections to {}",
+            h.from.comm, h.from.pid, h.peer
+        )),
+        change,
+        tradeoff: Some("idle connections held open to the upstream".into()),
+    }
+}
+
 fn node(p: &ServerProcess, addr: Option<String>) -> HopNode {
     HopNode {
         name: p.comm.clone(),
@@ -133,6 +165,11 @@ pub(super) fn adopt(front: Judgement, mut hop: Judgement, h: &HopEvidence, at: H
             Some(l) if l.contains(&h.peer) => l,
             Some(l) => format!("{whose}: {l}"),
         });
+    }
+    // Connection setup on the hop: the server opens a connection per request (many seen)
+    // and the peer's listener drops some — reusing connections removes the setup itself.
+    if hop.verdict.cause == Cause::SynDrop && h.connections >= 2 * front_connections(&front) {
+        hop.verdict.fix.insert(0, reuse_fix(h));
     }
     hop.verdict.summary = format!("{} — on the hop to {peer}", hop.verdict.summary);
     let mut evidence: Vec<EvidenceLine> = vec![EvidenceLine {
