@@ -24,6 +24,9 @@ h2{font-size:16px;margin:28px 0 10px;border-bottom:1px solid #d9dbe2;padding-bot
 .verdict.bad{background:#b03a2e}.verdict.ok{background:#1e8449}.verdict.down{background:#6c3483}
 .verdict .cause{font-size:28px;font-weight:700;font-family:ui-monospace,"DejaVu Sans Mono",monospace}
 .verdict .conf{font-size:13px;opacity:.9;margin-left:10px}
+.chain .node,.chain mark{padding:2px 6px;border-radius:4px;font-family:ui-monospace,"DejaVu Sans Mono",monospace;font-size:13px}
+.chain .node{background:rgba(255,255,255,.25)}
+.chain mark{background:#fff;color:#a00;font-weight:700}
 .verdict p{margin:6px 0 0;font-size:15px}
 table{border-collapse:collapse;width:100%;background:#fff;font-size:14px}
 th,td{border:1px solid #e0e2e8;padding:6px 9px;text-align:left;vertical-align:top}
@@ -145,6 +148,22 @@ fn verdict(o: &mut String, d: &Diagnosis) {
         v.confidence.name(),
         esc(&v.summary)
     );
+    if let Some(h) = &v.hop {
+        // The request's way, the process where the cause sits marked.
+        o.push_str("<p class=\"chain\" id=\"hop\"><b>Where:</b> ");
+        for (i, n) in h.chain.iter().enumerate() {
+            if i > 0 {
+                o.push_str(" <span class=\"arrow\">→</span> ");
+            }
+            let label = esc(&n.label());
+            if i == h.at {
+                let _ = write!(o, "<mark class=\"at\">{label}</mark>");
+            } else {
+                let _ = write!(o, "<span class=\"node\">{label}</span>");
+            }
+        }
+        o.push_str("</p>");
+    }
     if !v.cost.text.is_empty() {
         let _ = write!(o, "<p><b>Cost:</b> {}</p>", esc(&v.cost.text));
     }
