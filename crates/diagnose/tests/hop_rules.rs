@@ -143,3 +143,19 @@ fn a_cause_the_servers_own_packets_show_stays_the_servers() {
     assert_eq!(j.verdict.cause, Cause::NagleDelayedAck);
     assert!(j.verdict.hop.is_none(), "{:?}", j.verdict.hop);
 }
+
+#[test]
+fn a_hop_whose_cause_is_fixed_at_the_connecting_server_leaves_the_verdict_at_the_server() {
+    // The server reads its upstream's responses too slowly (its own CPU is busy): the hop
+    // shows its receive window full, which is the server's own time, not the backend's.
+    let mut l = front_slow();
+    let mut h = hop(vec![
+        finding("window-full", 2_900, 3_000, 43_500),
+        finding("zero-window", 2_900, 3_000, 43_500),
+    ]);
+    h.sockets.data.as_mut().unwrap().nodelay = options(8, 0);
+    l.hops = vec![h];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_ne!(j.verdict.cause, Cause::ReceiveWindow, "{:#?}", j.verdict);
+    assert!(j.verdict.hop.is_none(), "{:?}", j.verdict.hop);
+}

@@ -64,12 +64,20 @@ pub(super) fn hop_target(h: &HopEvidence) -> Target {
 }
 
 /// Whether a hop's judgement names a cause of its own, seen in the hop's own packets (the
-/// app layer alone is the client's view through the server, not the hop's).
+/// app layer alone is the client's view through the server, not the hop's), whose fix is on
+/// the hop's far side. A cause fixed on the hop's client side (its receive window, its
+/// delayed ACKs) is the connecting server's own: a server too busy to read its upstream's
+/// responses fills its receive window, and that is the server's time, which its own verdict
+/// already names.
 pub(super) fn names_cause(j: &Judgement) -> bool {
     !matches!(
         j.verdict.cause,
         Cause::Healthy | Cause::Unreachable | Cause::Partial | Cause::UnexplainedTail
     ) && j.finding_layers.contains(&LayerName::Packets)
+        && j.verdict
+            .fix
+            .first()
+            .is_some_and(|f| f.side != FixSide::Client)
 }
 
 /// What a hop's cause costs the requests, to pick between hops: the median added × share.
