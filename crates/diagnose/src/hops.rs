@@ -36,6 +36,10 @@ const POLL: Duration = Duration::from_millis(100);
 /// dump of the whole established hash every 50 ms cost 11 % of a core and raised a healthy
 /// nginx's c=32 p99.9 from ~5 ms to ~10 ms.
 const DUMP_EVERY: Duration = Duration::from_millis(500);
+/// The same during the c=N run, whose tail the verdict reads: a dump every 500 ms showed as
+/// "process-wide pauses every 517 ms" in a healthy server's p99.9 (suite run, ddd6b2c). A
+/// proxy's upstream connections are found in c=1 or within the first seconds of c=N.
+const DUMP_EVERY_LOADED: Duration = Duration::from_secs(2);
 /// How often the processes holding the listener are looked up again (workers come and go).
 /// The lookup reads every process's descriptor table on the machine: rare, never per poll.
 const PIDS_EVERY: Duration = Duration::from_secs(5);
@@ -345,8 +349,14 @@ fn watch(
         let fresh = scan
             .as_ref()
             .is_some_and(|sc| sc.owners.keys().any(|i| !known.contains(i)));
+        let capturing = late.lock().unwrap_or_else(|e| e.into_inner()).on;
+        let dump_every = if capturing {
+            DUMP_EVERY_LOADED
+        } else {
+            DUMP_EVERY
+        };
         if let Some(scan) = scan.filter(|_| fresh)
-            && dumped_at.is_none_or(|t| t.elapsed() >= DUMP_EVERY)
+            && dumped_at.is_none_or(|t| t.elapsed() >= dump_every)
             && let Ok(socks) = lagtrace_sockets::diag::dump_tcp_addrs(OPEN_STATES)
         {
             dumped_at = Some(Instant::now());

@@ -176,7 +176,14 @@ pub(super) fn adopt(front: Judgement, mut hop: Judgement, h: &HopEvidence, at: H
     }
     // Connection setup on the hop: the server opens a connection per request (many seen)
     // and the peer's listener drops some — reusing connections removes the setup itself.
-    if hop.verdict.cause == Cause::SynDrop && h.connections >= 2 * front_connections(&front) {
+    // Connections to the peer: the streams its capture saw (every one), else those the
+    // socket watch saw.
+    let conns = h
+        .packets
+        .get()
+        .map_or(0, |p| p.streams)
+        .max(u64::from(h.connections));
+    if hop.verdict.cause == Cause::SynDrop && conns >= 2 * u64::from(front_connections(&front)) {
         hop.verdict.fix.insert(0, reuse_fix(h));
     }
     hop.verdict.summary = format!("{} — on the hop to {peer}", hop.verdict.summary);
