@@ -32,14 +32,12 @@ use crate::run::ServerLocation;
 /// connection that lives less than this may be missed on one poll, not on every request of
 /// a run.
 const POLL: Duration = Duration::from_millis(100);
-/// At most one sock_diag dump (the new sockets' addresses) per this interval. Measured: a
+/// At most one sock_diag dump (the new sockets' addresses) per this interval, none during the
+/// c=N run once one has run (a dump every 500 ms showed as "process-wide pauses every
+/// 517 ms" in a healthy server's p99.9: suite run at ddd6b2c). Measured before: a
 /// dump of the whole established hash every 50 ms cost 11 % of a core and raised a healthy
 /// nginx's c=32 p99.9 from ~5 ms to ~10 ms.
 const DUMP_EVERY: Duration = Duration::from_millis(500);
-/// During the c=N run, whose tail the verdict reads, no dump at all (unless none has run
-/// yet): a dump every 500 ms showed as "process-wide pauses every 517 ms" in a healthy
-/// server's p99.9 (suite run, ddd6b2c). A proxy's upstream connections are found in c=1.
-const DUMP_EVERY_LOADED: Duration = Duration::MAX;
 /// How often the processes holding the listener are looked up again (workers come and go).
 /// The lookup reads every process's descriptor table on the machine: rare, never per poll.
 const PIDS_EVERY: Duration = Duration::from_secs(5);
@@ -340,23 +338,17 @@ fn watch(
         // The processes' own descriptor tables are cheap to read; a sock_diag dump walks the
         // kernel's whole established-connection hash (every namespace's: 262 144 buckets
         // here, ~3 ms of system time a dump), so it runs only for sockets not seen before,
-        // and at most every DUMP_EVERY.
+        // at most every DUMP_EVERY — and during the c=N run (whose tail the verdict reads)
+        // only if none has run yet.
         let capturing = late.lock().unwrap_or_else(|e| e.into_inner()).on;
-        let scan = if pids.is_empty() || (capturing && dumped_at.is_some()) {
-            None
+        let due = if capturing {
+            dumped_at.is_none()
         } else {
-            Some(lagtrace_sockets::procfs::scan_fds(&pids))
+            dumped_at.is_none_or(|t| t.elapsed() >= DUMP_EVERY)
         };
-        let fresh = scan
-            .as_ref()
-            .is_some_and(|sc| sc.owners.keys().any(|i| !known.contains(i)));
-        let dump_every = if capturing {
-            DUMP_EVERY_LOADED
-        } else {
-            DUMP_EVERY
-        };
-        if let Some(scan) = scan.filter(|_| fresh && !capturing || dumped_at.is_none())
-            && dumped_at.is_none_or(|t| t.elapsed() >= dump_every)
+        let scan = (due && !pids.is_empty()).then(|| lagtrace_sockets::procfs::scan_fds(&pids));
+        if let Some(scan) =
+            scan.filter(|sc| capturing || sc.owners.keys().any(|i| !known.contains(i)))
             && let Ok(socks) = lagtrace_sockets::diag::dump_tcp_addrs(OPEN_STATES)
         {
             dumped_at = Some(Instant::now());
