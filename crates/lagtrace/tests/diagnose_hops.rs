@@ -79,6 +79,28 @@ fn hop_at(j: &Value) -> Option<(String, u64, String)> {
     ))
 }
 
+/// Asserts that run `run`'s verdict is `cause` with `verdict.hop` at the backend `be`
+/// listening on `addr`; its process name.
+fn assert_at_backend(
+    j: &Value,
+    err: &str,
+    run: u32,
+    cause: &str,
+    be: &Foreground,
+    addr: &str,
+) -> String {
+    assert_eq!(
+        j["verdict"]["cause"],
+        cause,
+        "run {run}: {err}\n{}",
+        show(j)
+    );
+    let (who, pid, at) = hop_at(j).unwrap_or_else(|| panic!("run {run}: no hop\n{}", show(j)));
+    assert_eq!(pid, u64::from(be.0.id()), "run {run}: {}", show(j));
+    assert_eq!(at, addr);
+    who
+}
+
 /// The regression of issue 25: nginx → a Python backend with Nagle on and two small writes
 /// per response. Every request waits for nginx's delayed ACK on the loopback hop; the
 /// client-facing capture sees only nginx's server time. The verdict names Nagle at the
@@ -94,18 +116,10 @@ fn nagle_on_the_backend_behind_nginx_is_named_at_the_backend() {
     let html = report.path().join("r.html").display().to_string();
     for run in 1..=3 {
         let (code, j, err) = diagnose_json(&url, &["-d", "4s", "--report", &html]);
-        assert_eq!(
-            j["verdict"]["cause"],
-            "nagle-delayed-ack",
-            "run {run}: {err}\n{}",
-            show(&j)
-        );
+        let who = assert_at_backend(&j, &err, run, "nagle-delayed-ack", &be, "127.0.0.1:9411");
         assert_eq!(code, 1);
-        let (who, pid, addr) =
-            hop_at(&j).unwrap_or_else(|| panic!("run {run}: no hop\n{}", show(&j)));
-        assert_eq!(pid, u64::from(be.0.id()), "run {run}: {}", show(&j));
         assert!(who.starts_with("python"), "{who}");
-        assert_eq!(addr, "127.0.0.1:9411");
+        let pid = be.0.id();
         let chain = j["verdict"]["hop"]["text"].as_str().unwrap();
         assert!(chain.starts_with("client → nginx (pid "), "{chain}");
         let fix = &j["verdict"]["fix"][0];
@@ -141,16 +155,7 @@ fn a_slow_backend_behind_nginx_is_slow_server_at_the_backend() {
     let url = format!("http://{}:9422/", lab.server_addr());
     for run in 1..=3 {
         let (_, j, err) = diagnose_json(&url, &["-d", "4s"]);
-        assert_eq!(
-            j["verdict"]["cause"],
-            "slow-server",
-            "run {run}: {err}\n{}",
-            show(&j)
-        );
-        let (_, pid, addr) =
-            hop_at(&j).unwrap_or_else(|| panic!("run {run}: no hop\n{}", show(&j)));
-        assert_eq!(pid, u64::from(be.0.id()), "run {run}: {}", show(&j));
-        assert_eq!(addr, "127.0.0.1:9421");
+        assert_at_backend(&j, &err, run, "slow-server", &be, "127.0.0.1:9421");
     }
 }
 
@@ -204,17 +209,8 @@ fn nagle_on_the_backend_behind_haproxy_is_named_at_the_backend() {
     let url = format!("http://{}:9442/", lab.server_addr());
     for run in 1..=3 {
         let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
-        assert_eq!(
-            j["verdict"]["cause"],
-            "nagle-delayed-ack",
-            "run {run}: {err}\n{}",
-            show(&j)
-        );
+        assert_at_backend(&j, &err, run, "nagle-delayed-ack", &be, "127.0.0.1:9441");
         assert_eq!(code, 1);
-        let (_, pid, addr) =
-            hop_at(&j).unwrap_or_else(|| panic!("run {run}: no hop\n{}", show(&j)));
-        assert_eq!(pid, u64::from(be.0.id()), "run {run}: {}", show(&j));
-        assert_eq!(addr, "127.0.0.1:9441");
         let chain = j["verdict"]["hop"]["text"].as_str().unwrap();
         assert!(chain.starts_with("client → haproxy (pid "), "{chain}");
     }
