@@ -24,6 +24,48 @@ pub struct SynOptions {
     pub timestamps: bool,
 }
 
+/// What a capture tells of one side's window scale (RFC 7323): the shift that side's
+/// advertised windows are multiplied by. Only the SYN and SYN-ACK carry it, so a capture that
+/// started mid-connection (a tcpdump started during an incident, a passive attach to
+/// keep-alive clients) does not know it: tshark shows "-1 (unknown)". The raw window field is
+/// then a lower bound of the window, never the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum WindowScale {
+    /// Both SYNs seen (or one that settles it): windows are the raw field times 2^`shift`
+    /// (0 when scaling was not agreed).
+    Known {
+        /// The shift.
+        shift: u8,
+    },
+    /// No handshake seen, but the peer had more bytes in flight than the raw window allows
+    /// at a smaller shift (a sender never sends past the window): the shift is at least
+    /// this, and windows at least the raw field times 2^`at_least`.
+    Bounded {
+        /// The smallest shift the bytes in flight allow.
+        at_least: u8,
+    },
+    /// Nothing seen tells it: windows are at least the raw field.
+    #[default]
+    Unknown,
+}
+
+impl WindowScale {
+    /// The shift windows are read with: the known one, or the lower bound (0 when unknown).
+    pub fn shift(self) -> u8 {
+        match self {
+            WindowScale::Known { shift } => shift,
+            WindowScale::Bounded { at_least } => at_least,
+            WindowScale::Unknown => 0,
+        }
+    }
+
+    /// Whether a window read with [`Self::shift`] is the window itself (not a lower bound).
+    pub fn is_known(self) -> bool {
+        matches!(self, WindowScale::Known { .. })
+    }
+}
+
 /// One TCP stream (Wireshark's `tcp.stream`), like a row of `tshark -q -z conv,tcp`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct StreamSummary {
@@ -61,6 +103,12 @@ pub struct StreamSummary {
     pub syn_b: Option<SynOptions>,
     /// Handshake RTT: SYN to the ACK of the SYN-ACK (Wireshark's `tcp.analysis.initial_rtt`).
     pub handshake_rtt_us: Option<u64>,
+    /// Window scale of A's advertised windows, as far as the capture tells.
+    #[serde(default)]
+    pub scale_a: WindowScale,
+    /// Window scale of B's advertised windows.
+    #[serde(default)]
+    pub scale_b: WindowScale,
     /// A sent FIN.
     pub fin_a: bool,
     /// B sent FIN.
@@ -165,7 +213,8 @@ pub struct PacketRecord {
     pub ack: u32,
     /// TCP payload length.
     pub len: u32,
-    /// Window, scaled when the scale is known.
+    /// Window: the raw field scaled by the sender's window scale when known, else by its
+    /// lower bound (see the stream's `scale_a`/`scale_b`; then the window is at least this).
     pub window: u64,
     /// µs since the stream's previous packet.
     pub gap_us: u64,
@@ -293,6 +342,11 @@ pub struct Analysis {
     pub duration_us: u64,
     /// Streams in index order.
     pub streams: Vec<StreamSummary>,
+    /// Streams whose handshake the capture did not see (neither SYN): they started before
+    /// it. Their window scale is bounded or unknown, their MSS inferred, their initial RTT
+    /// unknown.
+    #[serde(default)]
+    pub mid_connection_streams: u64,
     /// Transactions seen (all counted).
     pub transactions_total: u64,
     /// Transactions kept in detail (up to `max_transactions`).

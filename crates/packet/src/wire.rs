@@ -92,6 +92,10 @@ pub struct TcpSegment<'a> {
     pub option_bytes: &'a [u8],
     /// IPv4 identification (0 for IPv6, which has none in its fixed header).
     pub ip_id: u16,
+    /// Captured on a loopback device (all-zero Ethernet addresses, an SLL header's
+    /// ARPHRD_LOOPBACK, a BSD loopback header) or between loopback addresses: its MTU is
+    /// 64 KiB, not Ethernet's 1500, which is what a stream without a captured SYN has for MSS.
+    pub loopback: bool,
 }
 
 #[inline]
@@ -106,6 +110,15 @@ fn be32(b: &[u8], at: usize) -> u32 {
 
 /// Decodes a frame of the given link type down to TCP.
 pub fn decode(linktype: u32, frame: &[u8]) -> Result<TcpSegment<'_>, Skip> {
+    /// `ARPHRD_LOOPBACK`, as SLL headers give the device type.
+    const ARPHRD_LOOPBACK: u16 = 772;
+    let loopback = match linktype {
+        linktype::ETHERNET => frame.get(..12).is_some_and(|m| m.iter().all(|&b| b == 0)),
+        linktype::LINUX_SLL => frame.len() >= 4 && be16(frame, 2) == ARPHRD_LOOPBACK,
+        linktype::LINUX_SLL2 => frame.len() >= 10 && be16(frame, 8) == ARPHRD_LOOPBACK,
+        linktype::NULL | linktype::LOOP => true,
+        _ => false,
+    };
     let (ethertype, rest) = match linktype {
         linktype::ETHERNET => {
             if frame.len() < 14 {
@@ -160,11 +173,13 @@ pub fn decode(linktype: u32, frame: &[u8]) -> Result<TcpSegment<'_>, Skip> {
         }
         other => return Err(Skip::UnknownLinkType(other)),
     };
-    match ethertype {
+    let mut seg = match ethertype {
         0x0800 => ipv4(rest),
         0x86dd => ipv6(rest),
         _ => Err(Skip::NotIp),
-    }
+    }?;
+    seg.loopback = loopback || (seg.src.is_loopback() && seg.dst.is_loopback());
+    Ok(seg)
 }
 
 fn ipv4(p: &[u8]) -> Result<TcpSegment<'_>, Skip> {
@@ -280,6 +295,7 @@ fn tcp(src: IpAddr, dst: IpAddr, t: &[u8], ip_payload: usize) -> Result<TcpSegme
         options,
         option_bytes: &t[20..opts_end],
         ip_id: 0,
+        loopback: false,
     })
 }
 

@@ -32,10 +32,13 @@ pub(super) fn tail(ev: &Seg<'_>, p: DataSeg, txn: Option<u32>, first_ts: i64) ->
     // sends what fits — the receiver's window held it (seen on a busy client of 32 × 16 MB
     // transfers: 1024 B sent 255 ms late, exactly the 1024 B window the client advertised).
     let mss = ev.data.map_or(u32::MAX, |d| d.mss);
-    let window_short = matches!(
-        (ev.peer_window, ev.peer_last_ack),
-        (Some(w), Some(a)) if w.saturating_sub(ev.seq.wrapping_sub(a)) < mss
-    );
+    // Only a window read at its known scale can be short: without the handshake it is a
+    // lower bound.
+    let window_short = ev.peer_scale.is_known()
+        && matches!(
+            (ev.peer_window, ev.peer_last_ack),
+            (Some(w), Some(a)) if w.saturating_sub(ev.seq.wrapping_sub(a)) < mss
+        );
     if peer_data_in_gap || window_short || !is_cork_gap(since_other, ev.rtt_est_us) {
         return None;
     }

@@ -103,7 +103,7 @@ pub(super) struct Seg<'a> {
     pub len: u32,
     /// Captured payload.
     pub payload: &'a [u8],
-    /// Window, scaled when the scale is known.
+    /// Window, scaled by the known shift or by the shift's lower bound (no handshake seen).
     pub win: u32,
     /// Relative sequence number.
     pub rel_seq: u32,
@@ -125,8 +125,11 @@ pub(super) struct Seg<'a> {
     pub acked: Option<AckAdvance>,
     /// Payload history (segments with payload only).
     pub data: Option<DataInfo>,
-    /// The peer's last advertised window (scaled).
+    /// The peer's last advertised window, scaled by its known shift or by the shift's
+    /// lower bound (then the window is at least this: see `peer_scale`).
     pub peer_window: Option<u32>,
+    /// What is known of the peer's window scale (`Known` for a SYN's unscaled window too).
+    pub peer_scale: lagtrace_model::analyze::WindowScale,
     /// The peer's last acknowledgement number.
     pub peer_last_ack: Option<u32>,
     /// Packets of this sender since its previous captured one that the capture never saw

@@ -30,6 +30,7 @@ mod record;
 mod server;
 mod stats;
 mod tcp;
+
 #[cfg(test)]
 mod testing;
 mod timing;
@@ -511,12 +512,22 @@ impl Analyzer {
                 self.table.copies
             ));
         }
+        let mid_connection = self
+            .table
+            .streams
+            .iter()
+            .filter(|st| st.syn_a.is_none() && st.syn_b.is_none())
+            .count() as u64;
+        if mid_connection > 0 {
+            warnings.push(mid_connection_warning(&self.table.streams, mid_connection));
+        }
         let first = self.first_ts.unwrap_or(0);
         Analysis {
             frames: self.frames,
             tcp_frames: self.tcp_frames,
             first_ts_ns: first,
             duration_us: us(self.max_ts - first),
+            mid_connection_streams: mid_connection,
             streams: self.table.streams,
             transactions_total: self.transactions_total,
             transaction_stats: stats::transaction_stats(&self.transactions),
@@ -656,4 +667,27 @@ fn detect(
     out.unheld = det.nagle.after_data(ev, small);
     det.window.after_data(ev);
     out
+}
+
+/// The one line saying what a capture that started mid-connection leaves unknown, as
+/// tshark's "-1 (unknown)" window scale does per stream.
+fn mid_connection_warning(streams: &[StreamSummary], mid: u64) -> String {
+    use lagtrace_model::analyze::WindowScale;
+    let (mut bounded, mut unknown) = (0, 0);
+    for st in streams
+        .iter()
+        .filter(|s| s.syn_a.is_none() && s.syn_b.is_none())
+    {
+        for sc in [st.scale_a, st.scale_b] {
+            match sc {
+                WindowScale::Bounded { .. } => bounded += 1,
+                WindowScale::Unknown => unknown += 1,
+                WindowScale::Known { .. } => {}
+            }
+        }
+    }
+    format!(
+        "{mid} of {} streams started before the capture (no handshake seen): their window scale is not known — {bounded} of their sides' windows are bounded below by the bytes in flight, {unknown} read as the raw field (at least that) — so a full window is named only where data ends exactly at the bounded edge; their MSS is taken from runs of equal segments, else the link's (1460, or 65495 on loopback, less 12 with timestamps); their initial RTT is unknown",
+        streams.len()
+    )
 }

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use lagtrace_model::analyze::{StreamSummary, SynOptions};
+use lagtrace_model::analyze::{StreamSummary, SynOptions, WindowScale};
 
 use super::copies::{Copies, Seen, id_older};
 use super::event::{AckAdvance, DataInfo, DataSeg, Retrans, RetransKind, Seg};
@@ -67,7 +67,22 @@ struct Dir {
     last_ack: Option<u32>,
     last_ack_time: i64,
     dupacks: u32,
+    /// The raw window field of this side's last segment.
     window: Option<u32>,
+    /// That segment was a SYN (its window is never scaled).
+    window_in_syn: bool,
+    /// This side's SYN was a SYN-ACK (a peer's SYN offered scaling if it carries the option).
+    syn_ack: bool,
+    /// The smallest window scale shift the peer's bytes in flight allow for this side's
+    /// windows, when no handshake was seen.
+    shift_floor: u8,
+    /// This sender's segments carry timestamps (12 bytes of each full segment).
+    timestamps: bool,
+    /// Length of the sender's last run of equal, contiguous data segments, and how many.
+    equal_run: (u32, u32),
+    /// A segment length seen twice in a row within one flight: the sender's MSS, when no
+    /// SYN told it.
+    mss_seen: Option<u32>,
     unacked: VecDeque<Unacked>,
     /// Largest payload seen, as a lower bound of the MSS.
     max_len: u32,
@@ -102,7 +117,9 @@ impl Dir {
         filled
     }
 
-    fn mss(&self, peer: &Dir) -> u32 {
+    /// The MSS this side sends with. `link_mss` is what the capture's link carries when no
+    /// SYN announced it: 65 495 on loopback, 1460 elsewhere.
+    fn mss(&self, peer: &Dir, link_mss: u32) -> u32 {
         // The sender uses the smaller of the peer's MSS option and its own (a TCP_MAXSEG
         // clamp shows in its own SYN's option, not in the peer's).
         let announced = match (
@@ -127,7 +144,14 @@ impl Dir {
         match announced {
             // The path may carry less than announced (e.g. IP options, timestamps take 12).
             Some(m) => m.min(self.max_len.max(1).max(m.saturating_sub(40))),
-            None => self.max_len.max(536),
+            // No SYN seen (the capture started mid-connection): a run of equal segments
+            // is the MSS; else the link's, less the timestamps. Never the largest segment
+            // alone: keep-alive responses repeat one size that is far below the MSS (a
+            // 612 B body Nagle held would read as full), and a capture on the sending host
+            // sees super-segments far above it.
+            None => self
+                .mss_seen
+                .unwrap_or_else(|| link_mss.saturating_sub(if self.timestamps { 12 } else { 0 })),
         }
     }
 }
@@ -135,6 +159,8 @@ impl Dir {
 /// The tracking state of one connection.
 pub(super) struct Conn {
     dirs: [Dir; 2],
+    /// The MSS of the link the capture saw, for a side whose SYN it did not see.
+    link_mss: u32,
     /// Direction of the client, once known.
     pub client: Option<usize>,
     syn_time: Option<i64>,
@@ -153,9 +179,11 @@ pub(super) struct Conn {
 
 impl Conn {
     /// A connection whose first packet is seen at `ts`.
-    pub fn new(ts: i64) -> Conn {
+    /// `loopback`: the capture saw it on a loopback device (64 KiB MTU).
+    pub fn new(ts: i64, loopback: bool) -> Conn {
         Conn {
             dirs: [Dir::default(), Dir::default()],
+            link_mss: if loopback { 65_495 } else { 1460 },
             client: None,
             syn_time: None,
             synack_time: None,
@@ -171,7 +199,7 @@ impl Conn {
     /// Whether `seg` of direction `d` is a second capture of a segment already seen (then
     /// it is not analyzed again).
     pub fn is_copy(&mut self, d: usize, ts: i64, seg: &TcpSegment<'_>) -> bool {
-        let mss = self.dirs[d].mss(&self.dirs[1 - d]);
+        let mss = self.dirs[d].mss(&self.dirs[1 - d], self.link_mss);
         let seen = self.copies.is_copy(d, ts, seg, mss);
         self.rewrite = seen == Seen::Rewrite;
         seen == Seen::Copy
@@ -200,6 +228,7 @@ impl Conn {
         let prev_stream_ts = self.last_ts;
         self.last_ts = ts;
         self.handshake(st, d, ts, seg);
+        self.bound_scale(st, d, seg);
         let win = self.scaled_window(d, seg);
         let rel_seq = seg.seq.wrapping_sub(self.dirs[d].base.unwrap_or(seg.seq));
         let rel_ack = if f & flags::ACK != 0 {
@@ -209,7 +238,7 @@ impl Conn {
         };
         let prev_ack = self.dirs[d].last_ack;
         let (unseen, refound) = self.unseen(d, seg);
-        let retrans = self.sequence(d, ts, frame, seg, win);
+        let retrans = self.sequence(d, ts, frame, seg);
         let far_rtt_us = self.far_rtt_us(d);
         // Data the receiver held for longer than half the delayed-ACK threshold.
         let held_before = ts - i64::try_from(far_rtt_us + RECEIVER_HELD_US).unwrap_or(0) * 1000;
@@ -253,7 +282,12 @@ impl Conn {
             ack_rtt_ns,
             acked,
             data,
-            peer_window: self.dirs[r].window,
+            peer_window: self.adv_window(r),
+            peer_scale: if self.dirs[r].window_in_syn {
+                WindowScale::Known { shift: 0 }
+            } else {
+                self.scale(r)
+            },
             peer_last_ack: self.dirs[r].last_ack,
             unseen,
             refound,
@@ -274,9 +308,9 @@ impl Conn {
         let known_mss = self.dirs[d].syn_opts.is_some() || self.dirs[1 - d].syn_opts.is_some();
         // The MSS estimate is low by up to 40 B before full segments are seen: a segment
         // within that of it is one wire segment.
-        let mss = self.dirs[d].mss(&self.dirs[1 - d]).max(1);
+        let mss = self.dirs[d].mss(&self.dirs[1 - d], self.link_mss).max(1);
         let dir = &mut self.dirs[d];
-        if !known_mss && seg.payload_len > 1460 {
+        if !known_mss && seg.payload_len > mss {
             // A super-segment of a connection whose MSS is unknown (no SYN captured): how
             // many numbers it took cannot be told. Start again after it.
             dir.next_id = None;
@@ -324,6 +358,7 @@ impl Conn {
                 dir.base = Some(seg.seq);
                 dir.syn_opts = Some(opts);
                 dir.syn_ts = Some(ts);
+                dir.syn_ack = f & flags::ACK != 0;
             }
             if d == 0 {
                 st.syn_a = Some(opts);
@@ -362,17 +397,95 @@ impl Conn {
             self.client = Some(if sp >= dp { d } else { r });
         }
         st.a_is_client = self.client != Some(1);
+        if f & flags::SYN != 0 {
+            st.scale_a = self.scale(0);
+            st.scale_b = self.scale(1);
+        }
+        if seg.options.timestamps {
+            self.dirs[d].timestamps = true;
+        }
     }
 
-    fn scaled_window(&self, d: usize, seg: &TcpSegment<'_>) -> u32 {
-        let wscale = |dir: &Dir, peer: &Dir| match (dir.syn_opts, peer.syn_opts) {
-            (Some(a), Some(b)) if a.wscale.is_some() && b.wscale.is_some() => a.wscale.unwrap_or(0),
-            _ => 0,
+    /// What is known of the window scale of direction `d`'s advertised windows.
+    fn scale(&self, d: usize) -> WindowScale {
+        let (me, peer) = (&self.dirs[d], &self.dirs[1 - d]);
+        match (me.syn_opts, peer.syn_opts) {
+            // Scaling is in use only when both SYNs carried the option.
+            (Some(a), Some(b)) => WindowScale::Known {
+                shift: if b.wscale.is_some() {
+                    a.wscale.unwrap_or(0)
+                } else {
+                    0
+                },
+            },
+            // A side that did not offer it uses none; a SYN-ACK carries the option only
+            // when the SYN offered it too (RFC 7323 §2.2).
+            (Some(a), None) if a.wscale.is_none() || me.syn_ack => WindowScale::Known {
+                shift: a.wscale.unwrap_or(0),
+            },
+            // The peer did not offer it: no side scales.
+            (_, Some(b)) if b.wscale.is_none() => WindowScale::Known { shift: 0 },
+            _ if me.shift_floor > 0 => WindowScale::Bounded {
+                at_least: me.shift_floor,
+            },
+            _ => WindowScale::Unknown,
+        }
+    }
+
+    /// The window direction `d` last advertised, scaled by its known shift or by the
+    /// shift's lower bound (then the window is at least this).
+    fn adv_window(&self, d: usize) -> Option<u32> {
+        let dir = &self.dirs[d];
+        let shift = if dir.window_in_syn {
+            0
+        } else {
+            self.scale(d).shift()
         };
+        dir.window.map(|w| w << shift)
+    }
+
+    /// A data segment of direction `d` with no handshake seen: the receiver's window must
+    /// have held all the bytes in flight (a sender never sends past the window's right
+    /// edge, and Linux never moves that edge left), which bounds the receiver's shift from
+    /// below. The bound is exact once the sender fills the window: tshark says "unknown"
+    /// for the same stream.
+    fn bound_scale(&mut self, st: &mut StreamSummary, d: usize, seg: &TcpSegment<'_>) {
+        let r = 1 - d;
+        if seg.payload_len == 0 || matches!(self.scale(r), WindowScale::Known { .. }) {
+            return;
+        }
+        let rv = &self.dirs[r];
+        let (Some(w), Some(ack)) = (rv.window, rv.last_ack) else {
+            return;
+        };
+        if w == 0 || rv.window_in_syn {
+            return;
+        }
+        let in_flight = seg.seq.wrapping_add(seg.payload_len).wrapping_sub(ack);
+        if in_flight >= 1 << 30 {
+            return;
+        }
+        let mut shift = rv.shift_floor;
+        while shift < 14 && w << shift < in_flight {
+            shift += 1;
+        }
+        if shift > rv.shift_floor {
+            self.dirs[r].shift_floor = shift;
+            let scale = self.scale(r);
+            if r == 0 {
+                st.scale_a = scale;
+            } else {
+                st.scale_b = scale;
+            }
+        }
+    }
+
+    /// The window `seg` (of direction `d`) advertises, read as [`Self::adv_window`] reads it.
+    fn scaled_window(&self, d: usize, seg: &TcpSegment<'_>) -> u32 {
         if seg.flags & flags::SYN != 0 {
             u32::from(seg.window)
         } else {
-            u32::from(seg.window) << wscale(&self.dirs[d], &self.dirs[1 - d])
+            u32::from(seg.window) << self.scale(d).shift()
         }
     }
 
@@ -384,9 +497,10 @@ impl Conn {
         ts: i64,
         frame: u64,
         seg: &TcpSegment<'_>,
-        win: u32,
     ) -> Option<RetransKind> {
         let (f, len, seq) = (seg.flags, seg.payload_len, seg.seq);
+        // Raw windows: a duplicate ACK repeats the field whatever its scale.
+        let win = u32::from(seg.window);
         let syn_fin = f & (flags::SYN | flags::FIN) != 0;
         let rtt_us = self.rtt_us;
         let rewrite = std::mem::take(&mut self.rewrite);
@@ -485,6 +599,7 @@ impl Conn {
             fw.last_ack_time = ts;
         }
         fw.window = Some(win);
+        fw.window_in_syn = f & flags::SYN != 0;
         retrans
     }
 
@@ -599,15 +714,30 @@ impl Conn {
         // behind the old request (which would read as a ~200 ms Nagle stall).
         let peer_payload = self.dirs[1 - d].last_payload_frame;
         let info = DataInfo {
-            mss: self.dirs[d].mss(&self.dirs[1 - d]),
+            mss: self.dirs[d].mss(&self.dirs[1 - d], self.link_mss),
             prev_same_run: self.dirs[d]
                 .last_data
                 .filter(|p| peer_payload.is_none_or(|f| f < p.frame)),
             peer_last: self.dirs[1 - d].last_data,
         };
         let len = seg.payload_len;
+        let flight_ns = i64::try_from(self.rtt_est_us()).unwrap_or(i64::MAX) * 1000;
+        let link_mss = self.link_mss;
         let dir = &mut self.dirs[d];
         if fresh {
+            // Two equal segments back to back in one flight: the sender cut a write at its
+            // MSS (a write's own size repeats across requests, not within one flight).
+            let next_in_flight = info
+                .prev_same_run
+                .is_some_and(|p| p.end == seg.seq && p.len == len && ts - p.ts <= flight_ns);
+            dir.equal_run = if next_in_flight {
+                (len, dir.equal_run.1 + 1)
+            } else {
+                (len, 1)
+            };
+            if dir.equal_run.1 >= 2 && (536..=link_mss).contains(&len) {
+                dir.mss_seen = Some(dir.mss_seen.map_or(len, |m| m.max(len)));
+            }
             dir.last_data = Some(DataSeg {
                 frame,
                 ts,
@@ -680,12 +810,22 @@ mod tests {
     }
 
     #[test]
-    fn mss_is_the_smaller_announced_or_the_largest_seen() {
+    fn mss_is_the_smaller_announced_or_without_a_syn_the_links() {
         let mut a = Dir::default();
         let mut b = Dir::default();
-        assert_eq!(a.mss(&b), 536, "nothing known");
+        assert_eq!(a.mss(&b, 1460), 1460, "nothing known: the link's");
+        assert_eq!(a.mss(&b, 65_495), 65_495, "nothing known on loopback");
+        a.max_len = 612;
+        assert_eq!(
+            a.mss(&b, 1460),
+            1460,
+            "the largest segment alone says nothing"
+        );
+        a.timestamps = true;
+        assert_eq!(a.mss(&b, 1460), 1448, "timestamps take 12 bytes");
+        a.mss_seen = Some(1388);
+        assert_eq!(a.mss(&b, 1460), 1388, "a run of equal segments is the MSS");
         a.max_len = 1448;
-        assert_eq!(a.mss(&b), 1448);
         let opts = |mss| SynOptions {
             mss: Some(mss),
             ..SynOptions::default()
@@ -693,9 +833,9 @@ mod tests {
         a.syn_opts = Some(opts(65_483));
         b.syn_opts = Some(opts(1460));
         // Timestamps take 12 bytes: 1448 seen is within 40 of the 1460 announced.
-        assert_eq!(a.mss(&b), 1448);
+        assert_eq!(a.mss(&b, 1460), 1448);
         a.max_len = 100;
-        assert_eq!(a.mss(&b), 1420, "at most 40 below the announced MSS");
+        assert_eq!(a.mss(&b, 1460), 1420, "at most 40 below the announced MSS");
     }
 
     #[test]
@@ -711,9 +851,9 @@ mod tests {
         a.max_len = 65_160;
         a.syn_opts = Some(opts(1460, true));
         b.syn_opts = Some(opts(1460, true));
-        assert_eq!(a.mss(&b), 1448);
+        assert_eq!(a.mss(&b, 1460), 1448);
         // Only one side offered timestamps: none are used.
         b.syn_opts = Some(opts(1460, false));
-        assert_eq!(a.mss(&b), 1460);
+        assert_eq!(a.mss(&b, 1460), 1460);
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 
-use lagtrace_model::analyze::StreamSummary;
+use lagtrace_model::analyze::{StreamSummary, WindowScale};
 
 use super::event::Seg;
 use super::tcp::Conn;
@@ -147,7 +147,7 @@ impl<S: Default> Table<S> {
         self.map.insert(key, id);
         self.streams.push(new_summary(id, seg, start_us, frame));
         self.lives.push(Some(Box::new(Live {
-            conn: Conn::new(ts),
+            conn: Conn::new(ts, seg.loopback),
             det: S::default(),
         })));
         i
@@ -258,6 +258,8 @@ fn new_summary(id: u32, seg: &TcpSegment<'_>, start_us: i64, frame: u64) -> Stre
         syn_a: None,
         syn_b: None,
         handshake_rtt_us: None,
+        scale_a: WindowScale::Unknown,
+        scale_b: WindowScale::Unknown,
         fin_a: false,
         fin_b: false,
         rst_frame: None,
@@ -288,6 +290,7 @@ mod tests {
             options: crate::wire::TcpOptions::default(),
             option_bytes: &[],
             ip_id: 0,
+            loopback: false,
         };
         assert!(Key::of(&seg(a, b)) == Key::of(&seg(b, a)));
         assert!(Key::of(&seg(a, b)) != Key::of(&seg(a, SocketAddr::from(([10, 0, 0, 2], 81)))));

@@ -13,8 +13,9 @@ use crate::wire::flags;
 
 #[derive(Default)]
 struct Dir {
-    /// Data this side sent that filled the peer's window: (frame, ts).
-    window_full: Option<(u64, i64)>,
+    /// Data this side sent that filled the peer's window: (frame, ts, the shift's lower
+    /// bound when the window scale was not seen).
+    window_full: Option<(u64, i64, Option<u8>)>,
     /// Zero window advertised by this side: (frame, ts).
     zero_window: Option<(u64, i64)>,
 }
@@ -71,7 +72,7 @@ impl Window {
         txn: Option<u32>,
         first_ts: i64,
     ) -> (bool, Option<Finding>) {
-        let Some((wf, wts)) = self.dirs[ev.dir].window_full.take() else {
+        let Some((wf, wts, bound)) = self.dirs[ev.dir].window_full.take() else {
             return (false, None);
         };
         let gap = us(ev.ts - wts);
@@ -88,23 +89,37 @@ impl Window {
             end_us: (ev.ts - first_ts) / 1000,
             cost_us: gap,
             explanation: format!(
-                "sender filled the receiver's window at frame {wf} and waited {:.1} ms",
-                gap as f64 / 1000.0
+                "sender filled the receiver's window at frame {wf} and waited {:.1} ms{}",
+                gap as f64 / 1000.0,
+                bound
+                    .map(|s| format!(
+                        " (window scale not captured: the bytes in flight reached exactly the raw window × 2^{s}, the least shift they allow)"
+                    ))
+                    .unwrap_or_default()
             ),
         };
         (true, Some(f))
     }
 
     /// A fresh data segment, after the checks: did it fill the peer's window?
+    ///
+    /// With the window scale known, data reaching the window's edge fills it. Without it
+    /// (no handshake captured) the window read is a lower bound, raised by every flight
+    /// larger than it: the data fills it only when it ends exactly at that bound's edge —
+    /// which a sender stopped by the window does (the bound is then its true shift), and a
+    /// sender stopped by anything else does not, byte for byte.
     pub fn after_data(&mut self, ev: &Seg<'_>) {
         let end = ev.seq.wrapping_add(ev.len);
         if let (Some(w), Some(a)) = (ev.peer_window, ev.peer_last_ack)
             && w > 0
             && ev.flags & flags::SYN == 0
-            && end.wrapping_sub(a) >= w
             && end.wrapping_sub(a) < 1 << 30
         {
-            self.dirs[ev.dir].window_full = Some((ev.frame, ev.ts));
+            let fill = end.wrapping_sub(a);
+            let bound = (!ev.peer_scale.is_known()).then(|| ev.peer_scale.shift());
+            if (bound.is_none() && fill >= w) || (bound.is_some() && fill == w) {
+                self.dirs[ev.dir].window_full = Some((ev.frame, ev.ts, bound));
+            }
         }
     }
 }
