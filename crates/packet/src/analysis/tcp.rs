@@ -531,8 +531,20 @@ impl Conn {
                     .zip(newest_id)
                     .is_some_and(|(id, newest)| id_older(id, newest));
             let soon = ts - fw.next_seq_time < ooo_thres && n != seq.wrapping_add(len);
+            let already_acked = len > 0
+                && rv
+                    .last_ack
+                    .is_some_and(|a| seq_le(seq.wrapping_add(len), a));
             if first_write {
                 // out of order: written once, reordered before the capture point
+            } else if already_acked {
+                // Data the receiver had already acknowledged, sent again: a spurious
+                // resend however soon after the newest data — the receiver cannot have
+                // acknowledged an original still on its way. Wireshark checks this first
+                // too: within one RTT of the newest data it was read as out of order,
+                // and a resend 32 µs after it (an iRTT of 35 µs) went uncounted where
+                // tshark counted it (IPv6 loss test, flake-check suite run 2).
+                retrans = Some(RetransKind::Spurious);
             } else if rv.dupacks >= 2 && rv.last_ack == Some(seq) && since_dupack < 20_000_000 {
                 retrans = Some(RetransKind::Fast);
             } else if soon && !by_id {
@@ -542,12 +554,6 @@ impl Conn {
                 // that reorders — a veth fed from several CPUs — makes the receiver SACK
                 // around a late segment and the sender resend it at once), and Linux counts
                 // it (`TcpRetransSegs`) like any other.
-            } else if len > 0
-                && rv
-                    .last_ack
-                    .is_some_and(|a| seq_le(seq.wrapping_add(len), a))
-            {
-                retrans = Some(RetransKind::Spurious);
             } else if soon {
                 // Written again within one RTT of the newest data: no timer ran out, the
                 // peer's SACKs drove it (Linux's RACK recovery).
