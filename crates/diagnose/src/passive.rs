@@ -135,21 +135,32 @@ pub fn run(opts: &PassiveOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis> 
     };
     // No request seen is no verdict: neither healthy nor a cause can be read from silence.
     if layers.app.get().is_none() && !opts.stop.load(Ordering::Relaxed) {
-        return Err(Error::Target(format!(
-            "no complete request to port {} {}: {} (wrong port, address or interface, or no \
+        return Err(Error::Target(
+            format!(
+                "no complete request to port {} {}: {} (wrong port, address or interface, or no \
              client traffic{})",
-            opts.port,
-            match &opts.source {
-                Source::File(p) => format!("in {}", p.display()),
-                Source::Live { window, .. } => format!("in {:.0} s", window.as_secs_f64()),
-            },
-            crate::run::packets_line(&layers.packets),
-            if matches!(opts.source, Source::Live { .. }) {
-                " in the window"
-            } else {
-                ""
-            }
-        )));
+                opts.port,
+                match &opts.source {
+                    Source::File(p) => format!("in {}", p.display()),
+                    Source::Live { window, .. } => format!("in {:.0} s", window.as_secs_f64()),
+                },
+                crate::run::packets_line(&layers.packets),
+                if matches!(opts.source, Source::Live { .. }) {
+                    " in the window"
+                } else {
+                    ""
+                }
+            ) + &layers
+                .packets
+                .get()
+                .map(|p| {
+                    p.limits
+                        .iter()
+                        .map(|l| format!("; {l}"))
+                        .collect::<String>()
+                })
+                .unwrap_or_default(),
+        ));
     }
     Ok(assemble(opts, layers, window, t0))
 }
@@ -222,9 +233,14 @@ fn from_file(opts: &PassiveOptions, path: &Path, progress: &dyn Fn(Step)) -> Res
         path.display(),
         opts.port
     )));
-    let a = analyze_path(path, opts, analyze_options())?;
+    let (a, snap) = analyze_path(path, opts, analyze_options())?;
     let point = format!("file {}", path.display());
     let (app, mut packets) = layers_of(&a, point.clone(), 0, opts.stop.load(Ordering::Relaxed));
+    if let Some(ev) = packets.data.as_mut()
+        && let Some(l) = snap.limit(&a)
+    {
+        ev.limits.push(l);
+    }
     // Second pass, keeping the example stream's packets for its flow.
     if let Some(ev) = packets.data.as_mut()
         && let Some(s) = adapters::packets::example_stream(&a)
@@ -233,7 +249,7 @@ fn from_file(opts: &PassiveOptions, path: &Path, progress: &dyn Fn(Step)) -> Res
             keep_stream: Some(s),
             ..AnalyzeOptions::default()
         };
-        if let Ok(a2) = analyze_path(path, opts, o2) {
+        if let Ok((a2, _)) = analyze_path(path, opts, o2) {
             ev.example_flow = adapters::packets::flow(&a2, s, 14);
         }
     }
@@ -253,28 +269,62 @@ fn from_file(opts: &PassiveOptions, path: &Path, progress: &dyn Fn(Step)) -> Res
     })
 }
 
+/// Frames of a file shorter than on the wire: the capture's snap length.
+#[derive(Default)]
+struct Snapped {
+    frames: u64,
+    kept: usize,
+}
+
+impl Snapped {
+    /// The line saying what the snap length hid, when it cut most responses before their
+    /// status line: an error response cannot then be told from an answer, so a quiet
+    /// capture clears nothing. (Timings read the IP and TCP headers only.)
+    fn limit(&self, a: &Analysis) -> Option<String> {
+        let answered = a.transactions.iter().filter(|t| t.response_bytes > 0);
+        let (n, blind) = answered.fold((0, 0), |(n, b), t| {
+            (n + 1, b + usize::from(t.status.is_none()))
+        });
+        (self.frames > 0 && n > 0 && blind * 2 > n).then(|| {
+            format!(
+                "the capture is incomplete: its snap length cut {} frames at {} bytes, before the status line of {blind} of {n} responses: error responses cannot be told from answers",
+                self.frames, self.kept
+            )
+        })
+    }
+}
+
 /// Reads `path`, analysing the frames of the server's port only (frame numbers stay the
-/// file's).
-fn analyze_path(path: &Path, opts: &PassiveOptions, o: AnalyzeOptions) -> Result<Analysis> {
+/// file's), and counting the frames its snap length cut.
+fn analyze_path(
+    path: &Path,
+    opts: &PassiveOptions,
+    o: AnalyzeOptions,
+) -> Result<(Analysis, Snapped)> {
     use lagtrace_packet::{CaptureReader, ReadEvent};
     let f = std::fs::File::open(path)
         .map_err(|e| Error::Usage(format!("--pcap {}: {e}", path.display())))?;
     let mut reader = CaptureReader::new(std::io::BufReader::new(f))
         .map_err(|e| Error::Usage(format!("--pcap {}: {e}", path.display())))?;
     let mut an = Analyzer::new(o);
+    let mut snap = Snapped::default();
     while let Some(ev) = reader.next() {
         if opts.stop.load(Ordering::Relaxed) {
             break;
         }
         match ev {
             ReadEvent::Frame(f) if ours(f.linktype, f.data, opts.port, opts.addr) => {
+                if f.data.len() < f.len as usize {
+                    snap.frames += 1;
+                    snap.kept = snap.kept.max(f.data.len());
+                }
                 an.push_frame(&f)
             }
             ReadEvent::Frame(_) => an.push_skipped(),
             ReadEvent::Warning(w) => an.warn(w),
         }
     }
-    Ok(an.finish())
+    Ok((an.finish(), snap))
 }
 
 /// The app and packet layers of a finished analysis.

@@ -137,6 +137,95 @@ fn the_healthy_capture_is_healthy() {
     assert_eq!(page.matches("class=\"slowest\"").count(), joined);
 }
 
+/// A capture that is not all there is no all-clear (issue 34, item 2): the case's healthy
+/// capture cut mid-record (`head -c 5000`, as a copy interrupted), cut by a 70-byte snap
+/// length (`editcap -s 70`: TCP headers whole, the responses' status lines gone), and intact
+/// but tiny (its first 40 frames). Each says what it is in the evidence; none is `healthy`
+/// above low confidence (the cut one was `healthy (confidence medium)` from 3 requests).
+/// Cut at 50 bytes (inside the TCP header) nothing is left to judge: a one-line error that
+/// says so.
+#[test]
+fn partial_captures_say_what_they_are_and_never_clear_the_server_confidently() {
+    let src = lagtrace_testkit::case_pcap("healthy.pcap");
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.pcap");
+    std::fs::write(&cut, &std::fs::read(&src).unwrap()[..5000]).unwrap();
+    let snap = dir.path().join("snap.pcap");
+    let headers = dir.path().join("headers.pcap");
+    let tiny = dir.path().join("tiny.pcap");
+    for (tool, args) in [
+        (
+            "editcap",
+            vec!["-s", "70", src.to_str().unwrap(), snap.to_str().unwrap()],
+        ),
+        (
+            "editcap",
+            vec!["-s", "50", src.to_str().unwrap(), headers.to_str().unwrap()],
+        ),
+        (
+            "tshark",
+            vec![
+                "-r",
+                src.to_str().unwrap(),
+                "-Y",
+                "frame.number <= 40",
+                "-w",
+                tiny.to_str().unwrap(),
+            ],
+        ),
+    ] {
+        let out = Command::new(tool).args(&args).output().expect(tool);
+        assert!(
+            out.status.success(),
+            "{tool}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for (file, says) in [
+        (&cut, "file truncated"),
+        (&snap, "before the status line"),
+        (&tiny, "too few for a p99"),
+    ] {
+        let (code, j, err) = passive_json(&["--pcap", file.to_str().unwrap(), "--port", "80"]);
+        let ev = common::evidence_lines(&j);
+        assert!(
+            code == 0 || code == 1,
+            "{}: exit {code}: {err}",
+            file.display()
+        );
+        assert!(ev.contains(says), "{}: {ev}", file.display());
+        if cause(&j) == "healthy" {
+            assert_eq!(
+                j["verdict"]["confidence"],
+                "low",
+                "{}: {ev}",
+                file.display()
+            );
+        }
+    }
+    let out = Command::new(BIN)
+        .args(["diagnose", "--pcap"])
+        .arg(&headers)
+        .args(["--port", "80", "-q"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("tcp header cut") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    // The whole capture is still a confident all-clear where its layers allow.
+    let (_, j, _) = passive_json(&["--pcap", src.to_str().unwrap(), "--port", "80"]);
+    assert_eq!(cause(&j), "healthy");
+    assert_ne!(
+        j["verdict"]["confidence"],
+        "low",
+        "{}",
+        common::evidence_lines(&j)
+    );
+}
+
 #[test]
 fn bad_passive_arguments_are_one_line_errors() {
     let healthy = lagtrace_testkit::case_pcap("healthy.pcap");
@@ -424,6 +513,32 @@ fn passive_reference_case_is_nagle_whether_clients_connected_before_or_inside_th
         .expect("wrk");
     let wrk = common::Foreground(wrk);
     std::thread::sleep(Duration::from_millis(1500));
+    // The same traffic as an incident's tcpdump sees it, started after the clients
+    // connected: `analyze` finds the Nagle stalls and calls no window full — as many as
+    // tshark, which marks the scale unknown (a raw window of 63 read as 63 bytes was
+    // window-full on 98.9 % of the transactions).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("mid.pcap");
+    let td = lagtrace_testkit::tcpdump::tcpdump_on(Some(&ns), "any", &file, port);
+    std::thread::sleep(Duration::from_millis(1500));
+    lagtrace_testkit::tcpdump::stop_tcpdump(td);
+    let an = common::analyze_json(&file);
+    let tshark_full = lagtrace_testkit::tshark_frames(&file, "tcp.analysis.window_full");
+    let kind = |k: &str| {
+        an["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == k)
+            .count()
+    };
+    assert_eq!(kind("window-full"), tshark_full.len(), "{}", an["summary"]);
+    assert!(kind("nagle-delayed-ack") > 0, "{}", an["summary"]);
+    assert!(
+        an["mid_connection_streams"].as_u64() >= Some(8),
+        "{}",
+        an["warnings"]
+    );
     for run in 1..=5 {
         let (j, err) = passive_result(passive_window(&ns, port, 3));
         assert_eq!(

@@ -127,6 +127,7 @@ impl Synth {
                 findings: vec![],
                 example_flow: None,
                 joins: Vec::new(),
+                limits: Vec::new(),
             }),
             sockets: Layer::ran(SocketEvidence {
                 client: ClientSide::default(),

@@ -71,7 +71,23 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
         findings,
         example_flow: None,
         joins: Vec::new(),
+        limits: limits(a),
     }
+}
+
+/// What the analysed capture could not show: the reader's own warnings of a file cut short
+/// or corrupt, and frames whose headers were cut (the snap length, a damaged record).
+pub fn limits(a: &Analysis) -> Vec<String> {
+    a.warnings
+        .iter()
+        .filter(|w| {
+            w.starts_with("file truncated")
+                || w.starts_with("corrupt")
+                || w.starts_with("read error")
+                || w.contains("malformed headers")
+        })
+        .map(|w| format!("the capture is incomplete: {w}"))
+        .collect()
 }
 
 /// The stream worth drawing: the one with the most telling finding, else the busiest.

@@ -41,6 +41,10 @@ fn cost(x: &Facts<'_>) -> Cost {
     }
 }
 
+/// Complete requests a capture needs before its quiet tail clears the server: fewer, and
+/// its "p99" is one of a handful of requests.
+const MIN_PASSIVE_REQUESTS: u64 = 100;
+
 /// The `healthy` judgement.
 pub(super) fn judge(layers: &Layers, x: &Facts<'_>) -> Judgement {
     let mut evidence = rule_outs(x, &[]);
@@ -70,19 +74,39 @@ pub(super) fn judge(layers: &Layers, x: &Facts<'_>) -> Judgement {
             super::judge::failed_share(r),
         )
     });
-    let confidence = if !ran(LayerName::App) || errors.max(failed) >= 0.5 {
-        Confidence::Low
-    } else if errors >= super::judge::ERROR_STATUS_SHARE
-        || failed >= super::judge::FAILED_SHARE
-        || super::first::slow_first(x.c1, x.cn).is_some()
-    {
-        // Or new connections wait: keep-alive hid it from this run's p99 only.
-        Confidence::Medium
-    } else if ran(LayerName::Packets) && ran(LayerName::Path) {
-        Confidence::High
-    } else {
-        Confidence::Medium
-    };
+    // A capture cut short, or too small for a p99, cannot clear the server: it says so.
+    let limits = x.packets.map(|p| p.limits.as_slice()).unwrap_or_default();
+    let few = x
+        .main_run()
+        .filter(|r| x.passive && r.requests < MIN_PASSIVE_REQUESTS)
+        .map(|r| r.requests);
+    for l in limits {
+        evidence.push(note(LayerName::Packets, l.clone()));
+    }
+    if let Some(n) = few {
+        evidence.push(note(
+            LayerName::App,
+            format!(
+                "only {n} complete requests in the capture: too few for a p99 (at least \
+                 {MIN_PASSIVE_REQUESTS}), so nothing slow in it is no all-clear"
+            ),
+        ));
+    }
+    let confidence =
+        if !ran(LayerName::App) || errors.max(failed) >= 0.5 || !limits.is_empty() || few.is_some()
+        {
+            Confidence::Low
+        } else if errors >= super::judge::ERROR_STATUS_SHARE
+            || failed >= super::judge::FAILED_SHARE
+            || super::first::slow_first(x.c1, x.cn).is_some()
+        {
+            // Or new connections wait: keep-alive hid it from this run's p99 only.
+            Confidence::Medium
+        } else if ran(LayerName::Packets) && ran(LayerName::Path) {
+            Confidence::High
+        } else {
+            Confidence::Medium
+        };
     evidence.extend(missing_layers(layers));
     Judgement {
         verdict: Verdict {

@@ -577,6 +577,11 @@ pub struct PacketEvidence {
     /// (empty without records).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub joins: Vec<RequestJoin>,
+    /// What this capture cannot show, one line each: a file cut short, records the reader
+    /// could not read, headers cut by the snap length. A `healthy` verdict read from such a
+    /// capture is never above low confidence.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<String>,
 }
 
 /// One load run's kept per-request records, each joined with its packets and its wait
