@@ -51,6 +51,9 @@ done
 [[ $load =~ ^[0-9]+$ ]] || { echo "flake-check: --load takes a number of busy loops" >&2; exit 2; }
 
 work=$(mktemp -d /var/tmp/lagtrace-flake.XXXXXX)
+# Readable by all, as a CI checkout is: some tests run the built binary as user nobody
+# (mktemp's 0700 made them fail with EACCES, not the code under test).
+chmod 755 "$work"
 hogs=()
 cleanup() {
   for p in "${hogs[@]}"; do kill "$p" 2>/dev/null; done
