@@ -425,18 +425,7 @@ impl Run {
         // windows never held it: no window finding there where the whole file has none.
         let frames = self.veth["frames"].as_u64().unwrap();
         let cut = self.files[1].with_extension("cut.pcap");
-        let st = Command::new("tshark")
-            .arg("-r")
-            .arg(&self.files[1])
-            .args(["-Y", &format!("frame.number > {}", frames / 2), "-w"])
-            .arg(&cut)
-            .output()
-            .expect("tshark");
-        assert!(
-            st.status.success(),
-            "{}",
-            String::from_utf8_lossy(&st.stderr)
-        );
+        lagtrace_testkit::capture_from_frame(&self.files[1], frames / 2, &cut);
         let mid = analyze_json(&cut);
         assert!(
             mid["mid_connection_streams"].as_u64() > Some(0),

@@ -28,26 +28,14 @@ fn golden(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// `src` without its first `skip` frames, as a capture started at frame `skip + 1` would
-/// have it (tshark writes it; frame numbers restart at 1).
+/// `src` from frame `skip + 1` on, in `dir`.
 fn cut(src: &Path, skip: u64, dir: &Path) -> PathBuf {
     let out = dir.join(format!(
         "{}-from{}.pcap",
         src.file_stem().unwrap().to_string_lossy(),
         skip + 1
     ));
-    let st = Command::new("tshark")
-        .arg("-r")
-        .arg(src)
-        .args(["-Y", &format!("frame.number > {skip}"), "-w"])
-        .arg(&out)
-        .output()
-        .expect("tshark");
-    assert!(
-        st.status.success(),
-        "tshark cut: {}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    lagtrace_testkit::capture_from_frame(src, skip, &out);
     out
 }
 

@@ -135,6 +135,25 @@ fn tshark(file: &Path, filter: Option<&str>, fields: &[&str], extra: &[&str]) ->
         .collect()
 }
 
+/// `src` without its first `skip` frames, written to `out` by tshark (frame numbers restart
+/// at 1): the capture as one started at frame `skip + 1` would have it — mid-connection for
+/// every connection already open.
+pub fn capture_from_frame(src: &Path, skip: u64, out: &Path) {
+    let st = Command::new("tshark")
+        .arg("-r")
+        .arg(src)
+        .args(["-Y", &format!("frame.number > {skip}"), "-w"])
+        .arg(out)
+        .output()
+        .expect("running tshark");
+    assert!(
+        st.status.success(),
+        "tshark cutting {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&st.stderr)
+    );
+}
+
 /// The repository's copy of a reference capture: `testdata/case/{name}`
 /// (`nagle-delayed-ack.pcap`, `healthy.pcap`). Panics when it is not there.
 pub fn case_pcap(name: &str) -> PathBuf {
