@@ -421,25 +421,32 @@ impl Run {
     /// item 5; 11 delayed-ack findings on 137 transactions before, 2 after, same capture).
     fn check_no_ack_stalls(&self) {
         // The same veth capture as one started mid-transfer (issue 36): the first half of
-        // its frames cut, so no handshake and no window scale in it. A healthy transfer's
-        // windows never held it: no window finding there where the whole file has none.
+        // its frames cut, so no handshake and no window scale in it. Every full window named
+        // there is a frame tshark calls full on the whole file, where the scale is known (a
+        // raw window read as bytes named hundreds that were not). Counts are not compared:
+        // how long the sender then waited depends on which later segments are resends, and
+        // under loss the cut's sequence history differs from the whole's (1m-c8-tbf: the
+        // whole's next fresh data 0.5 ms after a full window, the cut's 3.7 ms).
         let frames = self.veth["frames"].as_u64().unwrap();
+        let half = frames / 2;
         let cut = self.files[1].with_extension("cut.pcap");
-        lagtrace_testkit::capture_from_frame(&self.files[1], frames / 2, &cut);
+        lagtrace_testkit::capture_from_frame(&self.files[1], half, &cut);
         let mid = analyze_json(&cut);
         assert!(
             mid["mid_connection_streams"].as_u64() > Some(0),
             "{}",
             self.tag
         );
-        let whole = counts(&self.veth);
-        let (cw, cm) = (whole, counts(&mid));
-        for k in ["window-full", "zero-window"] {
-            assert!(
-                cm.get(k).copied().unwrap_or(0) <= cw.get(k).copied().unwrap_or(0),
-                "{}: {k} on the capture cut mid-transfer {cm:?}, the whole {cw:?}",
-                self.tag
-            );
+        let full = lagtrace_testkit::tshark_frames(&self.files[1], "tcp.analysis.window_full");
+        for f in mid["findings"].as_array().unwrap() {
+            if f["kind"] == "window-full" {
+                let at = f["frames"][0].as_u64().unwrap() + half;
+                assert!(
+                    full.contains(&at),
+                    "{}: window-full at frame {at} of the whole capture, not full for tshark: {f}",
+                    self.tag
+                );
+            }
         }
         for an in [&self.any, &self.veth, &mid] {
             let c = counts(an);
