@@ -512,15 +512,8 @@ impl Analyzer {
                 self.table.copies
             ));
         }
-        let mid_connection = self
-            .table
-            .streams
-            .iter()
-            .filter(|st| st.syn_a.is_none() && st.syn_b.is_none())
-            .count() as u64;
-        if mid_connection > 0 {
-            warnings.push(mid_connection_warning(&self.table.streams, mid_connection));
-        }
+        let (mid_connection, line) = mid_connection(&self.table.streams);
+        warnings.extend(line);
         let first = self.first_ts.unwrap_or(0);
         Analysis {
             frames: self.frames,
@@ -669,15 +662,16 @@ fn detect(
     out
 }
 
-/// The one line saying what a capture that started mid-connection leaves unknown, as
-/// tshark's "-1 (unknown)" window scale does per stream.
-fn mid_connection_warning(streams: &[StreamSummary], mid: u64) -> String {
+/// Streams that started before the capture (neither SYN seen), and the one line saying
+/// what that leaves unknown, as tshark's "-1 (unknown)" window scale does per stream.
+fn mid_connection(streams: &[StreamSummary]) -> (u64, Option<String>) {
     use lagtrace_model::analyze::WindowScale;
-    let (mut bounded, mut unknown) = (0, 0);
+    let (mut mid, mut bounded, mut unknown) = (0u64, 0, 0);
     for st in streams
         .iter()
         .filter(|s| s.syn_a.is_none() && s.syn_b.is_none())
     {
+        mid += 1;
         for sc in [st.scale_a, st.scale_b] {
             match sc {
                 WindowScale::Bounded { .. } => bounded += 1,
@@ -686,8 +680,12 @@ fn mid_connection_warning(streams: &[StreamSummary], mid: u64) -> String {
             }
         }
     }
-    format!(
+    if mid == 0 {
+        return (0, None);
+    }
+    let line = format!(
         "{mid} of {} streams started before the capture (no handshake seen): their window scale is not known — {bounded} of their sides' windows are bounded below by the bytes in flight, {unknown} read as the raw field (at least that) — so a full window is named only where data ends exactly at the bounded edge; their MSS is taken from runs of equal segments, else the link's (1460, or 65495 on loopback, less 12 with timestamps); their initial RTT is unknown",
         streams.len()
-    )
+    );
+    (mid, Some(line))
 }

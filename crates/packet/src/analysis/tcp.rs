@@ -78,8 +78,6 @@ struct Dir {
     shift_floor: u8,
     /// This sender's segments carry timestamps (12 bytes of each full segment).
     timestamps: bool,
-    /// Length of the sender's last run of equal, contiguous data segments, and how many.
-    equal_run: (u32, u32),
     /// A segment length seen twice in a row within one flight: the sender's MSS, when no
     /// SYN told it.
     mss_seen: Option<u32>,
@@ -283,11 +281,7 @@ impl Conn {
             acked,
             data,
             peer_window: self.adv_window(r),
-            peer_scale: if self.dirs[r].window_in_syn {
-                WindowScale::Known { shift: 0 }
-            } else {
-                self.scale(r)
-            },
+            peer_scale: self.adv_scale(r),
             peer_last_ack: self.dirs[r].last_ack,
             unseen,
             refound,
@@ -432,16 +426,20 @@ impl Conn {
         }
     }
 
+    /// The scale of the window direction `d` last advertised: a SYN's is never scaled.
+    fn adv_scale(&self, d: usize) -> WindowScale {
+        if self.dirs[d].window_in_syn {
+            WindowScale::Known { shift: 0 }
+        } else {
+            self.scale(d)
+        }
+    }
+
     /// The window direction `d` last advertised, scaled by its known shift or by the
     /// shift's lower bound (then the window is at least this).
     fn adv_window(&self, d: usize) -> Option<u32> {
-        let dir = &self.dirs[d];
-        let shift = if dir.window_in_syn {
-            0
-        } else {
-            self.scale(d).shift()
-        };
-        dir.window.map(|w| w << shift)
+        let shift = self.adv_scale(d).shift();
+        self.dirs[d].window.map(|w| w << shift)
     }
 
     /// A data segment of direction `d` with no handshake seen: the receiver's window must
@@ -451,7 +449,7 @@ impl Conn {
     /// for the same stream.
     fn bound_scale(&mut self, st: &mut StreamSummary, d: usize, seg: &TcpSegment<'_>) {
         let r = 1 - d;
-        if seg.payload_len == 0 || matches!(self.scale(r), WindowScale::Known { .. }) {
+        if seg.payload_len == 0 || self.scale(r).is_known() {
             return;
         }
         let rv = &self.dirs[r];
@@ -736,12 +734,7 @@ impl Conn {
             let next_in_flight = info
                 .prev_same_run
                 .is_some_and(|p| p.end == seg.seq && p.len == len && ts - p.ts <= flight_ns);
-            dir.equal_run = if next_in_flight {
-                (len, dir.equal_run.1 + 1)
-            } else {
-                (len, 1)
-            };
-            if dir.equal_run.1 >= 2 && (536..=link_mss).contains(&len) {
+            if next_in_flight && (536..=link_mss).contains(&len) {
                 dir.mss_seen = Some(dir.mss_seen.map_or(len, |m| m.max(len)));
             }
             dir.last_data = Some(DataSeg {
