@@ -342,14 +342,24 @@ pub fn dump_tcp_addrs(states: u32) -> io::Result<Vec<DiagSocket>> {
         let req = build_request_ext(family, states, 1, 0);
         netlink::dump(NETLINK_SOCK_DIAG, &req, |b| parse_batch(b, &mut out))?;
     }
-    Ok(out)
+    Ok(dedup(out))
 }
 
 /// Every TCP socket (IPv4 then IPv6) in the calling thread's namespace, in `states`.
 pub fn dump_tcp(states: u32) -> io::Result<Vec<DiagSocket>> {
     let mut v = dump(libc::AF_INET as u8, states)?;
     v.extend(dump(libc::AF_INET6 as u8, states)?);
-    Ok(v)
+    Ok(dedup(v))
+}
+
+/// A dump is not a snapshot: the kernel resumes each batch at a (bucket, position) mark,
+/// so a socket inserted ahead of the mark between two batches moves a listed one past it
+/// and that one is listed twice. The same socket (4-tuple, inode, state) is kept once.
+fn dedup(v: Vec<DiagSocket>) -> Vec<DiagSocket> {
+    let mut seen = std::collections::HashSet::with_capacity(v.len());
+    v.into_iter()
+        .filter(|s| seen.insert((s.local, s.remote, s.inode, s.state)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -476,6 +486,31 @@ mod tests {
         assert!(parse_batch(&e, &mut Vec::new()).is_err());
         e[..4].copy_from_slice(&(NLMSG_HDRLEN as u32).to_ne_bytes());
         assert!(parse_batch(&e[..NLMSG_HDRLEN], &mut Vec::new()).unwrap());
+    }
+
+    #[test]
+    fn a_socket_listed_twice_by_a_resumed_dump_is_kept_once() {
+        let sock = |port: u16, inode: u64, state: u8| DiagSocket {
+            state,
+            local: SocketAddr::from(([127, 0, 0, 1], port)),
+            remote: SocketAddr::from(([0, 0, 0, 0], 0)),
+            inode,
+            uid: 0,
+            recv_q: 0,
+            send_q: 128,
+            tcp_info: None,
+            congestion: None,
+            skmem: None,
+        };
+        // Two SO_REUSEPORT listeners share the address (two inodes): both stay.
+        let v = vec![
+            sock(80, 1, 10),
+            sock(80, 2, 10),
+            sock(80, 1, 10),
+            sock(81, 3, 1),
+        ];
+        let d = dedup(v);
+        assert_eq!(d.iter().map(|s| s.inode).collect::<Vec<_>>(), [1, 2, 3]);
     }
 
     #[test]

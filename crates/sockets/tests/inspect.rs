@@ -13,6 +13,32 @@ use lagtrace_sockets::{InspectOptions, Inspection, SocketInfo, inspect};
 use lagtrace_testkit::net::NetGuard;
 use lagtrace_testkit::nginx::*;
 
+/// One line per socket (state, ends, inode, owners, notes): a failure shows the whole
+/// listing, where `{:#?}` of every TCP_INFO field is cut off by a CI log's length limit.
+fn listing(ins: &Inspection) -> String {
+    let mut out = String::new();
+    for s in &ins.sockets {
+        let owners: Vec<String> = s
+            .owners
+            .iter()
+            .map(|o| format!("{}/{}:{}", o.comm, o.pid, o.fd))
+            .collect();
+        out += &format!(
+            "\n  {} {} {} -> {} inode {} owners [{}]",
+            s.netns,
+            s.state,
+            s.local,
+            s.remote,
+            s.inode,
+            owners.join(" ")
+        );
+    }
+    for n in &ins.notes {
+        out += &format!("\n  note: {n}");
+    }
+    out
+}
+
 fn established_on(ins: &Inspection, local_port: u16) -> Vec<&SocketInfo> {
     ins.sockets
         .iter()
@@ -43,7 +69,7 @@ fn own_listener_options_are_read_back_exactly() {
     })
     .unwrap();
     let mine = established_on(&ins, port);
-    assert_eq!(mine.len(), 4, "{ins:#?}");
+    assert_eq!(mine.len(), 4, "{}", listing(&ins));
     for (i, a) in accepted.iter().enumerate() {
         let peer = a.peer_addr().unwrap().as_socket().unwrap();
         let s = mine.iter().find(|s| s.remote == peer).unwrap();
@@ -144,7 +170,7 @@ fn nginx_latency_vs_good_and_config_lens() {
     .unwrap();
     let lat = established_on(&ins, pl);
     let goo = established_on(&ins, pg);
-    assert_eq!((lat.len(), goo.len()), (3, 3), "{ins:#?}");
+    assert_eq!((lat.len(), goo.len()), (3, 3), "{}", listing(&ins));
     for s in &lat {
         assert_eq!(s.options.as_ref().unwrap().nodelay, Some(false), "{s:?}");
         assert!(s.owners.iter().all(|o| o.comm == "nginx"));
@@ -217,7 +243,7 @@ fn namespaces_named_and_all() {
         .iter()
         .filter(|s| s.state == "ESTABLISHED")
         .collect();
-    assert_eq!(est.len(), 2, "{inside:#?}"); // both ends, on loopback inside
+    assert_eq!(est.len(), 2, "{}", listing(&inside)); // both ends, on loopback inside
     assert!(inside.sockets.iter().all(|s| s.netns == ns_name));
     let server = est.iter().find(|s| s.local.port() == port).unwrap();
     assert_eq!(server.options.as_ref().unwrap().nodelay, Some(false));
@@ -234,7 +260,7 @@ fn namespaces_named_and_all() {
         .iter()
         .filter(|s| s.local.port() == port && s.state == "ESTABLISHED")
         .collect();
-    assert_eq!(in_ns.len(), 1, "namespace scanned once: {all:#?}");
+    assert_eq!(in_ns.len(), 1, "namespace scanned once: {}", listing(&all));
     assert_eq!(in_ns[0].netns, ns_name, "named before pid-labelled");
 }
 
@@ -330,11 +356,13 @@ fn ipv6_and_state_filter() {
     a.set_nodelay(true).unwrap();
     let ins = inspect(&InspectOptions {
         port: Some(port),
+        // Only ours: another process may hold port P on IPv4 as a client end.
+        pid: Some(std::process::id()),
         ..Default::default()
     })
     .unwrap();
     let est = established_on(&ins, port);
-    assert_eq!(est.len(), 1, "{ins:#?}");
+    assert_eq!(est.len(), 1, "{}", listing(&ins));
     assert!(est[0].local.is_ipv6());
     assert_eq!(est[0].options.as_ref().unwrap().nodelay, Some(true));
     assert!(est[0].ack.is_some(), "/proc/net/tcp6 read");
@@ -343,10 +371,11 @@ fn ipv6_and_state_filter() {
         states: Some(vec![
             lagtrace_sockets::diag::state_number("listen").unwrap(),
         ]),
+        pid: Some(std::process::id()),
         ..Default::default()
     })
     .unwrap();
-    assert_eq!(listen_only.sockets.len(), 1);
+    assert_eq!(listen_only.sockets.len(), 1, "{}", listing(&listen_only));
     assert_eq!(listen_only.sockets[0].state, "LISTEN");
     drop((c, a));
 }
