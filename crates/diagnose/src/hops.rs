@@ -50,11 +50,29 @@ const MAX_HOPS: usize = 8;
 /// Packets kept per hop capture.
 const MAX_HOP_PACKETS: u64 = 200_000;
 
-/// A peer seen from the server's sockets.
+/// A peer seen from the server's sockets (or, deeper, from a hop's).
 #[derive(Debug, Clone)]
 struct Seen {
     from: ServerProcess,
     local_ports: BTreeSet<u16>,
+    /// 1 for the server's own upstreams, 2 for theirs, …
+    depth: u32,
+    /// The hop whose listener's processes opened these connections (none at depth 1).
+    via: Option<SocketAddr>,
+}
+
+/// How deep the watch follows: the server's upstreams, theirs, and theirs (three hops:
+/// proxy → proxy → proxy → application).
+const MAX_DEPTH: u32 = 3;
+
+/// One listener whose processes are watched for the connections they open.
+struct Watched {
+    port: u16,
+    depth: u32,
+    /// The hop this listener is the far end of (none for the server itself).
+    via: Option<SocketAddr>,
+    pids: Vec<u32>,
+    pids_at: Option<Instant>,
 }
 
 type SeenMap = BTreeMap<SocketAddr, Seen>;
@@ -216,7 +234,8 @@ impl Discovery {
             };
             let to = sockets.get().and_then(|s| s.server.clone());
             hops.push(HopEvidence {
-                depth: 1,
+                depth: s.depth,
+                via: s.via.map(|v| v.to_string()),
                 from: s.from.clone(),
                 peer: peer.to_string(),
                 to,
@@ -305,7 +324,10 @@ fn service_name(port: u16) -> Option<&'static str> {
 }
 
 /// The watch loop: lists the namespace's open TCP connections every [`POLL`] and keeps
-/// those held by the listener's processes whose local port is not the listener's.
+/// those held by a watched listener's processes whose local port is not the listener's.
+/// The server's listener is watched first; a peer that listens in this namespace becomes a
+/// watched listener in turn (its processes' connections are the next hop), down to
+/// [`MAX_DEPTH`].
 fn watch(
     netns: &NetNs,
     label: &str,
@@ -319,22 +341,35 @@ fn watch(
         return;
     }
     let here = NetNs::Current;
-    let mut pids: Vec<u32> = Vec::new();
-    let mut pids_at: Option<Instant> = None;
-    // Socket inodes of the listener's processes already looked up in a dump.
+    let mut watched = vec![Watched {
+        port,
+        depth: 1,
+        via: None,
+        pids: Vec::new(),
+        pids_at: None,
+    }];
+    // Socket inodes of the watched processes already looked up in a dump.
     let mut known: BTreeSet<u64> = BTreeSet::new();
     let mut dumped_at: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
-        // Looked up again sooner while none is known (a server still starting).
-        let every = if pids.is_empty() {
-            POLL * 5
-        } else {
-            PIDS_EVERY
-        };
-        if pids_at.is_none_or(|t| t.elapsed() >= every) {
-            pids = crate::adapters::host::listener_pids(&here, port).unwrap_or_default();
-            pids_at = Some(Instant::now());
+        for w in &mut watched {
+            // Looked up again sooner while none is known (a server still starting).
+            let every = if w.pids.is_empty() {
+                POLL * 5
+            } else {
+                PIDS_EVERY
+            };
+            if w.pids_at.is_none_or(|t| t.elapsed() >= every) {
+                w.pids = crate::adapters::host::listener_pids(&here, w.port).unwrap_or_default();
+                w.pids_at = Some(Instant::now());
+            }
         }
+        let pids: Vec<u32> = watched
+            .iter()
+            .flat_map(|w| w.pids.iter().copied())
+            .collect::<BTreeSet<u32>>()
+            .into_iter()
+            .collect();
         // The processes' own descriptor tables are cheap to read; a sock_diag dump walks the
         // kernel's whole established-connection hash (every namespace's: 262 144 buckets
         // here, ~3 ms of system time a dump), so it runs only for sockets not seen before,
@@ -353,20 +388,20 @@ fn watch(
         {
             dumped_at = Some(Instant::now());
             known = scan.owners.keys().copied().collect();
-            let owners = &scan.owners;
-            let out: Vec<_> = socks
-                .iter()
-                .filter(|s| s.inode != 0 && s.local.port() != port && s.remote.port() != 0)
-                .filter_map(|s| Some((s, owners.get(&s.inode)?.first()?)))
-                .collect();
-            if !out.is_empty() {
+            let mut deeper = Vec::new();
+            {
                 let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-                for (s, o) in out {
-                    // A connection back to the server's own listener is not a hop.
-                    if s.remote.port() == port && pids.contains(&o.pid) && is_own(&socks, s.remote)
-                    {
+                for s in socks
+                    .iter()
+                    .filter(|s| s.inode != 0 && s.remote.port() != 0)
+                {
+                    let Some(o) = scan.owners.get(&s.inode).and_then(|o| o.first()) else {
                         continue;
-                    }
+                    };
+                    let Some(w) = opened_by(&watched, o.pid, s, &socks) else {
+                        continue;
+                    };
+                    let new = !seen.contains_key(&s.remote);
                     seen.entry(s.remote)
                         .or_insert_with(|| Seen {
                             from: ServerProcess {
@@ -375,9 +410,26 @@ fn watch(
                                 netns: label.to_string(),
                             },
                             local_ports: BTreeSet::new(),
+                            depth: w.depth,
+                            via: w.via,
                         })
                         .local_ports
                         .insert(s.local.port());
+                    // A peer listening in this namespace is a server of its own: its
+                    // processes' connections are the next hop.
+                    if new
+                        && w.depth < MAX_DEPTH
+                        && !watched.iter().any(|x| x.port == s.remote.port())
+                        && is_local(s.remote.ip(), netns)
+                    {
+                        deeper.push(Watched {
+                            port: s.remote.port(),
+                            depth: w.depth + 1,
+                            via: Some(s.remote),
+                            pids: Vec::new(),
+                            pids_at: None,
+                        });
+                    }
                 }
                 // Peers first seen while the c=N run is captured get their capture now.
                 let mut late = late.lock().unwrap_or_else(|e| e.into_inner());
@@ -399,9 +451,35 @@ fn watch(
                     }
                 }
             }
+            if !deeper.is_empty() {
+                watched.extend(deeper);
+                // The new listeners' processes are looked up and their sockets dumped on
+                // the next poll, not DUMP_EVERY later.
+                dumped_at = None;
+            }
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// The watched listener whose processes opened `s` (a connection of process `pid`): the
+/// shallowest one `pid` serves, when `s` is not one of the connections it accepted (its
+/// local port is none of that process's listeners') nor a connection back to the server's
+/// own listener.
+fn opened_by<'a>(
+    watched: &'a [Watched],
+    pid: u32,
+    s: &lagtrace_sockets::diag::DiagSocket,
+    socks: &[lagtrace_sockets::diag::DiagSocket],
+) -> Option<&'a Watched> {
+    let mine = || watched.iter().filter(move |w| w.pids.contains(&pid));
+    if mine().any(|w| w.port == s.local.port()) {
+        return None;
+    }
+    if mine().any(|w| w.port == s.remote.port()) && is_own(socks, s.remote) {
+        return None;
+    }
+    mine().min_by_key(|w| w.depth)
 }
 
 /// Whether `addr` is one of the namespace's own connection endpoints (a socket local there).

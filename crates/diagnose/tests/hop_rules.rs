@@ -55,6 +55,7 @@ fn hop(findings: Vec<FindingSummary>) -> HopEvidence {
     s.config.clear();
     HopEvidence {
         depth: 1,
+        via: None,
         from: proc(101, "nginx"),
         peer: "127.0.0.1:9000".into(),
         to: Some(proc(200, "python3")),
@@ -63,6 +64,20 @@ fn hop(findings: Vec<FindingSummary>) -> HopEvidence {
         packets,
         sockets,
     }
+}
+
+/// The verdict's server-side fix names `at` (the hop's process and address).
+fn assert_server_fix_at(j: &lagtrace_diagnose::Judgement, at: &str) {
+    let fix = j
+        .verdict
+        .fix
+        .iter()
+        .find(|f| f.side == FixSide::Server)
+        .unwrap_or_else(|| panic!("no server-side fix: {:?}", j.verdict.fix));
+    assert!(
+        fix.location.as_deref().is_some_and(|l| l.contains(at)),
+        "{fix:?}"
+    );
 }
 
 #[test]
@@ -85,20 +100,7 @@ fn nagle_on_the_hop_is_the_verdict_at_the_hop() {
     assert_eq!(h.chain[2].pid, Some(200));
     assert_eq!(h.chain[1].pid, Some(101));
     assert!(h.text.starts_with("client → nginx (pid 101)"), "{}", h.text);
-    let server_fix = j
-        .verdict
-        .fix
-        .iter()
-        .find(|f| f.side == FixSide::Server)
-        .unwrap();
-    assert!(
-        server_fix
-            .location
-            .as_deref()
-            .unwrap()
-            .contains("python3 (pid 200) 127.0.0.1:9000"),
-        "{server_fix:?}"
-    );
+    assert_server_fix_at(&j, "python3 (pid 200) 127.0.0.1:9000");
     // Client-side fixes on the hop are the connecting process's, not lagtrace's.
     for f in j.verdict.fix.iter().filter(|f| f.side == FixSide::Client) {
         assert!(
@@ -158,4 +160,67 @@ fn a_hop_whose_cause_is_fixed_at_the_connecting_server_leaves_the_verdict_at_the
     let j = judge(&lagtrace_testkit::layers::target(), &l);
     assert_ne!(j.verdict.cause, Cause::ReceiveWindow, "{:#?}", j.verdict);
     assert!(j.verdict.hop.is_none(), "{:?}", j.verdict.hop);
+}
+
+/// Two hops: nginx (pid 101) → nginx (pid 200) at 127.0.0.1:9000, whose worker (pid 201)
+/// → python3 (pid 300) at 127.0.0.1:9001. The first hop shows only the second nginx's
+/// time (slow-server); the second shows Nagle. The verdict is at the last hop, with the
+/// whole way in the chain; with the second hop healthy, it stays slow-server at the first.
+#[test]
+fn a_cause_two_hops_behind_is_named_at_the_last_hop() {
+    let mut middle = hop(vec![finding("slow-server", 2_900, 3_000, 43_700)]);
+    middle.to = Some(proc(200, "nginx"));
+    middle.packets.data.as_mut().unwrap().server_time = Some(pct(3_000, 43_700, 48_000));
+    middle.sockets.data.as_mut().unwrap().server = Some(proc(200, "nginx"));
+    middle.sockets.data.as_mut().unwrap().nodelay = options(8, 0);
+    let mut last = hop(vec![finding("nagle-delayed-ack", 2_900, 3_000, 43_500)]);
+    last.depth = 2;
+    last.via = Some("127.0.0.1:9000".into());
+    last.from = proc(201, "nginx");
+    last.peer = "127.0.0.1:9001".into();
+    last.to = Some(proc(300, "python3"));
+    last.sockets.data.as_mut().unwrap().server = Some(proc(300, "python3"));
+
+    let mut l = front_slow();
+    l.hops = vec![middle.clone(), last.clone()];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck, "{:#?}", j.evidence);
+    let h = j.verdict.hop.as_ref().expect("hop");
+    assert_eq!(h.chain.len(), 4, "{}", h.text);
+    assert_eq!(h.at, 3);
+    let pids: Vec<_> = h.chain.iter().map(|n| n.pid).collect();
+    assert_eq!(pids, [None, Some(101), Some(200), Some(300)]);
+    assert!(
+        h.text
+            .ends_with("→ nginx (pid 200) 127.0.0.1:9000 → python3 (pid 300) 127.0.0.1:9001"),
+        "{}",
+        h.text
+    );
+    assert_server_fix_at(&j, "python3 (pid 300) 127.0.0.1:9001");
+
+    // The last hop healthy: the middle nginx's own time is the verdict, at the middle.
+    last.packets.data.as_mut().unwrap().findings.clear();
+    l.hops = vec![middle, last];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{:#?}", j.evidence);
+    let h = j.verdict.hop.as_ref().expect("hop");
+    assert_eq!((h.chain.len(), h.at), (3, 2), "{}", h.text);
+    assert_eq!(h.chain[2].pid, Some(200));
+}
+
+/// Evidence whose hops point at each other (a corrupt or hand-made file) ends: the walk
+/// goes one depth at a time.
+#[test]
+fn hops_that_point_at_each_other_end() {
+    let mut a = hop(vec![finding("slow-server", 2_900, 3_000, 43_700)]);
+    a.packets.data.as_mut().unwrap().server_time = Some(pct(3_000, 43_700, 48_000));
+    let mut b = a.clone();
+    b.depth = 2;
+    b.via = Some(a.peer.clone());
+    b.peer = "127.0.0.1:9001".into();
+    a.via = Some(b.peer.clone());
+    let mut l = front_slow();
+    l.hops = vec![a, b];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer);
 }

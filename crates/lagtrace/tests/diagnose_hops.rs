@@ -215,3 +215,129 @@ fn nagle_on_the_backend_behind_haproxy_is_named_at_the_backend() {
         assert!(chain.starts_with("client → haproxy (pid "), "{chain}");
     }
 }
+
+/// The application's side of a Redis hop: a connection per server thread to Redis on
+/// `sys.argv[2]`, and `redis_wait()` asks for a key that never comes — `BLPOP` with a
+/// `sys.argv[3]`-second timeout, answered `*-1` (nil) when it runs out.
+const REDIS_CLIENT: &str = r#"import socket
+RP, WAIT = int(sys.argv[2]), sys.argv[3].encode()
+tl = threading.local()
+CMD = b"*3\r\n$5\r\nBLPOP\r\n$7\r\nnothing\r\n$%d\r\n%s\r\n" % (len(WAIT), WAIT)
+def redis_wait():
+    s = getattr(tl, "s", None)
+    if s is None:
+        s = tl.s = socket.create_connection(("127.0.0.1", RP))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(CMD)
+    r = b""
+    while not r.endswith(b"\r\n"):
+        c = s.recv(64)
+        if not c:
+            raise ConnectionError("redis closed")
+        r += c"#;
+
+/// A non-HTTP upstream: an application that asks Debian's redis-server — on a port no table
+/// names — for a key that never comes (`BLPOP` timing out after 30 ms) on every request.
+/// The wait is timed on the hop by its direction changes and named at Redis, with its pid;
+/// the added time is the injected 30 ms within ±20 %.
+#[test]
+#[ignore = "needs root"]
+fn a_slow_redis_command_behind_the_application_is_named_at_the_redis_hop() {
+    let lab = Lab::up(&LabOptions::new(&name("rd")).server(ServerKind::Builtin)).expect("lab up");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let redis = start_in_lab(
+        &lab,
+        dir.path(),
+        &[
+            "redis-server",
+            "--port",
+            "9451",
+            "--bind",
+            "0.0.0.0",
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            // Redis ends a blocked client's timeout on its cron, 10 times a second by
+            // default (a 30 ms BLPOP then waits ~100 ms); at its highest rate, within 2 ms.
+            "--hz",
+            "500",
+        ],
+        9451,
+    );
+    let app = python_server(REDIS_CLIENT, "pass", "redis_wait()");
+    let _app = start_in_lab(
+        &lab,
+        Path::new("/"),
+        &["python3", "-c", &app, "9452", "9451", "0.03"],
+        9452,
+    );
+    let url = format!("http://{}:9452/", lab.server_addr());
+    for run in 1..=3 {
+        let (_, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        let who = assert_at_backend(&j, &err, run, "slow-server", &redis, "127.0.0.1:9451");
+        assert_eq!(who, "redis-server", "run {run}: {}", show(&j));
+        let added = j["verdict"]["cost"]["added_us"].as_u64().unwrap_or(0);
+        assert!(
+            (24_000..=36_000).contains(&added),
+            "run {run}: added {added} µs for a 30 ms wait\n{}",
+            show(&j)
+        );
+    }
+}
+
+/// `proxies` nginx in a row in front of the Python backend with Nagle on: every hop but the
+/// last shows only the next nginx's time; the watch follows each nginx's own connections,
+/// and the verdict is at the last hop, with the whole way in the chain — three runs of three.
+fn nagle_behind_proxies_is_named_at_the_last_hop(tag: &str, proxies: u16) {
+    let lab = Lab::up(&LabOptions::new(&name(tag)).server(ServerKind::Builtin)).expect("lab up");
+    let base = 9460 + 10 * proxies;
+    let be = backend(&lab, base, true, 0.0);
+    // Started back to front: each proxies to the one started before it.
+    let nginx: Vec<_> = (1..=proxies)
+        .map(|i| nginx_proxy(&lab, base + i, base + i - 1, ""))
+        .collect();
+    let url = format!("http://{}:{}/", lab.server_addr(), base + proxies);
+    let addr = format!("127.0.0.1:{base}");
+    // client, then the front nginx … the last, then the backend.
+    let mut want: Vec<Option<u64>> = vec![None];
+    want.extend(nginx.iter().rev().map(|(n, _)| Some(u64::from(n.0.id()))));
+    want.push(Some(u64::from(be.0.id())));
+    for run in 1..=3 {
+        let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        assert_at_backend(&j, &err, run, "nagle-delayed-ack", &be, &addr);
+        assert_eq!(code, 1);
+        let chain = j["verdict"]["hop"]["chain"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let pids: Vec<Option<u64>> = chain.iter().map(|n| n["pid"].as_u64()).collect();
+        assert_eq!(pids, want, "run {run}: {}", show(&j));
+        // Each proxy behind the front one is named at the address it listens on.
+        for (i, n) in chain
+            .iter()
+            .enumerate()
+            .skip(2)
+            .take(usize::from(proxies) - 1)
+        {
+            let port = base + proxies - (i as u16 - 1);
+            assert_eq!(n["addr"], format!("127.0.0.1:{port}"), "{}", show(&j));
+        }
+    }
+}
+
+/// Two hops: nginx → nginx → Python (Nagle on): named at the last hop.
+#[test]
+#[ignore = "needs root"]
+fn nagle_two_hops_behind_is_named_at_the_last_hop() {
+    nagle_behind_proxies_is_named_at_the_last_hop("2h", 2);
+}
+
+/// Three hops: nginx → nginx → nginx → Python (Nagle on): named at the last hop.
+#[test]
+#[ignore = "needs root"]
+fn nagle_three_hops_behind_is_named_at_the_last_hop() {
+    nagle_behind_proxies_is_named_at_the_last_hop("3h", 3);
+}

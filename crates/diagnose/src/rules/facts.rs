@@ -180,3 +180,48 @@ impl<'a> Facts<'a> {
             })
     }
 }
+
+/// The p99/p50 ratio beyond which a spread is not contention: an exponential wait's
+/// p99.9/p50, `log2(1000)` ≈ 9.97.
+pub fn spread() -> f64 {
+    1000f64.log2()
+}
+
+/// How much longer than a typical connect the run's slowest requests (at or above the p99 of
+/// their waits) spent connecting: the median over them of their connect time beyond the
+/// run's median connect (0 for a request on an open connection). Measured per request from
+/// the records; `None` without records.
+pub(super) fn tail_connect_us(run: &AppRun) -> Option<u64> {
+    let typical = run.connects.as_ref()?.time.p50_us;
+    let p99 = run.waits.as_ref()?.p99_us;
+    let mut extra: Vec<u64> = run
+        .records
+        .as_ref()?
+        .records
+        .iter()
+        .filter(|r| r.wait_us >= p99)
+        .map(|r| {
+            // Only a connect that waited a SYN retransmission is the SYN's drop; a slower
+            // first connect of a burst (the accept of 32 at once) is not.
+            if crate::adapters::app::is_connect(r) && crate::adapters::app::syn_retransmitted(r) {
+                crate::adapters::app::connect_time_us(r).saturating_sub(typical)
+            } else {
+                0
+            }
+        })
+        .collect();
+    extra.sort_unstable();
+    extra.get(extra.len() / 2).copied()
+}
+
+/// The packets' join of a run's records, when the capture covered it.
+pub(super) fn join_of<'a>(
+    x: &Facts<'a>,
+    run: &AppRun,
+) -> Option<&'a lagtrace_model::diagnosis::evidence::RequestJoin> {
+    let recs = run.records.as_ref()?;
+    x.packets?
+        .joins
+        .iter()
+        .find(|j| j.concurrency == run.concurrency && j.requests.len() == recs.records.len())
+}

@@ -6,7 +6,7 @@
 use lagtrace_model::Cause;
 
 use super::facts::Facts;
-use super::judge::{missing_layers, rule_outs};
+use super::notes::{missing_layers, rule_outs};
 use super::{Judgement, ms, note};
 use crate::evidence::{LayerName, LayerStatus, Layers};
 use crate::verdict::{Confidence, Cost, Verdict};
@@ -70,8 +70,8 @@ pub(super) fn judge(layers: &Layers, x: &Facts<'_>) -> Judgement {
     // Measured on error responses (the page itself was not measured), or requests failed.
     let (errors, failed) = x.main_run().map_or((0.0, 0.0), |r| {
         (
-            super::judge::error_status_share(r),
-            super::judge::failed_share(r),
+            super::notes::error_status_share(r),
+            super::notes::failed_share(r),
         )
     });
     // A capture cut short, or too small for a p99, cannot clear the server: it says so.
@@ -96,8 +96,8 @@ pub(super) fn judge(layers: &Layers, x: &Facts<'_>) -> Judgement {
         if !ran(LayerName::App) || errors.max(failed) >= 0.5 || !limits.is_empty() || few.is_some()
         {
             Confidence::Low
-        } else if errors >= super::judge::ERROR_STATUS_SHARE
-            || failed >= super::judge::FAILED_SHARE
+        } else if errors >= super::notes::ERROR_STATUS_SHARE
+            || failed >= super::notes::FAILED_SHARE
             || super::first::slow_first(x.c1, x.cn).is_some()
         {
             // Or new connections wait: keep-alive hid it from this run's p99 only.

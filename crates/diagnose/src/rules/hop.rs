@@ -125,31 +125,41 @@ fn node(p: &ServerProcess, addr: Option<String>) -> HopNode {
     }
 }
 
-/// The chain client → server → the hop's peer.
-pub(super) fn chain(target: &Target, h: &HopEvidence) -> Hop {
-    // The process that opened the connections (a worker, where the listener's owner is a
-    // master that does not serve).
-    let server = &h.from;
-    let peer = match &h.to {
+/// How many hops deep a verdict follows the request (the watch follows as deep).
+pub(super) const MAX_DEPTH: u32 = 8;
+
+/// The process at the far end of a hop: its listener's owner, else the service its port is
+/// known for, else `remote`.
+fn peer_node(h: &HopEvidence) -> HopNode {
+    match &h.to {
         Some(p) => node(p, Some(h.peer.clone())),
         None => HopNode {
             name: h.service.clone().unwrap_or_else(|| "remote".into()),
             pid: None,
             addr: Some(h.peer.clone()),
         },
-    };
-    Hop::new(
-        vec![
-            HopNode {
-                name: "client".into(),
-                pid: None,
-                addr: None,
-            },
-            node(server, Some(format!("{}:{}", target.addr, target.port))),
-            peer,
-        ],
-        2,
-    )
+    }
+}
+
+/// The chain client → server → each hop's peer on `path` (the server's hop first), with the
+/// last one marked.
+pub(super) fn chain(target: &Target, path: &[&HopEvidence]) -> Hop {
+    // The process that opened the first hop's connections (a worker, where the listener's
+    // owner is a master that does not serve).
+    let mut nodes = vec![
+        HopNode {
+            name: "client".into(),
+            pid: None,
+            addr: None,
+        },
+        node(
+            &path[0].from,
+            Some(format!("{}:{}", target.addr, target.port)),
+        ),
+    ];
+    nodes.extend(path.iter().map(|h| peer_node(h)));
+    let at = nodes.len() - 1;
+    Hop::new(nodes, at)
 }
 
 /// The verdict of the hop, placed: its cause, cost and fix, `verdict.hop`, its evidence
@@ -192,8 +202,8 @@ pub(super) fn adopt(front: Judgement, mut hop: Judgement, h: &HopEvidence, at: H
         stance: Stance::Supports,
         cause: Some(hop.verdict.cause),
         text: format!(
-            "the request's way: {}; the server's {} connection(s) to {} were captured on its side",
-            at.text, h.connections, h.peer
+            "the request's way: {}; {} (pid {})'s {} connection(s) to {} were captured on its side",
+            at.text, h.from.comm, h.from.pid, h.connections, h.peer
         ),
     }];
     evidence.extend(hop.evidence.into_iter().map(|mut e| {

@@ -30,7 +30,7 @@ use lagtrace_model::Cause;
 use lagtrace_model::host::{CgroupCpu, HostCpu, HostReport, ListenerQueue, SchedSample};
 
 use super::facts::Facts;
-use super::{Candidate, MATERIAL_ADDED_US, ms, note, out, pct, sup};
+use super::{Candidate, Direct, MATERIAL_ADDED_US, ms, note, out, pct, sup};
 use crate::evidence::{AppRun, LayerName, Target};
 use crate::verdict::{EvidenceLine, Fix, FixSide, Mechanism};
 
@@ -38,18 +38,6 @@ use crate::verdict::{EvidenceLine, Fix, FixSide, Mechanism};
 pub(super) const MIN_THROTTLED_SHARE: f64 = 0.05;
 /// The share of the slowest requests that must overlap a throttled interval.
 pub(super) const MIN_ALIGNED_SHARE: f64 = 0.5;
-
-/// What the host layer shows directly.
-pub(super) struct Direct {
-    pub(super) cause: Cause,
-    pub(super) mechanism: Mechanism,
-    pub(super) evidence: Vec<EvidenceLine>,
-    pub(super) fix: Fix,
-    /// Median added latency of the requests it explains, and their share of the run.
-    pub(super) added_us: u64,
-    pub(super) share: f64,
-    pub(super) counted: Option<(u64, Option<u64>)>,
-}
 
 /// The slowest requests of `run` (at or above its p99), as `[start, end)` on the realtime
 /// clock, and the run's p50.
@@ -210,13 +198,13 @@ fn stretch_within(timeline: &[SchedSample], s: u64, e: u64) -> Option<f64> {
 /// Whether waits for a CPU lasting `stretch_us` on average can hold a request `half_us`:
 /// a request waits through a few of its threads' waits (its wake-ups; an event loop serves
 /// every ready request each time it runs), which spread like any contention wait — an
-/// exponential, whose p99.9 is [`super::tail::spread`] × its median (the mean, a little
+/// exponential, whose p99.9 is [`super::facts::spread`] × its median (the mean, a little
 /// longer than the median, stands in for it). Waits of tens of µs — a thread that gets a CPU
 /// thousands of times a second while the host is busy — never add up to a request's
 /// hundreds of ms: those requests waited for something else (a backend, a lock, a sleep)
 /// while the host happened to be busy.
 fn long_enough(stretch_us: Option<f64>, half_us: u64) -> bool {
-    stretch_us.is_none_or(|m| super::tail::spread() * m >= half_us as f64)
+    stretch_us.is_none_or(|m| super::facts::spread() * m >= half_us as f64)
 }
 
 /// `cpu-contention`: the server's threads waited for a CPU through most of the slowest
@@ -392,20 +380,16 @@ pub(super) fn busy_note(host: &HostReport) -> Option<EvidenceLine> {
 /// Merges what the host layer shows into the candidates: the mechanism, its evidence and its
 /// fix go to the candidate of the same cause, or become one.
 /// `tail_loss`: the tail's largest part is loss recovery.
-pub(super) fn adopt(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>, tail_loss: bool) {
+pub(super) fn adopt(
+    x: &Facts<'_>,
+    target: &Target,
+    cands: &mut Vec<Candidate>,
+    dropped: Option<Direct>,
+) {
     let Some(host) = x.host else {
         return;
     };
-    let direct = [
-        throttled(x, host),
-        overflow(x, host, target),
-        // The loss is named (by the tail or the packets' retransmissions): the held or
-        // late segments matter however few.
-        super::wiredrop::dropped(
-            x,
-            tail_loss || cands.iter().any(|c| c.cause == Cause::PacketLoss),
-        ),
-    ];
+    let direct = [throttled(x, host), overflow(x, host, target), dropped];
     for d in direct.into_iter().flatten() {
         merge(cands, d);
     }

@@ -32,6 +32,7 @@ mod host;
 mod judge;
 mod loss;
 mod nagle;
+mod notes;
 mod queueing;
 mod slow_server;
 mod syn;
@@ -48,6 +49,19 @@ use crate::verdict::{Cost, EvidenceLine, Fix, Mechanism, Stance, Verdict};
 use facts::Facts;
 
 pub use judge::judge;
+
+/// What the host layer shows directly (a throttled cgroup, a listener's overflows, packets
+/// the host dropped): a candidate with its own evidence and fix, merged into the ranking.
+pub(super) struct Direct {
+    pub(super) cause: Cause,
+    pub(super) mechanism: Mechanism,
+    pub(super) evidence: Vec<EvidenceLine>,
+    pub(super) fix: Fix,
+    /// Median added latency of the requests it explains, and their share of the run.
+    pub(super) added_us: u64,
+    pub(super) share: f64,
+    pub(super) counted: Option<(u64, Option<u64>)>,
+}
 
 /// A finding adds latency worth naming when its median added latency is at least this.
 pub const MATERIAL_ADDED_US: u64 = 5_000;
@@ -294,4 +308,123 @@ fn finding_text(f: &FindingSummary, total: u64) -> String {
 
 fn material(f: &FindingSummary, min_share: f64) -> bool {
     f.share >= min_share && f.median_added_us >= MATERIAL_ADDED_US
+}
+
+/// The rules stay independent: a rule reads facts and returns a candidate, and `judge`
+/// alone assembles them. Checked on the sources, so an import that would tangle them fails
+/// here rather than in review.
+#[cfg(test)]
+mod independence {
+    use std::collections::BTreeSet;
+
+    /// One module per cause family (or verdict): none may name another.
+    const RULE_MODULES: &[&str] = &[
+        "cork",
+        "healthy",
+        "hop",
+        "host",
+        "loss",
+        "nagle",
+        "queueing",
+        "slow_server",
+        "syn",
+        "tail",
+        "unreachable",
+        "window",
+        "wiredrop",
+    ];
+    /// What several rules read: they name no rule module either.
+    const SHARED: &[&str] = &["facts", "first", "notes", "tail_join"];
+    /// The assembly (and this registry) may name every rule.
+    const ASSEMBLY: &[&str] = &["judge", "mod"];
+
+    /// A module's source without its comment lines (a doc link is no import).
+    fn code(module: &str) -> String {
+        let path = format!("{}/src/rules/{module}.rs", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn ident(s: &str) -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    }
+
+    /// The sibling modules `src` names through `super::` or `crate::rules::` paths, the
+    /// members of `use super::{…}` groups included.
+    fn named(src: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for prefix in ["super::", "crate::rules::"] {
+            let mut rest = src;
+            while let Some(i) = rest.find(prefix) {
+                rest = &rest[i + prefix.len()..];
+                match rest.strip_prefix('{') {
+                    Some(group) => {
+                        let end = group.find('}').unwrap_or(group.len());
+                        out.extend(group[..end].split(',').map(ident));
+                    }
+                    None => {
+                        out.insert(ident(rest));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_check_sees_paths_and_groups() {
+        let n = named(
+            "use super::{Candidate, facts::Facts, tail};\n// super::host in a comment\n\
+             let d = crate::rules::wiredrop::dropped(x);",
+        );
+        for m in ["Candidate", "facts", "tail", "wiredrop"] {
+            assert!(n.contains(m), "{m} not in {n:?}");
+        }
+        assert!(code("judge").contains("fn judge"));
+        assert!(
+            !code("judge")
+                .lines()
+                .any(|l| l.trim_start().starts_with("//"))
+        );
+    }
+
+    #[test]
+    fn no_rule_module_imports_another() {
+        for m in RULE_MODULES.iter().chain(SHARED) {
+            let bad: Vec<String> = named(&code(m))
+                .into_iter()
+                .filter(|n| n != m && RULE_MODULES.contains(&n.as_str()))
+                .collect();
+            assert!(
+                bad.is_empty(),
+                "rules/{m}.rs names the rule module(s) {bad:?}: a rule reads facts (facts.rs, \
+                 notes.rs, tail_join.rs) and returns a candidate; only judge.rs combines rules"
+            );
+        }
+    }
+
+    #[test]
+    fn every_module_is_classified() {
+        let dir = format!("{}/src/rules", env!("CARGO_MANIFEST_DIR"));
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            let Some(m) = name.strip_suffix(".rs") else {
+                continue;
+            };
+            if m.ends_with("_tests") {
+                continue;
+            }
+            assert!(
+                RULE_MODULES.contains(&m) || SHARED.contains(&m) || ASSEMBLY.contains(&m),
+                "rules/{name}: add it to RULE_MODULES, SHARED or ASSEMBLY"
+            );
+        }
+    }
 }

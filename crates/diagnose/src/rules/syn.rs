@@ -11,7 +11,7 @@ use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
 use super::{Candidate, CauseRule, MATERIAL_LOSS_SHARE, example_text, ms, pct, sup};
-use crate::adapters::app::{connect_time_us, is_connect, syn_retransmitted};
+use crate::adapters::app::{connect_time_us, syn_retransmitted};
 use crate::evidence::{AppRun, ConnectStats, LayerName, Target};
 use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
 use lagtrace_model::RequestRecord;
@@ -103,33 +103,6 @@ fn syn_waits<'a>(x: &Facts<'a>) -> Option<SynWaits<'a>> {
                 slowest: kept.last().copied(),
             }
         })
-}
-
-/// How much longer than a typical connect the run's slowest requests (at or above the p99 of
-/// their waits) spent connecting: the median over them of their connect time beyond the
-/// run's median connect (0 for a request on an open connection). Measured per request from
-/// the records; `None` without records.
-pub(super) fn tail_connect_us(run: &AppRun) -> Option<u64> {
-    let typical = run.connects.as_ref()?.time.p50_us;
-    let p99 = run.waits.as_ref()?.p99_us;
-    let mut extra: Vec<u64> = run
-        .records
-        .as_ref()?
-        .records
-        .iter()
-        .filter(|r| r.wait_us >= p99)
-        .map(|r| {
-            // Only a connect that waited a SYN retransmission is the SYN's drop; a slower
-            // first connect of a burst (the accept of 32 at once) is not.
-            if is_connect(r) && syn_retransmitted(r) {
-                connect_time_us(r).saturating_sub(typical)
-            } else {
-                0
-            }
-        })
-        .collect();
-    extra.sort_unstable();
-    extra.get(extra.len() / 2).copied()
 }
 
 /// Connects that waited for a SYN retransmission, measured per request by the load.

@@ -77,10 +77,9 @@
 use lagtrace_model::diagnosis::evidence::{ClientCpu, RequestJoin};
 use lagtrace_model::{Cause, FindingKind, RequestRecord};
 
-use super::facts::Facts;
-use super::judge::{missing_layers, rule_outs};
+use super::facts::{Facts, join_of};
+use super::notes::{missing_layers, rule_outs};
 use super::tail_join::{self, JoinedTail};
-use super::wiredrop;
 use super::{Candidate, Judgement, MATERIAL_LOSS_SHARE, ms, note, pct, rule, sup};
 use crate::evidence::{AppRun, LayerName, Layers, Target};
 use crate::join::tail::Component;
@@ -99,11 +98,7 @@ const EXPLAINS: f64 = 0.5;
 /// Parts covering less than this share of the excess are left out of the list.
 const MIN_PART_SHARE: f64 = 0.1;
 
-/// The p99/p50 ratio beyond which a spread is not contention: an exponential wait's
-/// p99.9/p50, `log2(1000)` ≈ 9.97.
-pub fn spread() -> f64 {
-    1000f64.log2()
-}
+pub use super::facts::spread;
 
 /// What the path and the scheduler can add to the slowest requests (µs).
 pub fn noise_us(rtt_us: u64) -> u64 {
@@ -144,7 +139,7 @@ pub(super) struct TailFinding<'a> {
     /// The part that explains at least half the excess.
     explained: Option<TailPart>,
     /// The per-request join's account of the tail, when the records and packets were joined.
-    joined: Option<JoinedTail>,
+    pub(super) joined: Option<JoinedTail>,
     /// When the tail is the load generator's own host being CPU-busy (within what its
     /// measured contention explains, with no pattern showing a cause; or the slow requests
     /// waiting mostly for the client to read a response already received): the evidence.
@@ -156,21 +151,24 @@ fn run_records(run: &AppRun) -> Option<&[RequestRecord]> {
     run.records.as_ref().map(|r| r.records.as_slice())
 }
 
-/// The packets' join of a run's records, when the capture covered it.
-pub(super) fn join_of<'a>(x: &Facts<'a>, run: &AppRun) -> Option<&'a RequestJoin> {
-    let recs = run.records.as_ref()?;
-    x.packets?
-        .joins
-        .iter()
-        .find(|j| j.concurrency == run.concurrency && j.requests.len() == recs.records.len())
-}
+/// How a run's join is read before the tail sums its parts ([`assess`]).
+pub(super) type Reattribute<'r, 'a> =
+    &'r dyn Fn(&AppRun, &'a RequestJoin) -> std::borrow::Cow<'a, RequestJoin>;
 
 /// The run with the largest tail that is a finding, with its parts; `None` when no run's
 /// tail is a finding. The p99 first; where no run's p99 is a finding, the p99.9 of a joined
 /// run large enough to have one ([`RARE_MIN_REQUESTS`]) when the join shows a cause *and*
 /// its mechanism there (a rare, long cost such as a process-wide pause hitting one request
 /// per connection per pause: [`rare`]).
-pub(super) fn assess<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
+///
+/// `reattribute` reads a run's join before its parts are summed: a first response segment
+/// dropped before the wire leaves at the probe timer, and the drop rule moves that wait from
+/// the server's time to loss recovery when the host shows the drops (`judge` passes it in:
+/// no rule module imports another).
+pub(super) fn assess<'a>(
+    x: &Facts<'a>,
+    reattribute: Reattribute<'_, 'a>,
+) -> Option<TailFinding<'a>> {
     let found = [x.c1, x.cn]
         .into_iter()
         .flatten()
@@ -184,12 +182,10 @@ pub(super) fn assess<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
             )
         });
     let Some(run) = found else {
-        return rare(x);
+        return rare(x, reattribute);
     };
     let excess_us = run.waited().p99_us - run.waited().p50_us;
-    // A first response segment dropped before the wire leaves at the probe timer: its
-    // wait is loss recovery, not the server's time, when the host shows the drops.
-    let join = join_of(x, run).map(|j| wiredrop::reattributed(x, run_records(run), j));
+    let join = join_of(x, run).map(|j| reattribute(run, j));
     let joined = tail_join::joined(run_records(run), join.as_deref(), PERCENTILE);
     let parts = match &joined {
         Some(j) => j.parts.clone(),
@@ -199,7 +195,7 @@ pub(super) fn assess<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
     // A p99 nothing names (or the client's own scheduling) may hide a rarer cost the join
     // names with its mechanism.
     if (f.explained.is_none() || f.client.is_some())
-        && let Some(r) = rare(x)
+        && let Some(r) = rare(x, reattribute)
     {
         return Some(r);
     }
@@ -213,16 +209,14 @@ pub const RARE_MIN_REQUESTS: u64 = 10_000;
 /// bounds, the spread one decade further: `log2(10⁴)` × the p50) and the join names a cause
 /// with its mechanism at that percentile. Without a mechanism a p99.9 spread is left alone:
 /// one request in a thousand meets every hiccup of a shared machine.
-fn rare<'a>(x: &Facts<'a>) -> Option<TailFinding<'a>> {
+fn rare<'a>(x: &Facts<'a>, reattribute: Reattribute<'_, 'a>) -> Option<TailFinding<'a>> {
     const P999: f64 = 99.9;
     let (run, joined) = [x.cn, x.c1].into_iter().flatten().find_map(|r| {
         let w = r.waited();
         let ok = w.count >= RARE_MIN_REQUESTS
             && w.p999_us.saturating_sub(w.p50_us) >= noise_us(x.rtt_us)
             && w.p999_us as f64 >= 10_000f64.log2() * w.p50_us as f64;
-        let join = join_of(x, r)
-            .filter(|_| ok)
-            .map(|j| wiredrop::reattributed(x, run_records(r), j));
+        let join = join_of(x, r).filter(|_| ok).map(|j| reattribute(r, j));
         let j = tail_join::joined(run_records(r), join.as_deref(), P999)?;
         let top = j.parts.first()?;
         (top.mechanism.is_some() && top.share >= EXPLAINS).then_some((r, j))
@@ -314,7 +308,7 @@ fn client_busy(
 fn parts(x: &Facts<'_>, run: &AppRun, excess_us: u64) -> Vec<TailPart> {
     let mut raw: Vec<(Cause, u64)> = Vec::new();
     // Connect time of the slowest requests themselves, from the load's records.
-    if let Some(c) = super::syn::tail_connect_us(run) {
+    if let Some(c) = super::facts::tail_connect_us(run) {
         raw.push((Cause::SynDrop, c));
     }
     // The slowest SYN probe under load over the idle median: a queue on the path. The
@@ -469,7 +463,7 @@ impl TailFinding<'_> {
     }
 
     /// The app layer's line stating the tail.
-    fn app_line(&self, x: &Facts<'_>, cause: Cause) -> crate::verdict::EvidenceLine {
+    pub(super) fn app_line(&self, x: &Facts<'_>, cause: Cause) -> crate::verdict::EvidenceLine {
         let l = self.run.waited();
         sup(
             LayerName::App,
@@ -522,30 +516,6 @@ fn part_line(p: &TailPart, excess_us: u64) -> String {
         pct(p.share),
         ms(excess_us)
     )
-}
-
-/// The judgement when no other rule names a cause and the tail is the load generator's own
-/// host ([`TailFinding::client`]): `healthy` as far as the server and the path go, never
-/// with high confidence over that tail, with the client's contention and the tail stated.
-pub(super) fn judge_client(layers: &Layers, x: &Facts<'_>, t: &TailFinding<'_>) -> Judgement {
-    let mut j = super::healthy::judge(layers, x);
-    if j.verdict.confidence == Confidence::High {
-        j.verdict.confidence = Confidence::Medium;
-    }
-    let mut lines = vec![t.app_line(x, Cause::Healthy)];
-    lines[0].stance = crate::verdict::Stance::Note;
-    lines[0].cause = None;
-    if let Some(c) = &t.client {
-        lines.push(note(LayerName::App, c.clone()));
-    }
-    if let Some(jt) = &t.joined {
-        lines.push(note(LayerName::Packets, jt.line()));
-    }
-    // After healthy's own line on the main run.
-    let at = usize::from(x.main_run().is_some()).min(j.evidence.len());
-    j.evidence.splice(at..at, lines);
-    j.verdict.tail = Some(t.tail());
-    j
 }
 
 /// The judgement when no other rule names a cause but the tail is a finding.

@@ -35,8 +35,8 @@ use lagtrace_model::diagnosis::evidence::RequestParts;
 use lagtrace_model::host::{HostReport, QdiscDelta};
 use lagtrace_model::{Cause, FindingKind, RequestRecord};
 
+use super::Direct;
 use super::facts::Facts;
-use super::host::Direct;
 use super::{MATERIAL_ADDED_US, MATERIAL_LOSS_SHARE, ms, pct, sup};
 use crate::evidence::{FindingSummary, LayerName};
 use crate::verdict::{EvidenceLine, Fix, FixSide, Mechanism};
@@ -344,7 +344,7 @@ pub(super) fn dropped(x: &Facts<'_>, tail_loss: bool) -> Option<Direct> {
 fn late_line(x: &Facts<'_>, late: &[Late]) -> String {
     let by_client = late.iter().filter(|l| l.delivery).count();
     let streams: Vec<String> =
-        x.cn.and_then(|r| super::tail::join_of(x, r))
+        x.cn.and_then(|r| super::facts::join_of(x, r))
             .map(|j| {
                 late.iter()
                     .filter_map(|l| j.requests[l.index].stream)
@@ -461,7 +461,7 @@ pub(super) fn where_text(x: &Facts<'_>) -> Option<String> {
 
 /// The c=N run's late first segments.
 fn late_of(x: &Facts<'_>, d: &LocalDrops<'_>) -> Vec<Late> {
-    x.cn.and_then(|r| Some((&r.records.as_ref()?.records, super::tail::join_of(x, r)?)))
+    x.cn.and_then(|r| Some((&r.records.as_ref()?.records, super::facts::join_of(x, r)?)))
         .map(|(rs, j)| late_first(rs, j, d.qdisc() > 0))
         .unwrap_or_default()
 }

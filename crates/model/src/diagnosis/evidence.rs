@@ -765,6 +765,10 @@ pub struct Layers {
 pub struct HopEvidence {
     /// 1 for the server's own upstreams, 2 for theirs, …
     pub depth: u32,
+    /// Below depth 1: the peer address of the hop whose listener's processes opened these
+    /// connections (the hop in front of this one on the request's way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
     /// The process that opened the connections.
     pub from: ServerProcess,
     /// The peer as the connecting process sees it (`127.0.0.1:9000`).
