@@ -519,19 +519,22 @@ impl Lab {
             .map(|(_, s)| s.requests())
     }
 
-    /// Applies the fix to the latency server: `tcp_nodelay on`, reloaded, and waits until
-    /// the new workers serve. For the built-in server kinds this restarts the latency
-    /// server with TCP_NODELAY on.
-    pub fn fix(&self) -> Result<()> {
+    /// Applies the fix to the latency server, exactly as `diagnose` words it: its nginx
+    /// config's `tcp_nodelay off;` line becomes `tcp_nodelay on;` (nothing else changes),
+    /// nginx is reloaded, and this waits until the new workers serve. Returns the line it
+    /// changed. The built-in server kinds have no config: the latency server is restarted
+    /// with TCP_NODELAY on, and `None` is returned.
+    pub fn fix(&self) -> Result<Option<ConfigEdit>> {
         self.set_latency_nodelay(true)
     }
 
-    /// Undoes [`Lab::fix`]: `tcp_nodelay off` again.
-    pub fn unfix(&self) -> Result<()> {
+    /// Undoes [`Lab::fix`]: `tcp_nodelay off;` again.
+    pub fn unfix(&self) -> Result<Option<ConfigEdit>> {
         self.set_latency_nodelay(false)
     }
 
-    fn set_latency_nodelay(&self, on: bool) -> Result<()> {
+    fn set_latency_nodelay(&self, on: bool) -> Result<Option<ConfigEdit>> {
+        let mut edit = None;
         check_privileges()?;
         let info = self
             .st()
@@ -545,8 +548,15 @@ impl Lab {
                 let prefix = info.prefix.clone().context("nginx server without prefix")?;
                 let config = info.config.clone().context("nginx server without config")?;
                 let pid = info.pid.context("nginx server without pid")?;
-                fs::write(&config, nginx_config(&prefix, LATENCY_PORT, !on, on))
+                let text = fs::read_to_string(&config)
+                    .with_context(|| format!("reading {}", config.display()))?;
+                let (text, e) = set_directive(&text, "tcp_nodelay", if on { "on" } else { "off" });
+                fs::write(&config, text)
                     .with_context(|| format!("writing {}", config.display()))?;
+                edit = Some(ConfigEdit {
+                    file: config.clone(),
+                    ..e
+                });
                 let before = sys::children(pid);
                 sys::signal(pid, libc::SIGHUP)
                     .with_context(|| format!("reloading nginx (pid {pid})"))?;
@@ -589,7 +599,8 @@ impl Lab {
         if let Some(s) = self.st().servers.iter_mut().find(|s| s.role == "latency") {
             s.fixed = on;
         }
-        self.save()
+        self.save()?;
+        Ok(edit)
     }
 
     /// Starts an extra `EXE serve` process inside the lab's namespace on `port` (all
@@ -879,6 +890,74 @@ fn read_state(name: &str) -> Result<Option<LabState>> {
     }
 }
 
+/// One line of a server's configuration that [`Lab::fix`] or [`Lab::unfix`] set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEdit {
+    /// The file.
+    pub file: PathBuf,
+    /// Its 1-based line number, after the edit.
+    pub line: usize,
+    /// The line as it was (trimmed); `None` when the directive was added.
+    pub before: Option<String>,
+    /// The line as it is now (trimmed).
+    pub after: String,
+}
+
+impl ConfigEdit {
+    /// `FILE:LINE: `before` → `after``, or what else happened, in one line.
+    pub fn describe(&self) -> String {
+        let at = format!("{}:{}", self.file.display(), self.line);
+        match &self.before {
+            Some(b) if *b == self.after => format!("{at}: already `{b}`"),
+            Some(b) => format!("{at}: `{b}` → `{}`", self.after),
+            None => format!("{at}: added `{}`", self.after),
+        }
+    }
+}
+
+/// `text` (an nginx config) with the first `name` directive set to `value`, indentation and
+/// every other line kept; added after the `http {` line when there is none. The edit's
+/// `file` is left empty.
+pub fn set_directive(text: &str, name: &str, value: &str) -> (String, ConfigEdit) {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let is_it = |l: &str| {
+        l.trim_start()
+            .strip_prefix(name)
+            .is_some_and(|rest| rest.starts_with(char::is_whitespace))
+    };
+    let after = format!("{name} {value};");
+    let (line, before) = match lines.iter().position(|l| is_it(l)) {
+        Some(i) => {
+            let l = &lines[i];
+            let indent = &l[..l.len() - l.trim_start().len()];
+            let before = l.trim().to_string();
+            lines[i] = format!("{indent}{after}");
+            (i + 1, Some(before))
+        }
+        None => {
+            let at = lines
+                .iter()
+                .position(|l| l.trim_start().starts_with("http") && l.contains('{'))
+                .map_or(lines.len(), |i| i + 1);
+            lines.insert(at, format!("    {after}"));
+            (at + 1, None)
+        }
+    };
+    let mut out = lines.join("\n");
+    if text.ends_with('\n') {
+        out.push('\n');
+    }
+    (
+        out,
+        ConfigEdit {
+            file: PathBuf::new(),
+            line,
+            before,
+            after,
+        },
+    )
+}
+
 /// The nginx config of one lab server. `latency` selects the latency server's settings;
 /// `nodelay` its tcp_nodelay (the good server always has the stock `on`).
 pub fn nginx_config(prefix: &Path, port: u16, latency: bool, nodelay: bool) -> String {
@@ -977,6 +1056,40 @@ mod tests {
         // Interface names stay within IFNAMSIZ - 1 = 15 characters.
         let tag = format!("{:08x}", fnv1a(&"x".repeat(24)) as u32);
         assert!(format!("lt{tag}c").len() <= 15);
+    }
+
+    /// The fix edits one line, in place, and undoes to the same text; a config without the
+    /// directive gets it in its `http` block; a longer name is not the directive.
+    #[test]
+    fn set_directive_changes_exactly_one_line() {
+        let conf = nginx_config(Path::new("/p"), 8080, true, false);
+        let (on, e) = set_directive(&conf, "tcp_nodelay", "on");
+        let diff: Vec<(&str, &str)> = conf
+            .lines()
+            .zip(on.lines())
+            .filter(|(a, b)| a != b)
+            .collect();
+        assert_eq!(diff, [("    tcp_nodelay off;", "    tcp_nodelay on;")]);
+        assert_eq!(conf.lines().count(), on.lines().count());
+        assert_eq!(e.before.as_deref(), Some("tcp_nodelay off;"));
+        assert_eq!(on.lines().nth(e.line - 1), Some("    tcp_nodelay on;"));
+        assert_eq!(set_directive(&on, "tcp_nodelay", "off").0, conf);
+        let (same, e) = set_directive(&on, "tcp_nodelay", "on");
+        assert_eq!(same, on);
+        assert!(
+            e.describe().ends_with(": already `tcp_nodelay on;`"),
+            "{}",
+            e.describe()
+        );
+
+        let good = nginx_config(Path::new("/p"), 8081, false, true);
+        let (added, e) = set_directive(&good, "tcp_nodelay", "on");
+        assert_eq!(e.before, None);
+        assert_eq!(added.lines().count(), good.lines().count() + 1);
+        assert_eq!(added.lines().nth(e.line - 2), Some("http {"));
+        let (x, e) = set_directive("http {\n    tcp_nodelayx on;\n}\n", "tcp_nodelay", "on");
+        assert_eq!(x, "http {\n    tcp_nodelay on;\n    tcp_nodelayx on;\n}\n");
+        assert_eq!((e.line, e.before), (2, None));
     }
 
     /// The generated configs are valid for the real nginx (`nginx -t`), and the latency

@@ -87,12 +87,43 @@ fn nginx_latency_server_stalls_and_fix_flips_it() {
         millis(&slow)
     );
 
-    lab.fix().expect("fix");
+    // The fix is exactly the line diagnose's fix names, and nothing else (issue 34: the
+    // latency config was replaced by the good server's, with no tcp_nodelay line at all).
+    let config = lab
+        .state()
+        .servers
+        .iter()
+        .find(|s| s.role == "latency")
+        .and_then(|s| s.config.clone())
+        .expect("the latency nginx's config");
+    let before = std::fs::read_to_string(&config).expect("config");
+    let edit = lab.fix().expect("fix").expect("nginx has a config to edit");
+    let after = std::fs::read_to_string(&config).expect("config");
+    let changed: Vec<(&str, &str)> = before
+        .lines()
+        .zip(after.lines())
+        .filter(|(a, b)| a != b)
+        .collect();
+    assert_eq!(
+        changed,
+        [("    tcp_nodelay off;", "    tcp_nodelay on;")],
+        "before:\n{before}\nafter:\n{after}"
+    );
+    assert_eq!(before.lines().count(), after.lines().count());
+    assert_eq!(
+        edit.describe(),
+        format!(
+            "{}:{}: `tcp_nodelay off;` → `tcp_nodelay on;`",
+            config.display(),
+            edit.line
+        )
+    );
     let fixed = fast_sample(lab.latency_addr());
     eprintln!("fixed {:?}", millis(&fixed));
     assert!(is_fast(&fixed), "after fix: {:?}", millis(&fixed));
 
     lab.unfix().expect("unfix");
+    assert_eq!(std::fs::read_to_string(&config).expect("config"), before);
     let again = slow_sample(lab.latency_addr());
     eprintln!("unfixed {:?}", millis(&again));
     assert!(

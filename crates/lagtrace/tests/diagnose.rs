@@ -137,6 +137,17 @@ fn lab_latency_nginx_is_nagle_with_the_config_line_and_the_fix_verifies() {
         assert!(p50["improvement"].as_f64().unwrap() > 10.0, "{run}: {p50}");
     }
     assert_eq!(j["verify"]["before_cause"], "nagle-delayed-ack");
+    // The fix applied is the one named: the server's sockets now have TCP_NODELAY on (the
+    // fix once swapped in the good server's config, and this read "off on 32/32").
+    let ev = evidence(&j);
+    let (on, of) = ev
+        .split("TCP_NODELAY set on ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit() && c != '/').next())
+        .and_then(|r| r.split_once('/'))
+        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+        .unwrap_or_else(|| panic!("no 'TCP_NODELAY set on N/M' after the fix: {}", show(&j)));
+    assert!(on * 100 >= of * 95 && of > 0, "{on}/{of}: {}", show(&j));
     let html = std::fs::read_to_string(&report).unwrap();
     assert!(html.contains("id=\"verify\"") && html.contains("c=32 before"));
 }

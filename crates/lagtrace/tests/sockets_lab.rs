@@ -115,9 +115,9 @@ fn lab_latency_nginx_has_nodelay_off_and_the_lens_cites_the_line() {
         "{text}"
     );
 
-    // `lab fix` rewrites the latency server's config (tcp_nodelay on, plus the stock
-    // tcp_nopush on) and reloads: the lens follows the file, the new workers' sockets are
-    // uncorked between responses.
+    // `lab fix` changes the latency server's `tcp_nodelay off;` line to `tcp_nodelay on;`
+    // (nothing else) and reloads: the lens follows the file, the new workers' keep-alive
+    // sockets have TCP_NODELAY on.
     lab.fix().unwrap();
     let _fixed: Vec<_> = (0..2).map(|_| keepalive(lab.latency_addr(), 2)).collect();
     let ins = inspect(&InspectOptions {
@@ -134,10 +134,14 @@ fn lab_latency_nginx_has_nodelay_off_and_the_lens_cites_the_line() {
             .clone()
     };
     assert_eq!(f("tcp_nodelay").value, "on");
-    assert_eq!(f("tcp_nopush").value, "on");
+    assert_eq!(
+        f("tcp_nopush").value,
+        "off",
+        "the fix changes tcp_nodelay alone"
+    );
     let new_conns = server_side(&ins, lport)
         .into_iter()
-        .filter(|s| s.options.as_ref().and_then(|o| o.cork) == Some(false))
+        .filter(|s| s.options.as_ref().and_then(|o| o.nodelay) == Some(true))
         .count();
     assert!(new_conns >= 2, "{ins:#?}");
 }

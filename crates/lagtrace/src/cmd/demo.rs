@@ -104,10 +104,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     check()?;
     narrate(&before)?;
 
-    lab.fix().context("lab fix")?;
-    outln!(
-        "4. lab fix: the latency server's nginx.conf now says `tcp_nodelay on;`, nginx reloaded"
-    );
+    match lab.fix().context("lab fix")? {
+        Some(e) => outln!("4. lab fix: {}, nginx reloaded", e.describe()),
+        None => outln!("4. lab fix: the latency server restarted with TCP_NODELAY on"),
+    }
     check()?;
 
     outln!("5. lagtrace diagnose {url} --verify");

@@ -76,6 +76,10 @@ pub enum LabCommand {
         json: bool,
     },
     /// Latency server: set tcp_nodelay on and reload it
+    ///
+    /// Applies the fix `diagnose` names for the case: the latency nginx's `tcp_nodelay off;`
+    /// line becomes `tcp_nodelay on;` (nothing else in the file changes), nginx reloads, and
+    /// the line changed is printed. A built-in latency server restarts with TCP_NODELAY on.
     #[command(after_help = "Examples:\n  lagtrace lab fix\n  lagtrace lab fix --name b")]
     Fix {
         /// Lab name
@@ -128,13 +132,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         LabCommand::Status { name, json } => status(name.as_deref(), json),
         LabCommand::Fix { name } => {
-            Lab::open(&name)?.fix()?;
-            outln!("lab {name}: latency server now has tcp_nodelay on (reloaded)");
+            match Lab::open(&name)?.fix()? {
+                Some(e) => outln!("lab {name}: {} (nginx reloaded)", e.describe()),
+                None => outln!("lab {name}: latency server restarted with TCP_NODELAY on"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         LabCommand::Unfix { name } => {
-            Lab::open(&name)?.unfix()?;
-            outln!("lab {name}: latency server back to tcp_nodelay off (reloaded)");
+            match Lab::open(&name)?.unfix()? {
+                Some(e) => outln!("lab {name}: {} (nginx reloaded)", e.describe()),
+                None => outln!("lab {name}: latency server restarted with TCP_NODELAY off"),
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
