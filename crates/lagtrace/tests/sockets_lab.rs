@@ -115,6 +115,27 @@ fn lab_latency_nginx_has_nodelay_off_and_the_lens_cites_the_line() {
         "{text}"
     );
 
+    // Asked for by pid without --netns, a process in another namespace is found there, and
+    // the output says where (issue 34: "no matching TCP sockets", exit 0, no hint).
+    let out = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
+        .args(["sockets", "--pid", &workers[0].to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("no matching TCP sockets"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "note: none in this network namespace; found in {}",
+            st.netns
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("[{}] ESTABLISHED", st.netns)),
+        "{text}"
+    );
+
     // `lab fix` changes the latency server's `tcp_nodelay off;` line to `tcp_nodelay on;`
     // (nothing else) and reloads: the lens follows the file, the new workers' keep-alive
     // sockets have TCP_NODELAY on.

@@ -38,10 +38,12 @@ pub struct Args {
     /// Only sockets whose local or remote port is P
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..))]
     port: Option<u16>,
-    /// Only sockets held by this process id
+    /// Only sockets held by this process id (without --netns, every namespace is searched
+    /// when it holds none in this one, and a note says where they were)
     #[arg(long, value_parser = super::process_id)]
     pid: Option<u32>,
-    /// Only sockets held by processes with this command name (e.g. nginx)
+    /// Only sockets held by processes with this command name (e.g. nginx; searched like
+    /// --pid)
     #[arg(long, value_name = "NAME")]
     process: Option<String>,
     /// Only sockets in these states (established, listen, time-wait, ..., or all);
@@ -127,16 +129,55 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         read_options: !args.no_options,
         config_lenses: true,
     };
-    let ins = lagtrace_sockets::inspect(&opts)?;
+    let mut ins = lagtrace_sockets::inspect(&opts)?;
+    let mut show_ns = args.all_netns;
+    // A process asked for by pid or name that holds no socket here may live in another
+    // namespace (a container, a lab): look in every one rather than say "nothing".
+    if ins.sockets.is_empty()
+        && (args.pid.is_some() || args.process.is_some())
+        && args.netns.is_none()
+        && !args.all_netns
+    {
+        let all = lagtrace_sockets::inspect(&InspectOptions {
+            all_netns: true,
+            ..opts
+        })?;
+        if let Some(note) = elsewhere_note(&all) {
+            ins = all;
+            ins.notes.insert(0, note);
+            show_ns = true;
+        }
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &lagtrace_model::Envelope::new("sockets", &ins))
             .map_err(std::io::Error::from)?;
         writeln!(out)?;
     } else {
-        out.write_all(render_inspection(&ins, args.all_netns).as_bytes())?;
+        out.write_all(render_inspection(&ins, show_ns).as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the sockets of a search over every namespace were found, when they were found
+/// only outside the current one: the note that says so and how to look there directly.
+fn elsewhere_note(all: &Inspection) -> Option<String> {
+    let mut found: Vec<&str> = all
+        .sockets
+        .iter()
+        .map(|s| s.netns.as_str())
+        .filter(|n| *n != "current")
+        .collect();
+    found.sort_unstable();
+    found.dedup();
+    if found.is_empty() || all.sockets.iter().any(|s| s.netns == "current") {
+        return None;
+    }
+    Some(format!(
+        "none in this network namespace; found in {}: searched every namespace (--netns NAME \
+         to look in one, --all-netns to always search them all)",
+        found.join(", ")
+    ))
 }
 
 fn ms(us: Option<u32>) -> String {
