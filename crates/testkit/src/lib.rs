@@ -139,19 +139,9 @@ fn tshark(file: &Path, filter: Option<&str>, fields: &[&str], extra: &[&str]) ->
 /// at 1): the capture as one started at frame `skip + 1` would have it — mid-connection for
 /// every connection already open.
 pub fn capture_from_frame(src: &Path, skip: u64, out: &Path) {
-    let st = Command::new("tshark")
-        .arg("-r")
-        .arg(src)
-        .args(["-Y", &format!("frame.number > {skip}"), "-w"])
-        .arg(out)
-        .output()
-        .expect("running tshark");
-    assert!(
-        st.status.success(),
-        "tshark cutting {}: {}",
-        src.display(),
-        String::from_utf8_lossy(&st.stderr)
-    );
+    let (src, out) = (src.to_string_lossy(), out.to_string_lossy());
+    let filter = format!("frame.number > {skip}");
+    sh(&["tshark", "-r", &src, "-Y", &filter, "-w", &out]);
 }
 
 /// The repository's copy of a reference capture: `testdata/case/{name}`
