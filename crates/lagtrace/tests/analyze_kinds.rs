@@ -643,8 +643,10 @@ fn a_pause_ending_with_the_ack_is_named_with_what_decides_it() {
 /// write, a 1500 B body in another, Nagle on. The body's full segment leaves at once and only
 /// its partial tail is held behind the unacknowledged headers — but the Linux client has then
 /// received more than one full segment's worth and ACKs at once, so the tail leaves within
-/// the RTT: no stall on the wire and nothing to report. (If a stall did happen unnamed, the
-/// latency check below fails.)
+/// the RTT: no delayed-ACK stall on the wire. On a busy machine that immediate ACK can still
+/// take a millisecond or two to be sent, and the tail's hold until it is then a real, short
+/// `nagle-stall` (seen in CI: 1.1 ms on one response of eight) — named, but never as a
+/// delayed ACK. (If a stall did happen unnamed, the latency check below fails.)
 #[test]
 #[ignore = "needs root"]
 fn larger_response_tail_is_released_by_an_immediate_ack() {
@@ -658,7 +660,16 @@ fn larger_response_tail_is_released_by_an_immediate_ack() {
         |l| setopt(l.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG, 1000),
     );
     let k = kinds(&an);
-    assert!(k.is_empty(), "{k:?}");
+    for (kind, _, cost) in &k {
+        assert!(
+            kind == "nagle-stall" && *cost < 20_000,
+            "only a short hold released by an immediate ACK may be named: {k:?}"
+        );
+    }
+    assert!(
+        k.len() <= 2,
+        "most tails leave at once with the immediate ACK: {k:?}"
+    );
     assert_eq!(an["transactions_total"].as_u64(), Some(8));
     let max = an["transaction_stats"]["max_us"].as_u64().unwrap();
     assert!(
