@@ -273,10 +273,13 @@ type NsDump = (
     Option<String>,
 );
 
-fn dump_ns(ns: &NetNs, states: u32) -> Result<NsDump, InspectError> {
+fn dump_ns(ns: &NetNs, states: u32, port: Option<u16>) -> Result<NsDump, InspectError> {
     let r = ns
         .run(|| {
-            let socks = diag::dump_tcp(states)?;
+            let socks = match port {
+                Some(p) => diag::dump_tcp_port(states, p)?,
+                None => diag::dump_tcp(states)?,
+            };
             let (acks, note) = match procfs::ack_states() {
                 Ok(a) => (a, None),
                 Err(e) => (
@@ -354,7 +357,7 @@ fn dump_namespaces(
 ) -> Result<Vec<NsSockets>, InspectError> {
     let mut dumped = Vec::new();
     for ns in namespaces {
-        match dump_ns(ns, states) {
+        match dump_ns(ns, states, o.port) {
             Ok((socks, acks, note)) => {
                 if let Some(n) = note {
                     notes.push(format!("{}: {n}", netns_label(ns)));
