@@ -1,4 +1,5 @@
-//! Builds the per-namespace drop counter (bpf/drops.bpf.c) with clang against the UAPI and
+//! Builds the per-namespace drop counter (bpf/drops.bpf.c) and the off-CPU tracer
+//! (bpf/offcpu.bpf.c) with clang against the UAPI and
 //! libbpf headers (linux-libc-dev, libbpf-dev); it needs no kernel BTF at build time (the
 //! loader reads the struct offsets from the running kernel's). Without clang or the headers
 //! the crate still builds: the drop layer then counts machine-wide (perf) and says why at
@@ -10,6 +11,7 @@ use std::process::Command;
 include!("../../support/bpf_build.rs");
 
 const SRC: &str = "bpf/drops.bpf.c";
+const OFFCPU: &str = "bpf/offcpu.bpf.c";
 
 fn build(out: &Path) -> Result<(), String> {
     // <linux/types.h> includes <asm/types.h>, under the target's multiarch directory, which
@@ -20,17 +22,20 @@ fn build(out: &Path) -> Result<(), String> {
         Ok(a) => return Err(format!("no multiarch include directory known for {a}")),
         Err(_) => return Err("no target arch".into()),
     };
-    let obj = out.join("drops.bpf.o");
-    run(Command::new(tool("CLANG", "clang"))
-        .args(["-target", "bpf", "-O2", "-g", "-Wall"])
-        .arg(format!("-I/usr/include/{multiarch}"))
-        .args(["-c", SRC, "-o"])
-        .arg(&obj))?;
-    // DWARF is not needed (BTF is kept); best effort.
-    let _ = run(Command::new("llvm-strip").arg("-g").arg(&obj));
+    for (src, name) in [(SRC, "drops.bpf.o"), (OFFCPU, "offcpu.bpf.o")] {
+        let obj = out.join(name);
+        run(Command::new(tool("CLANG", "clang"))
+            .args(["-target", "bpf", "-O2", "-g", "-Wall"])
+            .arg(format!("-I/usr/include/{multiarch}"))
+            .args(["-c", src, "-o"])
+            .arg(&obj))?;
+        // DWARF is not needed (BTF is kept); best effort.
+        let _ = run(Command::new("llvm-strip").arg("-g").arg(&obj));
+    }
     Ok(())
 }
 
 fn main() {
+    println!("cargo::rerun-if-changed={OFFCPU}");
     bpf_main(SRC, &[], build);
 }

@@ -13,6 +13,7 @@ pub mod counters;
 pub mod cpu;
 pub mod drops;
 pub mod listen;
+pub mod offcpu;
 pub mod qdisc;
 pub mod sched;
 pub mod sockstat;
@@ -46,6 +47,9 @@ pub struct HostOptions {
     /// When the per-namespace counter cannot run (no privilege, built without clang),
     /// count drops machine-wide instead (saying why); else the drop layer is unavailable.
     pub drops_machine: bool,
+    /// Time the process's threads off a CPU by why (BPF on `sched:sched_switch`; needs a
+    /// process).
+    pub offcpu: bool,
 }
 
 impl Default for HostOptions {
@@ -58,6 +62,7 @@ impl Default for HostOptions {
             interval: Duration::from_millis(100),
             drops: true,
             drops_machine: true,
+            offcpu: true,
         }
     }
 }
@@ -269,6 +274,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         .then(|| drops::DropCounter::start(netns, o.drops_machine));
     let started = Instant::now();
     let pids = watched(o);
+    let mut offcpu = (o.offcpu && !pids.is_empty()).then(|| offcpu::Tracer::start(&pids));
     let first = read_ends(&pids, dirs.as_ref().and_then(|d| d.as_ref().ok()));
     // The first tick is the window's first reading (no second read of the same files).
     let start_times = match &first.threads {
@@ -310,6 +316,9 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
             backlogs.sample(&v);
         }
         if let Some(Ok(t)) = tracer.as_mut() {
+            t.drain();
+        }
+        if let Some(Ok(t)) = offcpu.as_mut() {
             t.drain();
         }
     }
@@ -358,7 +367,31 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
             Some(Err(e)) if e.privilege => Layer::unavailable(e.why),
             Some(Err(e)) => Layer::error(e.why),
         },
+        offcpu: offcpu_layer(offcpu, !pids.is_empty()),
         cost: HostCost::default(),
+    }
+}
+
+fn offcpu_layer(
+    t: Option<Result<offcpu::Tracer, bpf::BpfError>>,
+    have_pid: bool,
+) -> Layer<lagtrace_model::host::OffCpu> {
+    match t {
+        None if !have_pid => Layer::skipped("off-CPU time is per process: give --pid"),
+        None => Layer::skipped("not asked for"),
+        Some(Ok(t)) => match t.finish() {
+            Ok((r, note)) => {
+                let mut l = Layer::ran(r);
+                l.reason = note;
+                l
+            }
+            Err(e) => Layer::error(e.to_string()),
+        },
+        Some(Err(bpf::BpfError::NotBuilt(why))) => {
+            Layer::unavailable(format!("the off-CPU tracer was {why}"))
+        }
+        Some(Err(bpf::BpfError::Privilege(p))) => Layer::unavailable(p.to_string()),
+        Some(Err(e)) => Layer::error(e.to_string()),
     }
 }
 

@@ -36,8 +36,167 @@ pub struct HostReport {
     /// Drops by reason (and device) from the `skb:kfree_skb` tracepoint: the watched
     /// namespace's, or machine-wide when the per-namespace counter cannot run.
     pub drops: Layer<DropsByReason>,
+    /// Where the watched process's threads were while off a CPU, by why (needs `--pid`):
+    /// a BPF program on `sched:sched_switch` notes each thread's kernel stack and state
+    /// when it leaves a CPU and times the block until it gets one again.
+    #[serde(default = "offcpu_not_measured")]
+    pub offcpu: Layer<OffCpu>,
     /// What the measurement itself cost.
     pub cost: HostCost,
+}
+
+fn offcpu_not_measured() -> Layer<OffCpu> {
+    Layer::skipped("not measured (written by an older lagtrace)")
+}
+
+/// Why a thread was off its CPU: from the state it left in and the kernel functions on its
+/// stack then (the scheduler's own frames left out).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum WaitClass {
+    /// Runnable but preempted: waiting for a CPU (run-queue).
+    RunQueue,
+    /// Blocked on block I/O (`io_schedule`: a read of file data not in the page cache, a
+    /// synchronous write).
+    Disk,
+    /// Waiting on a futex: a lock, a condition variable or a semaphore — contention, or an
+    /// idle worker waiting for work.
+    Futex,
+    /// A timed sleep (`nanosleep`, `clock_nanosleep`).
+    Sleep,
+    /// Waiting in `epoll_wait`, `poll` or `select`: for a descriptor to be ready or a timeout.
+    Poll,
+    /// Waiting in `accept` for a connection.
+    Accept,
+    /// Waiting for data on a socket (`recv`, `read`).
+    SocketRead,
+    /// Waiting for room in a socket's send buffer.
+    SocketWrite,
+    /// Reading or writing a pipe.
+    Pipe,
+    /// Anything else: its stack says.
+    Other,
+}
+
+impl WaitClass {
+    /// The name in the JSON (`socket-read`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitClass::RunQueue => "run-queue",
+            WaitClass::Disk => "disk",
+            WaitClass::Futex => "futex",
+            WaitClass::Sleep => "sleep",
+            WaitClass::Poll => "poll",
+            WaitClass::Accept => "accept",
+            WaitClass::SocketRead => "socket-read",
+            WaitClass::SocketWrite => "socket-write",
+            WaitClass::Pipe => "pipe",
+            WaitClass::Other => "other",
+        }
+    }
+}
+
+/// The watched threads' time off a CPU over the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct OffCpu {
+    /// Time off a CPU by class, all blocks of every watched thread, largest first.
+    pub classes: Vec<WaitTotal>,
+    /// The kernel stacks with the most time, up to three per class, largest first.
+    pub stacks: Vec<WaitStack>,
+    /// Blocks as long as this or longer were timed one by one (for the per-request
+    /// split); shorter ones are only in the sums. µs.
+    pub min_block_us: u64,
+    /// Blocks the kernel side had no room for (ring buffer or map full): the split then
+    /// misses them.
+    pub missed: u64,
+    /// Where the server's time went while it served requests, when a capture gave their
+    /// windows (`diagnose`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub during_requests: Option<ServerTimeSplit>,
+    /// The blocks timed one by one (not written out).
+    #[serde(skip)]
+    pub blocks: Vec<OffCpuBlock>,
+    /// Every stack's frames by the kernel's stack id (not written out).
+    #[serde(skip)]
+    pub stack_frames: std::collections::BTreeMap<i32, Vec<String>>,
+}
+
+/// One class's total.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WaitTotal {
+    /// Why.
+    pub class: WaitClass,
+    /// Time, all threads, µs.
+    pub total_us: u64,
+    /// Blocks.
+    pub blocks: u64,
+}
+
+/// One kernel stack's total.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WaitStack {
+    /// Its class.
+    pub class: WaitClass,
+    /// Time, all threads, µs.
+    pub total_us: u64,
+    /// Blocks.
+    pub blocks: u64,
+    /// Kernel functions, innermost first, the scheduler's own left out (at most 12).
+    pub frames: Vec<String>,
+}
+
+/// One block of one thread, on `CLOCK_REALTIME`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffCpuBlock {
+    /// Thread id.
+    pub tid: u32,
+    /// When it left its CPU, µs since the Unix epoch.
+    pub start_us: i64,
+    /// When it got one again.
+    pub end_us: i64,
+    /// Why.
+    pub class: WaitClass,
+    /// The kernel's stack id ([`OffCpu::stack_frames`]; negative: none).
+    pub stack: i32,
+}
+
+/// Where the serving thread was during the requests' server time (from the request's last
+/// byte to the response's first byte at the capture): its blocks that began and ended
+/// within that wait, by class, and its wake-up after the request arrived (run-queue) — a
+/// worker idle across many requests is no part of any, another thread's blocks neither.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ServerTimeSplit {
+    /// Requests whose server time was split (weighted when the capture's timings were
+    /// sampled).
+    pub requests: u64,
+    /// Of those, the requests whose serving thread was found (a thread blocked when the
+    /// request arrived that woke for it); the others' server time has no parts.
+    pub attributed: u64,
+    /// Their server time, summed, µs.
+    pub server_us: u64,
+    /// The part spent in each class, largest first; what is left is the serving thread on
+    /// a CPU (or unattributed).
+    pub parts: Vec<ServerTimePart>,
+    /// The watched processes' CPU time over the window divided by the requests served in
+    /// it, µs, when known: what a request costs on a CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_per_request_us: Option<u64>,
+}
+
+/// One class's part of the server time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ServerTimePart {
+    /// Why.
+    pub class: WaitClass,
+    /// Time, summed over the requests, µs.
+    pub us: u64,
+    /// Of the server time, 0–1.
+    pub share: f64,
+    /// The kernel stack with the most of it (innermost first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<String>,
 }
 
 impl HostReport {

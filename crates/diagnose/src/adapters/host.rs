@@ -91,6 +91,7 @@ pub fn measure(
         // would be no evidence about this server: then none.
         drops: true,
         drops_machine: false,
+        offcpu: true,
     };
     match lagtrace_host::measure(&o) {
         Ok(r) => {

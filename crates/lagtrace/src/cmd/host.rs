@@ -150,6 +150,7 @@ pub fn text(r: &HostReport) -> String {
     note("threads", r.threads.status, &r.threads.reason);
     note("qdiscs", r.qdiscs.status, &r.qdiscs.reason);
     note("drops by reason", r.drops.status, &r.drops.reason);
+    note("off-CPU", r.offcpu.status, &r.offcpu.reason);
     if !counters_text(&mut s, r) {
         quiet.push("TCP/IP error counters");
     }
@@ -170,6 +171,7 @@ pub fn text(r: &HostReport) -> String {
     if !drops_text(&mut s, &r.drops, w) {
         quiet.push("drops");
     }
+    offcpu_text(&mut s, r, w);
     if let Some(ss) = r.sockstat.get() {
         if let Some([min, pressure, _]) = ss.tcp_mem_limits.filter(|l| ss.tcp_mem_pages > l[0]) {
             let _ = writeln!(
@@ -402,6 +404,49 @@ fn reason_note(reason: &str) -> &'static str {
         "NETFILTER_DROP" => "  (a netfilter rule dropped it)",
         "QDISC_DROP" => "  (a qdisc's queue was full)",
         _ => "",
+    }
+}
+
+/// Where the process's threads were off a CPU, by class, with the heaviest stack of each.
+fn offcpu_text(s: &mut String, r: &HostReport, w: u64) {
+    let Some(o) = r.offcpu.get() else {
+        return;
+    };
+    let threads = r.threads.get().map_or(0, |t| t.threads).max(1);
+    let _ = writeln!(
+        s,
+        "off-CPU ({} thread(s), {:.1} s window; a thread idle between requests waits too):",
+        threads,
+        w as f64 / 1e6
+    );
+    for c in o.classes.iter().filter(|c| c.total_us > 0).take(6) {
+        let top = o
+            .stacks
+            .iter()
+            .find(|st| st.class == c.class)
+            .map(|st| {
+                st.frames
+                    .iter()
+                    .take(4)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(" < ")
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "  {:<13} {:>10} in {:>7} blocks  {top}",
+            c.class.name(),
+            lagtrace_model::Micros(c.total_us).to_string(),
+            c.blocks
+        );
+    }
+    if o.missed > 0 {
+        let _ = writeln!(
+            s,
+            "  ({} blocks not timed: the tracer's buffers were full)",
+            o.missed
+        );
     }
 }
 

@@ -213,6 +213,18 @@ pub enum Mechanism {
     /// The server's threads wait for a CPU that other work on its host holds (run-queue
     /// delay aligned with the slow requests): a busy host, not the server's handling.
     CpuContention,
+    /// The server's time is its own CPU work: its threads are on a CPU for most of each
+    /// request's server time.
+    OnCpu,
+    /// The server's threads wait on a futex (a lock, a condition variable, a semaphore)
+    /// inside the requests' server time: requests contend for a lock.
+    LockWait,
+    /// The server's threads are blocked on block I/O inside the requests' server time:
+    /// reads of data not in the page cache, synchronous writes.
+    DiskIo,
+    /// The server's threads sleep (nanosleep) inside the requests' server time: a delay in
+    /// the handler.
+    Sleep,
 }
 
 /// What the slowest requests wait for (filled by the tail decomposition; none today).

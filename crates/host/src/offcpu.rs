@@ -1,0 +1,908 @@
+//! Where the watched process's threads wait: a BPF program on `sched:sched_switch`
+//! (bpf/offcpu.bpf.c) notes the kernel stack and state of each of their threads as it
+//! leaves a CPU and times the block until it gets one again — summed in the kernel by
+//! (process, stack, state), and the longer blocks sent one by one through a ring buffer.
+//! Each stack is then named from `/proc/kallsyms` and classed ([`classify`]): run-queue,
+//! disk, futex, sleep, poll, accept, socket read or write, pipe.
+//!
+//! Like `offcputime` (bcc), but only the watched processes' threads, aggregated in the
+//! kernel, and with the blocks' times so `diagnose` can keep the ones inside a request's
+//! server time ([`split`]).
+
+use std::collections::{BTreeMap, HashMap};
+
+use lagtrace_model::host::{
+    OffCpu, OffCpuBlock, ServerTimePart, ServerTimeSplit, WaitClass, WaitStack, WaitTotal,
+};
+
+use crate::bpf::BpfError;
+
+/// Blocks at least this long are timed one by one (shorter ones are summed only): a
+/// request's server time worth splitting is longer.
+pub const MIN_BLOCK_US: u64 = 50;
+/// Blocks kept one by one at most (~32 B each); beyond, counted as missed.
+pub const MAX_BLOCKS: usize = 400_000;
+/// Kernel frames kept per stack.
+const FRAMES: usize = 12;
+
+/// The scheduler's own frames and the tracing machinery's, above the reason on a stack.
+fn scheduler_frame(f: &str) -> bool {
+    const PREFIXES: [&str; 12] = [
+        "__schedule",
+        "schedule",
+        "preempt_schedule",
+        "__cond_resched",
+        "__traceiter_",
+        "__bpf_trace",
+        "bpf_",
+        "perf_",
+        "trace_call_bpf",
+        "__perf",
+        "__do_trace",
+        "__probestub",
+    ];
+    PREFIXES.iter().any(|p| f.starts_with(p))
+}
+
+/// Why a thread that left its CPU in `state` (the tracepoint's `prev_state`: 0 runnable, 1
+/// S, 2 D, ...) with `frames` (innermost first) on its kernel stack was off it.
+pub fn classify(state: u64, frames: &[&str]) -> WaitClass {
+    if state & 0xff == 0 {
+        return WaitClass::RunQueue;
+    }
+    let has = |ps: &[&str]| frames.iter().any(|f| ps.iter().any(|p| f.starts_with(p)));
+    if has(&[
+        "io_schedule",
+        "bit_wait_io",
+        "folio_wait_bit",
+        "wait_on_page_bit",
+    ]) || (state & 2 != 0
+        && has(&[
+            "submit_bio_wait",
+            "blk_",
+            "filemap_",
+            "__filemap_",
+            "folio_wait",
+            "__folio_lock",
+            "ext4_",
+            "xfs_",
+            "btrfs_",
+            "jbd2_",
+        ]))
+    {
+        return WaitClass::Disk;
+    }
+    if has(&["futex_", "__futex"]) {
+        return WaitClass::Futex;
+    }
+    if has(&[
+        "do_nanosleep",
+        "hrtimer_nanosleep",
+        "common_nsleep",
+        "__x64_sys_nanosleep",
+        "__x64_sys_clock_nanosleep",
+    ]) {
+        return WaitClass::Sleep;
+    }
+    if has(&[
+        "ep_poll",
+        "do_epoll_wait",
+        "do_select",
+        "core_sys_select",
+        "do_sys_poll",
+        "do_poll",
+    ]) {
+        return WaitClass::Poll;
+    }
+    if has(&[
+        "inet_csk_accept",
+        "inet_csk_wait_for_connect",
+        "unix_accept",
+    ]) {
+        return WaitClass::Accept;
+    }
+    if has(&[
+        "sk_stream_wait_memory",
+        "sock_alloc_send_pskb",
+        "unix_wait_for_peer",
+    ]) {
+        return WaitClass::SocketWrite;
+    }
+    if has(&[
+        "sk_wait_data",
+        "tcp_recvmsg",
+        "unix_stream_data_wait",
+        "unix_stream_read_generic",
+        "__skb_wait_for_more_packets",
+        "__skb_recv_datagram",
+        "udp_recvmsg",
+        "sock_recvmsg",
+    ]) {
+        return WaitClass::SocketRead;
+    }
+    if has(&["pipe_read", "pipe_write", "pipe_wait"]) {
+        return WaitClass::Pipe;
+    }
+    WaitClass::Other
+}
+
+/// The kernel's text symbols (`/proc/kallsyms`), sorted by address.
+#[derive(Debug, Default)]
+pub struct Kallsyms {
+    syms: Vec<(u64, String)>,
+}
+
+impl Kallsyms {
+    /// Parses `/proc/kallsyms` text: text symbols only (`t`, `T`, `w`, `W`); addresses of 0
+    /// (the file read without CAP_SYSLOG) leave it empty.
+    pub fn parse(text: &str) -> Kallsyms {
+        let mut syms: Vec<(u64, String)> = text
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+                let ty = f.next()?;
+                let name = f.next()?;
+                (addr != 0 && matches!(ty, "t" | "T" | "w" | "W")).then(|| (addr, name.to_string()))
+            })
+            .collect();
+        syms.sort_unstable_by_key(|s| s.0);
+        Kallsyms { syms }
+    }
+
+    /// Reads `/proc/kallsyms`.
+    pub fn read() -> Kallsyms {
+        std::fs::read_to_string("/proc/kallsyms")
+            .map(|t| Kallsyms::parse(&t))
+            .unwrap_or_default()
+    }
+
+    /// The function `addr` lies in.
+    pub fn name(&self, addr: u64) -> Option<&str> {
+        let i = self.syms.partition_point(|s| s.0 <= addr);
+        (i > 0).then(|| self.syms[i - 1].1.as_str())
+    }
+
+    /// Whether it has any symbol (the file was readable with addresses).
+    pub fn is_empty(&self) -> bool {
+        self.syms.is_empty()
+    }
+}
+
+/// The functions on a stack of addresses (innermost first), the scheduler's left out.
+pub fn frames(sym: &Kallsyms, addrs: &[u64]) -> Vec<String> {
+    addrs
+        .iter()
+        .take_while(|&&a| a != 0)
+        .map(|&a| sym.name(a).unwrap_or("?").to_string())
+        .skip_while(|f| scheduler_frame(f))
+        .take(FRAMES)
+        .collect()
+}
+
+/// One block as the kernel sent it (monotonic ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawBlock {
+    /// Thread.
+    pub tid: u32,
+    /// Left its CPU.
+    pub start_ns: u64,
+    /// Got one again.
+    pub end_ns: u64,
+    /// Kernel stack id (negative: none).
+    pub kstack: i32,
+    /// `prev_state`.
+    pub state: u32,
+}
+
+impl RawBlock {
+    /// Parses a ring-buffer record (`struct block`).
+    pub fn parse(b: &[u8]) -> Option<RawBlock> {
+        let u32_at = |o: usize| Some(u32::from_ne_bytes(b.get(o..o + 4)?.try_into().ok()?));
+        let u64_at = |o: usize| Some(u64::from_ne_bytes(b.get(o..o + 8)?.try_into().ok()?));
+        Some(RawBlock {
+            tid: u32_at(0)?,
+            start_ns: u64_at(8)?,
+            end_ns: u64_at(16)?,
+            kstack: u32_at(24)? as i32,
+            state: u32_at(28)?,
+        })
+    }
+}
+
+/// What the kernel side summed: (stack id, state) → (ns, blocks).
+pub type Totals = BTreeMap<(i32, u32), (u64, u64)>;
+
+/// The report from the kernel's sums, the blocks and the stacks' frames
+/// (`stacks[id]`); `clock_offset_ns` is `CLOCK_REALTIME − CLOCK_MONOTONIC`.
+pub fn report(
+    totals: &Totals,
+    raw: &[RawBlock],
+    stacks: &HashMap<i32, Vec<String>>,
+    clock_offset_ns: i64,
+    missed: u64,
+) -> OffCpu {
+    let class_of = |id: i32, state: u32| {
+        let f: Vec<&str> = stacks
+            .get(&id)
+            .map(|v| v.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        classify(u64::from(state), &f)
+    };
+    let mut by_class: BTreeMap<WaitClass, (u64, u64)> = BTreeMap::new();
+    let mut by_stack: BTreeMap<(WaitClass, Vec<String>), (u64, u64)> = BTreeMap::new();
+    for (&(id, state), &(ns, n)) in totals {
+        let c = class_of(id, state);
+        let e = by_class.entry(c).or_default();
+        e.0 += ns;
+        e.1 += n;
+        let f = stacks.get(&id).cloned().unwrap_or_default();
+        let e = by_stack.entry((c, f)).or_default();
+        e.0 += ns;
+        e.1 += n;
+    }
+    let mut classes: Vec<WaitTotal> = by_class
+        .into_iter()
+        .map(|(class, (ns, blocks))| WaitTotal {
+            class,
+            total_us: ns / 1000,
+            blocks,
+        })
+        .collect();
+    classes.sort_by(|a, b| b.total_us.cmp(&a.total_us).then(a.class.cmp(&b.class)));
+    let mut all: Vec<WaitStack> = by_stack
+        .into_iter()
+        .map(|((class, frames), (ns, blocks))| WaitStack {
+            class,
+            total_us: ns / 1000,
+            blocks,
+            frames,
+        })
+        .collect();
+    all.sort_by_key(|b| std::cmp::Reverse(b.total_us));
+    let mut kept: BTreeMap<WaitClass, usize> = BTreeMap::new();
+    let stacks_out = all
+        .into_iter()
+        .filter(|s| {
+            let k = kept.entry(s.class).or_default();
+            *k += 1;
+            *k <= 3
+        })
+        .collect();
+    let blocks = raw
+        .iter()
+        .map(|b| OffCpuBlock {
+            tid: b.tid,
+            start_us: (b.start_ns as i64 + clock_offset_ns) / 1000,
+            end_us: (b.end_ns as i64 + clock_offset_ns) / 1000,
+            class: class_of(b.kstack, b.state),
+            stack: b.kstack,
+        })
+        .collect();
+    OffCpu {
+        classes,
+        stacks: stacks_out,
+        min_block_us: MIN_BLOCK_US,
+        missed,
+        during_requests: None,
+        blocks,
+        stack_frames: stacks.iter().map(|(k, v)| (*k, v.clone())).collect(),
+    }
+}
+
+/// One request's server time on `CLOCK_REALTIME` µs: `[start, end)`, and how many requests
+/// it stands for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    /// The request's last byte at the capture.
+    pub start_us: i64,
+    /// The response's first byte at the capture.
+    pub end_us: i64,
+    /// Requests it stands for (timings sampled: > 1).
+    pub weight: f64,
+}
+
+/// How far a block may stick out of a window and still count as inside it: the capture's
+/// and the scheduler's clocks are read at different points of the same path.
+const EDGE_US: i64 = 50;
+
+/// The thread that served window `w`: the one on a CPU when the response's first byte
+/// left (the capture stamps a packet in the context of the thread that sends it, and at
+/// most one thread per CPU runs at that instant), preferring the one that was blocked when
+/// the request's last byte arrived and woke for it — a thread-per-connection server's
+/// reader, an event loop in `epoll_wait` — then one that woke within the window. Returns
+/// the thread and the block it woke from after the request arrived, if any. `None` when
+/// no watched thread was seen running then.
+fn server_thread<'a>(
+    by_tid: &'a HashMap<u32, Vec<&'a OffCpuBlock>>,
+    w: &Window,
+) -> Option<(u32, Option<&'a OffCpuBlock>)> {
+    // (score, -wake, tid, woke)
+    let mut best: Option<(u8, i64, u32, Option<&OffCpuBlock>)> = None;
+    for (&tid, v) in by_tid {
+        // Blocked at the response: not the sender.
+        let i = v.partition_point(|b| b.start_us <= w.end_us - EDGE_US);
+        let last = i.checked_sub(1).map(|i| v[i]);
+        if last.is_some_and(|b| b.end_us >= w.end_us + EDGE_US) {
+            continue;
+        }
+        // It lived then: a block of it ended before the response, or begins soon after.
+        let alive = last.is_some_and(|b| b.end_us >= w.start_us - 1_000_000)
+            || v.get(i).is_some_and(|b| b.start_us <= w.end_us + 1_000_000);
+        if !alive {
+            continue;
+        }
+        // The block it was in when the request arrived, if it woke from it in the window.
+        let j = v.partition_point(|b| b.start_us < w.start_us);
+        let woke = j
+            .checked_sub(1)
+            .map(|j| v[j])
+            .filter(|b| b.end_us + EDGE_US >= w.start_us && b.end_us <= w.end_us + EDGE_US);
+        let woke_within = v[j..i].iter().any(|b| b.end_us <= w.end_us + EDGE_US);
+        let score = if woke.is_some() {
+            2
+        } else {
+            u8::from(woke_within)
+        };
+        let wake = woke.map_or(i64::MAX, |b| b.end_us - w.start_us);
+        let cand = (score, -wake, tid, woke);
+        if best.is_none_or(|b| {
+            (cand.0, cand.1, std::cmp::Reverse(cand.2)) > (b.0, b.1, std::cmp::Reverse(b.2))
+        }) {
+            best = Some(cand);
+        }
+    }
+    best.map(|b| (b.2, b.3))
+}
+
+/// Splits the requests' server time by where the serving thread waited. For each window
+/// ([`server_thread`] finds the thread), the blocks of that thread that began and ended
+/// inside it, by class; the time from the request's arrival until that thread got a CPU
+/// counts as run-queue (its wake-up). A thread blocked across the window — a worker idle
+/// between requests — is no part of it; another thread's blocks, which serve other
+/// requests, neither. `cpu_per_request_us` is passed through.
+pub fn split(
+    windows: &[Window],
+    off: &OffCpu,
+    cpu_per_request_us: Option<u64>,
+) -> Option<ServerTimeSplit> {
+    let mut by_tid: HashMap<u32, Vec<&OffCpuBlock>> = HashMap::new();
+    for b in &off.blocks {
+        by_tid.entry(b.tid).or_default().push(b);
+    }
+    for v in by_tid.values_mut() {
+        v.sort_unstable_by_key(|b| b.start_us);
+    }
+    let mut sum: BTreeMap<WaitClass, f64> = BTreeMap::new();
+    let mut by_stack: HashMap<(WaitClass, i32), f64> = HashMap::new();
+    let (mut server, mut requests, mut attributed) = (0f64, 0f64, 0f64);
+    for w in windows {
+        let len = w.end_us - w.start_us;
+        if len <= 0 {
+            continue;
+        }
+        server += len as f64 * w.weight;
+        requests += w.weight;
+        let Some((tid, woke)) = server_thread(&by_tid, w) else {
+            continue;
+        };
+        attributed += w.weight;
+        let wake = woke.map_or(0, |b| (b.end_us - w.start_us).clamp(0, len));
+        if wake > 0 {
+            *sum.entry(WaitClass::RunQueue).or_default() += wake as f64 * w.weight;
+        }
+        let v = &by_tid[&tid];
+        let from = v.partition_point(|b| b.start_us < w.start_us - EDGE_US);
+        for b in &v[from..] {
+            if b.start_us > w.end_us {
+                break;
+            }
+            if woke.is_some_and(|x| std::ptr::eq(*b, x)) || b.end_us > w.end_us + EDGE_US {
+                continue;
+            }
+            let t = (b.end_us.min(w.end_us) - b.start_us.max(w.start_us)).max(0) as f64;
+            *sum.entry(b.class).or_default() += t * w.weight;
+            *by_stack.entry((b.class, b.stack)).or_default() += t * w.weight;
+        }
+    }
+    if requests == 0.0 {
+        return None;
+    }
+    let frames_of = |class: WaitClass| -> Vec<String> {
+        by_stack
+            .iter()
+            .filter(|((c, _), _)| *c == class)
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .and_then(|((_, st), _)| off.stack_frames.get(st).cloned())
+            .unwrap_or_default()
+    };
+    let mut parts: Vec<ServerTimePart> = sum
+        .into_iter()
+        .filter(|(_, us)| *us >= 1.0)
+        .map(|(class, us)| ServerTimePart {
+            class,
+            us: us as u64,
+            share: (us / server).min(1.0),
+            frames: frames_of(class),
+        })
+        .collect();
+    parts.sort_by(|a, b| b.us.cmp(&a.us).then(a.class.cmp(&b.class)));
+    Some(ServerTimeSplit {
+        requests: requests.round() as u64,
+        attributed: attributed.round() as u64,
+        server_us: server as u64,
+        parts,
+        cpu_per_request_us,
+    })
+}
+
+/// The offset `CLOCK_REALTIME − CLOCK_MONOTONIC`, ns, read back to back.
+pub fn clock_offset_ns() -> i64 {
+    let read = |clock| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec for the kernel to fill.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    };
+    let m0 = read(libc::CLOCK_MONOTONIC);
+    let r = read(libc::CLOCK_REALTIME);
+    let m1 = read(libc::CLOCK_MONOTONIC);
+    r - (m0 + (m1 - m0) / 2)
+}
+
+#[cfg(lagtrace_bpf)]
+mod imp {
+    use super::*;
+    use lagtrace_bpf::ringbuf::RingBuf;
+    use lagtrace_bpf::tracefs::Format;
+    use lagtrace_bpf::{Error, MAP_ARRAY, MAP_HASH, MAP_RINGBUF, MapSpec, Object, PROG_TRACEPOINT};
+    use lagtrace_bpf::{ProgSpec, map_create, map_lookup, map_next_key, map_update};
+    use lagtrace_model::{Capability, Privilege};
+
+    use std::os::fd::{AsRawFd, OwnedFd};
+
+    static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"));
+    const MAP_STACK_TRACE: u32 = 7;
+    const DEPTH: u32 = 24;
+    const RING_BYTES: u32 = 4 << 20;
+
+    /// The program's maps (as offcpu.bpf.c declares them).
+    const MAPS: [MapSpec; 7] = [
+        ("CONF", MAP_ARRAY, 4, 24, 1),
+        ("WATCH", MAP_HASH, 4, 1, 256),
+        ("START", MAP_HASH, 4, 24, 16384),
+        ("STACKS", MAP_STACK_TRACE, 4, DEPTH * 8, 4096),
+        ("TOTALS", MAP_HASH, 16, 16, 8192),
+        ("EVENTS", MAP_RINGBUF, 0, 0, RING_BYTES),
+        ("MISSED", MAP_ARRAY, 4, 8, 2),
+    ];
+
+    fn refused(what: &str, e: Error) -> BpfError {
+        match e {
+            Error::Denied(..) => {
+                BpfError::Privilege(Privilege::new(Capability::Bpf, what, " and CAP_PERFMON"))
+            }
+            e => BpfError::Kernel(e.to_string()),
+        }
+    }
+
+    /// The tracer while attached (detached when dropped).
+    pub struct Tracer {
+        maps: Vec<(&'static str, OwnedFd)>,
+        events: RingBuf,
+        raw: Vec<RawBlock>,
+        dropped: u64,
+        offset_ns: i64,
+        _prog: OwnedFd,
+        _event: OwnedFd,
+    }
+
+    impl Tracer {
+        /// Loads and attaches the tracer for the processes `pids` (their every thread).
+        pub fn start(pids: &[u32]) -> Result<Tracer, BpfError> {
+            let what = "loading the off-CPU tracer (BPF on sched:sched_switch)";
+            let kernel = |e: std::io::Error| BpfError::Kernel(format!("sched:sched_switch: {e}"));
+            let fmt = Format::of("sched", "sched_switch").map_err(kernel)?;
+            let off = |name: &str| {
+                fmt.field(name).map(|f| f.0 as u32).ok_or_else(|| {
+                    BpfError::Kernel(format!("sched:sched_switch has no field {name}"))
+                })
+            };
+            let (prev_pid, prev_state, next_pid) =
+                (off("prev_pid")?, off("prev_state")?, off("next_pid")?);
+            let id = lagtrace_bpf::tracefs::id("sched", "sched_switch").map_err(kernel)?;
+            let mut maps = Vec::new();
+            for m in &MAPS {
+                maps.push((m.0, map_create(m).map_err(|e| refused(what, e))?));
+            }
+            let fd_of = |n: &str| maps.iter().find(|m| m.0 == n).map(|m| &m.1);
+            let mut conf = Vec::with_capacity(24);
+            for v in [prev_pid, prev_state, next_pid, 0] {
+                conf.extend_from_slice(&v.to_ne_bytes());
+            }
+            conf.extend_from_slice(&(MIN_BLOCK_US * 1000).to_ne_bytes());
+            let set = |map: &str, k: &[u8], v: &[u8]| {
+                fd_of(map)
+                    .map(|f| map_update(f, k, v))
+                    .unwrap_or(Ok(()))
+                    .map_err(|e| refused(what, Error::os(what, e)))
+            };
+            set("CONF", &0u32.to_ne_bytes(), &conf)?;
+            for p in pids {
+                set("WATCH", &p.to_ne_bytes(), &[1])?;
+            }
+            let fds: Vec<(&str, i32)> = maps.iter().map(|(n, f)| (*n, f.as_raw_fd())).collect();
+            let obj = Object::parse(OBJ).map_err(|e| refused(what, e))?;
+            let insns = obj
+                .program("tracepoint/sched/sched_switch", &fds)
+                .map_err(|e| refused(what, e))?;
+            let license = obj.license().map_err(|e| refused(what, e))?;
+            let spec = ProgSpec {
+                name: "lt_offcpu",
+                prog_type: PROG_TRACEPOINT,
+                attach_type: 0,
+                attach_btf_id: 0,
+            };
+            let prog =
+                lagtrace_bpf::prog_load(&insns, license, &spec).map_err(|e| refused(what, e))?;
+            let i = maps
+                .iter()
+                .position(|m| m.0 == "EVENTS")
+                .ok_or_else(|| BpfError::Kernel("no EVENTS map".into()))?;
+            let ring = maps.swap_remove(i).1;
+            let events = RingBuf::new(ring, RING_BYTES as usize)
+                .map_err(|e| BpfError::Kernel(format!("mapping its ring buffer: {e}")))?;
+            let offset_ns = clock_offset_ns();
+            let event = lagtrace_bpf::attach_tracepoint(id, &prog).map_err(|e| {
+                let what = "attaching it to sched:sched_switch";
+                refused(what, Error::os(what, e))
+            })?;
+            Ok(Tracer {
+                maps,
+                events,
+                raw: Vec::new(),
+                dropped: 0,
+                offset_ns,
+                _prog: prog,
+                _event: event,
+            })
+        }
+
+        /// Moves the blocks sent so far out of the ring buffer.
+        pub fn drain(&mut self) {
+            let (raw, dropped) = (&mut self.raw, &mut self.dropped);
+            self.events.drain(|rec| {
+                if raw.len() >= MAX_BLOCKS {
+                    *dropped += 1;
+                } else if let Some(b) = RawBlock::parse(rec) {
+                    raw.push(b);
+                }
+            });
+        }
+
+        fn map(&self, n: &str) -> Option<&OwnedFd> {
+            self.maps.iter().find(|m| m.0 == n).map(|m| &m.1)
+        }
+
+        /// Detaches and reports, with a note when the kernel's symbols could not be read
+        /// (then no block is classed but run-queue).
+        pub fn finish(mut self) -> Result<(OffCpu, Option<String>), BpfError> {
+            self.drain();
+            let kernel = |e: std::io::Error| BpfError::Kernel(format!("reading its maps: {e}"));
+            let (Some(tot), Some(stk), Some(mis)) =
+                (self.map("TOTALS"), self.map("STACKS"), self.map("MISSED"))
+            else {
+                return Err(BpfError::Kernel("a map is missing".into()));
+            };
+            let mut totals = Totals::new();
+            let mut key = [0u8; 16];
+            let mut next = [0u8; 16];
+            let mut first = true;
+            while map_next_key(tot, (!first).then_some(&key[..]), &mut next).map_err(kernel)? {
+                first = false;
+                key = next;
+                let mut v = [0u8; 16];
+                if map_lookup(tot, &key, &mut v).is_ok() {
+                    let k =
+                        |o: usize| u32::from_ne_bytes([key[o], key[o + 1], key[o + 2], key[o + 3]]);
+                    let ns = u64::from_ne_bytes(v[0..8].try_into().unwrap_or_default());
+                    let n = u64::from_ne_bytes(v[8..16].try_into().unwrap_or_default());
+                    let e = totals.entry((k(4) as i32, k(8))).or_default();
+                    e.0 += ns;
+                    e.1 += n;
+                }
+            }
+            let mut missed = self.dropped;
+            for i in 0..2u32 {
+                let mut v = [0u8; 8];
+                if map_lookup(mis, &i.to_ne_bytes(), &mut v).is_ok() {
+                    missed += u64::from_ne_bytes(v);
+                }
+            }
+            let sym = Kallsyms::read();
+            let mut stacks = HashMap::new();
+            let ids: std::collections::BTreeSet<i32> = totals
+                .keys()
+                .map(|k| k.0)
+                .chain(self.raw.iter().map(|b| b.kstack))
+                .filter(|&id| id >= 0)
+                .collect();
+            for id in ids {
+                let mut v = vec![0u8; (DEPTH * 8) as usize];
+                if map_lookup(stk, &(id as u32).to_ne_bytes(), &mut v).is_ok() {
+                    let addrs: Vec<u64> = v
+                        .chunks_exact(8)
+                        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+                        .collect();
+                    stacks.insert(id, frames(&sym, &addrs));
+                }
+            }
+            let note = sym.is_empty().then(|| {
+                "/proc/kallsyms gave no addresses (needs CAP_SYSLOG, or kernel.kptr_restrict \
+                 is 2): the blocks' kernel stacks are unnamed, so only run-queue waits are \
+                 told apart"
+                    .to_string()
+            });
+            Ok((
+                report(&totals, &self.raw, &stacks, self.offset_ns, missed),
+                note,
+            ))
+        }
+    }
+}
+
+#[cfg(lagtrace_bpf)]
+pub use imp::Tracer;
+
+/// Without the program (built without clang): never starts.
+#[cfg(not(lagtrace_bpf))]
+pub struct Tracer(());
+
+#[cfg(not(lagtrace_bpf))]
+impl Tracer {
+    /// Always `NotBuilt`, with the build's reason.
+    pub fn start(_pids: &[u32]) -> Result<Tracer, BpfError> {
+        Err(BpfError::NotBuilt(env!("LAGTRACE_BPF_BUILD")))
+    }
+
+    /// Never reached.
+    pub fn drain(&mut self) {}
+
+    /// Never reached.
+    pub fn finish(self) -> Result<(OffCpu, Option<String>), BpfError> {
+        Ok((OffCpu::default(), None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacks_are_classed_by_state_and_function() {
+        let sleep = ["do_nanosleep", "hrtimer_nanosleep", "common_nsleep_timens"];
+        assert_eq!(classify(1, &sleep), WaitClass::Sleep);
+        // Preempted: runnable, whatever the stack.
+        assert_eq!(classify(0, &sleep), WaitClass::RunQueue);
+        assert_eq!(
+            classify(1, &["futex_do_wait", "__futex_wait"]),
+            WaitClass::Futex
+        );
+        assert_eq!(
+            classify(2, &["io_schedule", "folio_wait_bit_common", "filemap_read"]),
+            WaitClass::Disk
+        );
+        // D state in a file system's read path without io_schedule on the stack kept.
+        assert_eq!(
+            classify(2, &["__folio_lock", "filemap_fault"]),
+            WaitClass::Disk
+        );
+        // The same function in S state is no disk wait.
+        assert_eq!(classify(1, &["filemap_fault"]), WaitClass::Other);
+        assert_eq!(
+            classify(1, &["ep_poll", "do_epoll_wait", "__x64_sys_epoll_wait"]),
+            WaitClass::Poll
+        );
+        assert_eq!(
+            classify(1, &["wait_woken", "sk_wait_data", "tcp_recvmsg_locked"]),
+            WaitClass::SocketRead
+        );
+        assert_eq!(
+            classify(1, &["inet_csk_accept", "do_accept"]),
+            WaitClass::Accept
+        );
+        assert_eq!(
+            classify(1, &["sk_stream_wait_memory", "tcp_sendmsg_locked"]),
+            WaitClass::SocketWrite
+        );
+        assert_eq!(classify(1, &[]), WaitClass::Other);
+    }
+
+    #[test]
+    fn kallsyms_names_the_function_an_address_is_in() {
+        let k = Kallsyms::parse(
+            "ffffffff81000200 T second\nffffffff81000000 T first\n\
+             ffffffff81000100 D data_not_text\nffffffff81000300 t third [mod]\nbad line\n",
+        );
+        assert_eq!(k.name(0xffffffff81000000), Some("first"));
+        assert_eq!(k.name(0xffffffff810001ff), Some("first"));
+        assert_eq!(k.name(0xffffffff81000250), Some("second"));
+        assert_eq!(k.name(0xffffffff81000301), Some("third"));
+        assert_eq!(k.name(0xffffffff80000000), None);
+        // Read without CAP_SYSLOG: every address 0.
+        assert!(Kallsyms::parse("0000000000000000 T first\n").is_empty());
+        let f = frames(&k, &[0xffffffff81000000, 0xffffffff81000250, 0]);
+        assert_eq!(f, ["first", "second"]);
+    }
+
+    #[test]
+    fn scheduler_frames_are_left_out() {
+        let k = Kallsyms::parse(
+            "ffffffff81000000 T __schedule\nffffffff81000100 T schedule\n\
+             ffffffff81000200 T do_nanosleep\nffffffff81000300 T hrtimer_nanosleep\n",
+        );
+        let f = frames(
+            &k,
+            &[0xffffffff81000010, 0xffffffff81000110, 0xffffffff81000210],
+        );
+        assert_eq!(f, ["do_nanosleep"]);
+    }
+
+    fn block(tid: u32, start_us: i64, end_us: i64, class: WaitClass) -> OffCpuBlock {
+        OffCpuBlock {
+            tid,
+            start_us,
+            end_us,
+            class,
+            stack: class as i32,
+        }
+    }
+
+    fn off(blocks: Vec<OffCpuBlock>) -> OffCpu {
+        let mut o = OffCpu {
+            blocks,
+            ..OffCpu::default()
+        };
+        o.stack_frames
+            .insert(WaitClass::Sleep as i32, vec!["do_nanosleep".into()]);
+        o
+    }
+
+    fn share(s: &ServerTimeSplit, c: WaitClass) -> f64 {
+        s.parts
+            .iter()
+            .find(|p| p.class == c)
+            .map_or(0.0, |p| p.share)
+    }
+
+    /// Thread 1 reads its request (blocked in recv until 1 000 µs + 20), sleeps 30 ms and
+    /// answers at 31 100. Thread 2 sleeps across the whole window (another request's
+    /// handler, which began before) and thread 3 is an idle worker blocked on a futex
+    /// throughout: neither is this request's.
+    #[test]
+    fn the_serving_threads_blocks_inside_the_window_are_its_parts() {
+        let o = off(vec![
+            block(1, 0, 1_020, WaitClass::SocketRead),
+            block(1, 1_060, 31_060, WaitClass::Sleep),
+            block(1, 31_150, 90_000, WaitClass::SocketRead),
+            block(2, 500, 31_200, WaitClass::Sleep),
+            block(3, 0, 90_000, WaitClass::Futex),
+        ]);
+        let w = [Window {
+            start_us: 1_000,
+            end_us: 31_100,
+            weight: 1.0,
+        }];
+        let s = split(&w, &o, Some(200)).unwrap();
+        assert_eq!((s.requests, s.attributed, s.server_us), (1, 1, 30_100));
+        assert!(
+            (share(&s, WaitClass::Sleep) - 30_000.0 / 30_100.0).abs() < 1e-9,
+            "{s:?}"
+        );
+        // The wake-up after the request arrived: 20 µs.
+        assert_eq!(
+            s.parts
+                .iter()
+                .find(|p| p.class == WaitClass::RunQueue)
+                .map(|p| p.us),
+            Some(20)
+        );
+        assert_eq!(share(&s, WaitClass::Futex), 0.0);
+        assert_eq!(s.parts[0].frames, ["do_nanosleep"]);
+        assert_eq!(s.cpu_per_request_us, Some(200));
+    }
+
+    /// Two threads sleep inside the window; the one that sent the response (running at the
+    /// window's end) is the server's, and only its sleep counts.
+    #[test]
+    fn only_the_thread_running_when_the_response_left_is_split() {
+        let o = off(vec![
+            block(1, 0, 1_010, WaitClass::SocketRead),
+            block(1, 2_000, 4_000, WaitClass::Sleep),
+            block(1, 10_500, 50_000, WaitClass::SocketRead),
+            // Another handler: wakes in the window, sleeps most of it, still asleep at
+            // the end.
+            block(2, 0, 1_005, WaitClass::SocketRead),
+            block(2, 1_100, 9_000, WaitClass::Futex),
+            block(2, 9_100, 20_000, WaitClass::Sleep),
+        ]);
+        let w = [Window {
+            start_us: 1_000,
+            end_us: 10_000,
+            weight: 2.0,
+        }];
+        let s = split(&w, &o, None).unwrap();
+        assert_eq!((s.requests, s.attributed), (2, 2));
+        assert_eq!(share(&s, WaitClass::Futex), 0.0, "{s:?}");
+        assert!((share(&s, WaitClass::Sleep) - 2_000.0 / 9_000.0).abs() < 1e-9);
+    }
+
+    /// No watched thread was running when the response left (every one blocked across
+    /// it): the window counts, unsplit.
+    #[test]
+    fn a_window_without_its_thread_is_not_split() {
+        let o = off(vec![block(1, 0, 50_000, WaitClass::Futex)]);
+        let w = [Window {
+            start_us: 1_000,
+            end_us: 10_000,
+            weight: 1.0,
+        }];
+        let s = split(&w, &o, None).unwrap();
+        assert_eq!((s.requests, s.attributed, s.server_us), (1, 0, 9_000));
+        assert!(s.parts.is_empty());
+        assert!(split(&[], &o, None).is_none());
+    }
+
+    #[test]
+    fn ring_records_parse_and_short_ones_are_refused() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&7u32.to_ne_bytes());
+        b.extend_from_slice(&9u32.to_ne_bytes());
+        b.extend_from_slice(&100u64.to_ne_bytes());
+        b.extend_from_slice(&250u64.to_ne_bytes());
+        b.extend_from_slice(&(-14i32).to_ne_bytes());
+        b.extend_from_slice(&2u32.to_ne_bytes());
+        let r = RawBlock::parse(&b).unwrap();
+        assert_eq!(
+            (r.tid, r.start_ns, r.end_ns, r.kstack, r.state),
+            (7, 100, 250, -14, 2)
+        );
+        assert!(RawBlock::parse(&b[..31]).is_none());
+    }
+
+    #[test]
+    fn the_report_sums_by_class_and_keeps_three_stacks_each() {
+        let mut totals = Totals::new();
+        let mut stacks = HashMap::new();
+        for id in 0..5 {
+            totals.insert((id, 1), (1_000_000 * (id as u64 + 1), 10));
+            stacks.insert(id, vec![format!("futex_wait_{id}")]);
+        }
+        totals.insert((-14, 0), (4_500_000, 3));
+        let raw = [RawBlock {
+            tid: 1,
+            start_ns: 1_000,
+            end_ns: 61_000,
+            kstack: 4,
+            state: 1,
+        }];
+        let r = report(&totals, &raw, &stacks, 1_000_000, 2);
+        assert_eq!(r.classes[0].class, WaitClass::Futex);
+        assert_eq!(r.classes[0].total_us, 15_000);
+        assert_eq!(r.classes[1].class, WaitClass::RunQueue);
+        assert_eq!(
+            r.stacks
+                .iter()
+                .filter(|s| s.class == WaitClass::Futex)
+                .count(),
+            3
+        );
+        assert_eq!(r.stacks[0].frames, ["futex_wait_4"]);
+        assert_eq!(r.blocks[0].start_us, 1_001);
+        assert_eq!(r.blocks[0].end_us, 1_061);
+        assert_eq!(r.missed, 2);
+    }
+}
