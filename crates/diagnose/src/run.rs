@@ -686,7 +686,7 @@ fn under_load(
         .take()
         .unwrap_or_else(|| Layer::error("the inspection thread did not finish"));
     progress(Step::Start("packets: analysing the capture".into()));
-    let packets = finish_capture(capture, &cn);
+    let (packets, windows) = finish_capture(capture, &cn);
     progress(ended(&packets, packets_line(&packets)));
     let hops = match (discovery, hop_captures) {
         (Some(d), Some(c)) => d.finish(c),
@@ -706,12 +706,13 @@ fn under_load(
         )));
     }
     progress(ended(&sockets, sockets_line(&sockets)));
-    let host = match join_unless_stopped(host, stop) {
+    let mut host = match join_unless_stopped(host, stop) {
         Some(Ok(l)) => l,
         Some(Err(_)) => Layer::error("the host layer's thread panicked"),
         // Its window runs on; the process ends without it.
         None => Layer::skipped(format!("{INTERRUPTED} before its window closed")),
     };
+    split_server_time(&mut host, &windows, cn.requests);
     progress(ended(
         &host,
         format!(
@@ -966,16 +967,60 @@ fn our_source(sa: SocketAddr) -> Option<IpAddr> {
 fn finish_capture(
     c: Result<RunningCapture, Box<Layer<PacketEvidence>>>,
     run: &AppRun,
-) -> Layer<PacketEvidence> {
+) -> (Layer<PacketEvidence>, Vec<lagtrace_host::offcpu::Window>) {
     let c = match c {
         Ok(c) => c,
-        Err(l) => return *l,
+        Err(l) => return (*l, Vec::new()),
     };
     let stats = match c.handle.stop() {
         Ok(s) => s,
-        Err(e) => return Layer::error(format!("capture: {e:#}")),
+        Err(e) => return (Layer::error(format!("capture: {e:#}")), Vec::new()),
     };
-    analyse(&c.file.0, c.point, stats.dropped_by_kernel, run)
+    analyse_windows(&c.file.0, c.point, stats.dropped_by_kernel, run)
+}
+
+/// Each timed transaction's server time (the request's last byte to the response's first
+/// byte at the capture) on the capture's clock — `CLOCK_REALTIME` for a live capture on
+/// this host, the clock the off-CPU blocks are put on.
+fn server_windows(a: &lagtrace_model::analyze::Analysis) -> Vec<lagtrace_host::offcpu::Window> {
+    let base = a.first_ts_ns / 1000;
+    a.timings
+        .iter()
+        .filter_map(|t| {
+            Some(lagtrace_host::offcpu::Window {
+                start_us: base + t.request_last_at_us?,
+                end_us: base + t.response_first_at_us?,
+                weight: t.weight,
+            })
+        })
+        .collect()
+}
+
+/// The host layer's off-CPU blocks inside the requests' server time (`windows`, from the
+/// capture of the same run), and the CPU each request cost (the watched threads' CPU time
+/// over the `requests` served in the window).
+fn split_server_time(
+    host: &mut Layer<lagtrace_model::host::HostReport>,
+    windows: &[lagtrace_host::offcpu::Window],
+    requests: u64,
+) {
+    let Some(h) = host.data.as_mut() else {
+        return;
+    };
+    // The processes' own CPU accounting (every thread, those born or gone within the
+    // window too), else their threads' seen at both ends.
+    let cpu = h
+        .cpu
+        .get()
+        .map(|c| c.watched_us)
+        .or_else(|| h.threads.get().map(|t| t.run_us))
+        .filter(|_| requests > 0)
+        .map(|us| us / requests);
+    if let Some(off) = h.offcpu.data.as_mut()
+        && !windows.is_empty()
+    {
+        off.during_requests = lagtrace_host::offcpu::split(windows, off, cpu);
+    }
 }
 
 /// Analyses a capture received as pcap bytes (a remote server side's) like a local one.
@@ -1002,14 +1047,25 @@ pub(crate) fn analyse(
     dropped: u64,
     run: &AppRun,
 ) -> Layer<PacketEvidence> {
+    analyse_windows(path, point, dropped, run).0
+}
+
+/// [`analyse`], with the timed transactions' server-time windows.
+fn analyse_windows(
+    path: &std::path::Path,
+    point: String,
+    dropped: u64,
+    run: &AppRun,
+) -> (Layer<PacketEvidence>, Vec<lagtrace_host::offcpu::Window>) {
     let opts = lagtrace_packet::AnalyzeOptions {
         timings: run.records.is_some(),
         ..lagtrace_packet::AnalyzeOptions::default()
     };
     let a = match lagtrace_packet::analyze_file(path, &opts) {
         Ok(a) => a,
-        Err(e) => return Layer::error(format!("analysis: {e:#}")),
+        Err(e) => return (Layer::error(format!("analysis: {e:#}")), Vec::new()),
     };
+    let windows = server_windows(&a);
     let mut ev = adapters::packets::evidence(&a, point, dropped);
     if let Some(records) = &run.records
         && !a.timings.is_empty()
@@ -1030,9 +1086,9 @@ pub(crate) fn analyse(
     if a.frames == 0 {
         let mut l = Layer::ran(ev);
         l.reason = Some("no packet captured".into());
-        return l;
+        return (l, windows);
     }
-    Layer::ran(ev)
+    (Layer::ran(ev), windows)
 }
 
 /// Layer 4: the server on `port` where the address lives.

@@ -197,9 +197,23 @@ fn throttled_with_cork_finding() -> Layers {
 
 #[test]
 fn a_cork_seen_only_in_packets_yields_to_aligned_throttling() {
-    // Sockets read, TCP_CORK off on all of them: the cork is only an inference.
+    // Sockets read, TCP_CORK off on all 32 of them while the packets saw 30% of the
+    // responses held at the ceiling: a reading that unlikely (0.7^32) rules the cork out
+    // before any candidate is made, and says so.
     let l = throttled_with_cork_finding();
     assert_eq!(l.sockets.data.as_ref().unwrap().cork.on, 0);
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::CpuThrottled), "{j:#?}");
+    assert!(
+        j.evidence.iter().any(|e| e
+            .text
+            .contains("cork ceiling, yet TCP_CORK was off on 32/32")),
+        "{j:#?}"
+    );
+    // Sockets not read at all: still only an inference, which yields to the throttling.
+    let mut l = throttled_with_cork_finding();
+    l.sockets = Layer::skipped("not root");
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
     assert_eq!(j.verdict.mechanism, Some(Mechanism::CpuThrottled), "{j:#?}");
@@ -207,12 +221,16 @@ fn a_cork_seen_only_in_packets_yields_to_aligned_throttling() {
         j.evidence.iter().any(|e| e.text.contains("look corked")),
         "{j:#?}"
     );
-    // Sockets not read at all: still only an inference.
+    // Two sockets read uncorked: 0.7² is no unlikely reading; the cork stays a candidate
+    // and yields to the throttling as before.
     let mut l = throttled_with_cork_finding();
-    l.sockets = Layer::skipped("not root");
+    l.sockets.data.as_mut().unwrap().cork = options(0, 2);
     let j = judge(&target(), &l);
-    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
     assert_eq!(j.verdict.mechanism, Some(Mechanism::CpuThrottled), "{j:#?}");
+    assert!(
+        j.evidence.iter().any(|e| e.text.contains("look corked")),
+        "{j:#?}"
+    );
 }
 
 #[test]

@@ -338,7 +338,10 @@ fn server_thread<'a>(
             .checked_sub(1)
             .map(|j| v[j])
             .filter(|b| b.end_us + EDGE_US >= w.start_us && b.end_us <= w.end_us + EDGE_US);
-        let woke_within = v[j..i].iter().any(|b| b.end_us <= w.end_us + EDGE_US);
+        // (A window shorter than the edges has no block inside it: j > i.)
+        let woke_within = v
+            .get(j..i)
+            .is_some_and(|s| s.iter().any(|b| b.end_us <= w.end_us + EDGE_US));
         let score = if woke.is_some() {
             2
         } else {
@@ -854,6 +857,26 @@ mod tests {
         assert_eq!((s.requests, s.attributed, s.server_us), (1, 0, 9_000));
         assert!(s.parts.is_empty());
         assert!(split(&[], &o, None).is_none());
+    }
+
+    /// Windows shorter than the edges (a fast server's 30 µs) among blocks on both sides.
+    #[test]
+    fn windows_shorter_than_the_edges_are_split_without_a_panic() {
+        let o = off(vec![
+            block(1, 0, 990, WaitClass::Poll),
+            block(1, 1_010, 1_020, WaitClass::Poll),
+            block(1, 1_030, 5_000, WaitClass::Poll),
+        ]);
+        for (a, b) in [(1_000, 1_030), (1_000, 1_001), (1_015, 1_016)] {
+            let w = [Window {
+                start_us: a,
+                end_us: b,
+                weight: 1.0,
+            }];
+            let s = split(&w, &o, None).unwrap();
+            assert_eq!(s.requests, 1);
+            assert!(s.parts.iter().all(|p| p.share <= 1.0), "{s:?}");
+        }
     }
 
     #[test]

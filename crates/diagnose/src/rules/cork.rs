@@ -79,6 +79,9 @@ impl CauseRule for Cork {
     }
 
     fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
+        if x.cork_ruled_out().is_some() {
+            return None;
+        }
         let mut ev = Vec::new();
         let mut layers = Vec::new();
         let mut found = None;
@@ -156,6 +159,19 @@ impl CauseRule for Cork {
     fn rule_out(&self, x: &Facts<'_>, chosen: &[Candidate]) -> Vec<EvidenceLine> {
         let mut v = Vec::new();
         if has(chosen, CAUSE) {
+            return v;
+        }
+        if let Some((read, share)) = x.cork_ruled_out() {
+            v.push(out(
+                LayerName::Sockets,
+                CAUSE,
+                format!(
+                    "{} of responses left at the 200 ms cork ceiling, yet TCP_CORK was off on \
+                     {read}/{read} server sockets when read: a server corked that long would \
+                     have been caught corked, so the wait is the server's own",
+                    pct(share)
+                ),
+            ));
             return v;
         }
         if let Some(p) = x.packets

@@ -93,6 +93,44 @@ impl<'a> Facts<'a> {
         }
     }
 
+    /// Under load the server queues requests itself, and the host layer timed its threads
+    /// through it: the c=N server time (packets) p50 is at least [`SLOW_SERVER_US`] and 4×
+    /// the server's own time at c=1, and the off-CPU split covered the requests. (c=N
+    /// server time p50, own time at c=1.) Without the host's timing, a server saturated
+    /// under load stays a note: nothing would say what it queues for.
+    pub(super) fn server_saturated(&self) -> Option<(u64, u64)> {
+        let own = self.server_own_us()?;
+        let p50 = self
+            .packets
+            .and_then(|p| p.server_time.as_ref())
+            .filter(|s| s.count > 0)?
+            .p50_us;
+        self.cn?;
+        self.host?
+            .offcpu
+            .get()?
+            .during_requests
+            .as_ref()
+            .filter(|s| s.requests >= 5 && s.attributed * 2 >= s.requests)?;
+        (p50 >= SLOW_SERVER_US && p50 >= own.saturating_mul(4)).then_some((p50, own))
+    }
+
+    /// The packets show most responses leaving at the 200 ms cork ceiling, yet the sockets
+    /// were all read with TCP_CORK off. A server whose responses wait corked for ~200 ms is
+    /// corked for that share of the time, so one reading of n sockets finds every one
+    /// uncorked with a probability of about (1 − share)ⁿ; below 1 % the wait is the server's
+    /// own (a think time at the ceiling — seen: a disk-bound server at 20 reads/s with four
+    /// clients, each request queued 4 × 50 ms), not a cork. (sockets read, share held.)
+    pub(super) fn cork_ruled_out(&self) -> Option<(u32, f64)> {
+        let s = self.sockets?;
+        let read = s.cork.on + s.cork.off;
+        if read == 0 || s.cork.on > 0 {
+            return None;
+        }
+        let f = self.finding(FindingKind::TcpCork)?;
+        ((1.0 - f.share.min(1.0)).powi(read as i32) < 0.01).then_some((read, f.share))
+    }
+
     /// The response's transfer at c=1 dominates and runs slower than [`PACED_BPS`]:
     /// (transfer time µs, response bytes, bits/s).
     pub(super) fn paced_transfer(&self) -> Option<(u64, u64, f64)> {

@@ -34,6 +34,7 @@ mod loss;
 mod nagle;
 mod notes;
 mod queueing;
+mod server_time;
 mod slow_server;
 mod syn;
 pub mod tail;
@@ -326,6 +327,7 @@ mod independence {
         "loss",
         "nagle",
         "queueing",
+        "server_time",
         "slow_server",
         "syn",
         "tail",

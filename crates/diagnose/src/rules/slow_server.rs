@@ -25,7 +25,7 @@ impl CauseRule for SlowServer {
     fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
         let own = x.server_own_us()?;
         if own < SLOW_SERVER_US && !x.server_dominates(own) {
-            return None;
+            return saturated(x);
         }
         let mut c = Candidate::new(CAUSE, own, 1.0, Vec::new());
         c.direct = x.packets.is_some();
@@ -197,7 +197,16 @@ impl CauseRule for SlowServer {
     fn fixes(&self, _c: &Candidate, x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
         let server = x.server_name();
         let own = x.server_own_us().unwrap_or(0);
-        let change = if own < DOMINANT_SERVER_US {
+        let change = if let (Some((p50, _)), Some(cn)) = (queued(x), x.cn) {
+            format!(
+                "{server} serves only ~{:.0} req/s: at c={} each request waits ~{} behind \
+                 the others — make each request cheaper (where its time goes is in the \
+                 evidence) or add capacity (workers, processes, CPUs)",
+                cn.requests_per_sec,
+                cn.concurrency,
+                ms(p50)
+            )
+        } else if own < DOMINANT_SERVER_US {
             let (transfer, size, bps) = x.paced_transfer().unwrap_or_default();
             format!(
                 "{server} answers at once but sends each ~{size} B response over ~{} \
@@ -222,8 +231,56 @@ impl CauseRule for SlowServer {
     }
 }
 
+/// Quick alone but slow under load: the server queues the requests itself (its own time
+/// at c=1 is short; at c=N each waits behind the others). The host layer's split says what
+/// it queues for (`server_time`).
+fn saturated(x: &Facts<'_>) -> Option<Candidate> {
+    let (p50, own) = queued(x)?;
+    let cn = x.cn?;
+    let mut c = Candidate::new(
+        CAUSE,
+        p50.saturating_sub(own),
+        1.0,
+        vec![LayerName::Packets, LayerName::Host],
+    );
+    c.evidence.push(sup(
+        LayerName::Packets,
+        CAUSE,
+        format!(
+            "under load the server queues requests itself: server time p50 {} at c={} \
+             against ~{} at c=1 — it serves ~{:.0} req/s",
+            ms(p50),
+            cn.concurrency,
+            ms(own),
+            cn.requests_per_sec
+        ),
+    ));
+    Some(c)
+}
+
+/// [`Facts::server_saturated`] where the server's own time alone is not slow.
+fn queued(x: &Facts<'_>) -> Option<(u64, u64)> {
+    let own = x.server_own_us()?;
+    if own >= SLOW_SERVER_US || x.server_dominates(own) {
+        return None;
+    }
+    x.server_saturated()
+}
+
 /// The cost in the user's terms, in one sentence.
 fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
+    if let (Some((p50, own)), Some(cn)) = (queued(x), x.cn) {
+        return format!(
+            "under load each request waits ~{} in the server behind the others (server time \
+             p50 {} at c={} against ~{} at c=1); p50 {} at c={}",
+            ms(c.added_us),
+            ms(p50),
+            cn.concurrency,
+            ms(own),
+            ms(cn.latency.p50_us),
+            cn.concurrency
+        );
+    }
     let run = x.main_run();
     let p50 = run.map(|r| r.latency.p50_us).unwrap_or(0);
     let conc = run.map(|r| r.concurrency).unwrap_or(1);

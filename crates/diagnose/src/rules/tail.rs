@@ -187,10 +187,13 @@ pub(super) fn assess<'a>(
     let excess_us = run.waited().p99_us - run.waited().p50_us;
     let join = join_of(x, run).map(|j| reattribute(run, j));
     let joined = tail_join::joined(run_records(run), join.as_deref(), PERCENTILE);
-    let parts = match &joined {
-        Some(j) => j.parts.clone(),
-        None => parts(x, run, excess_us),
-    };
+    let parts = uncork(
+        x,
+        match &joined {
+            Some(j) => j.parts.clone(),
+            None => parts(x, run, excess_us),
+        },
+    );
     let f = finding(x, run, PERCENTILE, excess_us, parts, joined);
     // A p99 nothing names (or the client's own scheduling) may hide a rarer cost the join
     // names with its mechanism.
@@ -636,4 +639,28 @@ pub(super) fn judge(
         evidence,
         finding_layers,
     }
+}
+
+/// Holds at the cork ceiling on sockets read uncorked are the server's own time
+/// ([`Facts::cork_ruled_out`]): their part is the server's, added to its part if there is
+/// one.
+fn uncork(x: &Facts<'_>, parts: Vec<TailPart>) -> Vec<TailPart> {
+    if x.cork_ruled_out().is_none() {
+        return parts;
+    }
+    let mut out: Vec<TailPart> = Vec::with_capacity(parts.len());
+    for mut p in parts {
+        if p.cause == Cause::TcpCork {
+            p.cause = Cause::SlowServer;
+        }
+        match out.iter_mut().find(|q| q.cause == p.cause) {
+            // Two components of the same requests' wait (the join's): they add up.
+            Some(q) => {
+                q.added_us += p.added_us;
+                q.share = (q.share + p.share).min(1.0);
+            }
+            None => out.push(p),
+        }
+    }
+    out
 }

@@ -227,6 +227,24 @@ pub enum Mechanism {
     Sleep,
 }
 
+impl Mechanism {
+    /// The name in the JSON (`lock-wait`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::EveryNth => "every-nth",
+            Mechanism::PeriodicPause => "periodic-pause",
+            Mechanism::CpuThrottled => "cpu-throttled",
+            Mechanism::DroppedBeforeWire => "dropped-before-wire",
+            Mechanism::AcceptQueueOverflow => "accept-queue-overflow",
+            Mechanism::CpuContention => "cpu-contention",
+            Mechanism::OnCpu => "on-cpu",
+            Mechanism::LockWait => "lock-wait",
+            Mechanism::DiskIo => "disk-io",
+            Mechanism::Sleep => "sleep",
+        }
+    }
+}
+
 /// What the slowest requests wait for (filled by the tail decomposition; none today).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Tail {
@@ -254,4 +272,27 @@ pub struct TailPart {
     pub added_us: u64,
     /// Its share of the excess, 0–1.
     pub share: f64,
+}
+
+#[cfg(test)]
+mod mechanism_names {
+    use super::Mechanism;
+
+    #[test]
+    fn names_are_the_json_names() {
+        for m in [
+            Mechanism::EveryNth,
+            Mechanism::PeriodicPause,
+            Mechanism::CpuThrottled,
+            Mechanism::DroppedBeforeWire,
+            Mechanism::AcceptQueueOverflow,
+            Mechanism::CpuContention,
+            Mechanism::OnCpu,
+            Mechanism::LockWait,
+            Mechanism::DiskIo,
+            Mechanism::Sleep,
+        ] {
+            assert_eq!(serde_json::to_value(m).unwrap(), m.name());
+        }
+    }
 }

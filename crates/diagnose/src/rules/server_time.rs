@@ -1,0 +1,211 @@
+//! Where a slow server's own time goes: the host layer's off-CPU blocks that lie inside the
+//! requests' server time (`layers.host.offcpu.during_requests`), and the CPU each request
+//! costs. It names the mechanism of a `slow-server` verdict when one of them holds at
+//! least half of the server time:
+//!
+//! - `sleep`: the server's threads sleep (`nanosleep`) inside the server time;
+//! - `lock-wait`: they wait on a futex (a lock, a condition variable, a semaphore) — a
+//!   worker idle *between* requests waits across them and is no part of any;
+//! - `disk-io`: they are blocked on block I/O (`io_schedule`);
+//! - `on-cpu`: the processes' CPU time per request (over the window, divided by the
+//!   requests served) is at least half the server's own time per request (its time at
+//!   c=1, before any queueing) — and, for a server quick alone that queues under load,
+//!   that CPU at the rate it serves keeps most of a core busy (its CPU is what runs out). It comes first: a CPU-bound server under load queues its
+//!   requests behind each other's work, and where threads share an interpreter lock
+//!   (Python's GIL) that queue is a futex — the waits are then the CPU work's queue.
+//!
+//! Below half, the split is evidence without a mechanism. Waits in `epoll_wait`/`poll`
+//! inside the server time (an event loop's timer, or an upstream's reply not yet there)
+//! are said as such, never named a mechanism: the kernel stack cannot tell a timer from a
+//! descriptor that was not ready.
+
+use lagtrace_model::Cause;
+use lagtrace_model::host::{ServerTimeSplit, WaitClass};
+
+use super::facts::Facts;
+use super::{DOMINANT_SERVER_US, ms, pct, sup};
+use crate::evidence::LayerName;
+use crate::verdict::{EvidenceLine, Fix, FixSide, Mechanism};
+
+/// A class must hold this share of the server time to name the mechanism.
+pub(super) const MIN_SHARE: f64 = 0.5;
+/// A server quick alone but queueing under load is CPU-bound when its CPU per request at
+/// the rate it serves keeps this many cores busy.
+const MIN_CORES: f64 = 0.8;
+/// A split of fewer requests says nothing.
+const MIN_REQUESTS: u64 = 5;
+
+/// What the split shows about a slow server: its evidence line, and the mechanism with
+/// its fix when one class holds most of the server time.
+pub(super) struct Split {
+    pub(super) line: EvidenceLine,
+    pub(super) named: Option<(Mechanism, Fix)>,
+}
+
+/// Plain words for a class in a sentence.
+fn doing(c: WaitClass) -> &'static str {
+    match c {
+        WaitClass::RunQueue => "waiting for a CPU (run queue)",
+        WaitClass::Disk => "blocked on disk I/O",
+        WaitClass::Futex => "waiting on a futex (a lock)",
+        WaitClass::Sleep => "asleep (nanosleep)",
+        WaitClass::Poll => "waiting in epoll/poll (a timer, or a descriptor not ready)",
+        WaitClass::Accept => "waiting in accept",
+        WaitClass::SocketRead => "waiting to read a socket",
+        WaitClass::SocketWrite => "waiting for room in a socket's send buffer",
+        WaitClass::Pipe => "waiting on a pipe",
+        WaitClass::Other => "blocked elsewhere in the kernel",
+    }
+}
+
+fn frames_text(f: &[String]) -> String {
+    if f.is_empty() {
+        return String::new();
+    }
+    format!(
+        " [{}]",
+        f.iter().take(4).cloned().collect::<Vec<_>>().join(" < ")
+    )
+}
+
+/// The split's line and, when one part dominates, the mechanism.
+pub(super) fn split(x: &Facts<'_>) -> Option<Split> {
+    let s: &ServerTimeSplit = x.host?.offcpu.get()?.during_requests.as_ref()?;
+    if s.requests < MIN_REQUESTS || s.server_us == 0 {
+        return None;
+    }
+    // Only a server slow before it answers, alone or under load: one that answers at once
+    // and paces the response (`slow-server` from a slow transfer) has no server time worth
+    // splitting.
+    let own = x.server_own_us()?;
+    if own < DOMINANT_SERVER_US && x.server_saturated().is_none() {
+        return None;
+    }
+    let own = own.max(1);
+    let per_request = s.server_us / s.requests;
+    let cpu_share = s
+        .cpu_per_request_us
+        .map(|c| (c as f64 / per_request.max(1) as f64).min(1.0));
+    // CPU per request against the server's own time (at c=1, without queueing). A server
+    // quick alone that queues under load is CPU-bound only when its CPU is what runs out:
+    // the CPU per request at the rate it serves makes most of a core busy.
+    let saturated_only = x.server_own_us().is_some_and(|o| o < DOMINANT_SERVER_US);
+    let cores = match (s.cpu_per_request_us, x.cn) {
+        (Some(c), Some(cn)) => c as f64 * cn.requests_per_sec / 1e6,
+        _ => 0.0,
+    };
+    let on_cpu = s
+        .cpu_per_request_us
+        .is_some_and(|c| c as f64 >= MIN_SHARE * own as f64)
+        && (!saturated_only || cores >= MIN_CORES);
+    let mut parts: Vec<String> = s
+        .parts
+        .iter()
+        .filter(|p| p.share >= 0.02)
+        .map(|p| {
+            format!(
+                "{} {}{}",
+                pct(p.share),
+                doing(p.class),
+                frames_text(&p.frames)
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        parts.push("no block of its threads inside it".into());
+    }
+    let cpu = match (s.cpu_per_request_us, cpu_share) {
+        (Some(c), Some(sh)) => format!(
+            "; its threads' CPU time is ~{} per request ({} of the server time)",
+            ms(c),
+            pct(sh)
+        ),
+        _ => String::new(),
+    };
+    let line = sup(
+        LayerName::Host,
+        Cause::SlowServer,
+        format!(
+            "inside the server time of {} requests (~{} each; {} with their serving thread \
+             found), that thread was {}{cpu} (sched_switch: its blocks that began and ended \
+             within the request's server time)",
+            s.requests,
+            ms(per_request),
+            s.attributed,
+            parts.join(", ")
+        ),
+    );
+    let server = x.server_name();
+    let top = s
+        .parts
+        .iter()
+        .filter(|p| {
+            matches!(
+                p.class,
+                WaitClass::Sleep | WaitClass::Futex | WaitClass::Disk
+            )
+        })
+        .max_by(|a, b| a.share.total_cmp(&b.share));
+    let waits = top.map_or(0.0, |p| p.share);
+    let named = if on_cpu {
+        Some((
+            Mechanism::OnCpu,
+            format!(
+                "{server} computes ~{} per request on a CPU (its own time is ~{}): profile \
+                 it on-CPU (perf record -g -p PID, or a flame graph) for the function that \
+                 costs it; more workers help only while CPUs are idle",
+                ms(s.cpu_per_request_us.unwrap_or(0)),
+                ms(own)
+            ),
+        ))
+    } else if top.is_some() && waits >= MIN_SHARE {
+        top.map(|p| {
+            let each = ms((per_request as f64 * p.share) as u64);
+            let at = frames_text(&p.frames);
+            let (m, change) = match p.class {
+                WaitClass::Sleep => (
+                    Mechanism::Sleep,
+                    format!(
+                        "{server} sleeps ~{each} per request while the client waits{at}: a \
+                         delay in the handler (a retry back-off, a rate limiter, a polling \
+                         loop, a deliberate sleep) — remove it or make it conditional"
+                    ),
+                ),
+                WaitClass::Futex => (
+                    Mechanism::LockWait,
+                    format!(
+                        "{server}'s threads wait ~{each} per request on a futex{at}: the \
+                         requests contend for a lock (a mutex around the handler, a pool, \
+                         an interpreter lock such as Python's GIL) — hold it shorter, shard \
+                         it, or serve from processes instead of threads"
+                    ),
+                ),
+                _ => (
+                    Mechanism::DiskIo,
+                    format!(
+                        "{server} is blocked ~{each} per request on disk I/O{at}: reads of \
+                         data not in the page cache (or synchronous writes) — keep the data \
+                         cached (memory, a warm-up), read it ahead, or use faster storage"
+                    ),
+                ),
+            };
+            (m, change)
+        })
+    } else {
+        None
+    };
+    Some(Split {
+        line,
+        named: named.map(|(m, change)| {
+            (
+                m,
+                Fix {
+                    side: FixSide::Server,
+                    location: None,
+                    change,
+                    tradeoff: None,
+                },
+            )
+        }),
+    })
+}

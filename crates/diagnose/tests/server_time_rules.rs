@@ -1,0 +1,283 @@
+//! Where a slow server's time goes, on constructed evidence: the host layer's off-CPU split
+//! of the requests' server time names the mechanism of `slow-server` (sleep, lock-wait,
+//! disk-io, on-cpu) only when one part holds most of it; a server quick alone but queueing
+//! under load is `slow-server` when the host timed its threads; nothing changes without the
+//! split or when another cause explains the wait.
+
+use lagtrace_diagnose::evidence::*;
+use lagtrace_diagnose::{Mechanism, judge};
+use lagtrace_model::Cause;
+use lagtrace_model::host::HostReport;
+use lagtrace_testkit::layers::{Synth, finding, options, target};
+use serde_json::{Value, json};
+
+/// A host report whose off-CPU split over `requests` requests of `server_us` server time
+/// each has `parts` (class, share); `cpu_us` CPU per request.
+fn host(requests: u64, server_us: u64, parts: &[(&str, f64)], cpu_us: Option<u64>) -> HostReport {
+    let parts: Vec<Value> = parts
+        .iter()
+        .map(|(c, sh)| {
+            json!({"class": c, "us": (server_us as f64 * requests as f64 * sh) as u64,
+                   "share": sh, "frames": [format!("{c}_frame")]})
+        })
+        .collect();
+    let mut split = json!({"requests": requests, "attributed": requests,
+        "server_us": server_us * requests, "parts": parts});
+    if let Some(c) = cpu_us {
+        split["cpu_per_request_us"] = json!(c);
+    }
+    serde_json::from_value(json!({
+        "scope": {"pid": 4242, "comm": "python3", "netns_inode": 1},
+        "window_us": 3_000_000,
+        "counters": {"status": "ok", "data": []},
+        "listeners": {"status": "ok", "data": []},
+        "cgroup": {"status": "skipped", "reason": "x"},
+        "threads": {"status": "skipped", "reason": "x"},
+        "qdiscs": {"status": "ok", "data": []},
+        "sockstat": {"status": "skipped", "reason": "x"},
+        "drops": {"status": "skipped", "reason": "x"},
+        "offcpu": {"status": "ok", "data": {"classes": [], "stacks": [], "min_block_us": 50,
+            "missed": 0, "during_requests": split}},
+        "cost": {"cpu_us": 0, "cpu_share": 0.0}
+    }))
+    .expect("host report")
+}
+
+/// A server that takes ~`own_us` per request itself at c=1 and at c=N (packets' server
+/// time `cn_server_us`), with `host`.
+fn slow(own_us: u64, cn_server_us: u64, host: HostReport) -> Layers {
+    let s = Synth::RULES;
+    let mut l = s.healthy_layers();
+    let app = l.app.data.as_mut().unwrap();
+    app.c1 = Some(s.run(1, own_us + 60, own_us + 500, 1e6 / own_us as f64));
+    app.cn = Some(s.run(32, cn_server_us + 100, cn_server_us * 2, 300.0));
+    let p = l.packets.data.as_mut().unwrap();
+    p.server_time = Some(s.pct(900, cn_server_us, cn_server_us * 2));
+    l.host = Layer::ran(host);
+    l
+}
+
+#[test]
+fn a_handler_that_sleeps_is_named_sleep_with_its_stack() {
+    let l = slow(
+        30_000,
+        30_000,
+        host(
+            900,
+            30_000,
+            &[("sleep", 0.96), ("run-queue", 0.02)],
+            Some(100),
+        ),
+    );
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::Sleep), "{j:#?}");
+    assert!(j.verdict.fix[0].change.contains("sleeps ~"), "{j:#?}");
+    assert!(j.verdict.fix[0].change.contains("sleep_frame"), "{j:#?}");
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("96% asleep") && e.text.contains("900 with their")),
+        "{j:#?}"
+    );
+}
+
+#[test]
+fn futex_and_disk_waits_name_lock_wait_and_disk_io() {
+    for (class, m, words) in [
+        ("futex", Mechanism::LockWait, "on a futex"),
+        ("disk", Mechanism::DiskIo, "on disk I/O"),
+    ] {
+        let l = slow(
+            20_000,
+            150_000,
+            host(900, 150_000, &[(class, 0.9), ("sleep", 0.05)], Some(300)),
+        );
+        let j = judge(&target(), &l);
+        assert_eq!(j.verdict.cause, Cause::SlowServer, "{class}: {j:#?}");
+        assert_eq!(j.verdict.mechanism, Some(m), "{class}: {j:#?}");
+        assert!(j.verdict.fix[0].change.contains(words), "{j:#?}");
+    }
+}
+
+/// CPU per request at least half the server's own time comes first: a CPU-bound Python
+/// server under load queues its threads on the interpreter lock, a futex.
+#[test]
+fn cpu_per_request_near_the_own_time_is_on_cpu_before_the_waits_it_queues_on() {
+    let l = slow(
+        20_000,
+        600_000,
+        host(200, 600_000, &[("futex", 0.9)], Some(22_000)),
+    );
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::OnCpu), "{j:#?}");
+    assert!(
+        j.verdict.fix[0].change.contains("computes ~22.00ms"),
+        "{j:#?}"
+    );
+}
+
+/// No part holds half the server time: the split is evidence, the mechanism stays unnamed.
+#[test]
+fn a_split_without_a_dominant_part_names_no_mechanism() {
+    let l = slow(
+        30_000,
+        30_000,
+        host(
+            900,
+            30_000,
+            &[("sleep", 0.3), ("futex", 0.3), ("disk", 0.2)],
+            Some(1_000),
+        ),
+    );
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, None, "{j:#?}");
+    assert!(
+        j.evidence.iter().any(|e| e.text.contains("30% asleep")),
+        "{j:#?}"
+    );
+    // Too few requests split: no line at all.
+    let l = slow(30_000, 30_000, host(3, 30_000, &[("sleep", 1.0)], None));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.mechanism, None, "{j:#?}");
+    assert!(
+        !j.evidence.iter().any(|e| e.text.contains("asleep")),
+        "{j:#?}"
+    );
+}
+
+/// Quick alone (1 ms at c=1), 200 ms at c=32, the serving thread blocked on disk through
+/// it: slow-server (it queues requests itself) with disk-io. Without the host's split, the
+/// same packets stay what they were.
+#[test]
+fn a_server_quick_alone_that_queues_under_load_is_slow_server_with_what_it_waits_for() {
+    let l = slow(
+        1_000,
+        200_000,
+        host(100, 200_000, &[("disk", 0.95)], Some(300)),
+    );
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::DiskIo), "{j:#?}");
+    assert!(
+        j.verdict.cost.text.contains("waits ~") && j.verdict.cost.text.contains("behind"),
+        "{j:#?}"
+    );
+    assert!(
+        j.verdict
+            .fix
+            .iter()
+            .any(|f| f.change.contains("serves only")),
+        "{j:#?}"
+    );
+    let mut l = slow(
+        1_000,
+        200_000,
+        host(100, 200_000, &[("disk", 0.95)], Some(300)),
+    );
+    l.host = Layer::skipped("not measured");
+    let j = judge(&target(), &l);
+    assert_ne!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+}
+
+/// The packets see most responses leave at the 200 ms ceiling, the sockets read all 32
+/// uncorked: not a cork. With the host's split the queueing server is named; the cork's
+/// rule-out says why.
+#[test]
+fn responses_at_the_cork_ceiling_on_uncorked_sockets_are_the_servers_own_wait() {
+    let mut l = slow(
+        1_000,
+        200_000,
+        host(100, 200_000, &[("disk", 0.95)], Some(300)),
+    );
+    let p = l.packets.data.as_mut().unwrap();
+    p.findings = vec![finding("tcp-cork", 900, 1_000, 199_000)];
+    l.sockets.data.as_mut().unwrap().cork = options(0, 4);
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("yet TCP_CORK was off on 4/4")),
+        "{j:#?}"
+    );
+    // Corked when read: the cork stands.
+    l.sockets.data.as_mut().unwrap().cork = options(3, 1);
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::TcpCork, "{j:#?}");
+}
+
+/// A hold on a few requests does not explain a server time seen on every one.
+#[test]
+fn a_cork_on_few_responses_does_not_explain_the_servers_own_time() {
+    let mut l = slow(20_000, 300_000, host(200, 300_000, &[], Some(21_000)));
+    let p = l.packets.data.as_mut().unwrap();
+    p.findings = vec![finding("tcp-cork", 66, 1_000, 212_000)];
+    l.sockets = Layer::skipped("not read");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::OnCpu), "{j:#?}");
+}
+
+/// A cork inferred from packets alone whose cost outranks the server's own time (10% of
+/// responses at ~212 ms against 15 ms on every request) yields once the split shows the
+/// serving thread busy through the server time: those responses were written late.
+#[test]
+fn an_inferred_cork_yields_to_a_thread_busy_through_the_server_time() {
+    let mut l = slow(
+        15_000,
+        120_000,
+        host(100, 120_000, &[("futex", 0.8)], Some(15_500)),
+    );
+    let p = l.packets.data.as_mut().unwrap();
+    p.findings = vec![finding("tcp-cork", 100, 1_000, 212_000)];
+    l.sockets.data.as_mut().unwrap().cork = options(0, 0);
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::OnCpu), "{j:#?}");
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("look corked") && e.text.contains("(on-cpu)")),
+        "{j:#?}"
+    );
+    // Without the split the cork outranks it, as before.
+    l.host = Layer::skipped("not measured");
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::TcpCork, "{j:#?}");
+}
+
+/// Quick alone and queueing under load: its 0.7 ms of CPU per request is more than its own
+/// time at c=1, but at the 21 req/s it serves that is 1.5 % of a core — the disk is what
+/// runs out, not the CPU. At 1 400 req/s the same CPU keeps a core busy: on-cpu.
+#[test]
+fn a_queueing_server_is_on_cpu_only_when_its_cpu_runs_out() {
+    let mut l = slow(
+        300,
+        200_000,
+        host(100, 200_000, &[("disk", 0.8)], Some(700)),
+    );
+    l.app
+        .data
+        .as_mut()
+        .unwrap()
+        .cn
+        .as_mut()
+        .unwrap()
+        .requests_per_sec = 21.0;
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::DiskIo), "{j:#?}");
+    let mut l = slow(300, 20_000, host(100, 20_000, &[("futex", 0.3)], Some(700)));
+    l.app
+        .data
+        .as_mut()
+        .unwrap()
+        .cn
+        .as_mut()
+        .unwrap()
+        .requests_per_sec = 1_400.0;
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::OnCpu), "{j:#?}");
+}
