@@ -281,3 +281,32 @@ fn a_queueing_server_is_on_cpu_only_when_its_cpu_runs_out() {
     assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
     assert_eq!(j.verdict.mechanism, Some(Mechanism::OnCpu), "{j:#?}");
 }
+
+/// The serving thread waited mostly for a CPU: no on-cpu (the host rules judge the
+/// contention), and a server quick alone is no saturated server for it.
+#[test]
+fn a_serving_thread_mostly_in_the_run_queue_names_no_server_mechanism() {
+    let l = slow(
+        20_000,
+        60_000,
+        host(900, 60_000, &[("run-queue", 0.8)], Some(15_000)),
+    );
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, None, "{j:#?}");
+    let mut l = slow(
+        100,
+        40_000,
+        host(900, 40_000, &[("run-queue", 0.82)], Some(2_000)),
+    );
+    l.app
+        .data
+        .as_mut()
+        .unwrap()
+        .cn
+        .as_mut()
+        .unwrap()
+        .requests_per_sec = 459.0;
+    let j = judge(&target(), &l);
+    assert_ne!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+}

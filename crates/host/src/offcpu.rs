@@ -287,6 +287,8 @@ pub fn report(
         during_requests: None,
         blocks,
         stack_frames: stacks.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        bpf_run_us: None,
+        bpf_runs: None,
     }
 }
 
@@ -649,16 +651,32 @@ mod imp {
                  told apart"
                     .to_string()
             });
-            Ok((
-                report(&totals, &self.raw, &stacks, self.offset_ns, missed),
-                note,
-            ))
+            let mut r = report(&totals, &self.raw, &stacks, self.offset_ns, missed);
+            if let Some((ns, runs)) = prog_stats(&self._prog) {
+                r.bpf_run_us = Some(ns / 1000);
+                r.bpf_runs = Some(runs);
+            }
+            Ok((r, note))
         }
     }
 }
 
 #[cfg(lagtrace_bpf)]
 pub use imp::Tracer;
+
+/// A loaded program's run time (ns) and run count from its descriptor's fdinfo: counted
+/// only while `kernel.bpf_stats_enabled` is 1 (both 0 otherwise: `None`).
+#[cfg_attr(not(lagtrace_bpf), allow(dead_code))]
+fn prog_stats(prog: &impl std::os::fd::AsRawFd) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", prog.as_raw_fd())).ok()?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let (ns, runs) = (field("run_time_ns:")?, field("run_cnt:")?);
+    (runs > 0).then_some((ns, runs))
+}
 
 /// Without the program (built without clang): never starts.
 #[cfg(not(lagtrace_bpf))]

@@ -183,7 +183,10 @@ fn a_quota_on_another_process_is_not_blamed() {
     let (j, err) = diagnose(&url, &["-d", "3s", "-c", "8"]);
     let cgd = &j["layers"]["host"]["data"]["cgroup"]["data"];
     assert_eq!(cgd["throttled_periods"], 0, "{err}\n{}", show(&j));
-    assert!(j["verdict"].get("mechanism").is_none(), "{}", show(&j));
+    // No host counter blames the quota; the server's own 2 ms of CPU per request may be
+    // named for what it is (on-cpu, from the off-CPU split and its CPU per request).
+    let m = j["verdict"]["mechanism"].as_str();
+    assert!(m.is_none() || m == Some("on-cpu"), "{}", show(&j));
     // The other group really was throttled meanwhile.
     let stat = std::fs::read_to_string(cg.0.join("cpu.stat")).expect("cpu.stat");
     assert!(!stat.contains("nr_throttled 0\n"), "{stat}");

@@ -111,6 +111,14 @@ pub struct OffCpu {
     /// Blocks the kernel side had no room for (ring buffer or map full): the split then
     /// misses them.
     pub missed: u64,
+    /// The tracer's own cost in the kernel: its program's run time over the window, µs,
+    /// and how many times it ran (every context switch on the machine) — when
+    /// `kernel.bpf_stats_enabled` is 1, else absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bpf_run_us: Option<u64>,
+    /// See `bpf_run_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bpf_runs: Option<u64>,
     /// Where the server's time went while it served requests, when a capture gave their
     /// windows (`diagnose`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

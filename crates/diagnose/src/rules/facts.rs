@@ -97,7 +97,8 @@ impl<'a> Facts<'a> {
     /// through it: the c=N server time (packets) p50 is at least [`SLOW_SERVER_US`] and 4×
     /// the server's own time at c=1, and the off-CPU split covered the requests. (c=N
     /// server time p50, own time at c=1.) Without the host's timing, a server saturated
-    /// under load stays a note: nothing would say what it queues for.
+    /// under load stays a note: nothing would say what it queues for. A serving thread
+    /// that waited mostly in the run queue is no saturation: the host's CPUs were busy.
     pub(super) fn server_saturated(&self) -> Option<(u64, u64)> {
         let own = self.server_own_us()?;
         let p50 = self
@@ -106,13 +107,22 @@ impl<'a> Facts<'a> {
             .filter(|s| s.count > 0)?
             .p50_us;
         self.cn?;
-        self.host?
+        let split = self
+            .host?
             .offcpu
             .get()?
             .during_requests
             .as_ref()
             .filter(|s| s.requests >= 5 && s.attributed * 2 >= s.requests)?;
-        (p50 >= SLOW_SERVER_US && p50 >= own.saturating_mul(4)).then_some((p50, own))
+        // A serving thread that waited mostly for a CPU queued for the host's CPUs, not in
+        // the server: that is contention (the host rules judge it), not saturation.
+        let run_queue = split
+            .parts
+            .iter()
+            .find(|p| p.class == lagtrace_model::host::WaitClass::RunQueue)
+            .map_or(0.0, |p| p.share);
+        (p50 >= SLOW_SERVER_US && p50 >= own.saturating_mul(4) && run_queue < 0.5)
+            .then_some((p50, own))
     }
 
     /// The packets show most responses leaving at the 200 ms cork ceiling, yet the sockets

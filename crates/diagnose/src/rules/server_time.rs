@@ -14,7 +14,9 @@
 //!   requests behind each other's work, and where threads share an interpreter lock
 //!   (Python's GIL) that queue is a futex — the waits are then the CPU work's queue.
 //!
-//! Below half, the split is evidence without a mechanism. Waits in `epoll_wait`/`poll`
+//! Below half, the split is evidence without a mechanism; so is a split where the serving
+//! thread waited mostly in the run queue (the host's CPUs were busy: the host rules say
+//! whose work held them, `cpu-contention` or the measurement's own). Waits in `epoll_wait`/`poll`
 //! inside the server time (an event loop's timer, or an upstream's reply not yet there)
 //! are said as such, never named a mechanism: the kernel stack cannot tell a timer from a
 //! descriptor that was not ready.
@@ -94,9 +96,16 @@ pub(super) fn split(x: &Facts<'_>) -> Option<Split> {
         (Some(c), Some(cn)) => c as f64 * cn.requests_per_sec / 1e6,
         _ => 0.0,
     };
-    let on_cpu = s
-        .cpu_per_request_us
-        .is_some_and(|c| c as f64 >= MIN_SHARE * own as f64)
+    // The serving thread waited mostly for a CPU: the host's CPUs were the queue (the host
+    // rules judge whose work held them), not the server's own work.
+    let run_queue = s
+        .parts
+        .iter()
+        .find(|p| p.class == WaitClass::RunQueue)
+        .map_or(0.0, |p| p.share);
+    let on_cpu = run_queue < MIN_SHARE
+        && s.cpu_per_request_us
+            .is_some_and(|c| c as f64 >= MIN_SHARE * own as f64)
         && (!saturated_only || cores >= MIN_CORES);
     let mut parts: Vec<String> = s
         .parts

@@ -22,7 +22,9 @@ use lagtrace_model::host::{
 /// sockets (sampled every 100 ms: peak against limit, and each listener's own drops), the
 /// qdiscs of the namespace's devices (rtnetlink: drops, overlimits), socket memory; and with
 /// --pid, the process's cgroup CPU bandwidth (v1 cpu.stat + cfs_quota_us, or v2 cpu.stat +
-/// cpu.max: periods throttled, time held) and its threads' run-queue delay.
+/// cpu.max: periods throttled, time held), its threads' run-queue delay, and where its
+/// threads were while off a CPU (BPF on sched:sched_switch, like bcc's offcputime: by
+/// kernel stack — disk, futex, sleep, poll, socket, run queue).
 ///
 /// The text names only what moved, with its rate and what it usually means; --json has
 /// every counter that moved.
@@ -36,6 +38,8 @@ What the usual suspects look like:
   busy host               threads wait in the run queue a large share of their runnable time
   local drops             a qdisc drops (tbf/htb shaping), or Tcp.RetransSegs and
                           TcpExt.TCPTimeouts / TCPLossProbes rise while the path is clean
+  a handler that waits    off-CPU: its threads sleep, wait on a futex (a lock) or on disk
+                          (io_schedule); an idle worker waits too (poll, socket read)
 
 Needs root to enter another namespace (--netns, or --pid of a process in another one).
 
@@ -56,6 +60,9 @@ pub struct Args {
     /// Print JSON instead of text
     #[arg(long)]
     json: bool,
+    /// Skip the off-CPU tracer (BPF on sched:sched_switch): no time-off-CPU-by-why section
+    #[arg(long)]
+    no_offcpu: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -71,6 +78,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         netns: args.netns,
         pid: args.pid,
         duration: args.duration,
+        offcpu: !args.no_offcpu,
         ..HostOptions::default()
     };
     let report = lagtrace_host::measure(&o).context("host")?;
@@ -446,6 +454,14 @@ fn offcpu_text(s: &mut String, r: &HostReport, w: u64) {
             s,
             "  ({} blocks not timed: the tracer's buffers were full)",
             o.missed
+        );
+    }
+    if let (Some(us), Some(runs)) = (o.bpf_run_us, o.bpf_runs) {
+        let _ = writeln!(
+            s,
+            "  (the tracer ran {runs} times, {} in the kernel: {:.2}% of one core)",
+            lagtrace_model::Micros(us),
+            us as f64 / w.max(1) as f64 * 100.0
         );
     }
 }
