@@ -49,8 +49,9 @@ wrk -t1 -c8 -d${LOAD_S}s "$URL" >/dev/null 2>&1 &
 WRK=$!
 sleep 1
 echo "== lagtrace host --pid $WORKER (nginx worker under wrk -c8), ${WIN}s window: with the tracer (A) vs --no-offcpu (B)"
-farm-bench -n "$RUNS" --timeout $(( LOAD_S + 30 )) -- "$LAGTRACE" host --pid "$WORKER" -d "${WIN}s" --json \
-    --vs "$LAGTRACE host --pid $WORKER -d ${WIN}s --json --no-offcpu" | tee "$DIR/fb.txt"
+farm-bench -n "$RUNS" --timeout $(( LOAD_S + 30 )) \
+    --vs "$LAGTRACE host --pid $WORKER -d ${WIN}s --json --no-offcpu" \
+    -- "$LAGTRACE" host --pid "$WORKER" -d "${WIN}s" --json | tee "$DIR/fb.txt"
 kill "$WRK" 2>/dev/null || true
 wait "$WRK" 2>/dev/null || true
 WRK=""

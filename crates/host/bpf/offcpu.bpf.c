@@ -91,7 +91,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 << 20);
+	__uint(max_entries, 1 << 20);
 } EVENTS SEC(".maps");
 
 // [0]: blocks the ring buffer had no room for; [1]: blocks no map had room for (a thread

@@ -126,34 +126,78 @@ pub fn classify(state: u64, frames: &[&str]) -> WaitClass {
     WaitClass::Other
 }
 
-/// The kernel's text symbols (`/proc/kallsyms`), sorted by address.
+/// The kernel's text symbols (`/proc/kallsyms`), sorted by address: all of them, or only
+/// those that name a given set of addresses.
 #[derive(Debug, Default)]
 pub struct Kallsyms {
     syms: Vec<(u64, String)>,
 }
 
+/// One `/proc/kallsyms` line's text symbol: (address, name); `None` for data symbols, a
+/// zero address (read without CAP_SYSLOG) or a malformed line.
+fn text_symbol(l: &str) -> Option<(u64, &str)> {
+    // Most lines are data or read-only symbols on 64-bit kernels ("%016lx %c %s"): the type
+    // letter sits at byte 17, so they are skipped before any parsing.
+    let b = l.as_bytes();
+    if b.len() > 18 && b[16] == b' ' && !matches!(b[17], b't' | b'T' | b'w' | b'W') {
+        return None;
+    }
+    let mut f = l.split_whitespace();
+    let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+    let ty = f.next()?;
+    let name = f.next()?;
+    (addr != 0 && matches!(ty, "t" | "T" | "w" | "W")).then_some((addr, name))
+}
+
 impl Kallsyms {
-    /// Parses `/proc/kallsyms` text: text symbols only (`t`, `T`, `w`, `W`); addresses of 0
-    /// (the file read without CAP_SYSLOG) leave it empty.
+    /// Every text symbol of `text`.
     pub fn parse(text: &str) -> Kallsyms {
         let mut syms: Vec<(u64, String)> = text
             .lines()
-            .filter_map(|l| {
-                let mut f = l.split_whitespace();
-                let addr = u64::from_str_radix(f.next()?, 16).ok()?;
-                let ty = f.next()?;
-                let name = f.next()?;
-                (addr != 0 && matches!(ty, "t" | "T" | "w" | "W")).then(|| (addr, name.to_string()))
-            })
+            .filter_map(text_symbol)
+            .map(|(a, n)| (a, n.to_string()))
             .collect();
         syms.sort_unstable_by_key(|s| s.0);
         Kallsyms { syms }
     }
 
-    /// Reads `/proc/kallsyms`.
-    pub fn read() -> Kallsyms {
-        std::fs::read_to_string("/proc/kallsyms")
-            .map(|t| Kallsyms::parse(&t))
+    /// The symbols that name the addresses `needed`, in one pass over `r` (the file is
+    /// ~120 000 lines; only a few hundred stack addresses are asked): for each needed address
+    /// the nearest symbol at or below it is kept, nothing else is stored.
+    pub fn resolve(mut r: impl std::io::BufRead, needed: &[u64]) -> Kallsyms {
+        let mut need: Vec<u64> = needed.to_vec();
+        need.sort_unstable();
+        need.dedup();
+        // best[i]: the highest symbol address whose smallest needed address at or above it
+        // is need[i]; the nearest symbol below need[j] is then the highest of best[..=j].
+        let mut best: Vec<Option<(u64, String)>> = vec![None; need.len()];
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match r.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let Some((addr, name)) = text_symbol(&line) else {
+                continue;
+            };
+            let i = need.partition_point(|&n| n < addr);
+            if let Some(b) = best.get_mut(i)
+                && b.as_ref().is_none_or(|(a, _)| addr > *a)
+            {
+                *b = Some((addr, name.to_string()));
+            }
+        }
+        let mut syms: Vec<(u64, String)> = best.into_iter().flatten().collect();
+        syms.sort_unstable_by_key(|s| s.0);
+        syms.dedup_by_key(|s| s.0);
+        Kallsyms { syms }
+    }
+
+    /// [`Kallsyms::resolve`] on `/proc/kallsyms`.
+    pub fn read(needed: &[u64]) -> Kallsyms {
+        std::fs::File::open("/proc/kallsyms")
+            .map(|f| Kallsyms::resolve(std::io::BufReader::with_capacity(1 << 16, f), needed))
             .unwrap_or_default()
     }
 
@@ -472,7 +516,7 @@ mod imp {
     static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"));
     const MAP_STACK_TRACE: u32 = 7;
     const DEPTH: u32 = 24;
-    const RING_BYTES: u32 = 4 << 20;
+    const RING_BYTES: u32 = 1 << 20;
 
     /// The program's maps (as offcpu.bpf.c declares them).
     const MAPS: [MapSpec; 7] = [
@@ -627,24 +671,33 @@ mod imp {
                     missed += u64::from_ne_bytes(v);
                 }
             }
-            let sym = Kallsyms::read();
-            let mut stacks = HashMap::new();
             let ids: std::collections::BTreeSet<i32> = totals
                 .keys()
                 .map(|k| k.0)
                 .chain(self.raw.iter().map(|b| b.kstack))
                 .filter(|&id| id >= 0)
                 .collect();
+            let mut raw_stacks = Vec::with_capacity(ids.len());
             for id in ids {
                 let mut v = vec![0u8; (DEPTH * 8) as usize];
                 if map_lookup(stk, &(id as u32).to_ne_bytes(), &mut v).is_ok() {
                     let addrs: Vec<u64> = v
                         .chunks_exact(8)
                         .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+                        .take_while(|&a| a != 0)
                         .collect();
-                    stacks.insert(id, frames(&sym, &addrs));
+                    raw_stacks.push((id, addrs));
                 }
             }
+            let needed: Vec<u64> = raw_stacks
+                .iter()
+                .flat_map(|s| s.1.iter().copied())
+                .collect();
+            let sym = Kallsyms::read(&needed);
+            let stacks: HashMap<i32, Vec<String>> = raw_stacks
+                .into_iter()
+                .map(|(id, addrs)| (id, frames(&sym, &addrs)))
+                .collect();
             let note = sym.is_empty().then(|| {
                 "/proc/kallsyms gave no addresses (needs CAP_SYSLOG, or kernel.kptr_restrict \
                  is 2): the blocks' kernel stacks are unnamed, so only run-queue waits are \
@@ -757,6 +810,32 @@ mod tests {
         assert!(Kallsyms::parse("0000000000000000 T first\n").is_empty());
         let f = frames(&k, &[0xffffffff81000000, 0xffffffff81000250, 0]);
         assert_eq!(f, ["first", "second"]);
+    }
+
+    /// Resolving only the needed addresses names each as the full table does, whatever
+    /// the file's order (modules come after the core kernel, each part sorted).
+    #[test]
+    fn resolving_needed_addresses_matches_the_full_table() {
+        let text = "ffffffff81000000 T a\nffffffff81000100 t b\nffffffff81000200 D data\n\
+                    ffffffff81000300 T c\nffffffffc0000000 t m1 [mod]\nffffffffc0000100 t m2 [mod]\n\
+                    ffffffff80000000 T early\n";
+        let full = Kallsyms::parse(text);
+        let needed = [
+            0xffffffff81000150,
+            0xffffffff81000250,
+            0xffffffff81000000,
+            0xffffffffc0000180,
+            0xffffffff80000010,
+            0xffffffff81000150,
+        ];
+        let r = Kallsyms::resolve(std::io::Cursor::new(text), &needed);
+        for a in needed {
+            assert_eq!(r.name(a), full.name(a), "{a:x}");
+        }
+        assert_eq!(r.name(0xffffffff81000250), Some("b"));
+        assert_eq!(r.name(0xffffffffc0000180), Some("m2"));
+        assert!(r.syms.len() <= needed.len());
+        assert!(Kallsyms::resolve(std::io::Cursor::new("0 T x\n"), &needed).is_empty());
     }
 
     #[test]
