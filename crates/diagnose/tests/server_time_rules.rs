@@ -249,10 +249,12 @@ fn an_inferred_cork_yields_to_a_thread_busy_through_the_server_time() {
 }
 
 /// Quick alone and queueing under load: its 0.7 ms of CPU per request is more than its own
-/// time at c=1, but at the 21 req/s it serves that is 1.5 % of a core — the disk is what
-/// runs out, not the CPU. At 1 400 req/s the same CPU keeps a core busy: on-cpu.
+/// time at c=1, but its serving thread waited on the disk: disk-io, never on-cpu. A queueing
+/// server whose serving thread was busy on a CPU (nginx copying megabytes to 32 clients at
+/// ~0.9 core) is no slow server for the split: only on-CPU stacks could say whether that
+/// CPU is the load's own work.
 #[test]
-fn a_queueing_server_is_on_cpu_only_when_its_cpu_runs_out() {
+fn a_queueing_server_is_named_only_for_what_its_thread_waited_on() {
     let mut l = slow(
         300,
         200_000,
@@ -268,7 +270,11 @@ fn a_queueing_server_is_on_cpu_only_when_its_cpu_runs_out() {
         .requests_per_sec = 21.0;
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.mechanism, Some(Mechanism::DiskIo), "{j:#?}");
-    let mut l = slow(300, 20_000, host(100, 20_000, &[("futex", 0.3)], Some(700)));
+    let mut l = slow(
+        250,
+        11_000,
+        host(1_800, 11_000, &[("run-queue", 0.07)], Some(915)),
+    );
     l.app
         .data
         .as_mut()
@@ -276,10 +282,9 @@ fn a_queueing_server_is_on_cpu_only_when_its_cpu_runs_out() {
         .cn
         .as_mut()
         .unwrap()
-        .requests_per_sec = 1_400.0;
+        .requests_per_sec = 949.0;
     let j = judge(&target(), &l);
-    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
-    assert_eq!(j.verdict.mechanism, Some(Mechanism::OnCpu), "{j:#?}");
+    assert_ne!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
 }
 
 /// The serving thread waited mostly for a CPU: no on-cpu (the host rules judge the
@@ -309,4 +314,34 @@ fn a_serving_thread_mostly_in_the_run_queue_names_no_server_mechanism() {
         .requests_per_sec = 459.0;
     let j = judge(&target(), &l);
     assert_ne!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+}
+
+/// Sockets read uncorked rule a cork out only when a corked server would rarely read so:
+/// responses held 200 ms on a connection that makes one request every 2.5 s are corked 8 %
+/// of the time, and four sockets all read uncorked then mean nothing (0.92⁴); nor do two.
+#[test]
+fn an_uncorked_reading_rules_out_a_cork_only_when_it_would_be_unlikely() {
+    let mk = |rps: f64, read: u32| {
+        let mut l = slow(
+            1_000,
+            200_000,
+            host(100, 200_000, &[("disk", 0.95)], Some(300)),
+        );
+        let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+        cn.concurrency = 4;
+        cn.requests_per_sec = rps;
+        let p = l.packets.data.as_mut().unwrap();
+        p.findings = vec![finding("tcp-cork", 900, 1_000, 200_000)];
+        l.sockets.data.as_mut().unwrap().cork = options(0, read);
+        judge(&target(), &l)
+    };
+    let ruled_out = |j: &lagtrace_diagnose::Judgement| {
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("yet TCP_CORK was off"))
+    };
+    // 4 connections at 20 req/s: 200 ms per request each, corked 90 % of the time.
+    assert!(ruled_out(&mk(20.0, 4)));
+    assert!(!ruled_out(&mk(1.6, 4)));
+    assert!(!ruled_out(&mk(20.0, 2)));
 }

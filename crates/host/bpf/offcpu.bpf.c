@@ -68,8 +68,10 @@ struct {
 	__type(value, __u8);
 } WATCH SEC(".maps");
 
+// LRU: an entry whose thread never runs again (it exited and no switch-in ends its
+// block) is evicted rather than filling the map.
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, struct start);
@@ -128,14 +130,21 @@ int sched_switch(void *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u32 prev = rd32(ctx, c->prev_pid);
 	if (prev && bpf_map_lookup_elem(&WATCH, &tgid)) {
-		struct start s = {};
-		s.ts = now;
-		s.kstack = bpf_get_stackid(ctx, &STACKS, 0);
-		// The low byte: 0 runnable (preempted), 1 S, 2 D, 0x80 I (TASK_REPORT_IDLE)...
-		s.state = rd32(ctx, c->prev_state);
-		s.tgid = tgid;
-		if (bpf_map_update_elem(&START, &prev, &s, BPF_ANY))
-			missed(1);
+		// The low byte: 0 runnable (preempted), 1 S, 2 D, 0x80 I (TASK_REPORT_IDLE);
+		// 0x10 X / 0x20 Z: the thread is exiting and will not run again (its tid may
+		// be reused by another thread, whose first run must not end a block of this one).
+		__u32 state = rd32(ctx, c->prev_state);
+		if (state & 0x30) {
+			bpf_map_delete_elem(&START, &prev);
+		} else {
+			struct start s = {};
+			s.ts = now;
+			s.kstack = bpf_get_stackid(ctx, &STACKS, 0);
+			s.state = state;
+			s.tgid = tgid;
+			if (bpf_map_update_elem(&START, &prev, &s, BPF_ANY))
+				missed(1);
+		}
 	}
 	__u32 next = rd32(ctx, c->next_pid);
 	struct start *s = bpf_map_lookup_elem(&START, &next);

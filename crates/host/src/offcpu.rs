@@ -356,15 +356,16 @@ const EDGE_US: i64 = 50;
 /// left (the capture stamps a packet in the context of the thread that sends it, and at
 /// most one thread per CPU runs at that instant), preferring the one that was blocked when
 /// the request's last byte arrived and woke for it — a thread-per-connection server's
-/// reader, an event loop in `epoll_wait` — then one that woke within the window. Returns
-/// the thread and the block it woke from after the request arrived, if any. `None` when
-/// no watched thread was seen running then.
+/// reader, an event loop in `epoll_wait` — the one whose wake is nearest after the arrival —
+/// then one that woke within the window. Returns the thread and the block it woke from
+/// after the request arrived, if any. `None` when no such thread was seen running then.
 fn server_thread<'a>(
     by_tid: &'a HashMap<u32, Vec<&'a OffCpuBlock>>,
     w: &Window,
 ) -> Option<(u32, Option<&'a OffCpuBlock>)> {
-    // (score, -wake, tid, woke)
-    let mut best: Option<(u8, i64, u32, Option<&OffCpuBlock>)> = None;
+    // ((score, woke at or after the arrival, -|wake|), tid, woke)
+    type Key = (u8, bool, i64);
+    let mut best: Option<(Key, u32, Option<&OffCpuBlock>)> = None;
     for (&tid, v) in by_tid {
         // Blocked at the response: not the sender.
         let i = v.partition_point(|b| b.start_us <= w.end_us - EDGE_US);
@@ -390,24 +391,29 @@ fn server_thread<'a>(
             .is_some_and(|s| s.iter().any(|b| b.end_us <= w.end_us + EDGE_US));
         let score = if woke.is_some() {
             2
+        } else if woke_within {
+            1
         } else {
-            u8::from(woke_within)
+            // Running at the response but with no wake seen near the request: maybe a
+            // thread whose blocks are all shorter than the tracer times, maybe another's.
+            continue;
         };
+        // Woken by this request: the wake at or after its arrival nearest to it; one woken
+        // just before it (within the edge) woke for an earlier one.
         let wake = woke.map_or(i64::MAX, |b| b.end_us - w.start_us);
-        let cand = (score, -wake, tid, woke);
-        if best.is_none_or(|b| {
-            (cand.0, cand.1, std::cmp::Reverse(cand.2)) > (b.0, b.1, std::cmp::Reverse(b.2))
-        }) {
-            best = Some(cand);
+        let key = (score, wake >= 0, -wake.abs());
+        if best.is_none_or(|b| (key, std::cmp::Reverse(tid)) > (b.0, std::cmp::Reverse(b.1))) {
+            best = Some((key, tid, woke));
         }
     }
-    best.map(|b| (b.2, b.3))
+    best.map(|b| (b.1, b.2))
 }
 
 /// Splits the requests' server time by where the serving thread waited. For each window
 /// ([`server_thread`] finds the thread), the blocks of that thread that began and ended
 /// inside it, by class; the time from the request's arrival until that thread got a CPU
-/// counts as run-queue (its wake-up). A thread blocked across the window — a worker idle
+/// counts as run-queue when it was woken from a read or a poll (the arrival woke it), else
+/// as the class of the block it woke from. A thread blocked across the window — a worker idle
 /// between requests — is no part of it; another thread's blocks, which serve other
 /// requests, neither. `cpu_per_request_us` is passed through.
 pub fn split(
@@ -436,9 +442,18 @@ pub fn split(
             continue;
         };
         attributed += w.weight;
-        let wake = woke.map_or(0, |b| (b.end_us - w.start_us).clamp(0, len));
-        if wake > 0 {
-            *sum.entry(WaitClass::RunQueue).or_default() += wake as f64 * w.weight;
+        // From the request's arrival until its thread ran: a thread blocked reading or
+        // polling was woken by the arrival itself, and what followed is its wait for a CPU;
+        // any other block (a worker on a futex woken by a dispatcher) is that block's class.
+        if let Some(b) = woke {
+            let wake = (b.end_us - w.start_us).clamp(0, len);
+            let class = match b.class {
+                WaitClass::SocketRead | WaitClass::Poll | WaitClass::Accept => WaitClass::RunQueue,
+                c => c,
+            };
+            if wake > 0 {
+                *sum.entry(class).or_default() += wake as f64 * w.weight;
+            }
         }
         let v = &by_tid[&tid];
         let from = v.partition_point(|b| b.start_us < w.start_us - EDGE_US);
@@ -515,6 +530,7 @@ mod imp {
 
     static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"));
     const MAP_STACK_TRACE: u32 = 7;
+    const MAP_LRU_HASH: u32 = 9;
     const DEPTH: u32 = 24;
     const RING_BYTES: u32 = 1 << 20;
 
@@ -522,7 +538,7 @@ mod imp {
     const MAPS: [MapSpec; 7] = [
         ("CONF", MAP_ARRAY, 4, 24, 1),
         ("WATCH", MAP_HASH, 4, 1, 256),
-        ("START", MAP_HASH, 4, 24, 16384),
+        ("START", MAP_LRU_HASH, 4, 24, 16384),
         ("STACKS", MAP_STACK_TRACE, 4, DEPTH * 8, 4096),
         ("TOTALS", MAP_HASH, 16, 16, 8192),
         ("EVENTS", MAP_RINGBUF, 0, 0, RING_BYTES),
@@ -704,7 +720,9 @@ mod imp {
                  told apart"
                     .to_string()
             });
-            let mut r = report(&totals, &self.raw, &stacks, self.offset_ns, missed);
+            // The realtime clock may be slewed during the window: the offset's mean.
+            let offset = self.offset_ns + (clock_offset_ns() - self.offset_ns) / 2;
+            let mut r = report(&totals, &self.raw, &stacks, offset, missed);
             if let Some((ns, runs)) = prog_stats(&self._prog) {
                 r.bpf_run_us = Some(ns / 1000);
                 r.bpf_runs = Some(runs);
@@ -938,6 +956,70 @@ mod tests {
         assert_eq!((s.requests, s.attributed), (2, 2));
         assert_eq!(share(&s, WaitClass::Futex), 0.0, "{s:?}");
         assert!((share(&s, WaitClass::Sleep) - 2_000.0 / 9_000.0).abs() < 1e-9);
+    }
+
+    /// Two threads running when the response left, both woken around the request's
+    /// arrival: the one woken 10 µs after it is the server, not the one woken 40 µs before
+    /// (for an earlier request).
+    #[test]
+    fn the_thread_woken_after_the_arrival_serves_it() {
+        let o = off(vec![
+            block(1, 0, 960, WaitClass::SocketRead),
+            block(1, 2_000, 9_000, WaitClass::Futex),
+            block(2, 0, 1_010, WaitClass::SocketRead),
+            block(2, 2_000, 6_000, WaitClass::Sleep),
+        ]);
+        let w = [Window {
+            start_us: 1_000,
+            end_us: 10_000,
+            weight: 1.0,
+        }];
+        let s = split(&w, &o, None).unwrap();
+        assert!(share(&s, WaitClass::Sleep) > 0.4, "{s:?}");
+        assert_eq!(share(&s, WaitClass::Futex), 0.0, "{s:?}");
+    }
+
+    /// A worker handed the request by another thread wakes from a futex: the time until
+    /// it runs is that hand-off (futex), not a wait for a CPU.
+    #[test]
+    fn a_hand_off_wake_is_its_blocks_class() {
+        let o = off(vec![
+            block(1, 0, 4_000, WaitClass::Futex),
+            block(1, 9_500, 20_000, WaitClass::Futex),
+        ]);
+        let w = [Window {
+            start_us: 1_000,
+            end_us: 9_000,
+            weight: 1.0,
+        }];
+        let s = split(&w, &o, None).unwrap();
+        assert_eq!(s.attributed, 1);
+        assert_eq!(
+            s.parts
+                .iter()
+                .find(|p| p.class == WaitClass::Futex)
+                .map(|p| p.us),
+            Some(3_000),
+            "{s:?}"
+        );
+        assert_eq!(share(&s, WaitClass::RunQueue), 0.0);
+    }
+
+    /// A thread running at the response that shows no wake near the request (its blocks
+    /// all before) is no evidence of which thread served it: unattributed.
+    #[test]
+    fn a_thread_seen_only_running_is_not_the_server() {
+        let o = off(vec![
+            block(1, 0, 500, WaitClass::Poll),
+            block(1, 20_000, 30_000, WaitClass::Poll),
+        ]);
+        let w = [Window {
+            start_us: 1_000,
+            end_us: 9_000,
+            weight: 1.0,
+        }];
+        let s = split(&w, &o, None).unwrap();
+        assert_eq!((s.requests, s.attributed), (1, 0));
     }
 
     /// No watched thread was running when the response left (every one blocked across

@@ -97,8 +97,8 @@ impl<'a> Facts<'a> {
     /// through it: the c=N server time (packets) p50 is at least [`SLOW_SERVER_US`] and 4×
     /// the server's own time at c=1, and the off-CPU split covered the requests. (c=N
     /// server time p50, own time at c=1.) Without the host's timing, a server saturated
-    /// under load stays a note: nothing would say what it queues for. A serving thread
-    /// that waited mostly in the run queue is no saturation: the host's CPUs were busy.
+    /// under load stays a note: nothing would say what it queues for. The serving thread
+    /// must have waited (sleep, futex, disk) through most of the server time.
     pub(super) fn server_saturated(&self) -> Option<(u64, u64)> {
         let own = self.server_own_us()?;
         let p50 = self
@@ -114,31 +114,53 @@ impl<'a> Facts<'a> {
             .during_requests
             .as_ref()
             .filter(|s| s.requests >= 5 && s.attributed * 2 >= s.requests)?;
-        // A serving thread that waited mostly for a CPU queued for the host's CPUs, not in
-        // the server: that is contention (the host rules judge it), not saturation.
-        let run_queue = split
+        // What it queues for must be a wait of its serving thread (a sleep, a lock, the
+        // disk) that holds most of the server time. A thread busy on a CPU through it may be
+        // doing the work the load asks for (nginx copying megabytes to 32 clients: ~0.9 core
+        // at 949 req/s, healthy) or work a fix removes (a TLS handshake per request): only
+        // on-CPU stacks would tell, so that stays unnamed. A thread that waited mostly for a
+        // CPU queued for the host's CPUs: contention, which the host rules judge.
+        use lagtrace_model::host::WaitClass;
+        let waited = split
             .parts
             .iter()
-            .find(|p| p.class == lagtrace_model::host::WaitClass::RunQueue)
-            .map_or(0.0, |p| p.share);
-        (p50 >= SLOW_SERVER_US && p50 >= own.saturating_mul(4) && run_queue < 0.5)
+            .filter(|p| {
+                matches!(
+                    p.class,
+                    WaitClass::Sleep | WaitClass::Futex | WaitClass::Disk
+                )
+            })
+            .map(|p| p.share)
+            .fold(0.0, f64::max);
+        (p50 >= SLOW_SERVER_US && p50 >= own.saturating_mul(4) && waited >= 0.5)
             .then_some((p50, own))
     }
 
     /// The packets show most responses leaving at the 200 ms cork ceiling, yet the sockets
-    /// were all read with TCP_CORK off. A server whose responses wait corked for ~200 ms is
-    /// corked for that share of the time, so one reading of n sockets finds every one
-    /// uncorked with a probability of about (1 − share)ⁿ; below 1 % the wait is the server's
+    /// were all read with TCP_CORK off. A connection whose held responses wait corked ~200 ms
+    /// each is corked for share × hold / (time per request on it) of the time, so one
+    /// reading of n ≥ 3 sockets finds every one uncorked with a probability of about
+    /// (1 − that)ⁿ; below 1 % the wait is the server's
     /// own (a think time at the ceiling — seen: a disk-bound server at 20 reads/s with four
     /// clients, each request queued 4 × 50 ms), not a cork. (sockets read, share held.)
     pub(super) fn cork_ruled_out(&self) -> Option<(u32, f64)> {
         let s = self.sockets?;
         let read = s.cork.on + s.cork.off;
-        if read == 0 || s.cork.on > 0 {
+        if read < 3 || s.cork.on > 0 {
             return None;
         }
         let f = self.finding(FindingKind::TcpCork)?;
-        ((1.0 - f.share.min(1.0)).powi(read as i32) < 0.01).then_some((read, f.share))
+        // The share of the time a connection is corked: its held responses' hold over the
+        // time each request takes on it (c / rate), when the run says.
+        let corked = match self.cn.filter(|r| r.requests_per_sec > 0.0) {
+            Some(r) => {
+                let cycle_us = f64::from(r.concurrency) / r.requests_per_sec * 1e6;
+                f.share * f.median_added_us as f64 / cycle_us.max(1.0)
+            }
+            None => f.share,
+        }
+        .min(1.0);
+        ((1.0 - corked).powi(read as i32) < 0.01).then_some((read, f.share))
     }
 
     /// The response's transfer at c=1 dominates and runs slower than [`PACED_BPS`]:

@@ -9,8 +9,10 @@
 //! - `disk-io`: they are blocked on block I/O (`io_schedule`);
 //! - `on-cpu`: the processes' CPU time per request (over the window, divided by the
 //!   requests served) is at least half the server's own time per request (its time at
-//!   c=1, before any queueing) — and, for a server quick alone that queues under load,
-//!   that CPU at the rate it serves keeps most of a core busy (its CPU is what runs out). It comes first: a CPU-bound server under load queues its
+//!   c=1, before any queueing). A server quick alone that queues under load is never
+//!   named on-cpu: a busy event loop may be doing the work the load asks for (copying
+//!   megabytes) or work a fix removes (a TLS handshake per request), and only on-CPU stacks
+//!   would tell. It comes first: a CPU-bound server under load queues its
 //!   requests behind each other's work, and where threads share an interpreter lock
 //!   (Python's GIL) that queue is a futex — the waits are then the CPU work's queue.
 //!
@@ -31,9 +33,6 @@ use crate::verdict::{EvidenceLine, Fix, FixSide, Mechanism};
 
 /// A class must hold this share of the server time to name the mechanism.
 pub(super) const MIN_SHARE: f64 = 0.5;
-/// A server quick alone but queueing under load is CPU-bound when its CPU per request at
-/// the rate it serves keeps this many cores busy.
-const MIN_CORES: f64 = 0.8;
 /// A split of fewer requests says nothing.
 const MIN_REQUESTS: u64 = 5;
 
@@ -89,13 +88,9 @@ pub(super) fn split(x: &Facts<'_>) -> Option<Split> {
         .cpu_per_request_us
         .map(|c| (c as f64 / per_request.max(1) as f64).min(1.0));
     // CPU per request against the server's own time (at c=1, without queueing). A server
-    // quick alone that queues under load is CPU-bound only when its CPU is what runs out:
-    // the CPU per request at the rate it serves makes most of a core busy.
+    // quick alone that queues under load is named only for what its serving thread waited
+    // on ([`Facts::server_saturated`]): never on-cpu.
     let saturated_only = x.server_own_us().is_some_and(|o| o < DOMINANT_SERVER_US);
-    let cores = match (s.cpu_per_request_us, x.cn) {
-        (Some(c), Some(cn)) => c as f64 * cn.requests_per_sec / 1e6,
-        _ => 0.0,
-    };
     // The serving thread waited mostly for a CPU: the host's CPUs were the queue (the host
     // rules judge whose work held them), not the server's own work.
     let run_queue = s
@@ -106,7 +101,7 @@ pub(super) fn split(x: &Facts<'_>) -> Option<Split> {
     let on_cpu = run_queue < MIN_SHARE
         && s.cpu_per_request_us
             .is_some_and(|c| c as f64 >= MIN_SHARE * own as f64)
-        && (!saturated_only || cores >= MIN_CORES);
+        && !saturated_only;
     let mut parts: Vec<String> = s
         .parts
         .iter()
