@@ -105,13 +105,36 @@ mod imp {
         _event: OwnedFd,
     }
 
-    fn refused(what: &str, e: Error) -> BpfError {
+    /// `what` failed with `e`: a missing privilege names CAP_BPF and CAP_PERFMON.
+    pub(crate) fn refused(what: &str, e: Error) -> BpfError {
         match e {
             Error::Denied(..) => {
                 BpfError::Privilege(Privilege::new(Capability::Bpf, what, " and CAP_PERFMON"))
             }
             e => BpfError::Kernel(e.to_string()),
         }
+    }
+
+    /// Loads the tracepoint program in `section` of the object `obj` as `name`, its map
+    /// references set to `maps` (name, descriptor); `what` names the step in errors.
+    pub(crate) fn load_tracepoint(
+        obj: &[u8],
+        section: &str,
+        maps: &[(&'static str, OwnedFd)],
+        name: &str,
+        what: &str,
+    ) -> Result<OwnedFd, BpfError> {
+        let fds: Vec<(&str, i32)> = maps.iter().map(|(n, f)| (*n, f.as_raw_fd())).collect();
+        let obj = Object::parse(obj).map_err(|e| refused(what, e))?;
+        let insns = obj.program(section, &fds).map_err(|e| refused(what, e))?;
+        let license = obj.license().map_err(|e| refused(what, e))?;
+        let spec = ProgSpec {
+            name,
+            prog_type: PROG_TRACEPOINT,
+            attach_type: 0,
+            attach_btf_id: 0,
+        };
+        lagtrace_bpf::prog_load(&insns, license, &spec).map_err(|e| refused(what, e))
     }
 
     impl NsDrops {
@@ -148,20 +171,7 @@ mod imp {
             .collect();
             lagtrace_bpf::map_update(&maps[0].1, &0u32.to_ne_bytes(), &conf)
                 .map_err(|e| refused(what, Error::os(what, e)))?;
-            let fds: Vec<(&str, i32)> = maps.iter().map(|(n, f)| (*n, f.as_raw_fd())).collect();
-            let obj = Object::parse(OBJ).map_err(|e| refused(what, e))?;
-            let insns = obj
-                .program(PROG_SECTION, &fds)
-                .map_err(|e| refused(what, e))?;
-            let license = obj.license().map_err(|e| refused(what, e))?;
-            let spec = ProgSpec {
-                name: "lt_drops",
-                prog_type: PROG_TRACEPOINT,
-                attach_type: 0,
-                attach_btf_id: 0,
-            };
-            let prog =
-                lagtrace_bpf::prog_load(&insns, license, &spec).map_err(|e| refused(what, e))?;
+            let prog = load_tracepoint(OBJ, PROG_SECTION, &maps, "lt_drops", what)?;
             let event = lagtrace_bpf::attach_tracepoint(tp.id, &prog).map_err(|e| {
                 let what = "attaching it to skb:kfree_skb";
                 refused(what, Error::os(what, e))
@@ -222,6 +232,8 @@ mod imp {
 
 #[cfg(lagtrace_bpf)]
 pub use imp::NsDrops;
+#[cfg(lagtrace_bpf)]
+pub(crate) use imp::{load_tracepoint, refused};
 
 /// Without the program (built without clang): never starts.
 #[cfg(not(lagtrace_bpf))]

@@ -520,13 +520,12 @@ pub fn clock_offset_ns() -> i64 {
 #[cfg(lagtrace_bpf)]
 mod imp {
     use super::*;
+    use crate::bpf::{load_tracepoint, refused};
     use lagtrace_bpf::ringbuf::RingBuf;
     use lagtrace_bpf::tracefs::Format;
-    use lagtrace_bpf::{Error, MAP_ARRAY, MAP_HASH, MAP_RINGBUF, MapSpec, Object, PROG_TRACEPOINT};
-    use lagtrace_bpf::{ProgSpec, map_create, map_lookup, map_next_key, map_update};
-    use lagtrace_model::{Capability, Privilege};
-
-    use std::os::fd::{AsRawFd, OwnedFd};
+    use lagtrace_bpf::{Error, MAP_ARRAY, MAP_HASH, MAP_RINGBUF, MapSpec};
+    use lagtrace_bpf::{map_create, map_lookup, map_next_key, map_update};
+    use std::os::fd::OwnedFd;
 
     static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"));
     const MAP_STACK_TRACE: u32 = 7;
@@ -544,15 +543,6 @@ mod imp {
         ("EVENTS", MAP_RINGBUF, 0, 0, RING_BYTES),
         ("MISSED", MAP_ARRAY, 4, 8, 2),
     ];
-
-    fn refused(what: &str, e: Error) -> BpfError {
-        match e {
-            Error::Denied(..) => {
-                BpfError::Privilege(Privilege::new(Capability::Bpf, what, " and CAP_PERFMON"))
-            }
-            e => BpfError::Kernel(e.to_string()),
-        }
-    }
 
     /// The tracer while attached (detached when dropped).
     pub struct Tracer {
@@ -599,20 +589,13 @@ mod imp {
             for p in pids {
                 set("WATCH", &p.to_ne_bytes(), &[1])?;
             }
-            let fds: Vec<(&str, i32)> = maps.iter().map(|(n, f)| (*n, f.as_raw_fd())).collect();
-            let obj = Object::parse(OBJ).map_err(|e| refused(what, e))?;
-            let insns = obj
-                .program("tracepoint/sched/sched_switch", &fds)
-                .map_err(|e| refused(what, e))?;
-            let license = obj.license().map_err(|e| refused(what, e))?;
-            let spec = ProgSpec {
-                name: "lt_offcpu",
-                prog_type: PROG_TRACEPOINT,
-                attach_type: 0,
-                attach_btf_id: 0,
-            };
-            let prog =
-                lagtrace_bpf::prog_load(&insns, license, &spec).map_err(|e| refused(what, e))?;
+            let prog = load_tracepoint(
+                OBJ,
+                "tracepoint/sched/sched_switch",
+                &maps,
+                "lt_offcpu",
+                what,
+            )?;
             let i = maps
                 .iter()
                 .position(|m| m.0 == "EVENTS")

@@ -193,6 +193,30 @@ pub struct ServerTimeSplit {
     pub cpu_per_request_us: Option<u64>,
 }
 
+impl ServerTimeSplit {
+    /// The share of the server time in `class` (0 when none).
+    pub fn share(&self, class: WaitClass) -> f64 {
+        self.parts
+            .iter()
+            .find(|p| p.class == class)
+            .map_or(0.0, |p| p.share)
+    }
+
+    /// The largest part the serving thread spent waiting in its own work — asleep, on a
+    /// futex or on the disk — as opposed to idle, polling or waiting for a CPU.
+    pub fn largest_wait(&self) -> Option<&ServerTimePart> {
+        self.parts
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.class,
+                    WaitClass::Sleep | WaitClass::Futex | WaitClass::Disk
+                )
+            })
+            .max_by(|a, b| a.share.total_cmp(&b.share))
+    }
+}
+
 /// One class's part of the server time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ServerTimePart {

@@ -120,18 +120,7 @@ impl<'a> Facts<'a> {
         // at 949 req/s, healthy) or work a fix removes (a TLS handshake per request): only
         // on-CPU stacks would tell, so that stays unnamed. A thread that waited mostly for a
         // CPU queued for the host's CPUs: contention, which the host rules judge.
-        use lagtrace_model::host::WaitClass;
-        let waited = split
-            .parts
-            .iter()
-            .filter(|p| {
-                matches!(
-                    p.class,
-                    WaitClass::Sleep | WaitClass::Futex | WaitClass::Disk
-                )
-            })
-            .map(|p| p.share)
-            .fold(0.0, f64::max);
+        let waited = split.largest_wait().map_or(0.0, |p| p.share);
         (p50 >= SLOW_SERVER_US && p50 >= own.saturating_mul(4) && waited >= 0.5)
             .then_some((p50, own))
     }

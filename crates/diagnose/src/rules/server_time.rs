@@ -93,11 +93,7 @@ pub(super) fn split(x: &Facts<'_>) -> Option<Split> {
     let saturated_only = x.server_own_us().is_some_and(|o| o < DOMINANT_SERVER_US);
     // The serving thread waited mostly for a CPU: the host's CPUs were the queue (the host
     // rules judge whose work held them), not the server's own work.
-    let run_queue = s
-        .parts
-        .iter()
-        .find(|p| p.class == WaitClass::RunQueue)
-        .map_or(0.0, |p| p.share);
+    let run_queue = s.share(WaitClass::RunQueue);
     let on_cpu = run_queue < MIN_SHARE
         && s.cpu_per_request_us
             .is_some_and(|c| c as f64 >= MIN_SHARE * own as f64)
@@ -140,16 +136,7 @@ pub(super) fn split(x: &Facts<'_>) -> Option<Split> {
         ),
     );
     let server = x.server_name();
-    let top = s
-        .parts
-        .iter()
-        .filter(|p| {
-            matches!(
-                p.class,
-                WaitClass::Sleep | WaitClass::Futex | WaitClass::Disk
-            )
-        })
-        .max_by(|a, b| a.share.total_cmp(&b.share));
+    let top = s.largest_wait();
     let waits = top.map_or(0.0, |p| p.share);
     let named = if on_cpu {
         Some((
