@@ -124,6 +124,24 @@ fn show(j: &Value) -> String {
         + &serde_json::to_string(&h["data"]["cgroup"]).unwrap_or_default()
         + "\n"
         + &serde_json::to_string(&h["data"]["listeners"]).unwrap_or_default()
+        + "\n"
+        + &serde_json::to_string(&h["data"]["cpu"]).unwrap_or_default()
+        + "\n"
+        + &serde_json::to_string(&threads_without_timeline(&h)).unwrap_or_default()
+}
+
+/// The threads layer with its timeline cut to the samples' run-queue waits (where the
+/// server waited for a CPU).
+fn threads_without_timeline(h: &Value) -> Value {
+    let mut t = h["data"]["threads"].clone();
+    if let Some(tl) = t.pointer_mut("/data/timeline") {
+        let waits: Vec<u64> = tl
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s["wait_us"].as_u64()).collect())
+            .unwrap_or_default();
+        *tl = Value::String(format!("{} samples, waits µs: {waits:?}", waits.len()));
+    }
+    t
 }
 
 #[test]
