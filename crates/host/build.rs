@@ -1,5 +1,5 @@
-//! Builds the per-namespace drop counter (bpf/drops.bpf.c) and the off-CPU tracer
-//! (bpf/offcpu.bpf.c) with clang against the UAPI and
+//! Builds the per-namespace drop counter (bpf/drops.bpf.c), the off-CPU tracer
+//! (bpf/offcpu.bpf.c) and the softirq timer (bpf/softirq.bpf.c) with clang against the UAPI and
 //! libbpf headers (linux-libc-dev, libbpf-dev); it needs no kernel BTF at build time (the
 //! loader reads the struct offsets from the running kernel's). Without clang or the headers
 //! the crate still builds: the drop layer then counts machine-wide (perf) and says why at
@@ -12,6 +12,7 @@ include!("../../support/bpf_build.rs");
 
 const SRC: &str = "bpf/drops.bpf.c";
 const OFFCPU: &str = "bpf/offcpu.bpf.c";
+const SOFTIRQ: &str = "bpf/softirq.bpf.c";
 
 fn build(out: &Path) -> Result<(), String> {
     // <linux/types.h> includes <asm/types.h>, under the target's multiarch directory, which
@@ -22,7 +23,11 @@ fn build(out: &Path) -> Result<(), String> {
         Ok(a) => return Err(format!("no multiarch include directory known for {a}")),
         Err(_) => return Err("no target arch".into()),
     };
-    for (src, name) in [(SRC, "drops.bpf.o"), (OFFCPU, "offcpu.bpf.o")] {
+    for (src, name) in [
+        (SRC, "drops.bpf.o"),
+        (OFFCPU, "offcpu.bpf.o"),
+        (SOFTIRQ, "softirq.bpf.o"),
+    ] {
         let obj = out.join(name);
         run(Command::new(tool("CLANG", "clang"))
             .args(["-target", "bpf", "-O2", "-g", "-Wall"])
@@ -37,5 +42,6 @@ fn build(out: &Path) -> Result<(), String> {
 
 fn main() {
     println!("cargo::rerun-if-changed={OFFCPU}");
+    println!("cargo::rerun-if-changed={SOFTIRQ}");
     bpf_main(SRC, &[], build);
 }

@@ -120,6 +120,18 @@ fn tick_us() -> u64 {
     }
 }
 
+/// CPU time (µs) between two readings of the processes whose name `which` accepts (a
+/// process that started within the window counts from zero).
+pub fn used_by(a: &CpuReading, b: &CpuReading, which: impl Fn(&str) -> bool) -> u64 {
+    let ticks: u64 = b
+        .procs
+        .iter()
+        .filter(|(_, (comm, _))| which(comm))
+        .map(|(pid, (_, t))| t.saturating_sub(a.procs.get(pid).map_or(0, |p| p.1)))
+        .sum();
+    ticks * tick_us()
+}
+
 /// The window between two readings: `own` is the measuring process, `watched` the
 /// server's processes. A process that started within the window counts from zero.
 pub fn delta(a: &CpuReading, b: &CpuReading, own: u32, watched: &[u32], window_us: u64) -> HostCpu {

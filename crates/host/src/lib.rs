@@ -13,10 +13,12 @@ pub mod counters;
 pub mod cpu;
 pub mod drops;
 pub mod listen;
+pub mod netfilter;
 pub mod offcpu;
 pub mod qdisc;
 pub mod sched;
 pub mod sockstat;
+pub mod softirq;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,7 +52,33 @@ pub struct HostOptions {
     /// Time the process's threads off a CPU by why (BPF on `sched:sched_switch`; needs a
     /// process).
     pub offcpu: bool,
+    /// Time the network softirqs (BPF on `irq:softirq_entry`/`exit`) beside
+    /// `/proc/net/softnet_stat`'s counts.
+    pub softirq: bool,
+    /// The server's TCP port: the netfilter rule walk is for a packet to it (`None`: the
+    /// chains' sizes only).
+    pub port: Option<u16>,
+    /// The server's address is IPv6 (the walk reads the `ip6` tables instead of `ip`).
+    pub ipv6: bool,
+    /// When to read the netfilter rules.
+    pub rule_walk: RuleWalk,
 }
+
+/// When the netfilter rules are read: `nft -j list ruleset` on a ruleset of 20 000 rules
+/// costs ~0.5 s of CPU, worth spending only when there is a cost to explain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleWalk {
+    /// Always (`lagtrace host`: the user asked).
+    Always,
+    /// When the receive softirq was timed at [`COSTLY_PACKET_NS`] or more per packet.
+    IfCostly,
+    /// Never.
+    Never,
+}
+
+/// The receive cost per packet from which the rules are read with [`RuleWalk::IfCostly`]
+/// (a normal stack's is a few µs).
+pub const COSTLY_PACKET_NS: u64 = 10_000;
 
 impl Default for HostOptions {
     fn default() -> Self {
@@ -63,6 +91,10 @@ impl Default for HostOptions {
             drops: true,
             drops_machine: true,
             offcpu: true,
+            softirq: true,
+            port: None,
+            ipv6: false,
+            rule_walk: RuleWalk::IfCostly,
         }
     }
 }
@@ -209,6 +241,7 @@ struct Ends {
     cgroup: Option<std::io::Result<cgroup::CpuReading>>,
     threads: Option<std::io::Result<BTreeMap<u32, sched::ThreadReading>>>,
     cpu: std::io::Result<cpu::CpuReading>,
+    softnet: std::io::Result<Vec<softirq::Softnet>>,
 }
 
 fn read_ends(pids: &[u32], dirs: Option<&cgroup::CgroupDirs>) -> Ends {
@@ -218,6 +251,7 @@ fn read_ends(pids: &[u32], dirs: Option<&cgroup::CgroupDirs>) -> Ends {
         cgroup: dirs.map(cgroup::read),
         threads: (!pids.is_empty()).then(|| sched::read_all(pids)),
         cpu: cpu::read(),
+        softnet: softirq::read_softnet(),
     }
 }
 
@@ -275,6 +309,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
     let started = Instant::now();
     let pids = watched(o);
     let mut offcpu = (o.offcpu && !pids.is_empty()).then(|| offcpu::Tracer::start(&pids));
+    let softirq_timer = o.softirq.then(|| softirq::Timer::start(netns as u32));
     let first = read_ends(&pids, dirs.as_ref().and_then(|d| d.as_ref().ok()));
     // The first tick is the window's first reading (no second read of the same files).
     let start_times = match &first.threads {
@@ -324,6 +359,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
     }
     let last = read_ends(&pids, cg_dirs);
     let window_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let softirq = softirq_layer(softirq_timer, &first, &last, window_us);
     let owners = match o.pid {
         Some(_) => pids.clone(),
         None => lagtrace_sockets::procfs::pids(),
@@ -368,8 +404,66 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
             Some(Err(e)) => Layer::error(e.why),
         },
         offcpu: offcpu_layer(offcpu, !pids.is_empty()),
+        netfilter: rule_walk(o, &softirq),
+        softirq,
         cost: HostCost::default(),
     }
+}
+
+/// The netfilter walk for the port, when `o.rule_walk` asks for it.
+fn rule_walk(
+    o: &HostOptions,
+    softirq: &Layer<lagtrace_model::host::Softirq>,
+) -> Layer<lagtrace_model::host::Netfilter> {
+    let per_packet = softirq.get().and_then(|k| k.per_packet_ns());
+    match (o.rule_walk, per_packet) {
+        (RuleWalk::Never, _) => Layer::skipped("not asked for"),
+        (RuleWalk::Always, _) => netfilter::read(o.port, o.ipv6),
+        (RuleWalk::IfCostly, Some(ns)) if ns >= COSTLY_PACKET_NS => netfilter::read(o.port, o.ipv6),
+        (RuleWalk::IfCostly, Some(ns)) => Layer::skipped(format!(
+            "not read: the kernel's receive processing took {} per packet, no rule walk's cost to explain",
+            lagtrace_model::Micros(ns / 1000)
+        )),
+        (RuleWalk::IfCostly, None) => Layer::skipped(
+            "not read: the receive softirq was not timed, so no rule walk's cost can be told",
+        ),
+    }
+}
+
+/// The network softirqs' times (when the timer ran) and `softnet_stat`'s counts.
+fn softirq_layer(
+    timer: Option<Result<softirq::Timer, bpf::BpfError>>,
+    first: &Ends,
+    last: &Ends,
+    window_us: u64,
+) -> Layer<lagtrace_model::host::Softirq> {
+    let Some(timer) = timer else {
+        return Layer::skipped("not asked for");
+    };
+    let (a, b) = match (&first.softnet, &last.softnet) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return err_layer("reading /proc/net/softnet_stat", e),
+    };
+    // ksoftirqd: softirq work the kernel deferred to a thread because it kept coming.
+    let ksoftirqd_us = match (&first.cpu, &last.cpu) {
+        (Ok(x), Ok(y)) => cpu::used_by(x, y, |comm| comm.starts_with("ksoftirqd/")),
+        _ => 0,
+    };
+    let (times, why) = match timer.map(|t| t.read()) {
+        Ok(Ok(t)) => (Some(t), None),
+        Ok(Err(e)) | Err(e) => (None, Some(e)),
+    };
+    let mut l = Layer::ran(softirq::report(
+        a,
+        b,
+        times.as_deref(),
+        ksoftirqd_us,
+        window_us,
+    ));
+    l.reason = why.map(|e| {
+        format!("softirq time not measured ({e}): softnet_stat's packet and drop counts only")
+    });
+    l
 }
 
 fn offcpu_layer(

@@ -41,8 +41,138 @@ pub struct HostReport {
     /// when it leaves a CPU and times the block until it gets one again.
     #[serde(default = "offcpu_not_measured")]
     pub offcpu: Layer<OffCpu>,
+    /// The kernel's own packet processing over the window: time in the network softirqs
+    /// per CPU and per packet (BPF on `irq:softirq_entry`/`exit` and `napi:napi_poll`), and
+    /// `/proc/net/softnet_stat` (backlog drops, time squeezes).
+    #[serde(default = "softirq_not_measured")]
+    pub softirq: Layer<Softirq>,
+    /// The netfilter rules (nftables, iptables-nft) a packet to the watched port walks on
+    /// its way in, in the watched namespace.
+    #[serde(default = "netfilter_not_measured")]
+    pub netfilter: Layer<Netfilter>,
     /// What the measurement itself cost.
     pub cost: HostCost,
+}
+
+fn softirq_not_measured() -> Layer<Softirq> {
+    Layer::skipped("not measured (written by an older lagtrace)")
+}
+
+fn netfilter_not_measured() -> Layer<Netfilter> {
+    Layer::skipped("not measured (written by an older lagtrace)")
+}
+
+/// The kernel's packet processing in softirq context over the window, machine-wide (a
+/// softirq serves every namespace on its CPU).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct Softirq {
+    /// Whether the softirq times were measured (the BPF timer ran); without it only
+    /// `softnet_stat`'s counts are known and every time is 0.
+    pub timed: bool,
+    /// Per CPU, busiest first by receive time.
+    pub cpus: Vec<SoftirqCpu>,
+    /// Time in the receive softirq (NET_RX) on all CPUs (µs).
+    pub rx_us: u64,
+    /// Time in the transmit softirq (NET_TX) on all CPUs (µs).
+    pub tx_us: u64,
+    /// Packets the receive softirq took off the devices' and the backlog's queues
+    /// (`napi:napi_poll`'s work, summed).
+    pub rx_packets: u64,
+    /// Receive softirq time per packet (ns): what the kernel spends on each packet it
+    /// receives — driver, IP, netfilter's hooks, TCP — before a socket has it.
+    pub rx_ns_per_packet: Option<u64>,
+    /// Packets received on devices of the watched namespace (the server's), within a
+    /// receive softirq.
+    pub netns_packets: u64,
+    /// Receive time of those packets, each timed from its entry into the stack
+    /// (`net:netif_receive_skb`) to the next packet's or the softirq's end (µs).
+    pub netns_rx_us: u64,
+    /// The watched namespace's receive time per packet (ns): its own rules and sockets,
+    /// apart from the other namespaces' packets on the same CPUs.
+    pub netns_ns_per_packet: Option<u64>,
+    /// The busiest CPU's share of its time in the receive softirq (0..1).
+    pub busiest_rx_share: f64,
+    /// Packets dropped because a CPU's backlog queue was full (`softnet_stat` column 2,
+    /// all CPUs): `net.core.netdev_max_backlog`.
+    pub backlog_drops: u64,
+    /// Times a receive softirq stopped with work left (budget or time spent,
+    /// `softnet_stat` column 3, all CPUs).
+    pub time_squeeze: u64,
+    /// Time in `ksoftirqd` threads (softirq work deferred to a thread because it kept
+    /// coming, µs).
+    pub ksoftirqd_us: u64,
+    /// The window the times are over (µs).
+    pub window_us: u64,
+}
+
+impl Softirq {
+    /// The receive cost per packet that speaks for the watched namespace (ns): its own
+    /// packets' when it received enough of them to tell (100), else the machine's.
+    pub fn per_packet_ns(&self) -> Option<u64> {
+        self.netns_ns_per_packet
+            .filter(|_| self.netns_packets >= 100)
+            .or(self.rx_ns_per_packet)
+    }
+}
+
+/// One CPU's softirq work over the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct SoftirqCpu {
+    /// CPU number.
+    pub cpu: u32,
+    /// Time in NET_RX (µs).
+    pub rx_us: u64,
+    /// Time in NET_TX (µs).
+    pub tx_us: u64,
+    /// Packets received (NAPI work).
+    pub rx_packets: u64,
+    /// Share of the window in NET_RX (0..1).
+    pub rx_share: f64,
+    /// `softnet_stat` backlog drops.
+    pub backlog_drops: u64,
+    /// `softnet_stat` time squeezes.
+    pub time_squeeze: u64,
+}
+
+/// The netfilter ruleset of the watched namespace, and the walk a packet to the port
+/// makes through it on input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct Netfilter {
+    /// Rules in the whole ruleset (every table and chain).
+    pub rules: u64,
+    /// The TCP port the walk is for (the server's).
+    pub port: Option<u16>,
+    /// The base chains on the receive path (prerouting, input) of the `ip`/`inet` families,
+    /// in the order the kernel runs them (hook, then priority), each with the walk a TCP
+    /// packet to the port makes in it.
+    pub walks: Vec<ChainWalk>,
+    /// Where the rules came from (e.g. `nft -j list ruleset`), and what could not be read.
+    pub source: String,
+}
+
+/// The rules a packet to the port evaluates in one base chain (and the chains it jumps to)
+/// before a verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct ChainWalk {
+    /// `ip`, `ip6` or `inet`.
+    pub family: String,
+    /// Table name.
+    pub table: String,
+    /// Chain name.
+    pub chain: String,
+    /// `prerouting` or `input`.
+    pub hook: String,
+    /// The chain's priority (lower runs first).
+    pub priority: i64,
+    /// Rules in the chain and the chains it jumps to.
+    pub rules: u64,
+    /// Rules the packet evaluates before a verdict (a set or map lookup is one rule).
+    pub walked: u64,
+    /// How the walk ended: `accept`, `drop`, `reject`, `policy accept`, `policy drop`, or
+    /// `unknown` (a rule the walk cannot evaluate: it may decide).
+    pub verdict: String,
+    /// The handle of the rule that decided, when one did.
+    pub decided_by: Option<u64>,
 }
 
 fn offcpu_not_measured() -> Layer<OffCpu> {

@@ -63,6 +63,10 @@ pub struct Args {
     /// Skip the off-CPU tracer (BPF on sched:sched_switch): no time-off-CPU-by-why section
     #[arg(long)]
     no_offcpu: bool,
+    /// The server's TCP port: show the netfilter rules a packet to it walks on its way in
+    /// (nft -j list ruleset in the watched namespace)
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    port: Option<u16>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -79,6 +83,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         pid: args.pid,
         duration: args.duration,
         offcpu: !args.no_offcpu,
+        port: args.port,
+        rule_walk: lagtrace_host::RuleWalk::Always,
         ..HostOptions::default()
     };
     let report = lagtrace_host::measure(&o).context("host")?;
@@ -159,6 +165,8 @@ pub fn text(r: &HostReport) -> String {
     note("qdiscs", r.qdiscs.status, &r.qdiscs.reason);
     note("drops by reason", r.drops.status, &r.drops.reason);
     note("off-CPU", r.offcpu.status, &r.offcpu.reason);
+    note("softirq", r.softirq.status, &r.softirq.reason);
+    note("netfilter", r.netfilter.status, &r.netfilter.reason);
     if !counters_text(&mut s, r) {
         quiet.push("TCP/IP error counters");
     }
@@ -180,6 +188,8 @@ pub fn text(r: &HostReport) -> String {
         quiet.push("drops");
     }
     offcpu_text(&mut s, r, w);
+    softirq_text(&mut s, r);
+    netfilter_text(&mut s, r);
     if let Some(ss) = r.sockstat.get() {
         if let Some([min, pressure, _]) = ss.tcp_mem_limits.filter(|l| ss.tcp_mem_pages > l[0]) {
             let _ = writeln!(
@@ -202,6 +212,87 @@ pub fn text(r: &HostReport) -> String {
         r.cost.cpu_share * 100.0
     );
     s
+}
+
+/// The kernel's packet processing: softirq time per packet and per CPU, softnet's drops.
+fn softirq_text(s: &mut String, r: &HostReport) {
+    let Some(k) = r.softirq.get() else { return };
+    let mut line = format!("kernel receive: {} packets", k.rx_packets);
+    if k.timed {
+        let _ = write!(
+            line,
+            ", {} in the NET_RX softirq",
+            lagtrace_model::Micros(k.rx_us)
+        );
+        if let Some(ns) = k.rx_ns_per_packet {
+            let _ = write!(line, " ({} per packet)", lagtrace_model::Micros(ns / 1000));
+        }
+        if let Some(c) = k.cpus.first().filter(|c| c.rx_us > 0) {
+            let _ = write!(
+                line,
+                "; busiest CPU {} spent {:.0}% of the window there",
+                c.cpu,
+                c.rx_share * 100.0
+            );
+        }
+        let _ = write!(line, "; NET_TX {}", lagtrace_model::Micros(k.tx_us));
+    }
+    if k.ksoftirqd_us > 0 {
+        let _ = write!(
+            line,
+            "; ksoftirqd ran {}",
+            lagtrace_model::Micros(k.ksoftirqd_us)
+        );
+    }
+    let _ = writeln!(s, "{line}");
+    if k.backlog_drops > 0 {
+        let _ = writeln!(
+            s,
+            "  {} packets dropped at a full CPU backlog (softnet_stat): raise net.core.netdev_max_backlog or spread receive work (RPS/RSS)",
+            k.backlog_drops
+        );
+    }
+    if k.time_squeeze > 0 {
+        let _ = writeln!(
+            s,
+            "  the receive softirq ran out of budget {} times with packets left (softnet_stat time_squeeze)",
+            k.time_squeeze
+        );
+    }
+}
+
+/// The netfilter rules a packet to the port walks on its way in.
+fn netfilter_text(s: &mut String, r: &HostReport) {
+    let Some(n) = r.netfilter.get() else { return };
+    if n.rules == 0 {
+        let _ = writeln!(s, "netfilter: no rules");
+        return;
+    }
+    let to = n
+        .port
+        .map_or("a packet (no --port: worst case)".to_string(), |p| {
+            format!("a TCP packet to :{p}")
+        });
+    let walks: Vec<String> = n
+        .walks
+        .iter()
+        .map(|w| {
+            format!(
+                "{} {} {} ({} {}): {} of {} rules, {}",
+                w.family, w.table, w.chain, w.hook, w.priority, w.walked, w.rules, w.verdict
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "netfilter: {} rules; {to} walks {}",
+        n.rules,
+        if walks.is_empty() {
+            "no chain on its way in".to_string()
+        } else {
+            walks.join("; ")
+        }
+    );
 }
 
 fn counters_text(s: &mut String, r: &HostReport) -> bool {

@@ -1,0 +1,363 @@
+//! The kernel's own packet processing over the window: how long each CPU spent in the
+//! network softirqs (a BPF program on `irq:softirq_entry` / `irq:softirq_exit`,
+//! bpf/softirq.bpf.c) and what `/proc/net/softnet_stat` counted (packets processed, backlog
+//! drops, time squeezes). Receive time over packets processed is the kernel's cost per
+//! packet received: the driver, IP, netfilter's hooks and TCP, before a socket has the data.
+//! Softirqs are per CPU, not per namespace: the figures are machine-wide.
+
+use lagtrace_model::host::{Softirq, SoftirqCpu};
+
+pub use crate::bpf::BpfError;
+
+/// One CPU's line of `/proc/net/softnet_stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Softnet {
+    /// CPU number (the line's own column when the kernel prints it, else the line's place).
+    pub cpu: u32,
+    /// Packets taken off the device and backlog queues (`__netif_receive_skb`).
+    pub processed: u64,
+    /// Packets dropped because the CPU's backlog queue was full.
+    pub dropped: u64,
+    /// Receive softirqs that stopped with work left (budget or time used up).
+    pub squeezed: u64,
+}
+
+/// Parses `/proc/net/softnet_stat` (hex columns; the 13th, when present, is the CPU).
+pub fn parse_softnet(text: &str) -> Vec<Softnet> {
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let cols: Vec<u64> = l
+                .split_whitespace()
+                .map(|c| u64::from_str_radix(c, 16))
+                .collect::<Result<_, _>>()
+                .ok()?;
+            (cols.len() >= 3).then(|| Softnet {
+                cpu: cols
+                    .get(12)
+                    .and_then(|c| u32::try_from(*c).ok())
+                    .unwrap_or(i as u32),
+                processed: cols[0],
+                dropped: cols[1],
+                squeezed: cols[2],
+            })
+        })
+        .collect()
+}
+
+/// Reads `/proc/net/softnet_stat`.
+pub fn read_softnet() -> std::io::Result<Vec<Softnet>> {
+    std::fs::read_to_string("/proc/net/softnet_stat").map(|t| parse_softnet(&t))
+}
+
+/// One CPU's softirq times as the BPF program sums them (ns, runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Times {
+    /// Time in NET_RX (ns).
+    pub rx_ns: u64,
+    /// NET_RX runs.
+    pub rx_runs: u64,
+    /// Time in NET_TX (ns).
+    pub tx_ns: u64,
+    /// NET_TX runs.
+    pub tx_runs: u64,
+    /// Receive time of the watched namespace's packets (ns).
+    pub ns_ns: u64,
+    /// The watched namespace's packets.
+    pub ns_packets: u64,
+}
+
+/// The window's report from the softnet readings at its ends, the CPUs' softirq times
+/// (`None`: not timed) indexed by CPU, and ksoftirqd's CPU time (µs). The softnet counters
+/// are 32-bit and wrap: a counter that went down counted through its wrap.
+pub fn report(
+    a: &[Softnet],
+    b: &[Softnet],
+    times: Option<&[Times]>,
+    ksoftirqd_us: u64,
+    window_us: u64,
+) -> Softirq {
+    let d = |x: u64, y: u64| {
+        if y >= x {
+            y - x
+        } else {
+            (y + (1 << 32)).saturating_sub(x)
+        }
+    };
+    let mut cpus: Vec<SoftirqCpu> = b
+        .iter()
+        .map(|e| {
+            let s = a
+                .iter()
+                .find(|s| s.cpu == e.cpu)
+                .copied()
+                .unwrap_or(Softnet {
+                    cpu: e.cpu,
+                    ..Softnet::default()
+                });
+            let t = times
+                .and_then(|t| t.get(e.cpu as usize))
+                .copied()
+                .unwrap_or_default();
+            SoftirqCpu {
+                cpu: e.cpu,
+                rx_us: t.rx_ns / 1000,
+                tx_us: t.tx_ns / 1000,
+                rx_packets: d(s.processed, e.processed),
+                rx_share: t.rx_ns as f64 / 1000.0 / window_us.max(1) as f64,
+                backlog_drops: d(s.dropped, e.dropped),
+                time_squeeze: d(s.squeezed, e.squeezed),
+            }
+        })
+        .collect();
+    cpus.sort_by(|x, y| y.rx_us.cmp(&x.rx_us).then(x.cpu.cmp(&y.cpu)));
+    let rx_us: u64 = cpus.iter().map(|c| c.rx_us).sum();
+    let rx_packets: u64 = cpus.iter().map(|c| c.rx_packets).sum();
+    let (ns_ns, ns_packets) = times.map_or((0, 0), |t| {
+        t.iter()
+            .fold((0, 0), |(n, p), c| (n + c.ns_ns, p + c.ns_packets))
+    });
+    Softirq {
+        netns_packets: ns_packets,
+        netns_rx_us: ns_ns / 1000,
+        netns_ns_per_packet: (ns_packets > 0).then(|| ns_ns / ns_packets),
+        timed: times.is_some(),
+        rx_us,
+        tx_us: cpus.iter().map(|c| c.tx_us).sum(),
+        rx_packets,
+        rx_ns_per_packet: (times.is_some() && rx_packets > 0).then(|| rx_us * 1000 / rx_packets),
+        busiest_rx_share: cpus.first().map_or(0.0, |c| c.rx_share),
+        backlog_drops: cpus.iter().map(|c| c.backlog_drops).sum(),
+        time_squeeze: cpus.iter().map(|c| c.time_squeeze).sum(),
+        ksoftirqd_us,
+        window_us,
+        cpus,
+    }
+}
+
+#[cfg(lagtrace_bpf)]
+mod imp {
+    use super::*;
+    use crate::bpf::{load_tracepoint, refused};
+    use lagtrace_bpf::btf::{Btf, VMLINUX, Vmlinux};
+    use lagtrace_bpf::tracefs::Format;
+    use lagtrace_bpf::{Error, MAP_ARRAY, MAP_PERCPU_ARRAY, MapSpec};
+    use lagtrace_bpf::{map_create, map_lookup, map_update};
+    use std::os::fd::OwnedFd;
+
+    static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/softirq.bpf.o"));
+
+    /// Bytes of one CPU's `struct acc`.
+    const ACC: usize = 80;
+
+    /// The program's maps (as softirq.bpf.c declares them).
+    const MAPS: [MapSpec; 2] = [
+        ("CONF", MAP_ARRAY, 4, 24, 1),
+        ("ACC", MAP_PERCPU_ARRAY, 4, ACC as u32, 1),
+    ];
+
+    /// The timer while attached (detached when dropped).
+    pub struct Timer {
+        acc: OwnedFd,
+        possible: usize,
+        _links: Vec<OwnedFd>,
+    }
+
+    impl Timer {
+        /// Loads and attaches the timer; the packets received on devices of the namespace
+        /// with inode `netns` are timed apart.
+        pub fn start(netns: u32) -> Result<Timer, BpfError> {
+            let what = "loading the softirq timer (BPF on irq:softirq_entry/exit)";
+            let kernel = |e: std::io::Error| BpfError::Kernel(format!("irq:softirq_entry: {e}"));
+            let field = |group: &str, event: &str, name: &str| {
+                Format::of(group, event)
+                    .map_err(kernel)?
+                    .field(name)
+                    .map(|f| f.0 as u32)
+                    .ok_or_else(|| BpfError::Kernel(format!("{group}:{event} has no field {name}")))
+            };
+            let vec = field("irq", "softirq_entry", "vec")?;
+            let skbaddr = field("net", "netif_receive_skb", "skbaddr")?;
+            let btf = Vmlinux::open().map_err(|e| BpfError::Kernel(format!("{VMLINUX}: {e}")))?;
+            let offsets = Btf::parse(btf.bytes()).and_then(|b| {
+                Ok([
+                    b.offset("sk_buff", &["dev"])?,
+                    b.offset("net_device", &["nd_net", "net"])?,
+                    b.offset("net", &["ns", "inum"])?,
+                ])
+            });
+            let [skb_dev, dev_net, net_inum] =
+                offsets.map_err(|e| BpfError::Kernel(e.to_string()))?;
+            drop(btf);
+            let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+                .map(|t| {
+                    crate::cpu::parse_cpu_list(&t)
+                        .iter()
+                        .max()
+                        .map_or(1, |m| *m as usize + 1)
+                })
+                .map_err(|e| BpfError::Kernel(format!("/sys/devices/system/cpu/possible: {e}")))?;
+            let mut maps = Vec::new();
+            for m in &MAPS {
+                maps.push((m.0, map_create(m).map_err(|e| refused(what, e))?));
+            }
+            let conf: Vec<u8> = [vec, skbaddr, skb_dev, dev_net, net_inum, netns]
+                .iter()
+                .flat_map(|v| v.to_ne_bytes())
+                .collect();
+            map_update(&maps[0].1, &0u32.to_ne_bytes(), &conf)
+                .map_err(|e| refused(what, Error::os(what, e)))?;
+            let mut links = Vec::new();
+            for (group, name) in [
+                ("irq", "softirq_entry"),
+                ("irq", "softirq_exit"),
+                ("net", "netif_receive_skb"),
+            ] {
+                let id = lagtrace_bpf::tracefs::id(group, name).map_err(kernel)?;
+                let prog = load_tracepoint(
+                    OBJ,
+                    &format!("tracepoint/{group}/{name}"),
+                    &maps,
+                    "lt_softirq",
+                    what,
+                )?;
+                let event = lagtrace_bpf::attach_tracepoint(id, &prog).map_err(|e| {
+                    let what = format!("attaching it to {group}:{name}");
+                    refused(&what, Error::os(what.clone(), e))
+                })?;
+                links.push(prog);
+                links.push(event);
+            }
+            let acc = maps.swap_remove(1).1;
+            Ok(Timer {
+                acc,
+                possible,
+                _links: links,
+            })
+        }
+
+        /// Each possible CPU's sums so far, indexed by CPU.
+        pub fn read(&self) -> Result<Vec<Times>, BpfError> {
+            let mut v = vec![0u8; ACC * self.possible];
+            map_lookup(&self.acc, &0u32.to_ne_bytes(), &mut v)
+                .map_err(|e| BpfError::Kernel(format!("reading its map: {e}")))?;
+            Ok(v.chunks_exact(ACC)
+                .map(|c| {
+                    let f = |i: usize| {
+                        u64::from_ne_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or_default())
+                    };
+                    Times {
+                        rx_ns: f(0),
+                        rx_runs: f(1),
+                        tx_ns: f(2),
+                        tx_runs: f(3),
+                        ns_ns: f(6),
+                        ns_packets: f(7),
+                    }
+                })
+                .collect())
+        }
+    }
+}
+
+#[cfg(lagtrace_bpf)]
+pub use imp::Timer;
+
+/// Without the program (built without clang): never starts.
+#[cfg(not(lagtrace_bpf))]
+pub struct Timer(());
+
+#[cfg(not(lagtrace_bpf))]
+impl Timer {
+    /// Always `NotBuilt`, with the build's reason.
+    pub fn start(_netns: u32) -> Result<Timer, BpfError> {
+        Err(BpfError::NotBuilt(env!("LAGTRACE_BPF_BUILD")))
+    }
+
+    /// Never reached.
+    pub fn read(&self) -> Result<Vec<Times>, BpfError> {
+        Ok(Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // This machine's /proc/net/softnet_stat (kernel 6.18: 15 columns, the CPU in the 13th).
+    const A: &str = "0b025e91 00000000 0000003d 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000\n\
+                     0aca4dbc 00000000 0000004c 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000001 00000000 00000000\n";
+
+    #[test]
+    fn parses_softnet_stat() {
+        let v = parse_softnet(A);
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].processed, 0x0b02_5e91);
+        assert_eq!(v[1].cpu, 1);
+        assert_eq!(v[1].squeezed, 0x4c);
+        // An old kernel's three columns: the line's place is the CPU.
+        let old = parse_softnet("00000010 00000001 00000002\n00000020 00000000 00000000\n");
+        assert_eq!(old[1].cpu, 1);
+        assert_eq!(old[0].dropped, 1);
+        assert!(parse_softnet("garbage\n\n").is_empty());
+    }
+
+    #[test]
+    fn the_report_is_per_packet_and_per_cpu_and_survives_a_wrap() {
+        let a = vec![
+            Softnet {
+                cpu: 0,
+                processed: 1000,
+                dropped: 0,
+                squeezed: 0,
+            },
+            Softnet {
+                cpu: 1,
+                processed: 0xffff_fff0,
+                dropped: 5,
+                squeezed: 1,
+            },
+        ];
+        let b = vec![
+            Softnet {
+                cpu: 0,
+                processed: 3000,
+                dropped: 0,
+                squeezed: 0,
+            },
+            Softnet {
+                cpu: 1,
+                processed: 0x10,
+                dropped: 7,
+                squeezed: 4,
+            },
+        ];
+        let t = [
+            Times {
+                rx_ns: 600_000_000,
+                ns_ns: 500_000_000,
+                ns_packets: 1000,
+                ..Times::default()
+            },
+            Times {
+                rx_ns: 10_000_000,
+                tx_ns: 1_000_000,
+                ..Times::default()
+            },
+        ];
+        let r = report(&a, &b, Some(&t), 0, 1_000_000);
+        assert!(r.timed);
+        assert_eq!(r.cpus[0].cpu, 0, "busiest first");
+        assert_eq!(r.cpus[1].rx_packets, 0x20, "through the wrap");
+        assert_eq!(r.rx_packets, 2000 + 0x20);
+        assert_eq!(r.rx_us, 610_000);
+        assert_eq!(r.rx_ns_per_packet, Some(610_000_000 / 2032));
+        assert!((r.busiest_rx_share - 0.6).abs() < 1e-9);
+        assert_eq!((r.backlog_drops, r.time_squeeze), (2, 3));
+        assert_eq!(r.netns_packets, 1000);
+        assert_eq!(r.netns_ns_per_packet, Some(500_000));
+        let untimed = report(&a, &b, None, 0, 1_000_000);
+        assert!(!untimed.timed);
+        assert_eq!(untimed.rx_ns_per_packet, None);
+    }
+}
