@@ -57,6 +57,9 @@ pub enum Cause {
     SynDrop,
     /// The receiver's window (zero or small) holds the sender back.
     ReceiveWindow,
+    /// The kernel's own packet processing on the server's host costs the time: every
+    /// packet walks a long netfilter chain, or the receive softirq is saturated.
+    KernelStack,
     /// No connection can be made; the path evidence says where it stops.
     Unreachable,
     /// The slowest requests wait far longer than the path and scheduling explain, and no
@@ -69,7 +72,7 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause, in the order of DESIGN.md.
-    pub const ALL: [Cause; 11] = [
+    pub const ALL: [Cause; 12] = [
         Cause::Healthy,
         Cause::NagleDelayedAck,
         Cause::SlowServer,
@@ -78,6 +81,7 @@ impl Cause {
         Cause::PathQueueing,
         Cause::SynDrop,
         Cause::ReceiveWindow,
+        Cause::KernelStack,
         Cause::Unreachable,
         Cause::UnexplainedTail,
         Cause::Partial,
@@ -94,6 +98,7 @@ impl Cause {
             Cause::PathQueueing => "path-queueing",
             Cause::SynDrop => "syn-drop",
             Cause::ReceiveWindow => "receive-window",
+            Cause::KernelStack => "kernel-stack",
             Cause::Unreachable => "unreachable",
             Cause::UnexplainedTail => "unexplained-tail",
             Cause::Partial => "partial",

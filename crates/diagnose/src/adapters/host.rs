@@ -92,6 +92,12 @@ pub fn measure(
         drops: true,
         drops_machine: false,
         offcpu: true,
+        softirq: true,
+        port: Some(port),
+        // The walk reads the `ip` and `inet` tables: diagnose's targets are IPv4.
+        ipv6: false,
+        // Read only when the kernel's receive cost per packet calls for an explanation.
+        rule_walk: lagtrace_host::RuleWalk::IfCostly,
     };
     match lagtrace_host::measure(&o) {
         Ok(r) => {

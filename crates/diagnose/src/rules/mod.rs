@@ -30,6 +30,7 @@ mod healthy;
 mod hop;
 mod host;
 mod judge;
+mod kernel_stack;
 mod loss;
 mod nagle;
 mod notes;
@@ -201,19 +202,21 @@ trait CauseRule: Sync {
 
 /// Every candidate-based cause, in the order their candidates are collected and their
 /// rule-out lines are written (ranking is by cost; ties keep this order).
-static RULES: [&dyn CauseRule; 7] = [
+static RULES: [&dyn CauseRule; 8] = [
     &nagle::Nagle,
     &cork::Cork,
     &loss::Loss,
     &syn::Syn,
     &window::Window,
     &queueing::Queueing,
+    &kernel_stack::KernelStack,
     &slow_server::SlowServer,
 ];
 
 /// The same rules in the order their rule-out lines are written (then grouped by layer).
-static RULE_OUTS: [&dyn CauseRule; 7] = [
+static RULE_OUTS: [&dyn CauseRule; 8] = [
     &queueing::Queueing,
+    &kernel_stack::KernelStack,
     &slow_server::SlowServer,
     &loss::Loss,
     &nagle::Nagle,
@@ -324,6 +327,7 @@ mod independence {
         "healthy",
         "hop",
         "host",
+        "kernel_stack",
         "loss",
         "nagle",
         "queueing",

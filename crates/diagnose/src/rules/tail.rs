@@ -506,6 +506,7 @@ fn part_name(c: Cause) -> &'static str {
         Cause::NagleDelayedAck => "Nagle holds",
         Cause::TcpCork => "cork holds",
         Cause::ReceiveWindow => "window stalls",
+        Cause::KernelStack => "the kernel's packet processing",
         _ => "unexplained",
     }
 }

@@ -225,6 +225,15 @@ pub enum Mechanism {
     /// The server's threads sleep (nanosleep) inside the requests' server time: a delay in
     /// the handler.
     Sleep,
+    /// Every packet to the server walks a long netfilter chain before a verdict: the
+    /// kernel's receive time per packet is the rule walk.
+    NetfilterRules,
+    /// The receive softirq keeps a CPU busy (other traffic, a flood): the server's packets
+    /// wait their turn in the kernel before its socket has them.
+    SoftirqSaturated,
+    /// A CPU's backlog queue overflows (`net.core.netdev_max_backlog`): received packets
+    /// are dropped in the kernel and resent.
+    NetdevBacklogDrops,
 }
 
 impl Mechanism {
@@ -241,6 +250,9 @@ impl Mechanism {
             Mechanism::LockWait => "lock-wait",
             Mechanism::DiskIo => "disk-io",
             Mechanism::Sleep => "sleep",
+            Mechanism::NetfilterRules => "netfilter-rules",
+            Mechanism::SoftirqSaturated => "softirq-saturated",
+            Mechanism::NetdevBacklogDrops => "netdev-backlog-drops",
         }
     }
 }
@@ -291,6 +303,9 @@ mod mechanism_names {
             Mechanism::LockWait,
             Mechanism::DiskIo,
             Mechanism::Sleep,
+            Mechanism::NetfilterRules,
+            Mechanism::SoftirqSaturated,
+            Mechanism::NetdevBacklogDrops,
         ] {
             assert_eq!(serde_json::to_value(m).unwrap(), m.name());
         }

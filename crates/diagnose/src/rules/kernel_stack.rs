@@ -1,0 +1,302 @@
+//! `kernel-stack`: the kernel's own packet processing on the server's host costs the time —
+//! the case study's second cause, between the wire and the application.
+//!
+//! Judged by measured cost, never by counting rules: the host layer times the receive
+//! softirq (BPF on `irq:softirq_entry`/`exit`) and counts the packets it took
+//! (`softnet_stat`). A Linux stack takes a few µs per packet; [`KERNEL_PACKET_NS`] and more,
+//! when that is a material share of the typical request, is the kernel. Then the mechanism
+//! is what the host shows directly: a long netfilter walk for the server's port
+//! (`netfilter-rules`, naming the chain and its rule count), else a receive softirq that
+//! keeps a CPU busy (`softirq-saturated`). Softirqs serve every namespace on their CPU; the
+//! cost per packet is the server's namespace's own (each packet timed from its entry into
+//! the stack to the next one's) when enough of its packets were seen, else the machine's.
+
+use lagtrace_model::Cause;
+use lagtrace_model::host::{ChainWalk, Netfilter, Softirq};
+
+use super::facts::Facts;
+use super::{Candidate, CauseRule, EXPLAINS_SHARE, ms, note, pct, sup};
+use crate::evidence::{LayerName, Target};
+use crate::verdict::{Cost, EvidenceLine, Fix, FixSide, Mechanism};
+
+pub(super) struct KernelStack;
+
+const CAUSE: Cause = Cause::KernelStack;
+
+/// Receive softirq time per packet at which the kernel's processing is no longer a normal
+/// stack's (driver, IP, TCP: 1–5 µs a packet, ~10 on a busy virtual machine).
+pub const KERNEL_PACKET_NS: u64 = 20_000;
+
+/// Rules walked before a verdict that can account for a per-packet cost of
+/// [`KERNEL_PACKET_NS`]: a rule costs tens of ns, so a walk this long is worth naming only
+/// when the measured cost says it matters.
+pub const LONG_WALK: u64 = 100;
+
+/// The busiest CPU's share of the window in the receive softirq that leaves the server's
+/// packets waiting their turn in the kernel.
+pub const SATURATED_SHARE: f64 = 0.5;
+
+/// What the host shows of the kernel's receive path.
+struct Shown<'a> {
+    k: &'a Softirq,
+    per_packet_ns: u64,
+    /// The longest walk on the way in, when long.
+    walk: Option<&'a ChainWalk>,
+    rules: Option<&'a Netfilter>,
+    mechanism: Option<Mechanism>,
+}
+
+fn shown<'a>(x: &Facts<'a>) -> Option<Shown<'a>> {
+    let h = x.host?;
+    let k = h.softirq.get().filter(|k| k.timed)?;
+    let per_packet_ns = k.per_packet_ns()?;
+    let rules = h.netfilter.get();
+    let walk = rules
+        .and_then(|n| n.walks.iter().max_by_key(|w| w.walked))
+        .filter(|w| w.walked >= LONG_WALK);
+    let mechanism = if walk.is_some() {
+        Some(Mechanism::NetfilterRules)
+    } else if k.busiest_rx_share >= SATURATED_SHARE {
+        Some(Mechanism::SoftirqSaturated)
+    } else {
+        None
+    };
+    Some(Shown {
+        k,
+        per_packet_ns,
+        walk,
+        rules,
+        mechanism,
+    })
+}
+
+/// The walk in words: `inet lt_filter input (hook input, priority 0): 20000 of 20000
+/// rules before its verdict (policy accept)`.
+fn walk_text(w: &ChainWalk) -> String {
+    format!(
+        "{} {} {} (hook {}, priority {}): {} of its {} rules before its verdict ({})",
+        w.family, w.table, w.chain, w.hook, w.priority, w.walked, w.rules, w.verdict
+    )
+}
+
+fn cost_line(s: &Shown<'_>, port: Option<u16>) -> String {
+    let k = s.k;
+    let busiest = k
+        .cpus
+        .first()
+        .map(|c| format!(" (CPU {} {} of the window)", c.cpu, pct(c.rx_share)))
+        .unwrap_or_default();
+    let own = k.netns_ns_per_packet.is_some() && k.netns_packets >= 100;
+    let mut t = if own {
+        format!(
+            "the kernel spent {} in the receive softirq over {}{busiest}, {} of it on the {} \
+             packets received in the server's namespace: {} per packet, where a Linux stack \
+             needs a few µs",
+            ms(k.rx_us),
+            ms(k.window_us),
+            ms(k.netns_rx_us),
+            k.netns_packets,
+            ms(s.per_packet_ns / 1000)
+        )
+    } else {
+        format!(
+            "the kernel spent {} in the receive softirq over {}{busiest}: {} per packet received \
+             ({} packets, machine-wide), where a Linux stack needs a few µs",
+            ms(k.rx_us),
+            ms(k.window_us),
+            ms(s.per_packet_ns / 1000),
+            k.rx_packets
+        )
+    };
+    match (s.walk, port) {
+        (Some(w), Some(p)) => t += &format!("; a TCP packet to :{p} walks {}", walk_text(w)),
+        (Some(w), None) => t += &format!("; a packet walks {}", walk_text(w)),
+        (None, _) => {}
+    }
+    t
+}
+
+impl CauseRule for KernelStack {
+    fn cause(&self) -> Cause {
+        CAUSE
+    }
+
+    fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
+        let s = shown(x)?;
+        if s.per_packet_ns < KERNEL_PACKET_NS {
+            return None;
+        }
+        // Every request's own packet pays it on its way in before the server can read it
+        // (a new connection's SYN and ACK pay it again): at least one packet's cost.
+        let added_us = s.per_packet_ns / 1000;
+        let typical = x.c1.or(x.cn).map(|r| r.latency.p50_us)?;
+        if (added_us as f64) < EXPLAINS_SHARE * typical as f64 {
+            return None;
+        }
+        let mut c = Candidate::new(CAUSE, added_us, 1.0, vec![LayerName::Host]);
+        c.mechanism = s.mechanism;
+        c.evidence
+            .push(sup(LayerName::Host, CAUSE, cost_line(&s, port(x))));
+        // A direct path whose SYN RTT is the kernel's time, not the wire's.
+        if let Some(p) = x.path.filter(|p| p.hops.is_empty())
+            && x.rtt_us >= added_us
+        {
+            c.layers.push(LayerName::Path);
+            c.evidence.push(sup(
+                LayerName::Path,
+                CAUSE,
+                format!(
+                    "SYN RTT p50 {} on a direct (one-hop) path{}: the SYN's and the SYN-ACK's \
+                     time in the server host's kernel (~{} a packet), not the wire",
+                    ms(x.rtt_us),
+                    if p.method == "tcp-syn" {
+                        ""
+                    } else {
+                        " (connect timing)"
+                    },
+                    ms(added_us)
+                ),
+            ));
+        }
+        Some(c)
+    }
+
+    fn rule_out(&self, x: &Facts<'_>, chosen: &[Candidate]) -> Vec<EvidenceLine> {
+        if chosen.iter().any(|c| c.cause == CAUSE) {
+            return Vec::new();
+        }
+        let Some(s) = shown(x) else {
+            return Vec::new();
+        };
+        let mut v = Vec::new();
+        if s.per_packet_ns < KERNEL_PACKET_NS {
+            v.push(super::out(
+                LayerName::Host,
+                CAUSE,
+                format!(
+                    "the kernel's receive processing takes {} per packet ({}): a normal \
+                     stack's cost, not the latency's source",
+                    ms(s.per_packet_ns / 1000),
+                    if s.k.netns_packets >= 100 && s.k.netns_ns_per_packet.is_some() {
+                        format!(
+                            "{} packets into the server's namespace, {} in the receive softirq",
+                            s.k.netns_packets,
+                            ms(s.k.netns_rx_us)
+                        )
+                    } else {
+                        format!(
+                            "{} packets machine-wide, {} in the receive softirq",
+                            s.k.rx_packets,
+                            ms(s.k.rx_us)
+                        )
+                    }
+                ),
+            ));
+        } else {
+            v.push(note(
+                LayerName::Host,
+                format!(
+                    "{}; small next to the typical request",
+                    cost_line(&s, port(x))
+                ),
+            ));
+        }
+        // A long chain the port's packets do not walk: the rules are there, the cost is not.
+        if let Some(n) = s.rules
+            && s.walk.is_none()
+            && n.rules >= LONG_WALK
+        {
+            let longest = n.walks.iter().max_by_key(|w| w.rules);
+            v.push(note(
+                LayerName::Host,
+                format!(
+                    "netfilter has {} rules{}; a packet to the server's port walks {} before its \
+                     verdict",
+                    n.rules,
+                    longest
+                        .map(|w| format!(" ({} {} {}: {})", w.family, w.table, w.chain, w.rules))
+                        .unwrap_or_default(),
+                    n.walks.iter().map(|w| w.walked).sum::<u64>()
+                ),
+            ));
+        }
+        v
+    }
+
+    fn summary(&self) -> &'static str {
+        "the server host's kernel spends the time processing each packet before the server sees it"
+    }
+
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
+        let run = x.main_run();
+        let rate = run
+            .map(|r| {
+                format!(
+                    "; c={} served {:.0} req/s",
+                    r.concurrency, r.requests_per_sec
+                )
+            })
+            .unwrap_or_default();
+        c.cost(
+            x,
+            format!(
+                "every packet into the server waits ~{} in the kernel before the server can \
+                 read it: each request at least once, a new connection's handshake twice more{rate}",
+                ms(c.added_us)
+            ),
+        )
+    }
+
+    fn fixes(&self, c: &Candidate, x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
+        let s = shown(x);
+        match (c.mechanism, s.as_ref().and_then(|s| s.walk)) {
+            (Some(Mechanism::NetfilterRules), Some(w)) => {
+                vec![Fix {
+                side: FixSide::Server,
+                location: Some(format!("nft list chain {} {} {}", w.family, w.table, w.chain)),
+                change: format!(
+                    "a packet walks {} rules of {} {} {} one by one: match the ports (or \
+                     addresses) with one set, `tcp dport {{ 1, 2, … }} drop`, or a verdict map, \
+                     `tcp dport vmap {{ 1 : drop, … }}` — one hash lookup per packet — and accept \
+                     the server's own traffic (`tcp dport {} accept`, or `ct state \
+                     established,related accept`) before the rest",
+                    w.walked,
+                    w.family,
+                    w.table,
+                    w.chain,
+                    port(x).map_or("PORT".to_string(), |p| p.to_string())
+                ),
+                tradeoff: Some(
+                    "iptables users: ipset (`-m set --match-set`) does the same for an iptables \
+                     chain"
+                        .into(),
+                ),
+            }]
+            }
+            (Some(Mechanism::SoftirqSaturated), _) => vec![Fix {
+                side: FixSide::Server,
+                location: None,
+                change: "one CPU takes the receive work for every packet: spread it (RSS queues, \
+                         RPS: /sys/class/net/DEV/queues/rx-*/rps_cpus, irqbalance), and stop or \
+                         filter the traffic that floods it early (an XDP or ingress drop)"
+                    .into(),
+                tradeoff: Some("RPS spends CPU on other cores for the hand-off".into()),
+            }],
+            _ => vec![Fix {
+                side: FixSide::Server,
+                location: None,
+                change: "find what the kernel does per packet on the server's host: \
+                         `perf top` / `perf record -a -g` during the load shows the kernel \
+                         functions (netfilter hooks, conntrack, a qdisc, XDP), `nft list \
+                         ruleset` the rules every packet walks"
+                    .into(),
+                tradeoff: None,
+            }],
+        }
+    }
+}
+
+/// The server's port, as the rule walk was read for it.
+fn port(x: &Facts<'_>) -> Option<u16> {
+    x.host.and_then(|h| h.netfilter.get()).and_then(|n| n.port)
+}
