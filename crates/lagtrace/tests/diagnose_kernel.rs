@@ -18,8 +18,11 @@ fn name(test: &str) -> String {
     format!("hk{test}{}", std::process::id())
 }
 
-/// Loads `rules` (nft syntax, or iptables-restore's with `iptables`) in the lab's namespace.
+/// Loads `rules` (nft syntax, or iptables-restore's with `iptables`) in the lab's namespace,
+/// holding the measuring turn: loading 20 000 rules takes half a second of kernel CPU, which
+/// paused another test's nginx three times in a row mid-diagnosis (`periodic-pause`).
 fn load(lab: &Lab, tool: &[&str], rules: &str) {
+    let _turn = lagtrace_testkit::measuring();
     let ns = lagtrace_lab::netns_name(lab.name());
     let mut child = Command::new("ip")
         .args(["netns", "exec", &ns])
