@@ -430,16 +430,13 @@ fn rule_walk(
     }
 }
 
-/// The network softirqs' times (when the timer ran) and `softnet_stat`'s counts.
+/// The network softirqs' times (when the timer ran) and `softnet_stat`'s counts (always).
 fn softirq_layer(
     timer: Option<Result<softirq::Timer, bpf::BpfError>>,
     first: &Ends,
     last: &Ends,
     window_us: u64,
 ) -> Layer<lagtrace_model::host::Softirq> {
-    let Some(timer) = timer else {
-        return Layer::skipped("not asked for");
-    };
     let (a, b) = match (&first.softnet, &last.softnet) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => return err_layer("reading /proc/net/softnet_stat", e),
@@ -449,9 +446,12 @@ fn softirq_layer(
         (Ok(x), Ok(y)) => cpu::used_by(x, y, |comm| comm.starts_with("ksoftirqd/")),
         _ => 0,
     };
-    let (times, why) = match timer.map(|t| t.read()) {
-        Ok(Ok(t)) => (Some(t), None),
-        Ok(Err(e)) | Err(e) => (None, Some(e)),
+    let (times, why) = match timer.map(|t| t.and_then(|t| t.read())) {
+        Some(Ok(t)) => (Some(t), None),
+        Some(Err(bpf::BpfError::NotBuilt(why))) => (None, Some(format!("the timer was {why}"))),
+        Some(Err(bpf::BpfError::Privilege(p))) => (None, Some(p.to_string())),
+        Some(Err(bpf::BpfError::Kernel(e))) => (None, Some(e)),
+        None => (None, Some("not asked for".to_string())),
     };
     let mut l = Layer::ran(softirq::report(
         a,

@@ -201,6 +201,25 @@ fn host_summary(h: &lagtrace_model::host::HostReport) -> String {
     for q in h.qdiscs.get().into_iter().flatten().filter(|q| q.drops > 0) {
         let _ = write!(s, "; qdisc {} on {} dropped {}", q.kind, q.dev, q.drops);
     }
+    if let Some(k) = h.softirq.get()
+        && let Some(ns) = k.per_packet_ns()
+    {
+        let _ = write!(s, "; kernel receive {} per packet", ms(ns / 1000));
+        if k.backlog_drops > 0 {
+            let _ = write!(s, " ({} backlog drops)", k.backlog_drops);
+        }
+    }
+    if let Some(w) = h
+        .netfilter
+        .get()
+        .and_then(|n| n.walks.iter().max_by_key(|w| w.walked))
+    {
+        let _ = write!(
+            s,
+            "; netfilter {} {} {}: {} rules walked",
+            w.family, w.table, w.chain, w.walked
+        );
+    }
     s
 }
 

@@ -24,7 +24,9 @@ use lagtrace_model::host::{
 /// --pid, the process's cgroup CPU bandwidth (v1 cpu.stat + cfs_quota_us, or v2 cpu.stat +
 /// cpu.max: periods throttled, time held), its threads' run-queue delay, and where its
 /// threads were while off a CPU (BPF on sched:sched_switch, like bcc's offcputime: by
-/// kernel stack — disk, futex, sleep, poll, socket, run queue).
+/// kernel stack — disk, futex, sleep, poll, socket, run queue); the kernel's receive work
+/// (the NET_RX softirq timed per CPU and per packet, softnet_stat's backlog drops) and, with
+/// --port, the netfilter rules a packet to that port walks (nft -j list ruleset).
 ///
 /// The text names only what moved, with its rate and what it usually means; --json has
 /// every counter that moved.
@@ -40,6 +42,8 @@ What the usual suspects look like:
                           TcpExt.TCPTimeouts / TCPLossProbes rise while the path is clean
   a handler that waits    off-CPU: its threads sleep, wait on a futex (a lock) or on disk
                           (io_schedule); an idle worker waits too (poll, socket read)
+  a costly kernel path    kernel receive takes tens of µs per packet (a few is normal); with
+                          --port, the netfilter chain a packet to it walks rule by rule
 
 Needs root to enter another namespace (--netns, or --pid of a process in another one).
 
@@ -63,6 +67,10 @@ pub struct Args {
     /// Skip the off-CPU tracer (BPF on sched:sched_switch): no time-off-CPU-by-why section
     #[arg(long)]
     no_offcpu: bool,
+    /// Skip the softirq timer (BPF on irq:softirq_entry/exit, net:netif_receive_skb): the
+    /// kernel receive line keeps softnet_stat's counts but no times
+    #[arg(long)]
+    no_softirq: bool,
     /// The server's TCP port: show the netfilter rules a packet to it walks on its way in
     /// (nft -j list ruleset in the watched namespace)
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
@@ -83,6 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         pid: args.pid,
         duration: args.duration,
         offcpu: !args.no_offcpu,
+        softirq: !args.no_softirq,
         port: args.port,
         rule_walk: lagtrace_host::RuleWalk::Always,
         ..HostOptions::default()
