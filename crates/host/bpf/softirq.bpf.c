@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 // The kernel's own packet processing: the time each CPU spends in the network softirqs
-// (NET_TX = 2, NET_RX = 3), from irq:softirq_entry to irq:softirq_exit. The kernel counts
-// softirq time in /proc/stat only per scheduler tick unless it was built with
-// IRQ_TIME_ACCOUNTING; this is exact. Softirqs do not nest on one CPU, so one start per CPU
-// suffices. No CO-RE: the records' offsets come from the tracepoints' format files, the
-// kernel structs' from its BTF, through CONF.
+// (NET_TX = 2, NET_RX = 3), from softirq_entry to softirq_exit. The kernel counts softirq
+// time in /proc/stat only per scheduler tick unless it was built with IRQ_TIME_ACCOUNTING;
+// this is exact. Softirqs do not nest on one CPU, so one start per CPU suffices.
 //
 // Which namespace the time was spent for: within a receive softirq the packets are taken
-// one at a time (net:netif_receive_skb fires as each one enters the stack) and each is
-// carried through IP, netfilter's hooks and TCP before the next: the time from one
-// packet's entry to the next one's (or to the softirq's end) is that packet's. A packet
-// received on a device of the watched namespace counts for it.
+// one at a time (netif_receive_skb fires as each one enters the stack) and each is carried
+// through IP, netfilter's hooks and TCP before the next: the time from one packet's entry to
+// the next one's (or to the softirq's end) is that packet's. A packet received on a device
+// of the watched namespace counts for it.
+//
+// Raw tracepoints: no perf record is built for each event (the three fire on every softirq
+// and every packet of the machine). No CO-RE: the kernel structs' offsets come from its BTF
+// through CONF.
 #include <linux/types.h>
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -22,8 +24,6 @@ char LICENSE[] SEC("license") = "GPL";
 
 // Written once by the loader before attaching (the layout of src/softirq.rs's conf).
 struct conf {
-	__u32 vec;          // offset of `vec` in the softirq tracepoints' records
-	__u32 skbaddr;      // offset of `skbaddr` in net:netif_receive_skb's record
 	__u32 skb_dev;      // sk_buff.dev
 	__u32 dev_net;      // net_device.nd_net.net
 	__u32 net_inum;     // net.ns.inum
@@ -36,12 +36,14 @@ struct acc {
 	__u64 rx_runs;
 	__u64 tx_ns;
 	__u64 tx_runs;
-	__u64 start;  // when the running network softirq started, 0 when none runs
-	__u64 vec;    // which one
+	__u64 start;       // when the running network softirq started, 0 when none runs
+	__u64 vec;         // which one
 	__u64 ns_ns;       // receive time of the watched namespace's packets
 	__u64 ns_packets;  // the watched namespace's packets
 	__u64 pkt_ts;      // when the packet being processed entered the stack, 0: none
 	__u64 pkt_watched; // whether it is the watched namespace's
+	__u64 last_dev;    // the device of the last packet, and whether it is the watched
+	__u64 last_watched; // namespace's (packets come in runs from one device)
 };
 
 struct {
@@ -58,7 +60,7 @@ struct {
 	__type(value, struct acc);
 } ACC SEC(".maps");
 
-static __always_inline __u64 rd64(const void *base, __u32 off)
+static __always_inline __u64 rd64(__u64 base, __u32 off)
 {
 	__u64 v = 0;
 	bpf_probe_read_kernel(&v, sizeof(v), (const char *)base + off);
@@ -74,22 +76,12 @@ static __always_inline void end_packet(struct acc *a, __u64 now)
 	a->pkt_ts = 0;
 }
 
-static __always_inline __u32 vec_of(void *ctx)
+// softirq_entry(unsigned int vec_nr)
+SEC("raw_tracepoint/softirq_entry")
+int softirq_entry(__u64 *ctx)
 {
 	__u32 zero = 0;
-	struct conf *c = bpf_map_lookup_elem(&CONF, &zero);
-	__u32 vec = 0;
-	if (!c)
-		return 0;
-	bpf_probe_read_kernel(&vec, sizeof(vec), (char *)ctx + (c->vec & 0xff));
-	return vec;
-}
-
-SEC("tracepoint/irq/softirq_entry")
-int softirq_entry(void *ctx)
-{
-	__u32 zero = 0;
-	__u32 vec = vec_of(ctx);
+	__u32 vec = (__u32)ctx[0];
 	struct acc *a;
 	if (vec != NET_RX && vec != NET_TX)
 		return 0;
@@ -102,19 +94,20 @@ int softirq_entry(void *ctx)
 	return 0;
 }
 
-SEC("tracepoint/irq/softirq_exit")
-int softirq_exit(void *ctx)
+// softirq_exit(unsigned int vec_nr)
+SEC("raw_tracepoint/softirq_exit")
+int softirq_exit(__u64 *ctx)
 {
 	__u32 zero = 0;
-	__u32 vec = vec_of(ctx);
+	__u32 vec = (__u32)ctx[0];
 	struct acc *a;
-	__u64 d;
+	__u64 now, d;
 	if (vec != NET_RX && vec != NET_TX)
 		return 0;
 	a = bpf_map_lookup_elem(&ACC, &zero);
 	if (!a || !a->start || a->vec != vec)
 		return 0;
-	__u64 now = bpf_ktime_get_ns();
+	now = bpf_ktime_get_ns();
 	d = now - a->start;
 	a->start = 0;
 	end_packet(a, now);
@@ -128,25 +121,34 @@ int softirq_exit(void *ctx)
 	return 0;
 }
 
-SEC("tracepoint/net/netif_receive_skb")
-int netif_receive_skb(void *ctx)
+// netif_receive_skb(struct sk_buff *skb)
+SEC("raw_tracepoint/netif_receive_skb")
+int netif_receive_skb(__u64 *ctx)
 {
 	__u32 zero = 0;
-	struct conf *c = bpf_map_lookup_elem(&CONF, &zero);
 	struct acc *a = bpf_map_lookup_elem(&ACC, &zero);
-	__u64 now, skb, dev, net;
+	struct conf *c;
+	__u64 now, dev, net;
 	__u32 inum = 0;
 	// Only inside a receive softirq: the packets it takes one after the other.
-	if (!c || !a || !a->start || a->vec != NET_RX)
+	if (!a || !a->start || a->vec != NET_RX)
 		return 0;
 	now = bpf_ktime_get_ns();
 	end_packet(a, now);
-	skb = rd64(ctx, c->skbaddr & 0xff);
-	dev = skb ? rd64((const void *)skb, c->skb_dev) : 0;
-	net = dev ? rd64((const void *)dev, c->dev_net) : 0;
-	if (net)
-		bpf_probe_read_kernel(&inum, sizeof(inum), (const char *)net + c->net_inum);
-	a->pkt_watched = inum && inum == c->watch_netns;
+	c = bpf_map_lookup_elem(&CONF, &zero);
+	if (!c)
+		return 0;
+	dev = ctx[0] ? rd64(ctx[0], c->skb_dev) : 0;
+	if (dev && dev == a->last_dev) {
+		a->pkt_watched = a->last_watched;
+	} else {
+		net = dev ? rd64(dev, c->dev_net) : 0;
+		if (net)
+			bpf_probe_read_kernel(&inum, sizeof(inum), (const char *)net + c->net_inum);
+		a->pkt_watched = inum && inum == c->watch_netns;
+		a->last_dev = dev;
+		a->last_watched = a->pkt_watched;
+	}
 	if (a->pkt_watched)
 		a->ns_packets += 1;
 	a->pkt_ts = now;

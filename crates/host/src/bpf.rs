@@ -124,13 +124,25 @@ mod imp {
         name: &str,
         what: &str,
     ) -> Result<OwnedFd, BpfError> {
+        load_program(obj, section, maps, name, what, PROG_TRACEPOINT)
+    }
+
+    /// [`load_tracepoint`] for a program of type `prog_type` (a raw tracepoint's).
+    pub(crate) fn load_program(
+        obj: &[u8],
+        section: &str,
+        maps: &[(&'static str, OwnedFd)],
+        name: &str,
+        what: &str,
+        prog_type: u32,
+    ) -> Result<OwnedFd, BpfError> {
         let fds: Vec<(&str, i32)> = maps.iter().map(|(n, f)| (*n, f.as_raw_fd())).collect();
         let obj = Object::parse(obj).map_err(|e| refused(what, e))?;
         let insns = obj.program(section, &fds).map_err(|e| refused(what, e))?;
         let license = obj.license().map_err(|e| refused(what, e))?;
         let spec = ProgSpec {
             name,
-            prog_type: PROG_TRACEPOINT,
+            prog_type,
             attach_type: 0,
             attach_btf_id: 0,
         };
@@ -233,7 +245,7 @@ mod imp {
 #[cfg(lagtrace_bpf)]
 pub use imp::NsDrops;
 #[cfg(lagtrace_bpf)]
-pub(crate) use imp::{load_tracepoint, refused};
+pub(crate) use imp::{load_program, load_tracepoint, refused};
 
 /// Without the program (built without clang): never starts.
 #[cfg(not(lagtrace_bpf))]

@@ -1,6 +1,6 @@
 //! The kernel's own packet processing over the window: how long each CPU spent in the
-//! network softirqs (a BPF program on `irq:softirq_entry` / `irq:softirq_exit`,
-//! bpf/softirq.bpf.c) and what `/proc/net/softnet_stat` counted (packets processed, backlog
+//! network softirqs (BPF programs on the `softirq_entry` / `softirq_exit` and
+//! `netif_receive_skb` raw tracepoints, bpf/softirq.bpf.c) and what `/proc/net/softnet_stat` counted (packets processed, backlog
 //! drops, time squeezes). Receive time over packets processed is the kernel's cost per
 //! packet received: the driver, IP, netfilter's hooks and TCP, before a socket has the data.
 //! Softirqs are per CPU, not per namespace: the figures are machine-wide.
@@ -138,21 +138,20 @@ pub fn report(
 #[cfg(lagtrace_bpf)]
 mod imp {
     use super::*;
-    use crate::bpf::{load_tracepoint, refused};
+    use crate::bpf::{load_program, refused};
     use lagtrace_bpf::btf::{Btf, VMLINUX, Vmlinux};
-    use lagtrace_bpf::tracefs::Format;
-    use lagtrace_bpf::{Error, MAP_ARRAY, MAP_PERCPU_ARRAY, MapSpec};
+    use lagtrace_bpf::{Error, MAP_ARRAY, MAP_PERCPU_ARRAY, MapSpec, PROG_RAW_TRACEPOINT};
     use lagtrace_bpf::{map_create, map_lookup, map_update};
     use std::os::fd::OwnedFd;
 
     static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/softirq.bpf.o"));
 
     /// Bytes of one CPU's `struct acc`.
-    const ACC: usize = 80;
+    const ACC: usize = 96;
 
     /// The program's maps (as softirq.bpf.c declares them).
     const MAPS: [MapSpec; 2] = [
-        ("CONF", MAP_ARRAY, 4, 24, 1),
+        ("CONF", MAP_ARRAY, 4, 16, 1),
         ("ACC", MAP_PERCPU_ARRAY, 4, ACC as u32, 1),
     ];
 
@@ -167,17 +166,8 @@ mod imp {
         /// Loads and attaches the timer; the packets received on devices of the namespace
         /// with inode `netns` are timed apart.
         pub fn start(netns: u32) -> Result<Timer, BpfError> {
-            let what = "loading the softirq timer (BPF on irq:softirq_entry/exit)";
-            let kernel = |e: std::io::Error| BpfError::Kernel(format!("irq:softirq_entry: {e}"));
-            let field = |group: &str, event: &str, name: &str| {
-                Format::of(group, event)
-                    .map_err(kernel)?
-                    .field(name)
-                    .map(|f| f.0 as u32)
-                    .ok_or_else(|| BpfError::Kernel(format!("{group}:{event} has no field {name}")))
-            };
-            let vec = field("irq", "softirq_entry", "vec")?;
-            let skbaddr = field("net", "netif_receive_skb", "skbaddr")?;
+            let what = "loading the softirq timer (BPF on the softirq_entry/exit and \
+                        netif_receive_skb raw tracepoints)";
             let btf = Vmlinux::open().map_err(|e| BpfError::Kernel(format!("{VMLINUX}: {e}")))?;
             let offsets = Btf::parse(btf.bytes()).and_then(|b| {
                 Ok([
@@ -201,32 +191,32 @@ mod imp {
             for m in &MAPS {
                 maps.push((m.0, map_create(m).map_err(|e| refused(what, e))?));
             }
-            let conf: Vec<u8> = [vec, skbaddr, skb_dev, dev_net, net_inum, netns]
+            let conf: Vec<u8> = [skb_dev, dev_net, net_inum, netns]
                 .iter()
                 .flat_map(|v| v.to_ne_bytes())
                 .collect();
             map_update(&maps[0].1, &0u32.to_ne_bytes(), &conf)
                 .map_err(|e| refused(what, Error::os(what, e)))?;
             let mut links = Vec::new();
-            for (group, name) in [
-                ("irq", "softirq_entry"),
-                ("irq", "softirq_exit"),
-                ("net", "netif_receive_skb"),
+            for (name, tp) in [
+                ("softirq_entry", c"softirq_entry"),
+                ("softirq_exit", c"softirq_exit"),
+                ("netif_receive_skb", c"netif_receive_skb"),
             ] {
-                let id = lagtrace_bpf::tracefs::id(group, name).map_err(kernel)?;
-                let prog = load_tracepoint(
+                let prog = load_program(
                     OBJ,
-                    &format!("tracepoint/{group}/{name}"),
+                    &format!("raw_tracepoint/{name}"),
                     &maps,
                     "lt_softirq",
                     what,
+                    PROG_RAW_TRACEPOINT,
                 )?;
-                let event = lagtrace_bpf::attach_tracepoint(id, &prog).map_err(|e| {
-                    let what = format!("attaching it to {group}:{name}");
+                let link = lagtrace_bpf::attach_raw_tracepoint(tp, &prog).map_err(|e| {
+                    let what = format!("attaching it to the {name} tracepoint");
                     refused(&what, Error::os(what.clone(), e))
                 })?;
                 links.push(prog);
-                links.push(event);
+                links.push(link);
             }
             let acc = maps.swap_remove(1).1;
             Ok(Timer {
