@@ -151,7 +151,7 @@ pub struct Netfilter {
 }
 
 /// The rules a packet to the port evaluates in one base chain (and the chains it jumps to)
-/// before a verdict.
+/// before a verdict: a packet of an established connection, and a new connection's first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct ChainWalk {
     /// `ip`, `ip6` or `inet`.
@@ -166,13 +166,27 @@ pub struct ChainWalk {
     pub priority: i64,
     /// Rules in the chain and the chains it jumps to.
     pub rules: u64,
-    /// Rules the packet evaluates before a verdict (a set or map lookup is one rule).
+    /// Rules a packet of an established connection (a data or ACK segment: conntrack state
+    /// established) evaluates before a verdict (a set or map lookup is one rule): the walk
+    /// every packet but a connection's first pays.
     pub walked: u64,
-    /// How the walk ended: `accept`, `drop`, `reject`, `policy accept`, `policy drop`, or
-    /// `unknown` (a rule the walk cannot evaluate: it may decide).
+    /// How that walk ended: `accept`, `drop`, `reject`, `policy accept`, `policy drop`,
+    /// `unknown` (a rule the walk cannot evaluate: it may decide), or `not reached` (walked
+    /// 0: an earlier chain dropped the packet, or a nat chain, which only a connection's
+    /// first packet runs).
     pub verdict: String,
-    /// The handle of the rule that decided, when one did.
+    /// The handle of the rule that decided the established connection's packet, when one did.
     pub decided_by: Option<u64>,
+    /// Rules a new connection's first packet (its SYN, conntrack state new) evaluates
+    /// before a verdict: the walk every connection pays once.
+    #[serde(default)]
+    pub walked_new: u64,
+    /// How that walk ended (as `verdict`).
+    #[serde(default)]
+    pub verdict_new: String,
+    /// The handle of the rule that decided the new connection's first packet, when one did.
+    #[serde(default)]
+    pub decided_by_new: Option<u64>,
 }
 
 fn offcpu_not_measured() -> Layer<OffCpu> {

@@ -212,12 +212,15 @@ fn host_summary(h: &lagtrace_model::host::HostReport) -> String {
     if let Some(w) = h
         .netfilter
         .get()
-        .and_then(|n| n.walks.iter().max_by_key(|w| w.walked))
+        .and_then(|n| n.walks.iter().max_by_key(|w| w.walked.max(w.walked_new)))
     {
         let _ = write!(
             s,
             "; netfilter {} {} {}: {} rules walked",
-            w.family, w.table, w.chain, w.walked
+            w.family,
+            w.table,
+            w.chain,
+            w.walked.max(w.walked_new)
         );
     }
     s

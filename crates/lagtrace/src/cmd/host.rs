@@ -286,10 +286,18 @@ fn netfilter_text(s: &mut String, r: &HostReport) {
         .walks
         .iter()
         .map(|w| {
-            format!(
+            let mut t = format!(
                 "{} {} {} ({} {}): {} of {} rules, {}",
                 w.family, w.table, w.chain, w.hook, w.priority, w.walked, w.rules, w.verdict
-            )
+            );
+            if w.walked_new != w.walked || w.verdict_new != w.verdict {
+                let _ = write!(
+                    t,
+                    " (a new connection's SYN: {}, {})",
+                    w.walked_new, w.verdict_new
+                );
+            }
+            t
         })
         .collect();
     let _ = writeln!(
