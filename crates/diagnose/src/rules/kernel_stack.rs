@@ -52,8 +52,8 @@ fn shown<'a>(x: &Facts<'a>) -> Option<Shown<'a>> {
     let per_packet_ns = k.per_packet_ns()?;
     let rules = h.netfilter.get();
     let walk = rules
-        .and_then(|n| n.walks.iter().max_by_key(|w| w.walked))
-        .filter(|w| w.walked >= LONG_WALK);
+        .and_then(|n| n.walks.iter().max_by_key(|w| longest(w)))
+        .filter(|w| longest(w) >= LONG_WALK);
     let mechanism = if walk.is_some() {
         Some(Mechanism::NetfilterRules)
     } else if k.busiest_rx_share >= SATURATED_SHARE {
@@ -70,12 +70,30 @@ fn shown<'a>(x: &Facts<'a>) -> Option<Shown<'a>> {
     })
 }
 
-/// The walk in words: `inet lt_filter input (hook input, priority 0): 20000 of 20000
-/// rules before its verdict (policy accept)`.
+/// The longer of the chain's two walks: an established connection's packet's and a new
+/// connection's SYN's (a ruleset that accepts established traffic first makes only the
+/// SYN walk).
+fn longest(w: &ChainWalk) -> u64 {
+    w.walked.max(w.walked_new)
+}
+
+/// The walk in words: `inet lt_filter input (hook input, priority 0): 20000 of its 20000
+/// rules before its verdict (policy accept)`, each packet's when they differ.
 fn walk_text(w: &ChainWalk) -> String {
+    let chain = format!(
+        "{} {} {} (hook {}, priority {})",
+        w.family, w.table, w.chain, w.hook, w.priority
+    );
+    if w.walked_new == w.walked || w.verdict_new.is_empty() {
+        return format!(
+            "{chain}: {} of its {} rules before its verdict ({})",
+            w.walked, w.rules, w.verdict
+        );
+    }
     format!(
-        "{} {} {} (hook {}, priority {}): {} of its {} rules before its verdict ({})",
-        w.family, w.table, w.chain, w.hook, w.priority, w.walked, w.rules, w.verdict
+        "{chain}: a new connection's SYN {} of its {} rules before its verdict ({}), an \
+         established connection's packet {} ({})",
+        w.walked_new, w.rules, w.verdict_new, w.walked, w.verdict
     )
 }
 
@@ -206,17 +224,17 @@ impl CauseRule for KernelStack {
             && s.walk.is_none()
             && n.rules >= LONG_WALK
         {
-            let longest = n.walks.iter().max_by_key(|w| w.rules);
+            let biggest = n.walks.iter().max_by_key(|w| w.rules);
             v.push(note(
                 LayerName::Host,
                 format!(
                     "netfilter has {} rules{}; a packet to the server's port walks {} before its \
                      verdict",
                     n.rules,
-                    longest
+                    biggest
                         .map(|w| format!(" ({} {} {}: {})", w.family, w.table, w.chain, w.rules))
                         .unwrap_or_default(),
-                    n.walks.iter().map(|w| w.walked).sum::<u64>()
+                    n.walks.iter().map(longest).sum::<u64>()
                 ),
             ));
         }
@@ -260,7 +278,7 @@ impl CauseRule for KernelStack {
                      `tcp dport vmap {{ 1 : drop, … }}` — one hash lookup per packet — and accept \
                      the server's own traffic (`tcp dport {} accept`, or `ct state \
                      established,related accept`) before the rest",
-                    w.walked,
+                    longest(w),
                     w.family,
                     w.table,
                     w.chain,

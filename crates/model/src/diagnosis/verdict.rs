@@ -231,9 +231,6 @@ pub enum Mechanism {
     /// The receive softirq keeps a CPU busy (other traffic, a flood): the server's packets
     /// wait their turn in the kernel before its socket has them.
     SoftirqSaturated,
-    /// A CPU's backlog queue overflows (`net.core.netdev_max_backlog`): received packets
-    /// are dropped in the kernel and resent.
-    NetdevBacklogDrops,
 }
 
 impl Mechanism {
@@ -252,7 +249,6 @@ impl Mechanism {
             Mechanism::Sleep => "sleep",
             Mechanism::NetfilterRules => "netfilter-rules",
             Mechanism::SoftirqSaturated => "softirq-saturated",
-            Mechanism::NetdevBacklogDrops => "netdev-backlog-drops",
         }
     }
 }
@@ -305,7 +301,6 @@ mod mechanism_names {
             Mechanism::Sleep,
             Mechanism::NetfilterRules,
             Mechanism::SoftirqSaturated,
-            Mechanism::NetdevBacklogDrops,
         ] {
             assert_eq!(serde_json::to_value(m).unwrap(), m.name());
         }

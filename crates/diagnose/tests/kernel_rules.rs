@@ -1,0 +1,188 @@
+//! The `kernel-stack` rule on constructed evidence: the kernel's receive cost per packet
+//! names the cause only when it is far above a normal stack's *and* a material share of the
+//! typical request; the rule walk names the mechanism only beside that measured cost.
+
+use lagtrace_diagnose::evidence::*;
+use lagtrace_diagnose::{Mechanism, judge};
+use lagtrace_model::Cause;
+use lagtrace_model::host::HostReport;
+use lagtrace_testkit::layers::{Synth, target};
+use serde_json::{Value, json};
+
+/// A host report whose receive softirq took `per_packet_ns` a packet on 10 000 packets of
+/// the server's namespace (20 000 machine-wide at `machine_ns` each), the busiest CPU
+/// `busiest` of the window, and whose netfilter walk for :80 is `walks` (`None`: not read).
+fn host(per_packet_ns: u64, machine_ns: u64, busiest: f64, walks: Option<Value>) -> HostReport {
+    let netfilter = match walks {
+        Some(w) => json!({"status": "ok", "data": {
+            "rules": 20_001, "port": 80, "walks": w, "source": "nft -j list ruleset"}}),
+        None => json!({"status": "skipped", "reason": "not read"}),
+    };
+    let rx_us = 20_000 * machine_ns / 1000;
+    serde_json::from_value(json!({
+        "scope": {"netns": "lt-lab", "pid": 4242, "comm": "nginx", "netns_inode": 1},
+        "window_us": 3_000_000,
+        "counters": {"status": "ok", "data": []},
+        "listeners": {"status": "ok", "data": []},
+        "cgroup": {"status": "skipped", "reason": "x"},
+        "threads": {"status": "skipped", "reason": "x"},
+        "qdiscs": {"status": "ok", "data": []},
+        "sockstat": {"status": "skipped", "reason": "x"},
+        "drops": {"status": "skipped", "reason": "x"},
+        "softirq": {"status": "ok", "data": {
+            "timed": true,
+            "cpus": [{"cpu": 0, "rx_us": rx_us, "tx_us": 0, "rx_packets": 20_000,
+                      "rx_share": busiest, "backlog_drops": 0, "time_squeeze": 0}],
+            "rx_us": rx_us, "tx_us": 0, "rx_packets": 20_000,
+            "rx_ns_per_packet": machine_ns,
+            "netns_packets": 10_000, "netns_rx_us": 10_000 * per_packet_ns / 1000,
+            "netns_ns_per_packet": per_packet_ns,
+            "busiest_rx_share": busiest, "backlog_drops": 0, "time_squeeze": 0,
+            "ksoftirqd_us": 0, "window_us": 3_000_000}},
+        "netfilter": netfilter,
+        "cost": {"cpu_us": 0, "cpu_share": 0.0}
+    }))
+    .expect("host report")
+}
+
+fn walk(walked: u64, verdict: &str) -> Value {
+    json!([{"family": "inet", "table": "filter", "chain": "input", "hook": "input",
+            "priority": 0, "rules": 20_000, "walked": walked, "verdict": verdict,
+            "decided_by": null, "walked_new": walked, "verdict_new": verdict}])
+}
+
+/// Healthy layers (c=1 p50 110 µs, SYN RTT 60 µs on a direct path) with `h` as the host.
+fn layers(h: HostReport) -> Layers {
+    let mut l = Synth::RULES.healthy_layers();
+    l.host = Layer::ran(h);
+    l
+}
+
+#[test]
+fn a_long_rule_walk_with_a_costly_packet_is_kernel_stack_netfilter_rules() {
+    let l = layers(host(
+        300_000,
+        150_000,
+        0.6,
+        Some(walk(20_000, "policy accept")),
+    ));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::NetfilterRules),
+        "{j:#?}"
+    );
+    assert_eq!(j.verdict.cost.added_us, 300, "{j:#?}");
+    let f = &j.verdict.fix[0];
+    assert_eq!(
+        f.location.as_deref(),
+        Some("nft list chain inet filter input")
+    );
+    assert!(f.change.contains("walks 20000 rules"), "{f:?}");
+    assert!(f.change.contains("tcp dport 80 accept"), "{f:?}");
+    // The server namespace's own figure, not the machine's.
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("300µs per packet") && e.text.contains("server's namespace")),
+        "{j:#?}"
+    );
+}
+
+#[test]
+fn a_costly_packet_without_a_long_walk_on_a_busy_softirq_cpu_is_softirq_saturated() {
+    let l = layers(host(60_000, 60_000, 0.8, Some(walk(1, "accept"))));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::SoftirqSaturated),
+        "{j:#?}"
+    );
+}
+
+#[test]
+fn a_costly_packet_the_host_cannot_explain_is_kernel_stack_without_a_mechanism() {
+    let l = layers(host(60_000, 60_000, 0.2, None));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, None, "{j:#?}");
+    assert!(j.verdict.fix[0].change.contains("perf"), "{j:#?}");
+}
+
+#[test]
+fn a_normal_stack_beside_a_long_chain_it_does_not_walk_is_healthy() {
+    // 20 000 rules in the ruleset, the port accepted by the first: 4 µs a packet.
+    let l = layers(host(4_000, 6_000, 0.1, Some(walk(1, "accept"))));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("4µs per packet") && e.text.contains("normal stack")),
+        "{j:#?}"
+    );
+    assert!(
+        j.evidence.iter().any(|e| e.text.contains("20001 rules")),
+        "the rules that are there are noted: {j:#?}"
+    );
+}
+
+#[test]
+fn a_costly_packet_small_next_to_the_request_is_not_the_cause() {
+    // 30 µs a packet against a 5 ms request at c=1: under a tenth.
+    let mut l = layers(host(
+        30_000,
+        30_000,
+        0.3,
+        Some(walk(2_000, "policy accept")),
+    ));
+    let app = l.app.data.as_mut().unwrap();
+    app.c1 = Some(Synth::RULES.run(1, 5_000, 6_000, 190.0));
+    let j = judge(&target(), &l);
+    assert_ne!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
+}
+
+#[test]
+fn too_few_packets_of_the_namespace_fall_back_to_the_machines_cost() {
+    let mut h = host(300_000, 3_000, 0.1, Some(walk(20_000, "policy accept")));
+    let k = h.softirq.data.as_mut().unwrap();
+    k.netns_packets = 40;
+    let j = judge(&target(), &layers(h));
+    // 3 µs machine-wide: a normal stack; 40 packets say nothing on their own.
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+}
+
+#[test]
+fn an_untimed_softirq_names_nothing() {
+    let mut h = host(300_000, 300_000, 0.9, Some(walk(20_000, "policy accept")));
+    h.softirq.data.as_mut().unwrap().timed = false;
+    let j = judge(&target(), &layers(h));
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+}
+
+#[test]
+fn a_long_walk_of_new_connections_only_is_named_for_their_syn() {
+    // `ct state established,related accept` first: only a connection's SYN walks the rest.
+    let w = json!([{"family": "inet", "table": "filter", "chain": "input", "hook": "input",
+        "priority": 0, "rules": 20_001, "walked": 1, "verdict": "accept", "decided_by": 2,
+        "walked_new": 20_001, "verdict_new": "policy accept"}]);
+    let l = layers(host(300_000, 150_000, 0.6, Some(w)));
+    let j = judge(&target(), &l);
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::NetfilterRules),
+        "{j:#?}"
+    );
+    assert!(
+        j.verdict.fix[0].change.contains("walks 20001 rules"),
+        "{j:#?}"
+    );
+    assert!(
+        j.evidence.iter().any(|e| e
+            .text
+            .contains("a new connection's SYN 20001 of its 20001 rules")),
+        "{j:#?}"
+    );
+}
