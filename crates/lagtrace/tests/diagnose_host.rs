@@ -402,7 +402,13 @@ fn nginx_sharing_its_cpu_with_other_work_is_slow_server_cpu_contention() {
                 .is_some_and(|t| t.iter().any(|p| p["pid"] == hogs[0].0.id())),
             "{cpu}"
         );
-        eprintln!("{} / {}: {}", v["cause"], v["mechanism"], v["cost"]["text"]);
+        eprintln!(
+            "{} / {}: {}\n{}",
+            v["cause"],
+            v["mechanism"],
+            v["cost"]["text"],
+            threads_without_timeline(&j["layers"]["host"])
+        );
         causes.push(v["cause"].to_string());
     }
     causes.dedup();
