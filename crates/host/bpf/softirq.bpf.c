@@ -4,11 +4,15 @@
 // time in /proc/stat only per scheduler tick unless it was built with IRQ_TIME_ACCOUNTING;
 // this is exact. Softirqs do not nest on one CPU, so one start per CPU suffices.
 //
-// Which namespace the time was spent for: within a receive softirq the packets are taken
-// one at a time (netif_receive_skb fires as each one enters the stack) and each is carried
-// through IP, netfilter's hooks and TCP before the next: the time from one packet's entry to
-// the next one's (or to the softirq's end) is that packet's. A packet received on a device
-// of the watched namespace counts for it.
+// Which namespace the time was spent for: within a receive softirq the backlog (loopback,
+// veth) and most drivers hand the packets to the stack one at a time (netif_receive_skb
+// fires as each one enters it) and each is carried through IP, netfilter's hooks and TCP
+// before the next: the time from one packet's entry to the next one's, or to the end of its
+// NAPI poll (napi_poll), is that packet's. A packet received on a device of the watched
+// namespace counts for it. Two known limits: a driver that batches GRO lists hands a whole
+// batch over before IP sees any of it (the batch's time lands on its last packet), and a
+// packet's device is the one it arrived on (macvlan or VLAN devices moved into a namespace
+// count for the lower device's).
 //
 // Raw tracepoints: no perf record is built for each event (the three fire on every softirq
 // and every packet of the machine). No CO-RE: the kernel structs' offsets come from its BTF
@@ -152,5 +156,18 @@ int netif_receive_skb(__u64 *ctx)
 	if (a->pkt_watched)
 		a->ns_packets += 1;
 	a->pkt_ts = now;
+	return 0;
+}
+
+// napi_poll(struct napi_struct *napi, int work, int budget): a poll ended; the packet in
+// process ends with it (the next poll's driver work is not its time).
+SEC("raw_tracepoint/napi_poll")
+int napi_poll(__u64 *ctx)
+{
+	__u32 zero = 0;
+	struct acc *a = bpf_map_lookup_elem(&ACC, &zero);
+	if (!a || !a->start || a->vec != NET_RX || !a->pkt_ts)
+		return 0;
+	end_packet(a, bpf_ktime_get_ns());
 	return 0;
 }

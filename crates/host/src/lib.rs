@@ -466,6 +466,14 @@ fn softirq_layer(
     l
 }
 
+/// A BPF error's own words, without the drop counter's prefix its `Display` carries.
+fn kernel_why(e: bpf::BpfError) -> String {
+    match e {
+        bpf::BpfError::Kernel(k) => k,
+        e => e.to_string(),
+    }
+}
+
 fn offcpu_layer(
     t: Option<Result<offcpu::Tracer, bpf::BpfError>>,
     have_pid: bool,
@@ -479,13 +487,13 @@ fn offcpu_layer(
                 l.reason = note;
                 l
             }
-            Err(e) => Layer::error(e.to_string()),
+            Err(e) => Layer::error(format!("the off-CPU tracer: {}", kernel_why(e))),
         },
         Some(Err(bpf::BpfError::NotBuilt(why))) => {
             Layer::unavailable(format!("the off-CPU tracer was {why}"))
         }
         Some(Err(bpf::BpfError::Privilege(p))) => Layer::unavailable(p.to_string()),
-        Some(Err(e)) => Layer::error(e.to_string()),
+        Some(Err(e)) => Layer::error(format!("the off-CPU tracer: {}", kernel_why(e))),
     }
 }
 

@@ -3,7 +3,8 @@
 //! `netif_receive_skb` raw tracepoints, bpf/softirq.bpf.c) and what `/proc/net/softnet_stat` counted (packets processed, backlog
 //! drops, time squeezes). Receive time over packets processed is the kernel's cost per
 //! packet received: the driver, IP, netfilter's hooks and TCP, before a socket has the data.
-//! Softirqs are per CPU, not per namespace: the figures are machine-wide.
+//! Softirqs are per CPU, not per namespace: the figures are machine-wide, apart from the
+//! watched namespace's own packets (timed one by one, see bpf/softirq.bpf.c).
 
 use lagtrace_model::host::{Softirq, SoftirqCpu};
 
@@ -48,6 +49,22 @@ pub fn parse_softnet(text: &str) -> Vec<Softnet> {
 /// Reads `/proc/net/softnet_stat`.
 pub fn read_softnet() -> std::io::Result<Vec<Softnet>> {
     std::fs::read_to_string("/proc/net/softnet_stat").map(|t| parse_softnet(&t))
+}
+
+/// The possible CPUs' ids from `/sys/devices/system/cpu/possible` (`0-3,8`), every one
+/// (no cap: a per-CPU map's value has one slot per possible CPU, and a short buffer would
+/// be overrun); `None` when the text lists none or is not a CPU list.
+pub fn possible_cpus(text: &str) -> Option<Vec<u32>> {
+    let mut v = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b) = (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?);
+        if b < a || b - a > 1 << 20 {
+            return None;
+        }
+        v.extend(a..=b);
+    }
+    (!v.is_empty()).then_some(v)
 }
 
 /// One CPU's softirq times as the BPF program sums them (ns, runs).
@@ -158,7 +175,8 @@ mod imp {
     /// The timer while attached (detached when dropped).
     pub struct Timer {
         acc: OwnedFd,
-        possible: usize,
+        /// The possible CPUs' ids, in the order a per-CPU map's value lists them.
+        possible: Vec<u32>,
         _links: Vec<OwnedFd>,
     }
 
@@ -166,8 +184,8 @@ mod imp {
         /// Loads and attaches the timer; the packets received on devices of the namespace
         /// with inode `netns` are timed apart.
         pub fn start(netns: u32) -> Result<Timer, BpfError> {
-            let what = "loading the softirq timer (BPF on the softirq_entry/exit and \
-                        netif_receive_skb raw tracepoints)";
+            let what = "loading the softirq timer (BPF on the softirq_entry/exit, \
+                        netif_receive_skb and napi_poll raw tracepoints)";
             let btf = Vmlinux::open().map_err(|e| BpfError::Kernel(format!("{VMLINUX}: {e}")))?;
             let offsets = Btf::parse(btf.bytes()).and_then(|b| {
                 Ok([
@@ -180,13 +198,15 @@ mod imp {
                 offsets.map_err(|e| BpfError::Kernel(e.to_string()))?;
             drop(btf);
             let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")
-                .map(|t| {
-                    crate::cpu::parse_cpu_list(&t)
-                        .iter()
-                        .max()
-                        .map_or(1, |m| *m as usize + 1)
-                })
-                .map_err(|e| BpfError::Kernel(format!("/sys/devices/system/cpu/possible: {e}")))?;
+                .map_err(|e| BpfError::Kernel(format!("/sys/devices/system/cpu/possible: {e}")))
+                .and_then(|t| {
+                    possible_cpus(&t).ok_or_else(|| {
+                        BpfError::Kernel(format!(
+                            "/sys/devices/system/cpu/possible: no CPU list in {:?}",
+                            t.trim()
+                        ))
+                    })
+                })?;
             let mut maps = Vec::new();
             for m in &MAPS {
                 maps.push((m.0, map_create(m).map_err(|e| refused(what, e))?));
@@ -202,6 +222,7 @@ mod imp {
                 ("softirq_entry", c"softirq_entry"),
                 ("softirq_exit", c"softirq_exit"),
                 ("netif_receive_skb", c"netif_receive_skb"),
+                ("napi_poll", c"napi_poll"),
             ] {
                 let prog = load_program(
                     OBJ,
@@ -226,26 +247,33 @@ mod imp {
             })
         }
 
-        /// Each possible CPU's sums so far, indexed by CPU.
+        /// Each possible CPU's sums so far, indexed by CPU id (a CPU that is not possible
+        /// has zeros).
         pub fn read(&self) -> Result<Vec<Times>, BpfError> {
-            let mut v = vec![0u8; ACC * self.possible];
-            map_lookup(&self.acc, &0u32.to_ne_bytes(), &mut v)
-                .map_err(|e| BpfError::Kernel(format!("reading its map: {e}")))?;
-            Ok(v.chunks_exact(ACC)
-                .map(|c| {
-                    let f = |i: usize| {
-                        u64::from_ne_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or_default())
-                    };
-                    Times {
+            // The kernel writes one value per possible CPU: the buffer is sized from the
+            // exact list, never less.
+            let mut v = vec![0u8; ACC * self.possible.len()];
+            map_lookup(&self.acc, &0u32.to_ne_bytes(), &mut v).map_err(|e| {
+                BpfError::Kernel(format!("reading the softirq timer's per-CPU sums: {e}"))
+            })?;
+            let last = self.possible.iter().max().map_or(0, |m| *m as usize);
+            let mut out = vec![Times::default(); last + 1];
+            for (slot, c) in v.chunks_exact(ACC).enumerate() {
+                let f = |i: usize| {
+                    u64::from_ne_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or_default())
+                };
+                if let Some(&cpu) = self.possible.get(slot) {
+                    out[cpu as usize] = Times {
                         rx_ns: f(0),
                         rx_runs: f(1),
                         tx_ns: f(2),
                         tx_runs: f(3),
                         ns_ns: f(6),
                         ns_packets: f(7),
-                    }
-                })
-                .collect())
+                    };
+                }
+            }
+            Ok(out)
         }
     }
 }
@@ -277,6 +305,16 @@ mod tests {
     // This machine's /proc/net/softnet_stat (kernel 6.18: 15 columns, the CPU in the 13th).
     const A: &str = "0b025e91 00000000 0000003d 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000\n\
                      0aca4dbc 00000000 0000004c 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000001 00000000 00000000\n";
+
+    #[test]
+    fn lists_every_possible_cpu() {
+        assert_eq!(possible_cpus("0-1\n"), Some(vec![0, 1]));
+        assert_eq!(possible_cpus("0,2-3"), Some(vec![0, 2, 3]));
+        assert_eq!(possible_cpus("0-8191").map(|v| v.len()), Some(8192));
+        assert_eq!(possible_cpus(""), None);
+        assert_eq!(possible_cpus("x"), None);
+        assert_eq!(possible_cpus("3-1"), None);
+    }
 
     #[test]
     fn parses_softnet_stat() {

@@ -42,8 +42,9 @@ pub struct HostReport {
     #[serde(default = "offcpu_not_measured")]
     pub offcpu: Layer<OffCpu>,
     /// The kernel's own packet processing over the window: time in the network softirqs
-    /// per CPU and per packet (BPF on `irq:softirq_entry`/`exit` and `napi:napi_poll`), and
-    /// `/proc/net/softnet_stat` (backlog drops, time squeezes).
+    /// per CPU, and per packet of the watched namespace (BPF on the `softirq_entry`/`exit`,
+    /// `netif_receive_skb` and `napi_poll` raw tracepoints), and `/proc/net/softnet_stat`
+    /// (packets processed, backlog drops, time squeezes).
     #[serde(default = "softirq_not_measured")]
     pub softirq: Layer<Softirq>,
     /// The netfilter rules (nftables, iptables-nft) a packet to the watched port walks on
@@ -75,8 +76,8 @@ pub struct Softirq {
     pub rx_us: u64,
     /// Time in the transmit softirq (NET_TX) on all CPUs (µs).
     pub tx_us: u64,
-    /// Packets the receive softirq took off the devices' and the backlog's queues
-    /// (`napi:napi_poll`'s work, summed).
+    /// Packets the stack received (`softnet_stat`'s processed, all CPUs; packets received
+    /// outside a softirq — threaded NAPI, busy polling — included, their time not).
     pub rx_packets: u64,
     /// Receive softirq time per packet (ns): what the kernel spends on each packet it
     /// receives — driver, IP, netfilter's hooks, TCP — before a socket has it.
@@ -124,7 +125,7 @@ pub struct SoftirqCpu {
     pub rx_us: u64,
     /// Time in NET_TX (µs).
     pub tx_us: u64,
-    /// Packets received (NAPI work).
+    /// Packets received (`softnet_stat`'s processed).
     pub rx_packets: u64,
     /// Share of the window in NET_RX (0..1).
     pub rx_share: f64,

@@ -201,12 +201,21 @@ fn host_summary(h: &lagtrace_model::host::HostReport) -> String {
     for q in h.qdiscs.get().into_iter().flatten().filter(|q| q.drops > 0) {
         let _ = write!(s, "; qdisc {} on {} dropped {}", q.kind, q.dev, q.drops);
     }
-    if let Some(k) = h.softirq.get()
-        && let Some(ns) = k.per_packet_ns()
-    {
-        let _ = write!(s, "; kernel receive {} per packet", ms(ns / 1000));
+    if let Some(k) = h.softirq.get() {
+        if let Some(ns) = k.per_packet_ns() {
+            let whose = if k.netns_packets >= 100 && k.netns_ns_per_packet.is_some() {
+                "the server's namespace"
+            } else {
+                "machine-wide"
+            };
+            let _ = write!(s, "; kernel receive {} per packet ({whose})", ms(ns / 1000));
+        }
         if k.backlog_drops > 0 {
-            let _ = write!(s, " ({} backlog drops)", k.backlog_drops);
+            let _ = write!(
+                s,
+                "; {} packets dropped at a full CPU backlog",
+                k.backlog_drops
+            );
         }
     }
     if let Some(w) = h

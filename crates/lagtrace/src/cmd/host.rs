@@ -236,6 +236,14 @@ fn softirq_text(s: &mut String, r: &HostReport) {
         if let Some(ns) = k.rx_ns_per_packet {
             let _ = write!(line, " ({} per packet)", lagtrace_model::Micros(ns / 1000));
         }
+        if let Some(ns) = k.netns_ns_per_packet {
+            let _ = write!(
+                line,
+                "; the watched namespace's {} packets {} each",
+                k.netns_packets,
+                lagtrace_model::Micros(ns / 1000)
+            );
+        }
         if let Some(c) = k.cpus.first().filter(|c| c.rx_us > 0) {
             let _ = write!(
                 line,
@@ -251,6 +259,13 @@ fn softirq_text(s: &mut String, r: &HostReport) {
             line,
             "; ksoftirqd ran {}",
             lagtrace_model::Micros(k.ksoftirqd_us)
+        );
+    }
+    if !k.timed {
+        let _ = write!(
+            line,
+            " (times not measured: {})",
+            r.softirq.reason.as_deref().unwrap_or("no timer")
         );
     }
     let _ = writeln!(s, "{line}");
