@@ -186,3 +186,58 @@ fn a_long_walk_of_new_connections_only_is_named_for_their_syn() {
         "{j:#?}"
     );
 }
+
+#[test]
+fn a_walk_too_short_for_the_cost_does_not_name_the_rules() {
+    // 300 rules (a container host's nat chains) cannot account for 60 µs a packet.
+    let l = layers(host(60_000, 60_000, 0.8, Some(walk(300, "policy accept"))));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::SoftirqSaturated),
+        "{j:#?}"
+    );
+}
+
+#[test]
+fn the_path_line_needs_the_kernel_to_be_most_of_the_rtt() {
+    let syn_line = |j: &lagtrace_diagnose::Judgement| {
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("on a direct (one-hop) path"))
+    };
+    // SYN RTT 60 µs in the healthy layers against 300 µs a packet: not the RTT's part.
+    let l = layers(host(
+        300_000,
+        150_000,
+        0.6,
+        Some(walk(20_000, "policy accept")),
+    ));
+    assert!(!syn_line(&judge(&target(), &l)));
+    // SYN RTT 600 µs: most of it is the kernel's.
+    let mut l = layers(host(
+        300_000,
+        150_000,
+        0.6,
+        Some(walk(20_000, "policy accept")),
+    ));
+    let p = l.path.data.as_mut().unwrap();
+    p.idle = Some(lagtrace_testkit::layers::rtt(600));
+    let j = judge(&target(), &l);
+    assert!(syn_line(&j), "{j:#?}");
+}
+
+#[test]
+fn an_untimed_softirq_says_so() {
+    let mut h = host(300_000, 300_000, 0.9, None);
+    h.softirq.data.as_mut().unwrap().timed = false;
+    h.softirq.reason = Some("needs CAP_BPF".into());
+    let j = judge(&target(), &layers(h));
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("was not measured (needs CAP_BPF)")),
+        "{j:#?}"
+    );
+}
