@@ -243,8 +243,10 @@ fn open_blocking(
     let capture = start_capture(&st.cfg, peer, port);
     let host = {
         let loc = ServerLocation::Here;
+        // The client's family is the server's: the rule walk reads those tables.
+        let ipv6 = peer.to_canonical().is_ipv6();
         std::thread::spawn(move || {
-            lagtrace_diagnose::adapters::host::measure(&loc, port, None, window)
+            lagtrace_diagnose::adapters::host::measure(&loc, port, ipv6, None, window)
         })
     };
     let id = random_id()?;

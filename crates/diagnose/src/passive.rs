@@ -599,7 +599,8 @@ fn live(
     )));
     let host = {
         let (loc, port, pid) = (loc.clone(), opts.port, opts.server_pid);
-        std::thread::spawn(move || adapters::host::measure(&loc, port, pid, window))
+        let ipv6 = opts.addr.is_some_and(|a| a.is_ipv6());
+        std::thread::spawn(move || adapters::host::measure(&loc, port, ipv6, pid, window))
     };
     let insp: Arc<Mutex<Option<Layer<SocketEvidence>>>> = Arc::new(Mutex::new(None));
     let inspector = {

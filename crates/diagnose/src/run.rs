@@ -653,7 +653,7 @@ fn under_load(
         c
     });
     let (pinger, ping_stop) = start_pinger(sa);
-    let host = start_host(opts, location, sa.port(), cn_dur);
+    let host = start_host(opts, location, sa, cn_dur);
     let insp: Arc<Mutex<Option<Layer<SocketEvidence>>>> = Arc::new(Mutex::new(None));
     let inspector = {
         let loc = location.clone();
@@ -739,12 +739,14 @@ fn under_load(
 fn start_host(
     opts: &DiagnoseOptions,
     location: &ServerLocation,
-    port: u16,
+    server: std::net::SocketAddr,
     window: Duration,
 ) -> std::thread::JoinHandle<Layer<lagtrace_model::host::HostReport>> {
     let loc = location.clone();
     let pid = opts.server_pid;
-    std::thread::spawn(move || adapters::host::measure(&loc, port, pid, window))
+    std::thread::spawn(move || {
+        adapters::host::measure(&loc, server.port(), server.is_ipv6(), pid, window)
+    })
 }
 
 /// The c=N load itself.

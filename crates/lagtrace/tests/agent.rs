@@ -158,7 +158,13 @@ fn remote_diagnose_equals_local_on_the_reference_case_and_the_healthy_server() {
         (lab.good_url(), lab.good_addr().port(), "healthy"),
     ] {
         let (_, local, err) = common::diagnose_json(&url, &["-d", "4s"]);
-        assert_eq!(local["verdict"]["cause"], want, "local {url}: {err}");
+        assert_eq!(
+            local["verdict"]["cause"],
+            want,
+            "local {url}: {err}\n{}\n{}",
+            serde_json::to_string_pretty(&local["verdict"]).unwrap_or_default(),
+            common::evidence_lines(&local)
+        );
         // The agent's clock 2.5 s ahead: its capture must be moved onto ours to join.
         let a = agent(
             &lab,

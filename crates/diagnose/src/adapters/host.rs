@@ -44,10 +44,12 @@ pub fn listener_pids(netns: &NetNs, port: u16) -> std::io::Result<Vec<u32>> {
 }
 
 /// Measures the server's host for `window`: its process (`pid`, else the listener's owner
-/// on `port`) or, when no process can be found, its namespace only.
+/// on `port`) or, when no process can be found, its namespace only; `ipv6`: the server's
+/// address is IPv6 (the rule walk reads the `ip6` tables).
 pub fn measure(
     loc: &ServerLocation,
     port: u16,
+    ipv6: bool,
     pid: Option<u32>,
     window: Duration,
 ) -> Layer<HostReport> {
@@ -94,8 +96,7 @@ pub fn measure(
         offcpu: true,
         softirq: true,
         port: Some(port),
-        // The walk reads the `ip` and `inet` tables: diagnose's targets are IPv4.
-        ipv6: false,
+        ipv6,
         // Read only when the kernel's receive cost per packet calls for an explanation.
         rule_walk: lagtrace_host::RuleWalk::IfCostly,
     };

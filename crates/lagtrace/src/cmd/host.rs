@@ -75,6 +75,9 @@ pub struct Args {
     /// (nft -j list ruleset in the watched namespace)
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     port: Option<u16>,
+    /// With --port: the server is reached over IPv6 (walk the ip6 and inet tables, not ip)
+    #[arg(long, requires = "port")]
+    ipv6: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -93,6 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         offcpu: !args.no_offcpu,
         softirq: !args.no_softirq,
         port: args.port,
+        ipv6: args.ipv6,
         rule_walk: lagtrace_host::RuleWalk::Always,
         ..HostOptions::default()
     };
