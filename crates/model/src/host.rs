@@ -110,9 +110,14 @@ impl Softirq {
     /// The receive cost per packet that speaks for the watched namespace (ns): its own
     /// packets' when it received enough of them to tell (100), else the machine's.
     pub fn per_packet_ns(&self) -> Option<u64> {
+        self.own_per_packet_ns().or(self.rx_ns_per_packet)
+    }
+
+    /// The watched namespace's own receive cost per packet (ns), when it received enough
+    /// packets (100) for the figure to speak for it.
+    pub fn own_per_packet_ns(&self) -> Option<u64> {
         self.netns_ns_per_packet
             .filter(|_| self.netns_packets >= 100)
-            .or(self.rx_ns_per_packet)
     }
 }
 

@@ -203,7 +203,7 @@ fn host_summary(h: &lagtrace_model::host::HostReport) -> String {
     }
     if let Some(k) = h.softirq.get() {
         if let Some(ns) = k.per_packet_ns() {
-            let whose = if k.netns_packets >= 100 && k.netns_ns_per_packet.is_some() {
+            let whose = if k.own_per_packet_ns().is_some() {
                 "the server's namespace"
             } else {
                 "machine-wide"

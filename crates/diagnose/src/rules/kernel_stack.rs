@@ -117,7 +117,7 @@ fn cost_line(s: &Shown<'_>, port: Option<u16>) -> String {
         .first()
         .map(|c| format!(" (CPU {} {} of the window)", c.cpu, pct(c.rx_share)))
         .unwrap_or_default();
-    let own = k.netns_ns_per_packet.is_some() && k.netns_packets >= 100;
+    let own = k.own_per_packet_ns().is_some();
     let mut t = if own {
         format!(
             "the kernel spent {} in the receive softirq over {}{busiest}, {} of it on the {} \
@@ -225,7 +225,7 @@ impl CauseRule for KernelStack {
                     "the kernel's receive processing takes {} per packet ({}): a normal \
                      stack's cost, not the latency's source",
                     ms(s.per_packet_ns / 1000),
-                    if s.k.netns_packets >= 100 && s.k.netns_ns_per_packet.is_some() {
+                    if s.k.own_per_packet_ns().is_some() {
                         format!(
                             "{} packets into the server's namespace, {} in the receive softirq",
                             s.k.netns_packets,
