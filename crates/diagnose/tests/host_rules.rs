@@ -503,6 +503,94 @@ fn many_short_waits_for_a_cpu_on_a_busy_host_do_not_explain_slow_requests() {
     }
 }
 
+/// `h` with the off-CPU tracer's blocks timed one by one: in each slow request (80 ms,
+/// starting at `starts`), `n` run-queue blocks of `each_us` of the serving thread.
+fn with_blocks(mut h: HostReport, starts: &[u64], n: u64, each_us: u64) -> HostReport {
+    let mut off: lagtrace_model::host::OffCpu = serde_json::from_value(json!({
+        "classes": [], "stacks": [], "min_block_us": 50, "missed": 0}))
+    .expect("offcpu");
+    for &s in starts {
+        for k in 0..n {
+            let b = (T0 + s + 1_000 + k * (each_us + 200)) as i64;
+            off.blocks.push(lagtrace_model::host::OffCpuBlock {
+                tid: 4243,
+                start_us: b,
+                end_us: b + each_us as i64,
+                class: lagtrace_model::host::WaitClass::RunQueue,
+                stack: -1,
+            });
+        }
+    }
+    h.offcpu = Layer::ran(off);
+    h
+}
+
+/// Where the tracer timed each wait, the waits themselves decide, not the samples' average
+/// length: five 10 ms run-queue blocks in each 80 ms request hold it (among a thousand short
+/// waits a sample, which alone would say no), eighty 500 µs ones — shorter than the typical
+/// request, which sits through such waits too — do not (though the samples' ten slices a
+/// sample alone would say yes).
+#[test]
+fn run_queue_blocks_timed_one_by_one_decide_over_the_samples_average() {
+    let (starts, busy) = contended_tail();
+    let mut l = layers_with_tail(&starts);
+    let h = with_slices(host_contended(&busy, 60, 300, 2_500), 1_000);
+    l.host = Layer::ran(with_blocks(h, &starts, 5, 10_000));
+    let j = judge(&target(), &l);
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::CpuContention),
+        "{j:#?}"
+    );
+    let mut l = layers_with_tail(&starts);
+    let h = with_slices(host_contended(&busy, 60, 300, 2_500), 10);
+    l.host = Layer::ran(with_blocks(h, &starts, 80, 500));
+    let j = judge(&target(), &l);
+    assert_ne!(
+        j.verdict.mechanism,
+        Some(Mechanism::CpuContention),
+        "{j:#?}"
+    );
+    assert_ne!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+}
+
+/// A p99 of 9× the p50 is within what contention spreads at c=N — no tail — but a server
+/// whose threads waited for a CPU longer than they ran, behind other processes that used
+/// more CPU than it did, with its slowest requests held by those waits, is starved: named
+/// `cpu-contention` (it was `healthy, high` on a suite's busy host). The same waits where
+/// the server itself used most of the CPU (its own workers queued on one CPU) are not.
+#[test]
+fn a_server_starved_by_other_work_is_cpu_contention_without_a_tail() {
+    let (starts, busy) = contended_tail();
+    let starved = |others_ms: u64| {
+        let mut l = layers_with_tail(&starts);
+        let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+        cn.latency = Synth::RULES.pct(10_000, 1_000, 9_000);
+        cn.waits = Some(cn.latency.clone());
+        for r in &mut cn.records.as_mut().unwrap().records {
+            r.wait_us = 9_500;
+            r.first_byte_us = Some(r.start_us + 9_500);
+            r.last_byte_us = r.first_byte_us;
+        }
+        let mut h = host_contended(&busy, 60, 300, others_ms);
+        // Waited longer than it ran: 60 ms of each busy 100 ms.
+        let th = h.threads.data.as_mut().unwrap();
+        th.wait_share = 0.6;
+        l.host = Layer::ran(with_blocks(h, &starts, 2, 3_000));
+        judge(&target(), &l)
+    };
+    let j = starved(2_500);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::CpuContention),
+        "{j:#?}"
+    );
+    assert!(j.verdict.fix[0].change.contains("batch-job"), "{j:#?}");
+    let j = starved(200);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+}
+
 #[test]
 fn run_queue_delay_elsewhere_in_time_or_too_short_is_no_contention() {
     let (starts, _) = contended_tail();

@@ -16,7 +16,12 @@
 //!   to add up to that: one wait for a CPU (the samples' delay per timeslice) times the
 //!   contention spread reaches half the excess. Thousands of 50 µs waits a second leave
 //!   every request quick; a request slow for its own reason on a busy host is not the
-//!   CPU's. Who held the CPUs decides the verdict: when the measuring process itself (the load generator and the
+//!   CPU's. Where the off-CPU tracer timed the threads' blocks one by one (a live run), the
+//!   waits are read, not inferred: within a slow request, one thread's run-queue blocks each
+//!   longer than the p50 — waits a typical request does not sit through — must add up to
+//!   half its excess (the samples' average hides a few long waits among thousands of short
+//!   ones: under a suite's load the mean wait was ~450 µs while the hogs' slices held the
+//!   server for milliseconds at a time). Who held the CPUs decides the verdict: when the measuring process itself (the load generator and the
 //!   capture, on the server's host) may run on the server's CPUs (their affinity masks
 //!   overlap) and used at least as much CPU as every other process together, the tail is
 //!   the measurement's own contention — `healthy` at medium confidence with that evidence, never
@@ -27,7 +32,9 @@
 //!   the server's sockets) yields to `cpu-throttled`; never the reverse.
 
 use lagtrace_model::Cause;
-use lagtrace_model::host::{CgroupCpu, HostCpu, HostReport, ListenerQueue, SchedSample};
+use lagtrace_model::host::{
+    CgroupCpu, HostCpu, HostReport, ListenerQueue, OffCpuBlock, SchedSample, WaitClass,
+};
 
 use super::facts::Facts;
 use super::{Candidate, Direct, MATERIAL_ADDED_US, ms, note, out, pct, sup};
@@ -207,6 +214,41 @@ fn long_enough(stretch_us: Option<f64>, half_us: u64) -> bool {
     stretch_us.is_none_or(|m| super::facts::spread() * m >= half_us as f64)
 }
 
+/// The longest time one watched thread spent within `[s, e)` in run-queue blocks (preempted
+/// while runnable) each at least `min_us` long — the waits a request of that length sat
+/// through beyond what a typical one does. `blocks` are on the realtime clock, µs.
+fn long_run_queue_within(blocks: &[OffCpuBlock], s: u64, e: u64, min_us: u64) -> u64 {
+    let (s, e) = (s as i64, e as i64);
+    let mut by_tid: std::collections::HashMap<u32, i64> = std::collections::HashMap::new();
+    for b in blocks.iter().filter(|b| {
+        b.class == WaitClass::RunQueue
+            && b.start_us < e
+            && b.end_us > s
+            && (b.end_us - b.start_us) as u64 >= min_us
+    }) {
+        *by_tid.entry(b.tid).or_default() += b.end_us.min(e) - b.start_us.max(s);
+    }
+    by_tid.into_values().max().unwrap_or(0).max(0) as u64
+}
+
+/// A server's threads' share of their runnable time spent waiting for a CPU at or above
+/// which they are starved: they waited longer than they ran.
+pub(super) const STARVED_WAIT_SHARE: f64 = 0.5;
+
+/// Whether the server's threads waited for a CPU at least as long as they ran over the
+/// window ([`STARVED_WAIT_SHARE`]) while other processes used at least as much CPU as the
+/// server did: the waits were for others' work, not for the server's own threads queued on
+/// too few CPUs (two workers pinned to one CPU wait for each other).
+pub(super) fn starved(host: &HostReport) -> bool {
+    host.threads
+        .get()
+        .is_some_and(|t| t.wait_share >= STARVED_WAIT_SHARE)
+        && host
+            .cpu
+            .get()
+            .is_some_and(|c| c.others_us > 0 && c.others_us >= c.watched_us)
+}
+
 /// `cpu-contention`: the server's threads waited for a CPU through most of the slowest
 /// requests, at least half of each one's excess; `None` when the threads were not sampled,
 /// the cgroup's throttling explains it (`throttled`: [`throttled`] named it already — a
@@ -218,13 +260,23 @@ pub(super) fn contention(x: &Facts<'_>, host: &HostReport, throttled: bool) -> O
     }
     let run = x.cn?;
     let (slow, p50) = slow_intervals(run)?;
+    // The blocks timed one by one, when the tracer ran here (not read back from JSON).
+    let blocks = host
+        .offcpu
+        .get()
+        .map(|o| o.blocks.as_slice())
+        .filter(|b| !b.is_empty());
     let mut waited: Vec<u64> = Vec::new();
     let mut excess: Vec<u64> = Vec::new();
     for &(s, e) in &slow {
         let ex = (e - s).saturating_sub(p50);
         excess.push(ex);
         let w = waited_within(&th.timeline, s, e);
-        if ex > 0 && w * 2 >= ex && long_enough(stretch_within(&th.timeline, s, e), ex / 2) {
+        let held = match blocks {
+            Some(b) => long_run_queue_within(b, s, e, p50.max(1)) * 2 >= ex,
+            None => long_enough(stretch_within(&th.timeline, s, e), ex / 2),
+        };
+        if ex > 0 && w * 2 >= ex && held {
             waited.push(w);
         }
     }

@@ -106,8 +106,12 @@ fn judge_here(target: &Target, layers: &Layers) -> Judgement {
     );
     host::adopt(&x, target, &mut cands, dropped);
     // The server's threads waited for a CPU through the slow requests: the measurement's
-    // own contention (healthy, medium) or a host busy with other work (slow-server).
-    if let Some(t) = tail.as_mut().filter(|t| t.server_shaped())
+    // own contention (healthy, medium) or a host busy with other work (slow-server). Without
+    // a tail beyond the contention spread, only a server starved by other work: its
+    // threads waited for a CPU longer than they ran ([`host::starved`]) — a p99 9× the p50
+    // is no tail, but a server given half the CPU it asks for is slow at every percentile.
+    let server_tail = tail.as_ref().is_some_and(|t| t.server_shaped());
+    if (server_tail || (tail.is_none() && x.host.is_some_and(host::starved)))
         && let Some(c) = x.host.and_then(|h| {
             let throttled = cands
                 .iter()
@@ -115,13 +119,16 @@ fn judge_here(target: &Target, layers: &Layers) -> Judgement {
             host::contention(&x, h, throttled)
         })
     {
-        if c.own {
+        match tail.as_mut() {
             // A slow-server candidate from the typical request's server time stays: the
             // contention explains the tail, not a slow typical request.
-            t.measurement_contention(&c.text);
-        } else {
-            host::merge(&mut cands, c.direct);
-            cands.sort_by(|a, b| b.impact_us.total_cmp(&a.impact_us));
+            Some(t) if c.own => t.measurement_contention(&c.text),
+            // The measurement's own contention with no tail to explain: nothing to say.
+            None if c.own => {}
+            _ => {
+                host::merge(&mut cands, c.direct);
+                cands.sort_by(|a, b| b.impact_us.total_cmp(&a.impact_us));
+            }
         }
     }
     server_time_split(&x, &mut cands);
