@@ -63,6 +63,7 @@ fn hop(findings: Vec<FindingSummary>) -> HopEvidence {
         connections: 32,
         packets,
         sockets,
+        listener: None,
     }
 }
 
@@ -223,4 +224,74 @@ fn hops_that_point_at_each_other_end() {
     l.hops = vec![a, b];
     let j = judge(&lagtrace_testkit::layers::target(), &l);
     assert_eq!(j.verdict.cause, Cause::SlowServer);
+}
+
+/// The peer's listener at 127.0.0.1:9000 (backlog 5) with its own drop count over the run.
+fn listener(drops: u64) -> lagtrace_model::host::ListenerQueue {
+    lagtrace_model::host::ListenerQueue {
+        local: "127.0.0.1:9000".into(),
+        inode: 7,
+        owners: vec!["200/python3".into()],
+        max: 5,
+        current: 0,
+        peak: 6,
+        samples: 40,
+        full_samples: 3,
+        drops: Some(drops),
+    }
+}
+
+/// A proxy opening a connection per request to a backend whose accept queue overflows: the
+/// hop's SYNs and SYN-ACKs are resent and some first requests too (the handshake's last ACK
+/// dropped with the queue full). With the peer's listener counting at least half as many
+/// drops, that is `syn-drop` / `accept-queue-overflow` at the hop, the backlog and the
+/// proxy's connection reuse in the fix; with a drop or two beside 60 resends (a lossy
+/// path), it is not the listener's.
+#[test]
+fn a_hop_whose_peer_listener_overflows_is_syn_drop_at_the_hop() {
+    let resends = || {
+        vec![
+            finding("syn-retransmit", 40, 40, 1_000_000),
+            finding("retransmission", 20, 20, 200_000),
+        ]
+    };
+    let mut l = front_slow();
+    let mut h = hop(resends());
+    h.connections = 900;
+    h.listener = Some(listener(55));
+    l.hops = vec![h];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SynDrop, "{:#?}", j.evidence);
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(lagtrace_diagnose::Mechanism::AcceptQueueOverflow),
+        "{:#?}",
+        j.verdict
+    );
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("dropped 55 connection attempts")),
+        "{:#?}",
+        j.evidence
+    );
+    let changes: Vec<&str> = j.verdict.fix.iter().map(|f| f.change.as_str()).collect();
+    assert!(changes[0].contains("keepalive"), "{changes:?}");
+    assert!(
+        changes.iter().any(|c| c.contains("listen backlog")),
+        "{changes:?}"
+    );
+    assert_eq!(j.verdict.hop.as_ref().expect("hop").chain[2].pid, Some(200));
+
+    let mut l = front_slow();
+    let mut h = hop(resends());
+    h.listener = Some(listener(2));
+    l.hops = vec![h];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_ne!(
+        j.verdict.mechanism,
+        Some(lagtrace_diagnose::Mechanism::AcceptQueueOverflow),
+        "{:#?}",
+        j.verdict
+    );
 }

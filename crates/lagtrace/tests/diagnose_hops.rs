@@ -341,3 +341,76 @@ fn nagle_two_hops_behind_is_named_at_the_last_hop() {
 fn nagle_three_hops_behind_is_named_at_the_last_hop() {
     nagle_behind_proxies_is_named_at_the_last_hop("3h", 3);
 }
+
+/// nginx without upstream keep-alive (a connection per request) in front of `python3 -m
+/// http.server` (listen backlog 5): under nginx's concurrency the backend's accept queue
+/// overflows; some upstream connects wait for a SYN or SYN-ACK retransmission, and some
+/// requests sent on a handshake the full queue never completed wait for their resend (in
+/// the hop's packets alone that reads as loss: the cause varied between `syn-drop` and
+/// `packet-loss` until the hop read the backend listener's own drop count). Now `syn-drop`
+/// with mechanism `accept-queue-overflow` at the backend, its listener's drops in the
+/// evidence, nginx's upstream keep-alive first in the fix and the backlog after — on every
+/// run.
+#[test]
+#[ignore = "needs root"]
+fn a_backend_listener_overflowing_behind_nginx_is_syn_drop_at_the_hop() {
+    let lab = Lab::up(&LabOptions::new(&name("sd")).server(ServerKind::Builtin)).expect("lab up");
+    let web = tempfile::tempdir().expect("tempdir");
+    std::fs::write(web.path().join("index.html"), "hello\n").unwrap();
+    let be = start_in_lab(
+        &lab,
+        web.path(),
+        &["python3", "-m", "http.server", "9451", "--bind", "0.0.0.0"],
+        9451,
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display().to_string();
+    let conf = format!(
+        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
+         fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
+         server {{ listen 9452; location / {{ proxy_pass http://127.0.0.1:9451; }} }} }}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let conf = format!("{d}/nginx.conf");
+    let _nginx = start_in_lab(&lab, dir.path(), &["nginx", "-p", &d, "-c", &conf], 9452);
+    let url = format!("http://{}:9452/", lab.server_addr());
+    for run in 1..=3 {
+        let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        let v = &j["verdict"];
+        assert_eq!(v["cause"], "syn-drop", "run {run}: {err}\n{}", show(&j));
+        assert_eq!(
+            v["mechanism"],
+            "accept-queue-overflow",
+            "run {run}: {}",
+            show(&j)
+        );
+        assert_eq!(code, 1);
+        let (_, pid, addr) =
+            hop_at(&j).unwrap_or_else(|| panic!("run {run}: no hop\n{}", show(&j)));
+        assert_eq!(pid, u64::from(be.0.id()), "run {run}: {}", show(&j));
+        assert_eq!(addr, "127.0.0.1:9451");
+        let ev = evidence_lines(&j);
+        assert!(
+            ev.contains("the peer's listener 0.0.0.0:9451") && ev.contains("sk_drops"),
+            "run {run}: {ev}"
+        );
+        let fixes: Vec<String> = v["fix"]
+            .as_array()
+            .map(|a| a.iter().map(|f| f["change"].to_string()).collect())
+            .unwrap_or_default();
+        assert!(fixes[0].contains("keepalive"), "run {run}: {fixes:?}");
+        assert!(
+            fixes.iter().any(|f| f.contains("listen backlog")),
+            "run {run}: {fixes:?}"
+        );
+        eprintln!(
+            "run {run}: {}; {}",
+            v["cost"]["text"],
+            ev.lines()
+                .find(|l| l.contains("the peer's listener"))
+                .unwrap_or("")
+        );
+    }
+}

@@ -11,7 +11,8 @@ use lagtrace_model::diagnosis::evidence::{HopEvidence, ServerProcess};
 
 use super::Judgement;
 use crate::evidence::{Layer, LayerName, Layers, Target};
-use crate::verdict::{EvidenceLine, FixSide, Hop, HopNode, Stance};
+use crate::verdict::{EvidenceLine, Fix, FixSide, Hop, HopNode, Mechanism, Stance};
+use lagtrace_model::FindingKind;
 
 /// Whether the server's own verdict leaves its time unexplained: only then can a hop behind
 /// it take the verdict. That is the server's time itself (`slow-server`, a tail no layer
@@ -78,6 +79,80 @@ pub(super) fn names_cause(j: &Judgement) -> bool {
             .fix
             .first()
             .is_some_and(|f| f.side != FixSide::Client)
+}
+
+/// A hop whose peer's listener overflowed: the connecting server's SYNs were dropped, or —
+/// the accept queue full when the handshake's last ACK came — its first request went on a
+/// connection the peer never completed and was sent again (the same drop, read in the
+/// packets as loss). Where the peer's own drop count (`sk_drops`, raised on every accept
+/// queue overflow) covers at least half of the hop's resent SYNs and segments, the hop's
+/// `syn-drop` or `packet-loss` is the listener's: `syn-drop` with mechanism
+/// `accept-queue-overflow`, its backlog in the fix. A lossy path with a drop or two at the
+/// listener stays `packet-loss`.
+pub(super) fn listener_overflow(j: &mut Judgement, h: &HopEvidence) {
+    let (Some(l), Some(p)) = (h.listener.as_ref(), h.packets.get()) else {
+        return;
+    };
+    if !matches!(j.verdict.cause, Cause::SynDrop | Cause::PacketLoss) {
+        return;
+    }
+    let count = |k: FindingKind| {
+        p.findings
+            .iter()
+            .filter(|f| f.kind == k)
+            .map(|f| f.count)
+            .sum::<u64>()
+    };
+    let (syns, segments) = (
+        count(FindingKind::SynRetransmit),
+        count(FindingKind::Retransmission),
+    );
+    let drops = l.drops.unwrap_or(0);
+    if drops == 0 || drops * 2 < syns + segments {
+        return;
+    }
+    j.verdict.cause = Cause::SynDrop;
+    j.verdict.mechanism = Some(Mechanism::AcceptQueueOverflow);
+    // The resends the listener explains are its evidence, no longer a lossy path's.
+    for e in &mut j.evidence {
+        if e.cause == Some(Cause::PacketLoss) && e.stance == Stance::Supports {
+            e.cause = Some(Cause::SynDrop);
+        }
+    }
+    j.verdict
+        .secondary
+        .retain(|c| *c != Cause::PacketLoss && *c != Cause::SynDrop);
+    j.evidence.insert(
+        0,
+        EvidenceLine {
+            layer: LayerName::Host,
+            stance: Stance::Supports,
+            cause: Some(Cause::SynDrop),
+            text: format!(
+                "the peer's listener {} (accept queue limit {}, peak {} in {} samples, full in \
+                 {}) dropped {drops} connection attempts during the run (its own count, \
+                 sk_drops): enough for the hop's {syns} resent SYNs and {segments} resent \
+                 segments (a request sent on a handshake the full queue never completed is \
+                 sent again)",
+                l.local, l.max, l.peak, l.samples, l.full_samples
+            ),
+        },
+    );
+    let backlog = Fix {
+        side: FixSide::Server,
+        location: Some(l.local.clone()),
+        change: format!(
+            "the accept queue of {} (limit {}) overflows: raise the peer's listen backlog and \
+             net.core.somaxconn, and accept faster (more workers)",
+            l.local, l.max
+        ),
+        tradeoff: None,
+    };
+    j.verdict.fix.retain(|f| f.side != FixSide::Path);
+    j.verdict.fix.insert(0, backlog);
+    if !j.finding_layers.contains(&LayerName::Host) {
+        j.finding_layers.push(LayerName::Host);
+    }
 }
 
 /// What a hop's cause costs the requests, to pick between hops: the median added × share.

@@ -48,7 +48,8 @@ fn behind<'a>(
         .filter(|h| h.depth == depth && (depth == 1 || h.via.as_deref() == via))
         .filter_map(|h| {
             let hl = hop::hop_layers(layers, h);
-            let j = judge_here(&hop::hop_target(h), &hl);
+            let mut j = judge_here(&hop::hop_target(h), &hl);
+            hop::listener_overflow(&mut j, h);
             if hop::front_open(&j, &hl)
                 && let Some((mut path, deeper)) = behind(layers, depth + 1, Some(&h.peer))
             {

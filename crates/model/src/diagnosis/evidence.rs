@@ -787,6 +787,10 @@ pub struct HopEvidence {
     pub packets: Layer<PacketEvidence>,
     /// The peer's sockets and configuration (the owner of its listener), when on this host.
     pub sockets: Layer<SocketEvidence>,
+    /// The peer's listener over the run — its accept queue against its limit and its own
+    /// drop count (`sk_drops`) — when it listens in the namespace the hop was captured in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<crate::host::ListenerQueue>,
 }
 
 fn host_not_recorded() -> Layer<crate::host::HostReport> {
