@@ -65,6 +65,30 @@ fn from_remote<T>(mut l: Layer<T>, note: &str) -> Layer<T> {
     l
 }
 
+/// The agent's host report with this lagtrace's CPU counted as the measurement's own when
+/// the agent runs on this very host: the agent counts only itself as "this lagtrace", so the
+/// load generator — another process there — was "other work" holding the server's CPUs, and
+/// a healthy server waiting behind our own load read as `cpu-contention`. Recognised by
+/// `pid` (this process) with a `lagtrace` command among the report's largest CPU users; it
+/// may share the server's CPUs (its affinity is not in the report), which only makes the
+/// rules excuse the tail as the measurement's own, never blame the server.
+fn own_load_generator(mut l: Layer<HostReport>, pid: u32) -> Layer<HostReport> {
+    let Some(c) = l.data.as_mut().and_then(|h| h.cpu.data.as_mut()) else {
+        return l;
+    };
+    if let Some(i) = c
+        .top
+        .iter()
+        .position(|p| p.pid == pid && p.comm.starts_with("lagtrace"))
+    {
+        let me = c.top.remove(i);
+        c.others_us = c.others_us.saturating_sub(me.cpu_us);
+        c.own_us += me.cpu_us;
+        c.own_shares_cpus = true;
+    }
+    l
+}
+
 /// Steps 3-5 with the server side from `remote`: the c=N load with the SYN ping under load
 /// here, and the server's capture, sockets and host over the window there.
 pub(crate) fn under_load(
@@ -130,7 +154,7 @@ pub(crate) fn under_load(
             (
                 from_remote(packets, &r.note),
                 from_remote(sockets, &r.note),
-                from_remote(r.host, &r.note),
+                from_remote(own_load_generator(r.host, std::process::id()), &r.note),
             )
         }
     };
@@ -156,5 +180,55 @@ pub(crate) fn under_load(
         sockets,
         host,
         hops: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(top: serde_json::Value) -> Layer<HostReport> {
+        Layer::ran(
+            serde_json::from_value(serde_json::json!({
+                "scope": {"pid": 4242, "comm": "nginx", "netns_inode": 1},
+                "window_us": 2_000_000,
+                "counters": {"status": "ok", "data": []},
+                "listeners": {"status": "ok", "data": []},
+                "cgroup": {"status": "skipped", "reason": "x"},
+                "threads": {"status": "skipped", "reason": "x"},
+                "cpu": {"status": "ok", "data": {
+                    "cpus": 2, "busy_us": 3_000_000, "busy_share": 0.75, "own_us": 100_000,
+                    "watched_us": 1_000_000, "others_us": 1_900_000, "unattributed_us": 0,
+                    "own_shares_cpus": false, "top": top}},
+                "qdiscs": {"status": "ok", "data": []},
+                "sockstat": {"status": "skipped", "reason": "x"},
+                "drops": {"status": "skipped", "reason": "x"},
+                "cost": {"cpu_us": 0, "cpu_share": 0.0}
+            }))
+            .expect("host report"),
+        )
+    }
+
+    #[test]
+    fn the_load_generator_on_the_agents_host_is_the_measurements_own() {
+        let top = serde_json::json!([
+            {"pid": 77, "comm": "lagtrace", "cpu_us": 1_250_000},
+            {"pid": 90, "comm": "rustc", "cpu_us": 600_000}]);
+        let l = own_load_generator(report(top.clone()), 77);
+        let c = l.get().unwrap().cpu.get().unwrap();
+        assert_eq!(c.own_us, 1_350_000);
+        assert_eq!(c.others_us, 650_000);
+        assert!(c.own_shares_cpus);
+        assert_eq!(c.top.len(), 1);
+        // Another pid (a load generator elsewhere), or our pid under another command: left.
+        for (pid, comm) in [(78, "lagtrace"), (90, "rustc")] {
+            let l = own_load_generator(report(top.clone()), pid);
+            let c = l.get().unwrap().cpu.get().unwrap();
+            assert_eq!(
+                (c.own_us, c.others_us),
+                (100_000, 1_900_000),
+                "{pid} {comm}"
+            );
+        }
     }
 }
