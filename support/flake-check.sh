@@ -16,6 +16,13 @@
 # seconds, the closing `test result:` counts), the output of each failed run, and a summary
 # `flake-check: P passed, F failed`. Exit 1 when any run failed. Needs root for the tests
 # that build namespaces (as the test command itself).
+#
+# Nothing else may run on the machine meanwhile, niced or not: the lab's servers run in a
+# session of their own, and with autogroup the scheduler shares a CPU between sessions
+# first, so a `nice -n 19 cargo build` beside the check still takes half the CPU from the
+# server a test measures (tests expecting `healthy` then rightly say cpu-contention). For
+# the same reason `--load` is no use for a test whose control expects a CPU to itself
+# (diagnose_host's cpu-contention test).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 export PATH="$HOME/.cargo/bin:$PATH"
