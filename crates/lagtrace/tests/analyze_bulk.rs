@@ -457,16 +457,24 @@ impl Run {
                     self.tag
                 );
             }
-            let da = an["summary"]
+            // At most a tenth of the transactions — and one, where a tenth is less than one:
+            // the half capture of the tbf case holds ~8 transactions, and one delayed ACK
+            // there (a true one: the shaper's pause can outlast the ACK timer) is 12.5 %.
+            let (da, n) = an["summary"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .find(|s| s["kind"] == "delayed-ack")
-                .map_or(0.0, |s| s["share"].as_f64().unwrap());
+                .map_or((0.0, 0), |s| {
+                    (
+                        s["share"].as_f64().unwrap(),
+                        s["transactions_affected"].as_u64().unwrap(),
+                    )
+                });
             let limit = 0.1;
             assert!(
-                da <= limit,
-                "{}: delayed-ack on {da} of transactions: {c:?}",
+                da <= limit || n <= 1,
+                "{}: delayed-ack on {da} of transactions ({n}): {c:?}",
                 self.tag
             );
         }
