@@ -96,13 +96,7 @@ pub(super) fn listener_overflow(j: &mut Judgement, h: &HopEvidence) {
     if !matches!(j.verdict.cause, Cause::SynDrop | Cause::PacketLoss) {
         return;
     }
-    let count = |k: FindingKind| {
-        p.findings
-            .iter()
-            .filter(|f| f.kind == k)
-            .map(|f| f.count)
-            .sum::<u64>()
-    };
+    let count = |k: FindingKind| p.finding(k).map_or(0, |f| f.count);
     let (syns, segments) = (
         count(FindingKind::SynRetransmit),
         count(FindingKind::Retransmission),

@@ -214,21 +214,52 @@ fn long_enough(stretch_us: Option<f64>, half_us: u64) -> bool {
     stretch_us.is_none_or(|m| super::facts::spread() * m >= half_us as f64)
 }
 
-/// The longest time one watched thread spent within `[s, e)` in run-queue blocks (preempted
-/// while runnable) each at least `min_us` long — the waits a request of that length sat
-/// through beyond what a typical one does. `blocks` are on the realtime clock, µs.
-fn long_run_queue_within(blocks: &[OffCpuBlock], s: u64, e: u64, min_us: u64) -> u64 {
-    let (s, e) = (s as i64, e as i64);
-    let mut by_tid: std::collections::HashMap<u32, i64> = std::collections::HashMap::new();
-    for b in blocks.iter().filter(|b| {
-        b.class == WaitClass::RunQueue
-            && b.start_us < e
-            && b.end_us > s
-            && (b.end_us - b.start_us) as u64 >= min_us
-    }) {
-        *by_tid.entry(b.tid).or_default() += b.end_us.min(e) - b.start_us.max(s);
+/// The watched threads' run-queue blocks (preempted while runnable) at least `min_us` long,
+/// sorted by start, read once per judgement: each slow request then looks only at the blocks
+/// that can overlap it (the tracer keeps up to 400 000 blocks; a scan of all of them per slow
+/// request was up to a thousand scans).
+struct LongRunQueueWaits<'a> {
+    blocks: Vec<&'a OffCpuBlock>,
+    /// The longest block: how far before a window a block may start and still overlap it.
+    longest_us: i64,
+}
+
+impl<'a> LongRunQueueWaits<'a> {
+    fn new(blocks: &'a [OffCpuBlock], min_us: u64) -> Self {
+        let mut blocks: Vec<&OffCpuBlock> = blocks
+            .iter()
+            .filter(|b| {
+                b.class == WaitClass::RunQueue
+                    && b.end_us > b.start_us
+                    && (b.end_us - b.start_us) as u64 >= min_us
+            })
+            .collect();
+        blocks.sort_unstable_by_key(|b| b.start_us);
+        let longest_us = blocks
+            .iter()
+            .map(|b| b.end_us - b.start_us)
+            .max()
+            .unwrap_or(0);
+        LongRunQueueWaits { blocks, longest_us }
     }
-    by_tid.into_values().max().unwrap_or(0).max(0) as u64
+
+    /// The longest time one thread spent within `[s, e)` in these blocks — the waits a
+    /// request of that length sat through beyond what a typical one does. Realtime µs.
+    fn within(&self, s: u64, e: u64) -> u64 {
+        let (s, e) = (s as i64, e as i64);
+        let from = self
+            .blocks
+            .partition_point(|b| b.start_us < s - self.longest_us);
+        let to = self.blocks.partition_point(|b| b.start_us < e);
+        let mut by_tid: std::collections::HashMap<u32, i64> = std::collections::HashMap::new();
+        for b in self.blocks[from..to.max(from)]
+            .iter()
+            .filter(|b| b.end_us > s)
+        {
+            *by_tid.entry(b.tid).or_default() += b.end_us.min(e) - b.start_us.max(s);
+        }
+        by_tid.into_values().max().unwrap_or(0).max(0) as u64
+    }
 }
 
 /// A server's threads' share of their runnable time spent waiting for a CPU at or above
@@ -264,16 +295,16 @@ pub(super) fn contention(x: &Facts<'_>, host: &HostReport, throttled: bool) -> O
     let blocks = host
         .offcpu
         .get()
-        .map(|o| o.blocks.as_slice())
-        .filter(|b| !b.is_empty());
+        .filter(|o| !o.blocks.is_empty())
+        .map(|o| LongRunQueueWaits::new(&o.blocks, p50.max(1)));
     let mut waited: Vec<u64> = Vec::new();
     let mut excess: Vec<u64> = Vec::new();
     for &(s, e) in &slow {
         let ex = (e - s).saturating_sub(p50);
         excess.push(ex);
         let w = waited_within(&th.timeline, s, e);
-        let held = match blocks {
-            Some(b) => long_run_queue_within(b, s, e, p50.max(1)) * 2 >= ex,
+        let held = match &blocks {
+            Some(b) => b.within(s, e) * 2 >= ex,
             None => long_enough(stretch_within(&th.timeline, s, e), ex / 2),
         };
         if ex > 0 && w * 2 >= ex && held {
