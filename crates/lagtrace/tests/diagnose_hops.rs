@@ -24,6 +24,25 @@ fn nginx_proxy(
     upstream: u16,
     server_extra: &str,
 ) -> (Foreground, tempfile::TempDir) {
+    nginx_in_lab(
+        lab,
+        listen,
+        &format!("upstream app {{ server 127.0.0.1:{upstream}; keepalive 64; }}"),
+        server_extra,
+        "proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\";",
+    )
+}
+
+/// nginx in `lab` on `listen` (one process, its files in a temporary directory) with
+/// `http_extra` in the http block, `server_extra` in the server block and `location` as
+/// the directives of `location /`.
+fn nginx_in_lab(
+    lab: &Lab,
+    listen: u16,
+    http_extra: &str,
+    server_extra: &str,
+    location: &str,
+) -> (Foreground, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path().display().to_string();
     let conf = format!(
@@ -31,9 +50,8 @@ fn nginx_proxy(
          events {{ worker_connections 1024; }}\n\
          http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
          fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
-         upstream app {{ server 127.0.0.1:{upstream}; keepalive 64; }}\n\
-         server {{ listen {listen}; {server_extra} location / {{ proxy_pass http://app; \
-         proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }} }}\n"
+         {http_extra}\n\
+         server {{ listen {listen}; {server_extra} location / {{ {location} }} }} }}\n"
     );
     std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
     let conf = format!("{d}/nginx.conf");
@@ -363,18 +381,8 @@ fn a_backend_listener_overflowing_behind_nginx_is_syn_drop_at_the_hop() {
         &["python3", "-m", "http.server", "9451", "--bind", "0.0.0.0"],
         9451,
     );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path().display().to_string();
-    let conf = format!(
-        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
-         events {{ worker_connections 1024; }}\n\
-         http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
-         fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
-         server {{ listen 9452; location / {{ proxy_pass http://127.0.0.1:9451; }} }} }}\n"
-    );
-    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-    let conf = format!("{d}/nginx.conf");
-    let _nginx = start_in_lab(&lab, dir.path(), &["nginx", "-p", &d, "-c", &conf], 9452);
+    // No upstream keep-alive: a connection per request.
+    let (_nginx, _dir) = nginx_in_lab(&lab, 9452, "", "", "proxy_pass http://127.0.0.1:9451;");
     let url = format!("http://{}:9452/", lab.server_addr());
     for run in 1..=3 {
         let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
