@@ -86,7 +86,7 @@ struct Watched {
 type SeenMap = BTreeMap<SocketAddr, Seen>;
 
 /// Watches the server's processes for the connections they open.
-pub(crate) struct Discovery {
+pub struct Discovery {
     netns: NetNs,
     location: ServerLocation,
     stop: Arc<AtomicBool>,
@@ -107,7 +107,7 @@ struct Late {
 }
 
 /// The hop captures of one run.
-pub(crate) struct HopCaptures {
+pub struct HopCaptures {
     running: Vec<RunningHopCapture>,
     /// Peers seen only after the captures started (not captured), with their notes.
     not_captured: Vec<(SocketAddr, String)>,
@@ -358,7 +358,7 @@ fn netns_label(n: &NetNs) -> String {
 }
 
 /// The service a port is known for: a hint in the text only (hops are found from sockets).
-fn service_name(port: u16) -> Option<&'static str> {
+pub(crate) fn service_name(port: u16) -> Option<&'static str> {
     Some(match port {
         3306 => "mysql",
         5432 => "postgresql",
@@ -429,21 +429,22 @@ fn watch(
         // kernel's whole established-connection hash (every namespace's: 262 144 buckets
         // here, ~3 ms of system time a dump), so it runs only for sockets not seen before,
         // at most every DUMP_EVERY — and during the c=N run (whose tail the verdict reads)
-        // only if none has run yet.
+        // only if none has run yet, or while no peer has been found: a proxy's short
+        // per-request connections missed in c=1 (each alive a millisecond or two, on a loaded
+        // machine no poll caught one: no hop at all, suite at 131f7f0) are looked for on
+        // every poll that shows new sockets, until one is found. A server that opens none
+        // shows no new socket once its clients' connections are known, and dumps no more.
         let capturing = late.lock().unwrap_or_else(|e| e.into_inner()).on;
-        let every = if seen.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-            SEARCH_EVERY
-        } else {
-            DUMP_EVERY
-        };
-        let due = if capturing {
+        let searching = seen.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+        let every = if searching { SEARCH_EVERY } else { DUMP_EVERY };
+        let due = if capturing && !searching {
             dumped_at.is_none()
         } else {
             dumped_at.is_none_or(|t| t.elapsed() >= every)
         };
         let scan = (due && !pids.is_empty()).then(|| lagtrace_sockets::procfs::scan_fds(&pids));
         if let Some(scan) =
-            scan.filter(|sc| capturing || sc.owners.keys().any(|i| !known.contains(i)))
+            scan.filter(|sc| dumped_at.is_none() || sc.owners.keys().any(|i| !known.contains(i)))
             && let Ok(socks) = lagtrace_sockets::diag::dump_tcp_addrs(OPEN_STATES)
         {
             dumped_at = Some(Instant::now());
