@@ -304,6 +304,7 @@ impl RemoteWindow for Window {
                     host: Layer::error(why.clone()),
                     capture: Err(Layer::error(why)),
                     note,
+                    hops: Vec::new(),
                 };
             }
         };
@@ -325,6 +326,7 @@ impl RemoteWindow for Window {
             host: f.host,
             capture,
             note,
+            hops: f.hops,
         }
     }
 }

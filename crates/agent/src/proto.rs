@@ -45,6 +45,10 @@ pub struct SessionFinished {
     pub host: Layer<HostReport>,
     /// The capture's summary, or the packet layer saying why there is none.
     pub capture: Result<CaptureSummary, Layer<PacketEvidence>>,
+    /// The hops behind the server over the window: the connections its processes opened,
+    /// captured and analysed on the agent's host (none from an agent older than hops).
+    #[serde(default)]
+    pub hops: Vec<lagtrace_model::diagnosis::evidence::HopEvidence>,
 }
 
 /// What the capture holds.

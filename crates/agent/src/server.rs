@@ -17,6 +17,7 @@ use axum::routing::{get, post};
 
 use lagtrace_diagnose::ServerLocation;
 use lagtrace_diagnose::evidence::{Layer, PacketEvidence};
+use lagtrace_diagnose::hops::{Discovery, HopCaptures};
 use lagtrace_model::host::HostReport;
 
 use crate::auth::{Bucket, Token};
@@ -79,6 +80,8 @@ struct Session {
     window: Duration,
     capture: Option<Result<Running, Box<Layer<PacketEvidence>>>>,
     host: Option<std::thread::JoinHandle<Layer<HostReport>>>,
+    /// The watch of the server's own connections (its hops) and their captures.
+    hops: Option<(Discovery, HopCaptures)>,
     finished: Option<SessionFinished>,
     pcap: Option<PathBuf>,
 }
@@ -249,6 +252,16 @@ fn open_blocking(
             lagtrace_diagnose::adapters::host::measure(&loc, port, ipv6, None, window)
         })
     };
+    // The server's own connections to its upstreams, followed over the window as a local
+    // run follows them (each peer captured once the watch sees it).
+    let hops = Discovery::start(
+        &ServerLocation::Here,
+        SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port),
+    )
+    .map(|d| {
+        let caps = d.start_captures();
+        (d, caps)
+    });
     let id = random_id()?;
     let opened = SessionOpened {
         session: id.clone(),
@@ -266,6 +279,7 @@ fn open_blocking(
         window,
         capture: Some(capture),
         host: Some(host),
+        hops,
         finished: None,
         pcap: None,
     });
@@ -389,7 +403,16 @@ fn finish_blocking(cfg: &AgentConfig, s: &mut Session) -> Result<SessionFinished
         Some(Err(l)) => Err(*l),
         None => Err(Layer::error("no capture")),
     };
-    let f = SessionFinished { host, capture };
+    let hops = s
+        .hops
+        .take()
+        .map(|(d, caps)| d.finish(caps))
+        .unwrap_or_default();
+    let f = SessionFinished {
+        host,
+        capture,
+        hops,
+    };
     s.finished = Some(f.clone());
     Ok(f)
 }

@@ -56,10 +56,11 @@
 pub mod adapters;
 pub mod client_cpu;
 mod error;
-mod hops;
+pub mod hops;
 pub mod join;
 mod partial;
 pub mod passive;
+mod pcap_hops;
 pub mod remote;
 pub mod rules;
 pub mod run;

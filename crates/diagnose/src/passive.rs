@@ -78,7 +78,7 @@ const NO_CONTRAST: &str = "passive: real clients' requests as the capture saw th
     many (queueing under load, the server's own time at c=1) read the packets instead";
 
 /// The analyzer's options for a passive capture.
-fn analyze_options() -> AnalyzeOptions {
+pub(crate) fn analyze_options() -> AnalyzeOptions {
     AnalyzeOptions {
         timings: true,
         timing_keep: Some(KeepCaps::default()),
@@ -265,7 +265,8 @@ fn from_file(opts: &PassiveOptions, path: &Path, progress: &dyn Fn(Step)) -> Res
         packets,
         sockets: Layer::skipped(why("server sockets")),
         host: Layer::skipped(why("host counters")),
-        hops: Vec::new(),
+        // The server's own connections, where the capture holds them too.
+        hops: crate::pcap_hops::find(path, opts.port, opts.addr, &a, &opts.stop),
     })
 }
 

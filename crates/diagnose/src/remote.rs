@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lagtrace_model::diagnosis::evidence::HopEvidence;
 use lagtrace_model::host::HostReport;
 
 use crate::evidence::{Layer, PacketEvidence, SocketEvidence};
@@ -43,6 +44,9 @@ pub struct RemoteLayers {
     pub capture: Result<RemoteCapture, Layer<PacketEvidence>>,
     /// Said on every layer from the window (where from; the clock offset applied).
     pub note: String,
+    /// The hops behind the server the agent followed over the window (its own
+    /// connections to its upstreams, captured and analysed there).
+    pub hops: Vec<HopEvidence>,
 }
 
 /// A server-side capture, its timestamps already on this host's clock.
@@ -130,13 +134,14 @@ pub(crate) fn under_load(
     if let Some(h) = inspector {
         let _ = h.join();
     }
-    let (packets, sockets, host) = match window {
+    let (packets, sockets, host, hops) = match window {
         Err(e) => {
             let why = format!("{label}: {e}");
             (
                 Layer::unavailable(why.clone()),
                 Layer::unavailable(why.clone()),
                 Layer::unavailable(why),
+                Vec::new(),
             )
         }
         Ok(w) => {
@@ -155,6 +160,7 @@ pub(crate) fn under_load(
                 from_remote(packets, &r.note),
                 from_remote(sockets, &r.note),
                 from_remote(own_load_generator(r.host, std::process::id()), &r.note),
+                r.hops,
             )
         }
     };
@@ -179,7 +185,7 @@ pub(crate) fn under_load(
         packets,
         sockets,
         host,
-        hops: Vec::new(),
+        hops,
     }
 }
 

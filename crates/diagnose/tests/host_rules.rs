@@ -518,6 +518,7 @@ fn with_blocks(mut h: HostReport, starts: &[u64], n: u64, each_us: u64) -> HostR
                 end_us: b + each_us as i64,
                 class: lagtrace_model::host::WaitClass::RunQueue,
                 stack: -1,
+                waker: None,
             });
         }
     }

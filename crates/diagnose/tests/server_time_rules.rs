@@ -345,3 +345,68 @@ fn an_uncorked_reading_rules_out_a_cork_only_when_it_would_be_unlikely() {
     assert!(!ruled_out(&mk(1.6, 4)));
     assert!(!ruled_out(&mk(20.0, 2)));
 }
+
+/// The serving thread waited in epoll through most of the server time and one command's
+/// processes woke it out of those waits (php-fpm's workers answering on a Unix socket, seen
+/// by `sched:sched_waking`): the verdict names that process as where the time goes —
+/// `verdict.hop` ends there and the fix is on its side. Woken by lagtrace itself (its
+/// requests arrive on those sockets), by the server's own processes, by an unnamed waker
+/// (an interrupt's), or for less than two thirds of the wait: no hop.
+#[test]
+fn a_server_waiting_on_a_process_that_wakes_it_names_that_process() {
+    use lagtrace_model::host::WokenBy;
+    let with = |wakers: Vec<WokenBy>| {
+        let mut h = host(
+            900,
+            30_000,
+            &[("poll", 0.95), ("run-queue", 0.02)],
+            Some(300),
+        );
+        let s = h
+            .offcpu
+            .data
+            .as_mut()
+            .and_then(|o| o.during_requests.as_mut())
+            .expect("a split");
+        s.parts[0].woken_by = wakers;
+        judge(&target(), &slow(30_000, 30_000, h))
+    };
+    let poll_us = (30_000f64 * 900.0 * 0.95) as u64;
+    let by = |comm: &str, pid: u32, us: u64, processes: u32| WokenBy {
+        pid,
+        comm: comm.into(),
+        us,
+        processes,
+    };
+    let j = with(vec![by("php-fpm8.2", 77, poll_us * 9 / 10, 4)]);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    let hop = j.verdict.hop.as_ref().expect("a hop");
+    assert_eq!(hop.at, 2, "{hop:?}");
+    assert_eq!(hop.chain[2].name, "php-fpm8.2");
+    assert_eq!(hop.chain[2].pid, Some(77));
+    assert_eq!(hop.chain[1].name, "nginx");
+    let fix = &j.verdict.fix[0];
+    assert!(
+        fix.location
+            .as_deref()
+            .is_some_and(|l| l.starts_with("php-fpm8.2 (pid 77)")),
+        "{fix:?}"
+    );
+    assert!(fix.change.contains("for php-fpm8.2 to answer"), "{fix:?}");
+    assert!(
+        j.evidence.iter().any(|e| e
+            .text
+            .contains("php-fpm8.2 (pid 77, one of 4 with that name) woke it")),
+        "{j:#?}"
+    );
+    for wakers in [
+        vec![by("lagtrace", 5, poll_us, 1)],
+        vec![by("nginx", 4243, poll_us, 1)],
+        vec![by("", 9, poll_us, 3)],
+        vec![by("php-fpm8.2", 77, poll_us / 2, 4)],
+    ] {
+        let j = with(wakers.clone());
+        assert_eq!(j.verdict.cause, Cause::SlowServer, "{wakers:?}: {j:#?}");
+        assert!(j.verdict.hop.is_none(), "{wakers:?}: {j:#?}");
+    }
+}

@@ -3,8 +3,11 @@
 // (sched:sched_switch, which runs in the leaving thread's context) its kernel stack and
 // state are noted; when the thread next gets a CPU the block ends. Each block is summed in
 // the kernel by (process, kernel stack, state), and one as long as `min_ns` or longer is
-// also sent to user space (ring buffer) with its times, for the per-request split. No
-// CO-RE: the record's layout comes from the tracepoint's format file through CONF.
+// also sent to user space (ring buffer) with its times, for the per-request split. Who
+// woke a blocked thread (sched:sched_waking, which runs in the waker's context) is noted
+// with its block: a thread woken by another process's write — an upstream's answer on a
+// Unix or loopback socket, a pipe — names that process. No CO-RE: the records' layouts come
+// from the tracepoints' format files through CONF.
 #include <linux/types.h>
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -18,7 +21,7 @@ struct conf {
 	__u32 prev_pid;   // offsets in the tracepoint's record
 	__u32 prev_state;
 	__u32 next_pid;
-	__u32 pad;
+	__u32 waking_pid; // sched:sched_waking's pid (0: that program is not attached)
 	__u64 min_ns;     // blocks at least this long go to the ring buffer
 };
 
@@ -28,7 +31,7 @@ struct start {
 	__s32 kstack;
 	__u32 state;
 	__u32 tgid;
-	__u32 pad;
+	__u32 waker;      // the process whose thread woke it (0: none seen)
 };
 
 struct total_key {
@@ -51,6 +54,8 @@ struct block {
 	__u64 end;
 	__s32 kstack;
 	__u32 state;
+	__u32 waker;
+	__u32 pad;
 };
 
 struct {
@@ -180,11 +185,30 @@ int sched_switch(void *ctx)
 			b->end = now;
 			b->kstack = s->kstack;
 			b->state = s->state;
+			b->waker = s->waker;
+			b->pad = 0;
 			bpf_ringbuf_submit(b, 0);
 		} else {
 			missed(0);
 		}
 	}
 	bpf_map_delete_elem(&START, &next);
+	return 0;
+}
+
+// A watched thread that is off its CPU is being woken: note who wakes it — the current
+// process, as this tracepoint runs in the waker's context (in an interrupt, whatever ran
+// there: user space names a waker only where one process woke most of a wait).
+SEC("tracepoint/sched/sched_waking")
+int sched_waking(void *ctx)
+{
+	__u32 zero = 0;
+	const struct conf *c = bpf_map_lookup_elem(&CONF, &zero);
+	if (!c || !c->waking_pid)
+		return 0;
+	__u32 pid = rd32(ctx, c->waking_pid);
+	struct start *s = bpf_map_lookup_elem(&START, &pid);
+	if (s)
+		s->waker = bpf_get_current_pid_tgid() >> 32;
 	return 0;
 }

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use lagtrace_model::host::{
-    OffCpu, OffCpuBlock, ServerTimePart, ServerTimeSplit, WaitClass, WaitStack, WaitTotal,
+    OffCpu, OffCpuBlock, ServerTimePart, ServerTimeSplit, WaitClass, WaitStack, WaitTotal, WokenBy,
 };
 
 use crate::bpf::BpfError;
@@ -237,10 +237,12 @@ pub struct RawBlock {
     pub kstack: i32,
     /// `prev_state`.
     pub state: u32,
+    /// The process whose thread woke it (`sched:sched_waking`); 0 when none was seen.
+    pub waker: u32,
 }
 
 impl RawBlock {
-    /// Parses a ring-buffer record (`struct block`).
+    /// Parses a ring-buffer record (`struct block`; a record without the waker has none).
     pub fn parse(b: &[u8]) -> Option<RawBlock> {
         let u32_at = |o: usize| Some(u32::from_ne_bytes(b.get(o..o + 4)?.try_into().ok()?));
         let u64_at = |o: usize| Some(u64::from_ne_bytes(b.get(o..o + 8)?.try_into().ok()?));
@@ -250,6 +252,7 @@ impl RawBlock {
             end_ns: u64_at(16)?,
             kstack: u32_at(24)? as i32,
             state: u32_at(28)?,
+            waker: u32_at(32).unwrap_or(0),
         })
     }
 }
@@ -321,6 +324,7 @@ pub fn report(
             end_us: (b.end_ns as i64 + clock_offset_ns) / 1000,
             class: class_of(b.kstack, b.state),
             stack: b.kstack,
+            waker: (b.waker != 0).then_some(b.waker),
         })
         .collect();
     OffCpu {
@@ -331,9 +335,29 @@ pub fn report(
         during_requests: None,
         blocks,
         stack_frames: stacks.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        wakers: BTreeMap::new(),
         bpf_run_us: None,
         bpf_runs: None,
     }
+}
+
+/// The command names of the processes that woke the blocks (`/proc/PID/comm`, read at the
+/// end of the window). Left out: one that exited meanwhile, and kernel threads (no command
+/// line) — an interrupt's wake-up runs in whatever thread it interrupted, and a softirq
+/// thread woke on behalf of a device, not as an upstream.
+pub fn waker_names(raw: &[RawBlock]) -> BTreeMap<u32, String> {
+    let pids: std::collections::BTreeSet<u32> =
+        raw.iter().map(|b| b.waker).filter(|&p| p != 0).collect();
+    pids.into_iter()
+        .filter_map(|p| {
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).ok()?;
+            if cmdline.is_empty() {
+                return None;
+            }
+            let c = std::fs::read_to_string(format!("/proc/{p}/comm")).ok()?;
+            Some((p, c.trim_end().to_string()))
+        })
+        .collect()
 }
 
 /// One request's server time on `CLOCK_REALTIME` µs: `[start, end)`, and how many requests
@@ -430,6 +454,7 @@ pub fn split(
     }
     let mut sum: BTreeMap<WaitClass, f64> = BTreeMap::new();
     let mut by_stack: HashMap<(WaitClass, i32), f64> = HashMap::new();
+    let mut by_waker: HashMap<(WaitClass, u32), f64> = HashMap::new();
     let (mut server, mut requests, mut attributed) = (0f64, 0f64, 0f64);
     for w in windows {
         let len = w.end_us - w.start_us;
@@ -467,6 +492,9 @@ pub fn split(
             let t = (b.end_us.min(w.end_us) - b.start_us.max(w.start_us)).max(0) as f64;
             *sum.entry(b.class).or_default() += t * w.weight;
             *by_stack.entry((b.class, b.stack)).or_default() += t * w.weight;
+            if let Some(p) = b.waker {
+                *by_waker.entry((b.class, p)).or_default() += t * w.weight;
+            }
         }
     }
     if requests == 0.0 {
@@ -480,6 +508,36 @@ pub fn split(
             .and_then(|((_, st), _)| off.stack_frames.get(st).cloned())
             .unwrap_or_default()
     };
+    // The processes that ended a class's waits, by command (a pool of worker processes is
+    // one upstream, named by the one that woke the most), most time first.
+    let wakers_of = |class: WaitClass| -> Vec<WokenBy> {
+        let mut by_comm: BTreeMap<&str, (f64, u32, f64, u32)> = BTreeMap::new();
+        for (&(c, pid), &us) in &by_waker {
+            if c != class {
+                continue;
+            }
+            let comm = off.wakers.get(&pid).map_or("", String::as_str);
+            let e = by_comm.entry(comm).or_insert((0.0, pid, 0.0, 0));
+            e.0 += us;
+            e.3 += 1;
+            if us > e.2 || (us == e.2 && pid < e.1) {
+                (e.1, e.2) = (pid, us);
+            }
+        }
+        let mut v: Vec<WokenBy> = by_comm
+            .into_iter()
+            .filter(|(_, e)| e.0 >= 1.0)
+            .map(|(comm, (us, pid, _, n))| WokenBy {
+                pid,
+                comm: comm.to_string(),
+                us: us as u64,
+                processes: n,
+            })
+            .collect();
+        v.sort_by(|a, b| b.us.cmp(&a.us).then(a.pid.cmp(&b.pid)));
+        v.truncate(3);
+        v
+    };
     let mut parts: Vec<ServerTimePart> = sum
         .into_iter()
         .filter(|(_, us)| *us >= 1.0)
@@ -488,6 +546,7 @@ pub fn split(
             us: us as u64,
             share: (us / server).min(1.0),
             frames: frames_of(class),
+            woken_by: wakers_of(class),
         })
         .collect();
     parts.sort_by(|a, b| b.us.cmp(&a.us).then(a.class.cmp(&b.class)));
@@ -553,6 +612,8 @@ mod imp {
         offset_ns: i64,
         _prog: OwnedFd,
         _event: OwnedFd,
+        /// The `sched:sched_waking` program and its event, when they loaded and attached.
+        waking: Option<(OwnedFd, OwnedFd)>,
     }
 
     impl Tracer {
@@ -569,13 +630,18 @@ mod imp {
             let (prev_pid, prev_state, next_pid) =
                 (off("prev_pid")?, off("prev_state")?, off("next_pid")?);
             let id = lagtrace_bpf::tracefs::id("sched", "sched_switch").map_err(kernel)?;
+            // Who wakes a blocked thread: optional (without it no block names its waker).
+            let waking = Format::of("sched", "sched_waking")
+                .ok()
+                .and_then(|f| f.field("pid").map(|f| f.0 as u32))
+                .zip(lagtrace_bpf::tracefs::id("sched", "sched_waking").ok());
             let mut maps = Vec::new();
             for m in &MAPS {
                 maps.push((m.0, map_create(m).map_err(|e| refused(what, e))?));
             }
             let fd_of = |n: &str| maps.iter().find(|m| m.0 == n).map(|m| &m.1);
             let mut conf = Vec::with_capacity(24);
-            for v in [prev_pid, prev_state, next_pid, 0] {
+            for v in [prev_pid, prev_state, next_pid, waking.map_or(0, |w| w.0)] {
                 conf.extend_from_slice(&v.to_ne_bytes());
             }
             conf.extend_from_slice(&(MIN_BLOCK_US * 1000).to_ne_bytes());
@@ -596,6 +662,18 @@ mod imp {
                 "lt_offcpu",
                 what,
             )?;
+            let waking_prog = match waking {
+                Some((_, wid)) => load_tracepoint(
+                    OBJ,
+                    "tracepoint/sched/sched_waking",
+                    &maps,
+                    "lt_offcpu_wake",
+                    what,
+                )
+                .ok()
+                .map(|p| (wid, p)),
+                None => None,
+            };
             let i = maps
                 .iter()
                 .position(|m| m.0 == "EVENTS")
@@ -608,6 +686,12 @@ mod imp {
                 let what = "attaching it to sched:sched_switch";
                 refused(what, Error::os(what, e))
             })?;
+            // Attached after the switch program: a waker noted on a block that program
+            // never started is harmless (no START entry, nothing noted).
+            let waking = waking_prog.and_then(|(wid, p)| {
+                let ev = lagtrace_bpf::attach_tracepoint(wid, &p).ok()?;
+                Some((p, ev))
+            });
             Ok(Tracer {
                 maps,
                 events,
@@ -616,6 +700,7 @@ mod imp {
                 offset_ns,
                 _prog: prog,
                 _event: event,
+                waking,
             })
         }
 
@@ -706,7 +791,14 @@ mod imp {
             // The realtime clock may be slewed during the window: the offset's mean.
             let offset = self.offset_ns + (clock_offset_ns() - self.offset_ns) / 2;
             let mut r = report(&totals, &self.raw, &stacks, offset, missed);
-            if let Some((ns, runs)) = prog_stats(&self._prog) {
+            r.wakers = waker_names(&self.raw);
+            // The cost is both programs': every context switch and every wake-up.
+            let stats = [Some(&self._prog), self.waking.as_ref().map(|w| &w.0)]
+                .into_iter()
+                .flatten()
+                .filter_map(prog_stats)
+                .reduce(|a, b| (a.0 + b.0, a.1 + b.1));
+            if let Some((ns, runs)) = stats {
                 r.bpf_run_us = Some(ns / 1000);
                 r.bpf_runs = Some(runs);
             }
@@ -859,6 +951,7 @@ mod tests {
             end_us,
             class,
             stack: class as i32,
+            waker: None,
         }
     }
 
@@ -914,6 +1007,62 @@ mod tests {
         assert_eq!(share(&s, WaitClass::Futex), 0.0);
         assert_eq!(s.parts[0].frames, ["do_nanosleep"]);
         assert_eq!(s.cpu_per_request_us, Some(200));
+    }
+
+    /// An event loop (thread 1) woke for each of three requests, waited in epoll inside
+    /// each until a worker of another process answered, and sent the response. The waits
+    /// are credited to the waker's command: two php-fpm workers (pids 50, 51) ended 25 ms of
+    /// them, a softirq's wake-up in lagtrace's context (pid 60) 2 ms; a block with no waker
+    /// seen (the arrival's) none. The pid named is the worker that woke the most.
+    #[test]
+    fn the_waits_inside_the_windows_are_credited_to_the_processes_that_ended_them() {
+        let woken = |start, end, waker| OffCpuBlock {
+            waker,
+            ..block(1, start, end, WaitClass::Poll)
+        };
+        let mut o = off(vec![
+            block(1, 0, 1_020, WaitClass::Poll),
+            woken(1_100, 11_100, Some(50)),
+            block(1, 11_200, 20_020, WaitClass::Poll),
+            woken(20_100, 30_100, Some(51)),
+            block(1, 30_200, 40_020, WaitClass::Poll),
+            woken(40_100, 45_100, Some(50)),
+            woken(45_150, 47_150, Some(60)),
+            block(1, 47_300, 90_000, WaitClass::Poll),
+        ]);
+        o.wakers.insert(50, "php-fpm8.2".into());
+        o.wakers.insert(51, "php-fpm8.2".into());
+        o.wakers.insert(60, "lagtrace".into());
+        let w = |start_us, end_us| Window {
+            start_us,
+            end_us,
+            weight: 1.0,
+        };
+        let s = split(
+            &[w(1_000, 11_150), w(20_000, 30_150), w(40_000, 47_200)],
+            &o,
+            None,
+        )
+        .unwrap();
+        let poll = s.parts.iter().find(|p| p.class == WaitClass::Poll).unwrap();
+        assert_eq!(poll.us, 27_000, "{s:?}");
+        assert_eq!(
+            poll.woken_by,
+            [
+                WokenBy {
+                    pid: 50,
+                    comm: "php-fpm8.2".into(),
+                    us: 25_000,
+                    processes: 2,
+                },
+                WokenBy {
+                    pid: 60,
+                    comm: "lagtrace".into(),
+                    us: 2_000,
+                    processes: 1,
+                },
+            ]
+        );
     }
 
     /// Two threads sleep inside the window; the one that sent the response (running at the
@@ -1073,6 +1222,7 @@ mod tests {
             end_ns: 61_000,
             kstack: 4,
             state: 1,
+            waker: 0,
         }];
         let r = report(&totals, &raw, &stacks, 1_000_000, 2);
         assert_eq!(r.classes[0].class, WaitClass::Futex);

@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use lagtrace_lab::{Lab, LabOptions};
+use lagtrace_lab::{Lab, LabOptions, ServerKind};
 use serde_json::Value;
 
 use common::{BIN, Foreground};
@@ -142,6 +142,54 @@ fn status<'a>(j: &'a Value, l: &str) -> &'a str {
 
 fn reason<'a>(j: &'a Value, l: &str) -> &'a str {
     j["layers"][l]["reason"].as_str().unwrap_or("")
+}
+
+/// A hop through the agent: nginx in the lab's namespace (the server's host) in front of a
+/// Python backend with Nagle on. diagnose here cannot enter that namespace; the agent
+/// follows nginx's own connections, captures and analyses them on its host, and sends the
+/// hops with its window. The verdict is the local run's (`diagnose_hops.rs`):
+/// `nagle-delayed-ack` at the backend, its pid and address in the chain — three runs.
+#[test]
+#[ignore = "needs root"]
+fn through_the_agent_the_hop_behind_nginx_is_named_at_the_backend() {
+    let lab = Lab::up(&LabOptions::new(&name("hop")).server(ServerKind::Builtin)).expect("lab up");
+    let be = common::python_backend(&lab, 9611, true, 0.0);
+    let (_nginx, _dir) = common::nginx_proxy_in_lab(&lab, 9612, 9611, "");
+    let a = agent(&lab, 9612, &[], &[]);
+    let url = format!("http://{}:9612/", lab.server_addr());
+    for run in 1..=3 {
+        let (code, j, err) = remote_diagnose(&url, &a, &["-d", "4s"]);
+        let shown = || {
+            format!(
+                "{}\n{}",
+                serde_json::to_string_pretty(&j["verdict"]).unwrap_or_default(),
+                common::evidence_lines(&j)
+            )
+        };
+        assert_eq!(
+            j["verdict"]["cause"],
+            "nagle-delayed-ack",
+            "run {run}: {err}\n{}",
+            shown()
+        );
+        assert_eq!(code, 1);
+        let h = &j["verdict"]["hop"];
+        let at = h["at"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("run {run}: no hop\n{}", shown())) as usize;
+        assert_eq!(h["chain"][at]["pid"], u64::from(be.0.id()), "{}", shown());
+        assert_eq!(h["chain"][at]["addr"], "127.0.0.1:9611", "{}", shown());
+        // Every server-side layer came over the channel, the hop's packets too.
+        let hop = j["layers"]["hops"]
+            .as_array()
+            .and_then(|h| h.iter().find(|h| h["peer"] == "127.0.0.1:9611"))
+            .unwrap_or_else(|| panic!("no hop layer: {}", shown()));
+        assert!(
+            hop["packets"]["data"]["transactions"].as_u64() > Some(0),
+            "{}",
+            shown()
+        );
+    }
 }
 
 /// The reference case and the healthy server: the same verdict from the agent as locally.

@@ -10,75 +10,13 @@ use std::path::Path;
 use lagtrace_lab::{Lab, LabOptions, ServerKind};
 use serde_json::Value;
 
-use common::{Foreground, diagnose_json, evidence_lines, python_server, start_in_lab};
+use common::{
+    Foreground, diagnose_json, evidence_lines, nginx_in_lab, nginx_proxy_in_lab, python_backend,
+    python_server, start_in_lab,
+};
 
 fn name(test: &str) -> String {
     format!("hp{test}{}", std::process::id() % 100_000)
-}
-
-/// nginx in `lab` on `listen`, proxying to 127.0.0.1:`upstream` over a keep-alive pool (as
-/// production configurations do); `server_extra` goes into the server block.
-fn nginx_proxy(
-    lab: &Lab,
-    listen: u16,
-    upstream: u16,
-    server_extra: &str,
-) -> (Foreground, tempfile::TempDir) {
-    nginx_in_lab(
-        lab,
-        listen,
-        &format!("upstream app {{ server 127.0.0.1:{upstream}; keepalive 64; }}"),
-        server_extra,
-        "proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\";",
-    )
-}
-
-/// nginx in `lab` on `listen` (one process, its files in a temporary directory) with
-/// `http_extra` in the http block, `server_extra` in the server block and `location` as
-/// the directives of `location /`.
-fn nginx_in_lab(
-    lab: &Lab,
-    listen: u16,
-    http_extra: &str,
-    server_extra: &str,
-    location: &str,
-) -> (Foreground, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path().display().to_string();
-    let conf = format!(
-        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
-         events {{ worker_connections 1024; }}\n\
-         http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
-         fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
-         {http_extra}\n\
-         server {{ listen {listen}; {server_extra} location / {{ {location} }} }} }}\n"
-    );
-    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-    let conf = format!("{d}/nginx.conf");
-    let fg = start_in_lab(lab, dir.path(), &["nginx", "-p", &d, "-c", &conf], listen);
-    (fg, dir)
-}
-
-/// The Python backend on `port`: `nagle` leaves Nagle on (its head and body are two small
-/// writes), `think` seconds before each answer.
-fn backend(lab: &Lab, port: u16, nagle: bool, think: f64) -> Foreground {
-    let on_connect = if nagle {
-        "self.disable_nagle_algorithm = False"
-    } else {
-        "pass"
-    };
-    let on_request = if think > 0.0 {
-        format!("time.sleep({think})")
-    } else {
-        "pass".into()
-    };
-    let script = python_server("", on_connect, &on_request);
-    start_in_lab(
-        lab,
-        Path::new("/"),
-        &["python3", "-c", &script, &port.to_string()],
-        port,
-    )
 }
 
 fn show(j: &Value) -> String {
@@ -127,8 +65,8 @@ fn assert_at_backend(
 #[ignore = "needs root"]
 fn nagle_on_the_backend_behind_nginx_is_named_at_the_backend() {
     let lab = Lab::up(&LabOptions::new(&name("ng")).server(ServerKind::Builtin)).expect("lab up");
-    let be = backend(&lab, 9411, true, 0.0);
-    let (_nginx, _dir) = nginx_proxy(&lab, 9412, 9411, "");
+    let be = python_backend(&lab, 9411, true, 0.0);
+    let (_nginx, _dir) = nginx_proxy_in_lab(&lab, 9412, 9411, "");
     let url = format!("http://{}:9412/", lab.server_addr());
     let report = tempfile::tempdir().expect("tempdir");
     let html = report.path().join("r.html").display().to_string();
@@ -163,17 +101,25 @@ fn nagle_on_the_backend_behind_nginx_is_named_at_the_backend() {
 }
 
 /// A backend that thinks 30 ms per request: `slow-server` at the backend (its pid), not at
-/// nginx — the proxy's own time is small.
+/// nginx — the proxy's own time (its server time less its wait on the hop) is reported, and
+/// under a millisecond.
 #[test]
 #[ignore = "needs root"]
 fn a_slow_backend_behind_nginx_is_slow_server_at_the_backend() {
     let lab = Lab::up(&LabOptions::new(&name("sl")).server(ServerKind::Builtin)).expect("lab up");
-    let be = backend(&lab, 9421, false, 0.03);
-    let (_nginx, _dir) = nginx_proxy(&lab, 9422, 9421, "");
+    let be = python_backend(&lab, 9421, false, 0.03);
+    let (_nginx, _dir) = nginx_proxy_in_lab(&lab, 9422, 9421, "");
     let url = format!("http://{}:9422/", lab.server_addr());
     for run in 1..=3 {
         let (_, j, err) = diagnose_json(&url, &["-d", "4s"]);
         assert_at_backend(&j, &err, run, "slow-server", &be, "127.0.0.1:9421");
+        let own = j["verdict"]["hop"]["server_own_us"].as_u64();
+        eprintln!("run {run}: nginx's own time {own:?} µs");
+        assert!(
+            own.is_some_and(|o| o < 1_000),
+            "run {run}: the proxy's own time {own:?}\n{}",
+            show(&j)
+        );
     }
 }
 
@@ -183,8 +129,8 @@ fn a_slow_backend_behind_nginx_is_slow_server_at_the_backend() {
 #[ignore = "needs root"]
 fn a_healthy_chain_is_healthy_and_blames_no_hop() {
     let lab = Lab::up(&LabOptions::new(&name("ok")).server(ServerKind::Builtin)).expect("lab up");
-    let _be = backend(&lab, 9431, false, 0.0);
-    let (_nginx, _dir) = nginx_proxy(&lab, 9432, 9431, "");
+    let _be = python_backend(&lab, 9431, false, 0.0);
+    let (_nginx, _dir) = nginx_proxy_in_lab(&lab, 9432, 9431, "");
     let url = format!("http://{}:9432/", lab.server_addr());
     for run in 1..=3 {
         let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
@@ -212,7 +158,7 @@ fn a_healthy_chain_is_healthy_and_blames_no_hop() {
 #[ignore = "needs root"]
 fn nagle_on_the_backend_behind_haproxy_is_named_at_the_backend() {
     let lab = Lab::up(&LabOptions::new(&name("ha")).server(ServerKind::Builtin)).expect("lab up");
-    let be = backend(&lab, 9441, true, 0.0);
+    let be = python_backend(&lab, 9441, true, 0.0);
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("haproxy.cfg");
     std::fs::write(
@@ -231,6 +177,43 @@ fn nagle_on_the_backend_behind_haproxy_is_named_at_the_backend() {
         assert_eq!(code, 1);
         let chain = j["verdict"]["hop"]["text"].as_str().unwrap();
         assert!(chain.starts_with("client → haproxy (pid "), "{chain}");
+    }
+}
+
+/// The same Nagle fault behind Apache httpd (Debian's `apache2`, `mod_proxy_http`): a third
+/// proxy the hop code has no case for. One process (`-X`: its event MPM's threads in the
+/// process the test started, so the guard stops all of it).
+#[test]
+#[ignore = "needs root"]
+fn nagle_on_the_backend_behind_apache_is_named_at_the_backend() {
+    let lab = Lab::up(&LabOptions::new(&name("ap")).server(ServerKind::Builtin)).expect("lab up");
+    let be = python_backend(&lab, 9491, true, 0.0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display().to_string();
+    let m = "/usr/lib/apache2/modules";
+    let conf = dir.path().join("httpd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "LoadModule mpm_event_module {m}/mod_mpm_event.so\n\
+             LoadModule authz_core_module {m}/mod_authz_core.so\n\
+             LoadModule proxy_module {m}/mod_proxy.so\n\
+             LoadModule proxy_http_module {m}/mod_proxy_http.so\n\
+             ServerName lab\nListen 9492\nPidFile {d}/httpd.pid\nDefaultRuntimeDir {d}\n\
+             ThreadLimit 64\nThreadsPerChild 64\nMaxRequestWorkers 64\n\
+             ErrorLog {d}/error.log\nProxyPass / http://127.0.0.1:9491/\n"
+        ),
+    )
+    .unwrap();
+    let conf = conf.display().to_string();
+    let _apache = start_in_lab(&lab, dir.path(), &["apache2", "-X", "-f", &conf], 9492);
+    let url = format!("http://{}:9492/", lab.server_addr());
+    for run in 1..=3 {
+        let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        assert_at_backend(&j, &err, run, "nagle-delayed-ack", &be, "127.0.0.1:9491");
+        assert_eq!(code, 1);
+        let chain = j["verdict"]["hop"]["text"].as_str().unwrap();
+        assert!(chain.starts_with("client → apache2 (pid "), "{chain}");
     }
 }
 
@@ -312,10 +295,10 @@ fn a_slow_redis_command_behind_the_application_is_named_at_the_redis_hop() {
 fn nagle_behind_proxies_is_named_at_the_last_hop(tag: &str, proxies: u16) {
     let lab = Lab::up(&LabOptions::new(&name(tag)).server(ServerKind::Builtin)).expect("lab up");
     let base = 9460 + 10 * proxies;
-    let be = backend(&lab, base, true, 0.0);
+    let be = python_backend(&lab, base, true, 0.0);
     // Started back to front: each proxies to the one started before it.
     let nginx: Vec<_> = (1..=proxies)
-        .map(|i| nginx_proxy(&lab, base + i, base + i - 1, ""))
+        .map(|i| nginx_proxy_in_lab(&lab, base + i, base + i - 1, ""))
         .collect();
     let url = format!("http://{}:{}/", lab.server_addr(), base + proxies);
     let addr = format!("127.0.0.1:{base}");
@@ -419,6 +402,319 @@ fn a_backend_listener_overflowing_behind_nginx_is_syn_drop_at_the_hop() {
             ev.lines()
                 .find(|l| l.contains("the peer's listener"))
                 .unwrap_or("")
+        );
+    }
+}
+
+/// Negative control: Nagle on nginx's own client-facing side (`tcp_nodelay off`, its
+/// upstream unbuffered so the response head and body leave in two writes) in front of a
+/// healthy backend: `nagle-delayed-ack` at the front — no hop in the verdict, the fix
+/// nginx's `tcp_nodelay` — never at the backend.
+#[test]
+#[ignore = "needs root"]
+fn nagle_on_the_front_proxy_is_named_at_the_front_not_the_backend() {
+    let lab = Lab::up(&LabOptions::new(&name("fr")).server(ServerKind::Builtin)).expect("lab up");
+    // Healthy (TCP_NODELAY on): the head, 2 ms, then the body — nginx, unbuffered, passes
+    // them on as two writes.
+    let script = python_server(
+        "",
+        "pass",
+        "self.send_response(200)\n        self.send_header(\"Content-Length\", \"6\")\n        \
+         self.end_headers()\n        time.sleep(0.002)\n        self.wfile.write(b\"hello\\n\")\n        \
+         return",
+    );
+    let _be = start_in_lab(
+        &lab,
+        Path::new("/"),
+        &["python3", "-c", &script, "9501"],
+        9501,
+    );
+    let (nginx, _dir) = nginx_in_lab(
+        &lab,
+        9502,
+        "upstream app { server 127.0.0.1:9501; keepalive 64; }",
+        "tcp_nodelay off;",
+        "proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
+         proxy_buffering off;",
+    );
+    let url = format!("http://{}:9502/", lab.server_addr());
+    for run in 1..=3 {
+        let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        assert_eq!(
+            j["verdict"]["cause"],
+            "nagle-delayed-ack",
+            "run {run}: {err}\n{}",
+            show(&j)
+        );
+        assert_eq!(code, 1);
+        // At the front: no hop, or the chain's node at the front nginx itself.
+        if let Some((_, pid, _)) = hop_at(&j) {
+            assert_eq!(pid, u64::from(nginx.0.id()), "run {run}: {}", show(&j));
+        }
+        let fixes = j["verdict"]["fix"].to_string();
+        assert!(fixes.contains("tcp_nodelay"), "run {run}: {fixes}");
+        assert!(!fixes.contains("127.0.0.1:9501"), "run {run}: {fixes}");
+    }
+}
+
+/// Negative control: a server that thinks 30 ms per request itself while holding an idle
+/// connection to a backend with Nagle on (opened at start, never used — a keep-alive pool
+/// at rest): `slow-server` at the server; the idle hop is found but not blamed.
+#[test]
+#[ignore = "needs root"]
+fn an_idle_upstream_connection_is_not_blamed_for_the_servers_own_time() {
+    let lab = Lab::up(&LabOptions::new(&name("id")).server(ServerKind::Builtin)).expect("lab up");
+    let _be = python_backend(&lab, 9511, true, 0.0);
+    let front = python_server(
+        "import socket\nIDLE = socket.create_connection((\"127.0.0.1\", int(sys.argv[2])))",
+        "pass",
+        "time.sleep(0.03)",
+    );
+    let fe = start_in_lab(
+        &lab,
+        Path::new("/"),
+        &["python3", "-c", &front, "9512", "9511"],
+        9512,
+    );
+    let url = format!("http://{}:9512/", lab.server_addr());
+    for run in 1..=3 {
+        let (_, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        assert_eq!(
+            j["verdict"]["cause"],
+            "slow-server",
+            "run {run}: {err}\n{}",
+            show(&j)
+        );
+        if let Some((_, pid, _)) = hop_at(&j) {
+            assert_eq!(pid, u64::from(fe.0.id()), "run {run}: {}", show(&j));
+        }
+        // The idle connection was seen all the same.
+        assert!(
+            j["layers"]["hops"]
+                .as_array()
+                .is_some_and(|h| h.iter().any(|h| h["peer"] == "127.0.0.1:9511")),
+            "run {run}: {}",
+            serde_json::to_string(&j["layers"]["hops"]).unwrap()
+        );
+    }
+}
+
+/// `diagnose --pcap` on captures that hold both sides: tcpdump on `any` in the server's
+/// namespace while wrk (bounded: 4 connections, 2 s) loads nginx in front of the Nagle
+/// backend. The hop is found from the packets alone — the server's host connected to it and
+/// its exchanges lie inside nginx's requests — and named: `nagle-delayed-ack` at
+/// 127.0.0.1:9521, with no process (a file names none). Three captures, the same verdict.
+/// A capture of the client-facing port alone names no hop: what the file cannot show is
+/// not guessed.
+#[test]
+#[ignore = "needs root"]
+fn a_capture_holding_both_sides_names_the_hop() {
+    use lagtrace_testkit::tcpdump::{stop_tcpdump, tcpdump_on, tcpdump_on_filter};
+    let lab = Lab::up(&LabOptions::new(&name("pc")).server(ServerKind::Builtin)).expect("lab up");
+    let _be = python_backend(&lab, 9521, true, 0.0);
+    let (_nginx, _dir) = nginx_proxy_in_lab(&lab, 9522, 9521, "");
+    let url = format!("http://{}:9522/", lab.server_addr());
+    let ns = lagtrace_lab::netns_name(lab.name());
+    let dir = tempfile::tempdir().expect("tempdir");
+    for run in 1..=3 {
+        let all = dir.path().join(format!("all{run}.pcap"));
+        let front = dir.path().join(format!("front{run}.pcap"));
+        {
+            let _turn = lagtrace_testkit::measuring();
+            let td_all = tcpdump_on_filter(Some(&ns), "any", &all, "tcp");
+            let td_front = tcpdump_on(Some(&ns), "any", &front, 9522);
+            let wrk = std::process::Command::new("wrk")
+                .args(["-t1", "-c4", "-d2s", "--timeout", "2s", &url])
+                .output()
+                .expect("wrk");
+            stop_tcpdump(td_all);
+            stop_tcpdump(td_front);
+            assert!(wrk.status.success(), "wrk: {wrk:?}");
+        }
+        let (code, j, err) =
+            common::diagnose_cmd_json(&["--pcap", all.to_str().unwrap(), "--port", "9522"]);
+        assert_eq!(
+            j["verdict"]["cause"],
+            "nagle-delayed-ack",
+            "run {run}: {err}\n{}",
+            show(&j)
+        );
+        assert_eq!(code, 1);
+        let h = &j["verdict"]["hop"];
+        let at = h["at"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no hop: {}", show(&j))) as usize;
+        assert_eq!(
+            h["chain"][at]["addr"],
+            "127.0.0.1:9521",
+            "run {run}: {}",
+            show(&j)
+        );
+        assert!(h["chain"][at]["pid"].is_null(), "{}", show(&j));
+        let fix = j["verdict"]["fix"][0]["location"].as_str().unwrap_or("");
+        assert!(
+            fix.contains("127.0.0.1:9521"),
+            "run {run}: the fix is the backend's: {fix}"
+        );
+        if run == 1 {
+            let (_, f, err) =
+                common::diagnose_cmd_json(&["--pcap", front.to_str().unwrap(), "--port", "9522"]);
+            assert!(f["verdict"]["hop"].is_null(), "{err}\n{}", show(&f));
+            assert!(
+                f["layers"]["hops"].as_array().is_none_or(|h| h.is_empty()),
+                "{}",
+                show(&f)
+            );
+            eprintln!("the client-facing port alone: {}", f["verdict"]["cause"]);
+        }
+    }
+}
+
+/// Debian's php-fpm binary (`php-fpm8.2` on bookworm: the version is in its name).
+fn php_fpm() -> String {
+    std::fs::read_dir("/usr/sbin")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("php-fpm"))
+        .max()
+        .unwrap_or_else(|| "php-fpm".into())
+}
+
+/// php-fpm (Debian's `php-fpm`) started in `lab`'s namespace with `conf`, its socket
+/// under `dir`; stopped with SIGTERM (its master then stops its workers), SIGKILL after 5 s.
+struct PhpFpm(std::process::Child);
+
+impl PhpFpm {
+    fn start(lab: &Lab, dir: &Path, conf: &Path) -> PhpFpm {
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
+            .arg(php_fpm())
+            .args(["--nodaemonize", "--allow-to-run-as-root", "--fpm-config"])
+            .arg(conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start php-fpm8.2");
+        let fpm = PhpFpm(child);
+        let t = std::time::Instant::now();
+        while !dir.join("php.sock").exists() {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(10),
+                "php-fpm did not open its socket: {}",
+                std::fs::read_to_string(dir.join("fpm.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        fpm
+    }
+
+    /// Its workers' pids (the master's children).
+    fn workers(&self) -> Vec<u64> {
+        let master = self.0.id();
+        let text = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
+            .unwrap_or_default();
+        text.split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for PhpFpm {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A Unix-socket upstream: nginx → php-fpm over a Unix socket, a script that works 30 ms
+/// per request. No packet shows that hop; the off-CPU tracer sees nginx wait in epoll
+/// inside each request's server time and who woke it (sched_waking): a php-fpm worker.
+/// `slow-server` with the chain ending at php-fpm (one of its workers), the fix on its
+/// side, its part of the server time the injected 30 ms within ±20 % — three runs.
+#[test]
+#[ignore = "needs root"]
+fn a_slow_script_behind_php_fpm_on_a_unix_socket_is_named_at_php_fpm() {
+    let lab = Lab::up(&LabOptions::new(&name("fp")).server(ServerKind::Builtin)).expect("lab up");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display().to_string();
+    std::fs::write(
+        dir.path().join("slow.php"),
+        "<?php usleep(30000); echo \"hello\\n\";\n",
+    )
+    .unwrap();
+    let conf = dir.path().join("fpm.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[global]\npid = {d}/fpm.pid\nerror_log = {d}/fpm.log\ndaemonize = no\n\
+             [lab]\nuser = root\ngroup = root\nlisten = {d}/php.sock\npm = static\n\
+             pm.max_children = 4\n"
+        ),
+    )
+    .unwrap();
+    let fpm = PhpFpm::start(&lab, dir.path(), &conf);
+    let (_nginx, _ndir) = nginx_in_lab(
+        &lab,
+        9532,
+        "",
+        "",
+        &format!(
+            "include /etc/nginx/fastcgi_params; fastcgi_param SCRIPT_FILENAME {d}/slow.php; \
+             fastcgi_pass unix:{d}/php.sock;"
+        ),
+    );
+    let url = format!("http://{}:9532/", lab.server_addr());
+    let workers = fpm.workers();
+    assert!(!workers.is_empty(), "php-fpm has no workers");
+    for run in 1..=3 {
+        let (code, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        assert_eq!(
+            j["verdict"]["cause"],
+            "slow-server",
+            "run {run}: {err}\n{}",
+            show(&j)
+        );
+        assert_eq!(code, 1);
+        let h = &j["verdict"]["hop"];
+        let at = h["at"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("run {run}: no hop\n{}", show(&j))) as usize;
+        let n = &h["chain"][at];
+        assert!(
+            n["name"].as_str().is_some_and(|s| s.starts_with("php-fpm")),
+            "run {run}: {}",
+            show(&j)
+        );
+        assert!(
+            n["pid"].as_u64().is_some_and(|p| workers.contains(&p)),
+            "run {run}: {} not one of {workers:?}",
+            n["pid"]
+        );
+        let fix = &j["verdict"]["fix"][0];
+        assert!(
+            fix["location"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("php-fpm")),
+            "run {run}: {fix}"
+        );
+        // The added time is the injected 30 ms within ±20 %.
+        let added = j["verdict"]["cost"]["added_us"].as_u64().unwrap_or(0);
+        assert!(
+            (24_000..=36_000).contains(&added),
+            "run {run}: added {added} µs for a 30 ms script\n{}",
+            show(&j)
         );
     }
 }

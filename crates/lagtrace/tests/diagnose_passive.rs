@@ -12,25 +12,7 @@ use serde_json::Value;
 
 use common::BIN;
 
-/// `lagtrace diagnose ARGS --json -q`: exit code, JSON, stderr.
-fn passive_json(args: &[&str]) -> (i32, Value, String) {
-    let home = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(BIN)
-        .arg("diagnose")
-        .args(args)
-        .args(["--json", "-q"])
-        .env("XDG_STATE_HOME", home.path())
-        .output()
-        .expect("run lagtrace");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "diagnose {args:?}: not JSON ({e}): {}\n{stderr}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
-    (out.status.code().unwrap_or(-1), j, stderr)
-}
+use common::diagnose_cmd_json as passive_json;
 
 fn cause(j: &Value) -> &str {
     j["verdict"]["cause"].as_str().unwrap_or("")

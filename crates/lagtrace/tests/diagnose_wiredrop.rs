@@ -22,55 +22,10 @@ use std::time::Duration;
 use lagtrace_lab::{Lab, LabOptions};
 use serde_json::Value;
 
-use common::Foreground;
+use common::{Foreground, drop_output_in_lab, nft_dropped_in_lab};
 
 fn name(test: &str) -> String {
     format!("wd{test}{}", std::process::id())
-}
-
-/// Loads an nftables ruleset into the lab's namespace (the namespace goes with the lab).
-fn nft(lab: &Lab, rules: &str) {
-    let ns = lagtrace_lab::netns_name(lab.name());
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &ns, "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("nft");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(rules.as_bytes())
-        .expect("write rules");
-    assert!(child.wait().expect("nft").success(), "nft -f: {rules}");
-}
-
-/// Drops `pct` % of the data segments (IP length over a bare ACK's) leaving `sport` on the
-/// lab namespace's output path.
-fn drop_output(lab: &Lab, sport: u16, pct: u8) {
-    nft(lab, "flush ruleset\n");
-    nft(
-        lab,
-        &format!(
-            "table inet ltwd {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  tcp sport {sport} ip length > 80 numgen random mod 100 < {pct} counter drop\n }}\n}}\n"
-        ),
-    );
-}
-
-/// Packets the lab's `ltwd` rule dropped so far.
-fn nft_dropped(lab: &Lab) -> u64 {
-    let ns = lagtrace_lab::netns_name(lab.name());
-    let out = Command::new("ip")
-        .args(["netns", "exec", &ns, "nft", "list", "table", "inet", "ltwd"])
-        .output()
-        .expect("nft list");
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split("counter packets ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 fn diagnose(url: &str, args: &[&str]) -> (Value, String) {
@@ -149,14 +104,14 @@ fn nginx_with_an_nft_drop_on_its_output_is_packet_loss_dropped_before_wire() {
     let lab = Lab::up(&LabOptions::new(&name("nft"))).expect("lab up");
     // Three runs, the share varied: the same cause each time.
     for pct in [2u8, 4, 3] {
-        drop_output(&lab, 80, pct);
+        drop_output_in_lab(&lab, 80, pct);
         let (j, err) = diagnose(&lab.good_url(), &["-d", "3s"]);
         eprintln!(
             "{pct}%: {} / {} / tail: {} (nft dropped {})",
             j["verdict"]["cause"],
             j["verdict"]["mechanism"],
             j["verdict"]["tail"]["text"],
-            nft_dropped(&lab)
+            nft_dropped_in_lab(&lab)
         );
         assert_dropped_before_wire(&j, &err, "nft list ruleset");
     }
@@ -332,7 +287,7 @@ fn drops_on_another_port_and_process_are_not_blamed_on_the_target() {
         &["python3", "-c", OTHER, "9093"],
         9093,
     );
-    drop_output(&lab, 9093, 5);
+    drop_output_in_lab(&lab, 9093, 5);
     // Traffic to the other server through the whole diagnosis (bounded).
     let url = format!("http://{}:9093/", lab.server_addr());
     let _bg = Foreground(
@@ -344,9 +299,9 @@ fn drops_on_another_port_and_process_are_not_blamed_on_the_target() {
             .expect("background load"),
     );
     std::thread::sleep(Duration::from_millis(500));
-    let before = nft_dropped(&lab);
+    let before = nft_dropped_in_lab(&lab);
     let (j, err) = diagnose(&lab.good_url(), &["-d", "3s"]);
-    let during = nft_dropped(&lab) - before;
+    let during = nft_dropped_in_lab(&lab) - before;
     assert!(during > 0, "the other port's drops happened: {}", show(&j));
     assert_eq!(j["layers"]["host"]["status"], "ok", "{err}\n{}", show(&j));
     assert!(j["verdict"].get("mechanism").is_none(), "{}", show(&j));

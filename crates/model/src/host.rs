@@ -279,6 +279,10 @@ pub struct OffCpu {
     /// Every stack's frames by the kernel's stack id (not written out).
     #[serde(skip)]
     pub stack_frames: std::collections::BTreeMap<i32, Vec<String>>,
+    /// The command name of each process that woke a block ([`OffCpuBlock::waker`]), read
+    /// at the end of the window (not written out).
+    #[serde(skip)]
+    pub wakers: std::collections::BTreeMap<u32, String>,
 }
 
 /// One class's total.
@@ -318,6 +322,9 @@ pub struct OffCpuBlock {
     pub class: WaitClass,
     /// The kernel's stack id ([`OffCpu::stack_frames`]; negative: none).
     pub stack: i32,
+    /// The process whose thread woke it (`sched:sched_waking` runs in the waker's context;
+    /// in an interrupt, whatever ran there), when the tracer saw the wake-up.
+    pub waker: Option<u32>,
 }
 
 /// Where the serving thread was during the requests' server time (from the request's last
@@ -379,6 +386,26 @@ pub struct ServerTimePart {
     /// The kernel stack with the most of it (innermost first).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frames: Vec<String>,
+    /// The processes whose threads ended these waits (woke the serving thread), most time
+    /// first, at most three: an upstream on this host that answered on a Unix or loopback
+    /// socket or a pipe is named here even where no packet shows it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub woken_by: Vec<WokenBy>,
+}
+
+/// The processes (by command) that woke the serving thread inside the server time, and how
+/// much of a part's time their wake-ups ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WokenBy {
+    /// The process id of the one (of `processes` with this command) that woke the most.
+    pub pid: u32,
+    /// Their command name (empty: processes that exited before the window ended, or kernel
+    /// threads — an interrupt's wake-up, not an upstream's).
+    pub comm: String,
+    /// The time of the blocks they ended, summed over the requests, µs.
+    pub us: u64,
+    /// How many processes with this command woke it.
+    pub processes: u32,
 }
 
 impl HostReport {

@@ -124,6 +124,7 @@ impl Synth {
                 transactions: 100_000,
                 handshake_rtt: Some(self.pct(32, 70, 200)),
                 server_time: Some(self.pct(100_000, 90, 900)),
+                exchange_time: None,
                 findings: vec![],
                 example_flow: None,
                 joins: Vec::new(),

@@ -8,6 +8,16 @@ use std::process::{Child, Command, Stdio};
 /// Starts `tcpdump {opts} -w file "tcp port {port}"` (inside `netns` if given) and waits
 /// until it says it is listening.
 pub fn spawn_tcpdump(netns: Option<&str>, opts: &[&str], file: &Path, port: u16) -> Child {
+    spawn_tcpdump_filter(netns, opts, file, &format!("tcp port {port}"))
+}
+
+/// [`spawn_tcpdump`] with the capture filter `filter` (e.g. `tcp`: every connection).
+pub fn spawn_tcpdump_filter(
+    netns: Option<&str>,
+    opts: &[&str],
+    file: &Path,
+    filter: &str,
+) -> Child {
     let mut cmd = match netns {
         Some(ns) => {
             let mut c = Command::new("ip");
@@ -20,7 +30,7 @@ pub fn spawn_tcpdump(netns: Option<&str>, opts: &[&str], file: &Path, port: u16)
         .args(opts)
         .arg("-w")
         .arg(file)
-        .arg(format!("tcp port {port}"))
+        .arg(filter)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -45,7 +55,12 @@ pub fn spawn_tcpdump(netns: Option<&str>, opts: &[&str], file: &Path, port: u16)
 /// the default 2 MiB, a capture on `any` of a multi-gigabit veth on a loaded machine lost
 /// bursts of a megabyte or more (seen as sequence holes), so two captures of one run differed.
 pub fn tcpdump_on(netns: Option<&str>, dev: &str, file: &Path, port: u16) -> Child {
-    spawn_tcpdump(
+    tcpdump_on_filter(netns, dev, file, &format!("tcp port {port}"))
+}
+
+/// [`tcpdump_on`] with the capture filter `filter`.
+pub fn tcpdump_on_filter(netns: Option<&str>, dev: &str, file: &Path, filter: &str) -> Child {
+    spawn_tcpdump_filter(
         netns,
         &[
             "-i",
@@ -59,7 +74,7 @@ pub fn tcpdump_on(netns: Option<&str>, dev: &str, file: &Path, port: u16) -> Chi
             "32768",
         ],
         file,
-        port,
+        filter,
     )
 }
 

@@ -34,6 +34,11 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
         .iter()
         .filter_map(|t| t.server_time_us)
         .collect();
+    let mut ex: Vec<u64> = a
+        .transactions
+        .iter()
+        .filter_map(|t| t.time_to_last_byte_us)
+        .collect();
     let findings = a
         .summary
         .iter()
@@ -68,6 +73,7 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
         transactions: a.transactions_total,
         handshake_rtt: percentiles_of(&mut hs),
         server_time: percentiles_of(&mut st),
+        exchange_time: percentiles_of(&mut ex),
         findings,
         example_flow: None,
         joins: Vec::new(),

@@ -9,7 +9,7 @@
 use lagtrace_model::Cause;
 use lagtrace_model::diagnosis::evidence::{HopEvidence, ServerProcess};
 
-use super::Judgement;
+use super::{Judgement, ms};
 use crate::evidence::{Layer, LayerName, Layers, Target};
 use crate::verdict::{EvidenceLine, Fix, FixSide, Hop, HopNode, Mechanism, Stance};
 use lagtrace_model::FindingKind;
@@ -26,6 +26,24 @@ pub(super) fn front_open(front: &Judgement, layers: &Layers) -> bool {
         Cause::SlowServer | Cause::Healthy | Cause::UnexplainedTail
     ) || (layers.packets.get().is_some_and(|p| p.transactions > 0)
         && !front.finding_layers.contains(&LayerName::Packets))
+        // A response's end held until the client's ACK, seen in the packets alone (the
+        // server's sockets do not show Nagle on): a proxy that streams forwards the head at
+        // once and the body when its upstream sends it, and an upstream's stall that ends
+        // near the client's delayed ACK reads on the front as the proxy's own Nagle (Apache
+        // mod_proxy in front of a backend with Nagle on).
+        || (front.verdict.cause == Cause::NagleDelayedAck
+            && !front.finding_layers.contains(&LayerName::Sockets))
+}
+
+/// Whether the hop's judgement accounts for the front's: a front that named a cause from
+/// its own packets (`front_open`'s packets-only Nagle) yields only to a hop whose cause
+/// adds at least half as much per request; one that saw only the server's time yields to
+/// any hop that names a cause.
+pub(super) fn explains(front: &Judgement, hop: &Judgement) -> bool {
+    matches!(
+        front.verdict.cause,
+        Cause::SlowServer | Cause::Healthy | Cause::UnexplainedTail
+    ) || hop.verdict.cost.added_us.saturating_mul(2) >= front.verdict.cost.added_us
 }
 
 /// The hop's layers: its packets and its peer's sockets, with the client's app runs (what
@@ -36,8 +54,9 @@ pub(super) fn hop_layers(front: &Layers, h: &HopEvidence) -> Layers {
     let mut sockets = h.sockets.clone();
     if let Some(s) = sockets.data.as_mut() {
         s.client.note = format!(
-            "the client on this hop is {} (pid {}): the server's own connections to {}",
-            h.from.comm, h.from.pid, h.peer
+            "the client on this hop is {}: the server's own connections to {}",
+            who(&h.from),
+            h.peer
         );
     }
     Layers {
@@ -177,19 +196,27 @@ fn reuse_fix(h: &HopEvidence) -> crate::verdict::Fix {
     };
     crate::verdict::Fix {
         side: FixSide::Server,
-        location: Some(format!(
-            "{} (pid {}), its connections to {}",
-            h.from.comm, h.from.pid, h.peer
-        )),
+        location: Some(format!("{}, its connections to {}", who(&h.from), h.peer)),
         change,
         tradeoff: Some("idle connections held open to the upstream".into()),
     }
 }
 
+/// A process in words: `nginx (pid 7)`, or its name alone where the evidence has no pid
+/// (0: a saved capture's).
+fn who(p: &ServerProcess) -> String {
+    if p.pid == 0 {
+        p.comm.clone()
+    } else {
+        format!("{} (pid {})", p.comm, p.pid)
+    }
+}
+
+/// A process on the chain; pid 0 is one the evidence could not name (a saved capture's).
 fn node(p: &ServerProcess, addr: Option<String>) -> HopNode {
     HopNode {
         name: p.comm.clone(),
-        pid: Some(p.pid),
+        pid: (p.pid != 0).then_some(p.pid),
         addr,
     }
 }
@@ -198,12 +225,20 @@ fn node(p: &ServerProcess, addr: Option<String>) -> HopNode {
 pub(super) const MAX_DEPTH: u32 = 8;
 
 /// The process at the far end of a hop: its listener's owner, else the service its port is
-/// known for, else `remote`.
+/// known for, else `local` (a loopback peer no process was found for: a saved capture's)
+/// or `remote`.
 fn peer_node(h: &HopEvidence) -> HopNode {
+    let on_loopback = h
+        .peer
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.ip().is_loopback());
     match &h.to {
         Some(p) => node(p, Some(h.peer.clone())),
         None => HopNode {
-            name: h.service.clone().unwrap_or_else(|| "remote".into()),
+            name: h
+                .service
+                .clone()
+                .unwrap_or_else(|| String::from(if on_loopback { "local" } else { "remote" })),
             pid: None,
             addr: Some(h.peer.clone()),
         },
@@ -271,16 +306,20 @@ pub(super) fn adopt(front: Judgement, mut hop: Judgement, h: &HopEvidence, at: H
         stance: Stance::Supports,
         cause: Some(hop.verdict.cause),
         text: format!(
-            "the request's way: {}; {} (pid {})'s {} connection(s) to {} were captured on its side",
-            at.text, h.from.comm, h.from.pid, h.connections, h.peer
+            "the request's way: {}; {}'s {} connection(s) to {} were captured on its side",
+            at.text,
+            who(&h.from),
+            h.connections,
+            h.peer
         ),
     }];
     evidence.extend(hop.evidence.into_iter().map(|mut e| {
         if e.layer == LayerName::Sockets && e.text.starts_with("client (lagtrace)") {
             // On the hop the client is the server's process, not lagtrace.
             e.text = format!(
-                "the client on this hop is {} (pid {}), the server's own connections to {}",
-                h.from.comm, h.from.pid, h.peer
+                "the client on this hop is {}, the server's own connections to {}",
+                who(&h.from),
+                h.peer
             );
         }
         if matches!(e.layer, LayerName::Packets | LayerName::Sockets) {
@@ -312,4 +351,41 @@ pub(super) fn adopt(front: Judgement, mut hop: Judgement, h: &HopEvidence, at: H
         evidence,
         finding_layers,
     }
+}
+
+/// The server's own time with its wait on the first hop taken out: its server time at the
+/// client-facing capture less the first hop's exchange (its request's first byte to its
+/// response's last byte, at the server's side of the hop), p50 of each — a proxy that only
+/// passes requests on spends well under a millisecond of its own.
+pub(super) fn own_time(j: &mut Judgement, layers: &Layers, first: &HopEvidence) {
+    let server = layers
+        .packets
+        .get()
+        .and_then(|p| p.server_time.as_ref())
+        .map(|p| p.p50_us);
+    let exchange = first
+        .packets
+        .get()
+        .and_then(|p| p.exchange_time.as_ref())
+        .map(|p| p.p50_us);
+    let (Some(s), Some(e), Some(hop)) = (server, exchange, j.verdict.hop.as_mut()) else {
+        return;
+    };
+    let own = s.saturating_sub(e);
+    hop.server_own_us = Some(own);
+    j.evidence.push(EvidenceLine {
+        layer: LayerName::Packets,
+        stance: Stance::Note,
+        cause: None,
+        text: format!(
+            "{}'s own time ~{} per request: its server time p50 {} at the client-facing \
+             capture, less its wait on the hop to {} (request to the response's last byte, p50 \
+             {})",
+            who(&first.from),
+            ms(own),
+            ms(s),
+            first.peer,
+            ms(e)
+        ),
+    });
 }

@@ -10,7 +10,7 @@ use super::{
     server_time, tail, unreachable, wiredrop,
 };
 use crate::evidence::{AppRun, LayerName, Layers, Target};
-use crate::verdict::{Confidence, Cost, EvidenceLine, Mechanism, Stance, Tail, Verdict};
+use crate::verdict::{Confidence, Cost, EvidenceLine, HopNode, Mechanism, Stance, Tail, Verdict};
 use lagtrace_model::diagnosis::evidence::HopEvidence;
 
 /// Decides the verdict from the evidence of all layers, the hops behind the server included:
@@ -22,11 +22,13 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
         return front;
     }
     match behind(layers, 1, None) {
-        Some((path, j)) => {
+        Some((path, j)) if hop::explains(&front, &j) => {
             let at = hop::chain(target, &path);
-            hop::adopt(front, j, path[path.len() - 1], at)
+            let mut j = hop::adopt(front, j, path[path.len() - 1], at);
+            hop::own_time(&mut j, layers, path[0]);
+            j
         }
-        None => front,
+        _ => front,
     }
 }
 
@@ -132,7 +134,7 @@ fn judge_here(target: &Target, layers: &Layers) -> Judgement {
             }
         }
     }
-    server_time_split(&x, &mut cands);
+    server_time_split(&x, target, &mut cands);
     let Some(primary) = cands.first() else {
         return match &tail {
             Some(t) if t.client.is_some() => judge_client(layers, &x, t),
@@ -193,7 +195,7 @@ fn judge_here(target: &Target, layers: &Layers) -> Judgement {
             mechanism: primary.mechanism.or(mechanism.map(|m| m.0)),
             tail: tail.map(|t| with_mechanism(t.tail(), primary, &x)),
             fix,
-            hop: None,
+            hop: primary.hop.clone(),
         },
         evidence,
         finding_layers,
@@ -331,7 +333,7 @@ fn explained(x: &Facts<'_>, slow: &Candidate, cands: &[Candidate]) -> bool {
 /// request, and the split shows the serving thread busy or blocked in its own work through
 /// the server time — writing late, not held after the write (seen: a CPU-bound Python
 /// server whose requests queued ~200 ms on the interpreter lock at c=8).
-fn server_time_split(x: &Facts<'_>, cands: &mut Vec<Candidate>) {
+fn server_time_split(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>) {
     let Some(c) = cands.iter_mut().find(|c| c.cause == Cause::SlowServer) else {
         return;
     };
@@ -341,6 +343,33 @@ fn server_time_split(x: &Facts<'_>, cands: &mut Vec<Candidate>) {
     c.evidence.push(s.line);
     if !c.layers.contains(&LayerName::Host) {
         c.layers.push(LayerName::Host);
+    }
+    // The server waited on another process: the time is that process's, and the verdict
+    // says where it sits (a hop no packet showed: a Unix socket, a pipe).
+    if let Some((w, fix)) = s.woken {
+        let server = x.sockets.and_then(|s| s.server.as_ref());
+        c.hop = Some(crate::verdict::Hop::new(
+            vec![
+                HopNode {
+                    name: "client".into(),
+                    pid: None,
+                    addr: None,
+                },
+                HopNode {
+                    name: server.map_or_else(|| "server".into(), |p| p.comm.clone()),
+                    pid: server.map(|p| p.pid),
+                    addr: Some(format!("{}:{}", target.addr, target.port)),
+                },
+                HopNode {
+                    name: w.comm.clone(),
+                    pid: Some(w.pid),
+                    addr: None,
+                },
+            ],
+            2,
+        ));
+        c.host_fix = Some(fix);
+        return;
     }
     let Some((m, fix)) = s.named else {
         return;

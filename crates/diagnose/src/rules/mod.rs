@@ -139,6 +139,8 @@ struct Candidate {
     mechanism: Option<Mechanism>,
     /// The fix the host layer's evidence points to (goes first).
     host_fix: Option<Fix>,
+    /// Where on the request's way the cause sits, when a layer showed it behind the server.
+    hop: Option<crate::verdict::Hop>,
 }
 
 impl Candidate {
@@ -155,6 +157,7 @@ impl Candidate {
             evidence: Vec::new(),
             mechanism: None,
             host_fix: None,
+            hop: None,
         }
     }
 

@@ -21,10 +21,14 @@
 //! whose work held them, `cpu-contention` or the measurement's own). Waits in `epoll_wait`/`poll`
 //! inside the server time (an event loop's timer, or an upstream's reply not yet there)
 //! are said as such, never named a mechanism: the kernel stack cannot tell a timer from a
-//! descriptor that was not ready.
+//! descriptor that was not ready. Who ended them can: when one command's processes woke
+//! the serving thread out of most of that wait (`sched:sched_waking`, in the waker's
+//! context), the server waited on them — an upstream on this host answering on a Unix or
+//! loopback socket or a pipe (php-fpm behind nginx) — and the verdict names that process
+//! as the hop where the time goes ([`Woken`]).
 
 use lagtrace_model::Cause;
-use lagtrace_model::host::{ServerTimeSplit, WaitClass};
+use lagtrace_model::host::{ServerTimePart, ServerTimeSplit, WaitClass};
 
 use super::facts::Facts;
 use super::{DOMINANT_SERVER_US, ms, pct, sup};
@@ -41,6 +45,62 @@ const MIN_REQUESTS: u64 = 5;
 pub(super) struct Split {
     pub(super) line: EvidenceLine,
     pub(super) named: Option<(Mechanism, Fix)>,
+    /// The process the server waited on, with the fix on its side.
+    pub(super) woken: Option<(Woken, Fix)>,
+}
+
+/// The process whose wake-ups ended most of the serving thread's waits for a descriptor
+/// (epoll/poll, a socket read, a pipe) inside the server time: what the server waited on.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Woken {
+    /// The one (of its command's processes) that woke the most.
+    pub(super) pid: u32,
+    pub(super) comm: String,
+    /// Processes with that command that woke it (a pool's workers).
+    pub(super) processes: u32,
+    /// Its part of each request's server time, µs, and of the server time.
+    pub(super) each_us: u64,
+    pub(super) share: f64,
+}
+
+/// One command's wake-ups must have ended at least this share of the wait to name it.
+const WAKER_SHARE: f64 = 2.0 / 3.0;
+
+/// The waits for a descriptor that hold at least [`MIN_SHARE`] of the server time, and the
+/// command whose processes ended at least [`WAKER_SHARE`] of them — not the server itself
+/// nor lagtrace (whose requests arrive on the same sockets), nor an unnamed waker (an
+/// interrupt's, or one that exited).
+fn woken(s: &ServerTimeSplit, x: &Facts<'_>) -> Option<Woken> {
+    let server = x.sockets.and_then(|s| s.server.as_ref());
+    let p: &ServerTimePart = s
+        .parts
+        .iter()
+        .filter(|p| {
+            matches!(
+                p.class,
+                WaitClass::Poll | WaitClass::SocketRead | WaitClass::Pipe
+            )
+        })
+        .max_by(|a, b| a.share.total_cmp(&b.share))?;
+    if p.share < MIN_SHARE || p.us == 0 {
+        return None;
+    }
+    let w = p.woken_by.iter().find(|w| {
+        !w.comm.is_empty()
+            && !w.comm.starts_with("lagtrace")
+            && server.is_none_or(|s| s.pid != w.pid && s.comm != w.comm)
+    })?;
+    if (w.us as f64) < WAKER_SHARE * p.us as f64 {
+        return None;
+    }
+    let share = (w.us as f64 / s.server_us.max(1) as f64).min(1.0);
+    Some(Woken {
+        pid: w.pid,
+        comm: w.comm.clone(),
+        processes: w.processes,
+        each_us: w.us / s.requests.max(1),
+        share,
+    })
 }
 
 /// Plain words for a class in a sentence.
@@ -122,13 +182,28 @@ pub(super) fn split(x: &Facts<'_>) -> Option<Split> {
         ),
         _ => String::new(),
     };
+    let woken = woken(s, x);
+    let by = woken.as_ref().map_or(String::new(), |w| {
+        format!(
+            "; {} of the server time ended when {} (pid {}{}) woke it (sched_waking): the \
+             server waited on that process",
+            pct(w.share),
+            w.comm,
+            w.pid,
+            if w.processes > 1 {
+                format!(", one of {} with that name", w.processes)
+            } else {
+                String::new()
+            }
+        )
+    });
     let line = sup(
         LayerName::Host,
         Cause::SlowServer,
         format!(
             "inside the server time of {} requests (~{} each; {} with their serving thread \
-             found), that thread was {}{cpu} (sched_switch: its blocks that began and ended \
-             within the request's server time)",
+             found), that thread was {}{cpu}{by} (sched_switch: its blocks that began and \
+             ended within the request's server time)",
             s.requests,
             ms(per_request),
             s.attributed,
@@ -185,8 +260,25 @@ pub(super) fn split(x: &Facts<'_>) -> Option<Split> {
     } else {
         None
     };
+    let woken = woken.map(|w| {
+        let fix = Fix {
+            side: FixSide::Server,
+            location: Some(format!("{} (pid {})", w.comm, w.pid)),
+            change: format!(
+                "{server} waits ~{} per request for {} to answer: the time is spent there — \
+                 profile {} (its handler, script or query) with its own tools, or run lagtrace \
+                 on it",
+                ms(w.each_us),
+                w.comm,
+                w.comm
+            ),
+            tradeoff: None,
+        };
+        (w, fix)
+    });
     Some(Split {
         line,
+        woken,
         named: named.map(|(m, change)| {
             (
                 m,

@@ -82,6 +82,53 @@ pub fn tc_in_lab(lab: &lagtrace_lab::Lab, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Loads an nftables ruleset into `lab`'s namespace (the namespace, and the rules with it,
+/// go with the lab); panics when `nft -f` refuses it.
+pub fn nft_in_lab(lab: &lagtrace_lab::Lab, rules: &str) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let ns = lagtrace_lab::netns_name(lab.name());
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("nft");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(rules.as_bytes())
+        .expect("write rules");
+    assert!(child.wait().expect("nft").success(), "nft -f: {rules}");
+}
+
+/// Drops `pct` % of the data segments (IP length over a bare ACK's) leaving `sport` on
+/// `lab`'s output path, counted, in the table `inet ltwd` (any ruleset before is flushed).
+pub fn drop_output_in_lab(lab: &lagtrace_lab::Lab, sport: u16, pct: u8) {
+    nft_in_lab(lab, "flush ruleset\n");
+    nft_in_lab(
+        lab,
+        &format!(
+            "table inet ltwd {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  tcp sport {sport} ip length > 80 numgen random mod 100 < {pct} counter drop\n }}\n}}\n"
+        ),
+    );
+}
+
+/// Packets `lab`'s `ltwd` rule ([`drop_output_in_lab`]) dropped so far.
+pub fn nft_dropped_in_lab(lab: &lagtrace_lab::Lab) -> u64 {
+    let ns = lagtrace_lab::netns_name(lab.name());
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns, "nft", "list", "table", "inet", "ltwd"])
+        .output()
+        .expect("nft list");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("counter packets ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Starts `cmd` in `lab`'s namespace, in directory `dir`, and waits (at most 10 s) until
 /// the lab's server address answers on `port`.
 pub fn start_in_lab(lab: &lagtrace_lab::Lab, dir: &Path, cmd: &[&str], port: u16) -> Foreground {
@@ -106,6 +153,27 @@ pub fn start_in_lab(lab: &lagtrace_lab::Lab, dir: &Path, cmd: &[&str], port: u16
         std::thread::sleep(Duration::from_millis(100));
     }
     fg
+}
+
+/// `lagtrace diagnose ARGS --json -q` (its saved state in a private directory): exit code,
+/// JSON, stderr.
+pub fn diagnose_cmd_json(args: &[&str]) -> (i32, serde_json::Value, String) {
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .arg("diagnose")
+        .args(args)
+        .args(["--json", "-q"])
+        .env("XDG_STATE_HOME", home.path())
+        .output()
+        .expect("run lagtrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "diagnose {args:?}: not JSON ({e}): {}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (out.status.code().unwrap_or(-1), j, stderr)
 }
 
 /// Runs `lagtrace diagnose URL --json -q ARGS` (its saved state in a private directory,
@@ -201,5 +269,70 @@ pub fn every_nth_server() -> String {
         "EVERY, SLOW = int(sys.argv[2]), float(sys.argv[3])\nlock = threading.Lock()\nn = [0]",
         "pass",
         "with lock:\n            n[0] += 1\n            slow = n[0] % EVERY == 0\n        if slow:\n            time.sleep(SLOW)",
+    )
+}
+
+/// nginx in `lab` on `listen`, proxying to 127.0.0.1:`upstream` over a keep-alive pool (as
+/// production configurations do); `server_extra` goes into the server block.
+pub fn nginx_proxy_in_lab(
+    lab: &lagtrace_lab::Lab,
+    listen: u16,
+    upstream: u16,
+    server_extra: &str,
+) -> (Foreground, tempfile::TempDir) {
+    nginx_in_lab(
+        lab,
+        listen,
+        &format!("upstream app {{ server 127.0.0.1:{upstream}; keepalive 64; }}"),
+        server_extra,
+        "proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\";",
+    )
+}
+
+/// nginx in `lab` on `listen` (one process, its files in a temporary directory) with
+/// `http_extra` in the http block, `server_extra` in the server block and `location` as
+/// the directives of `location /`.
+pub fn nginx_in_lab(
+    lab: &lagtrace_lab::Lab,
+    listen: u16,
+    http_extra: &str,
+    server_extra: &str,
+    location: &str,
+) -> (Foreground, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display().to_string();
+    let conf = format!(
+        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
+         fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
+         {http_extra}\n\
+         server {{ listen {listen}; {server_extra} location / {{ {location} }} }} }}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let conf = format!("{d}/nginx.conf");
+    let fg = start_in_lab(lab, dir.path(), &["nginx", "-p", &d, "-c", &conf], listen);
+    (fg, dir)
+}
+
+/// A Python backend ([`python_server`]) in `lab` on `port`: `nagle` leaves Nagle on (its head and body are two small
+/// writes), `think` seconds before each answer.
+pub fn python_backend(lab: &lagtrace_lab::Lab, port: u16, nagle: bool, think: f64) -> Foreground {
+    let on_connect = if nagle {
+        "self.disable_nagle_algorithm = False"
+    } else {
+        "pass"
+    };
+    let on_request = if think > 0.0 {
+        format!("time.sleep({think})")
+    } else {
+        "pass".into()
+    };
+    let script = python_server("", on_connect, &on_request);
+    start_in_lab(
+        lab,
+        Path::new("/"),
+        &["python3", "-c", &script, &port.to_string()],
+        port,
     )
 }

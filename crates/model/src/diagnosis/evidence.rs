@@ -567,6 +567,10 @@ pub struct PacketEvidence {
     /// Server time: a request's last byte to its response's first byte.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_time: Option<Percentiles>,
+    /// Exchange time: a request's first byte to its response's last byte (what the
+    /// connecting side waited for each answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange_time: Option<Percentiles>,
     /// Findings by kind (kinds with no instance are omitted).
     #[serde(default)]
     pub findings: Vec<FindingSummary>,
@@ -650,7 +654,8 @@ impl PacketEvidence {
 /// The server process owning the listening socket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct ServerProcess {
-    /// Process id.
+    /// Process id; 0 when the evidence cannot name the process (a hop found in a saved
+    /// capture, `diagnose --pcap`).
     pub pid: u32,
     /// Command name.
     pub comm: String,

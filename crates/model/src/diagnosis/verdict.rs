@@ -123,6 +123,11 @@ pub struct Hop {
     /// The chain in one line (`client → nginx (pid 7) 10.0.0.2:8080 → python3 (pid 9)
     /// 127.0.0.1:9000`).
     pub text: String,
+    /// The server's own time per request, µs, when its hop's packets were captured: its
+    /// server time at the client-facing capture less its wait on the first hop (the hop's
+    /// request's first byte to its response's last byte), p50 of each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_own_us: Option<u64>,
 }
 
 /// One process on a request's way.
@@ -161,7 +166,12 @@ impl Hop {
             .map(HopNode::label)
             .collect::<Vec<_>>()
             .join(" → ");
-        Hop { chain, at, text }
+        Hop {
+            chain,
+            at,
+            text,
+            server_own_us: None,
+        }
     }
 }
 
