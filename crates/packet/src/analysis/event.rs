@@ -11,6 +11,9 @@ pub(super) struct DataSeg {
     pub len: u32,
     /// Sequence number after the payload (absolute).
     pub end: u32,
+    /// Packets of its sender the capture never saw came just before it (its IPv4
+    /// identifications skip them): it is the resend of data dropped before the capture.
+    pub after_unseen: bool,
 }
 
 /// An ACK that newly acknowledged data.

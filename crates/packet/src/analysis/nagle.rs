@@ -119,7 +119,14 @@ impl Nagle {
                 && us(ev.ts - a.ts) * 2 <= gap
                 && !receiver_held(a)
         };
-        if gap < stall_min || window_limited {
+        // Packets the sender sent after `p` that never reached the capture (its IPv4
+        // identifications skip them): its data did not wait for the ACK — it left and was
+        // dropped before the capture point (a full qdisc), and what follows the ACK is its
+        // resend. Seen: nginx behind a tbf whose queue overflowed sent a response's head,
+        // then 121 packets of its body the shaper dropped; the capture after the shaper
+        // showed the head, the client's delayed ACK 40 ms later, and the body — a
+        // `delayed-ack` on 4 of 31 transactions of a healthy bulk run (suite at d99e3cb).
+        if gap < stall_min || window_limited || ev.unseen > 0 {
             return None;
         }
         let me = &self.dirs[ev.dir];
@@ -136,7 +143,13 @@ impl Nagle {
                 bulk: a.bytes >= 2 * u64::from(mss) || in_flight_after(p, &a) >= 2 * u64::from(mss),
             });
         }
-        if let Some(a) = self.dirs[1 - ev.dir].last_new_ack
+        // Not when `p` was itself the resend of packets the capture never saw: the sender's
+        // first flight after a timeout is one segment (its congestion window collapsed), and
+        // the receiver's delayed ACK of a lone segment is part of that loss's recovery, not a
+        // delayed-ACK problem (same run: a resend 212 ms after 14 unseen packets, then 44 ms
+        // for its ACK).
+        if !p.after_unseen
+            && let Some(a) = self.dirs[1 - ev.dir].last_new_ack
             && a.no_data
             && a.delay_us >= DELAYED_ACK_MIN_US
             && released_by(&a)
@@ -187,6 +200,7 @@ impl Nagle {
                 ts: ev.ts,
                 len: ev.len,
                 end: ev.seq.wrapping_add(ev.len),
+                after_unseen: ev.unseen > 0,
             });
             dir.small_unacked = true;
             dir.small_release = None;
@@ -334,6 +348,53 @@ mod tests {
         let an = s.finish();
         assert_eq!(kinds(&an), [FindingKind::DelayedAck]);
         assert_eq!(an.findings[0].frames, [5, 6, 7]);
+    }
+
+    #[test]
+    fn data_after_a_late_ack_with_packets_the_capture_never_saw_is_not_delayed_ack() {
+        // The head, the client's late ACK, then the body — but the server's identifications
+        // skip 121 numbers between the head and the body: it sent them, a qdisc dropped them,
+        // and the body that follows the ACK is their resend, not data that waited.
+        let run = |skipped: u16| {
+            let mut s = Script::handshake(100);
+            s.client_data(1_000, 41);
+            s.ip_id = 700;
+            s.server_data(1_500, 246);
+            s.ip_id = 0;
+            s.client_ack(41_000);
+            s.ip_id = 701 + skipped;
+            s.server_data(41_100, 1448);
+            s.ip_id = 0;
+            s.finish()
+        };
+        assert!(run(121).findings.is_empty(), "{:?}", run(121).findings);
+        // Numbered without a skip: the body waited for the delayed ACK.
+        assert_eq!(kinds(&run(0)), [FindingKind::DelayedAck]);
+    }
+
+    #[test]
+    fn the_delayed_ack_of_a_lone_resend_after_unseen_packets_is_the_losss_recovery() {
+        // A full segment, 14 numbers skipped, 212 ms later the next (the timeout's resend,
+        // cwnd one segment), its ACK 44 ms late, then more data: the wait is the loss's.
+        let run = |skipped: u16| {
+            let mut s = Script::handshake(100);
+            s.client_data(1_000, 41);
+            s.ip_id = 900;
+            s.server_data(1_500, 1448);
+            s.ip_id = 0;
+            s.client_ack(1_700);
+            s.ip_id = 901 + skipped;
+            s.server_data(213_000, 1448);
+            s.ip_id = 0;
+            s.client_ack(257_000);
+            s.ip_id = 902 + skipped;
+            s.server_data(257_100, 1448);
+            s.ip_id = 0;
+            s.finish()
+        };
+        let k = kinds(&run(14));
+        assert!(!k.contains(&FindingKind::DelayedAck), "{k:?}");
+        assert!(kinds(&run(0)).contains(&FindingKind::DelayedAck));
     }
 
     #[test]

@@ -257,7 +257,8 @@ impl Conn {
             no_data: seg.payload_len == 0 && f & (flags::SYN | flags::RST) == 0,
         });
         let retrans = retrans.map(|kind| self.origin(d, kind, ts, frame, seg));
-        let data = (seg.payload_len > 0).then(|| self.data(d, ts, frame, seg, retrans.is_none()));
+        let data = (seg.payload_len > 0)
+            .then(|| self.data(d, ts, frame, seg, retrans.is_none(), unseen > 0));
         Seg {
             stream: st.stream,
             dir: d,
@@ -709,6 +710,7 @@ impl Conn {
         frame: u64,
         seg: &TcpSegment<'_>,
         fresh: bool,
+        after_unseen: bool,
     ) -> DataInfo {
         // The sender's previous fresh data continues into this segment only when the peer
         // sent no payload since: a peer's data in between (a response, a request) ends the
@@ -742,6 +744,7 @@ impl Conn {
                 ts,
                 len,
                 end: seg.seq.wrapping_add(len),
+                after_unseen,
             });
         }
         dir.max_len = dir.max_len.max(len);
