@@ -4,7 +4,8 @@
 //!
 //! With no process to ask, a peer is a hop when
 //! 1. the server's host connected to it: the connecting side's address is one the server's
-//!    clients reached it at, or a loopback one, and the capture holds the SYN; and
+//!    clients reached it at, or a loopback one (the side that sent the SYN, or the first
+//!    request of a connection the capture joined midway); and
 //! 2. its exchanges happen inside the server's requests: at least [`NESTED_SHARE`] of them
 //!    (and [`MIN_EXCHANGES`]) sent after some request's first byte arrived and answered
 //!    before that request's response left — the join of a live run, read the other way.
@@ -21,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use lagtrace_model::analyze::{Analysis, TxnTiming};
 use lagtrace_model::diagnosis::evidence::{HopEvidence, ServerProcess};
-use lagtrace_packet::wire::{decode, flags};
+use lagtrace_packet::wire::decode;
 use lagtrace_packet::{Analyzer, CaptureReader, Frame, ReadEvent};
 
 use crate::evidence::Layer;
@@ -131,22 +132,33 @@ pub(crate) fn find(
     };
     let from_server_host =
         |ip: IpAddr| ip.is_loopback() || servers.binary_search(&ip.to_canonical()).is_ok();
-    // 1. The peers the server's host opened connections to (their first SYNs).
-    let mut syns: BTreeMap<SocketAddr, u32> = BTreeMap::new();
+    // 1. The peers the server's host opened connections to: every other TCP stream analysed
+    //    once, its client and server told apart by its handshake, or — a keep-alive pool
+    //    opened before the capture began — by who sent the first request. (Counting SYNs
+    //    alone missed such a pool: a second capture of the same nginx found no hop.)
+    let mut others = Analyzer::new(crate::passive::analyze_options());
     let read = each_frame(path, stop, |f| {
-        if let Ok(s) = decode(f.linktype, f.data)
-            && s.flags & (flags::SYN | flags::ACK) == flags::SYN
-            && !the_server(s.dst, s.dport)
-            && !the_server(s.src, s.sport)
-            && from_server_host(s.src)
-        {
-            *syns.entry(SocketAddr::new(s.dst, s.dport)).or_default() += 1;
+        let other = decode(f.linktype, f.data)
+            .is_ok_and(|s| !the_server(s.dst, s.dport) && !the_server(s.src, s.sport));
+        if other {
+            others.push_frame(f);
+        } else {
+            others.push_skipped();
         }
     });
-    if !read || syns.is_empty() {
+    if !read {
         return Vec::new();
     }
-    let mut peers: Vec<(u32, SocketAddr)> = syns.into_iter().map(|(p, n)| (n, p)).collect();
+    let mut exchanges: BTreeMap<SocketAddr, u32> = BTreeMap::new();
+    for t in &others.finish().timings {
+        if from_server_host(t.client.ip()) {
+            *exchanges.entry(t.server).or_default() += 1;
+        }
+    }
+    if exchanges.is_empty() {
+        return Vec::new();
+    }
+    let mut peers: Vec<(u32, SocketAddr)> = exchanges.into_iter().map(|(p, n)| (n, p)).collect();
     peers.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     peers.truncate(MAX_PCAP_HOPS);
     // 2. Each peer's streams through the same analysis (frame numbers stay the file's).

@@ -501,8 +501,9 @@ fn an_idle_upstream_connection_is_not_blamed_for_the_servers_own_time() {
 
 /// `diagnose --pcap` on captures that hold both sides: tcpdump on `any` in the server's
 /// namespace while wrk (bounded: 4 connections, 2 s) loads nginx in front of the Nagle
-/// backend. The hop is found from the packets alone — the server's host connected to it and
-/// its exchanges lie inside nginx's requests — and named: `nagle-delayed-ack` at
+/// backend, nginx's upstream pool open since before the captures. The hop is found from the
+/// packets alone — the server's host connected to it and its exchanges lie inside nginx's
+/// requests — and named: `nagle-delayed-ack` at
 /// 127.0.0.1:9521, with no process (a file names none). Three captures, the same verdict.
 /// A capture of the client-facing port alone names no hop: what the file cannot show is
 /// not guessed.
@@ -516,6 +517,13 @@ fn a_capture_holding_both_sides_names_the_hop() {
     let url = format!("http://{}:9522/", lab.server_addr());
     let ns = lagtrace_lab::netns_name(lab.name());
     let dir = tempfile::tempdir().expect("tempdir");
+    // nginx's upstream pool opened before any capture: the hop's connections are joined
+    // midway, with no SYN in the file (as an incident's capture finds them).
+    let warm = std::process::Command::new("wrk")
+        .args(["-t1", "-c4", "-d1s", "--timeout", "2s", &url])
+        .output()
+        .expect("wrk");
+    assert!(warm.status.success(), "wrk: {warm:?}");
     for run in 1..=3 {
         let all = dir.path().join(format!("all{run}.pcap"));
         let front = dir.path().join(format!("front{run}.pcap"));
