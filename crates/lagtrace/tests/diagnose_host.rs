@@ -462,20 +462,7 @@ fn a_slow_backend_behind_nginx_on_a_busy_host_is_not_cpu_contention() {
         &["taskset", "2", "python3", "-c", &random_slow, "9301"],
         9301,
     );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path().display().to_string();
-    let conf = format!(
-        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
-         events {{ worker_connections 1024; }}\n\
-         http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
-         fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
-         upstream app {{ server 127.0.0.1:9301; keepalive 64; }}\n\
-         server {{ listen 9302; location / {{ proxy_pass http://app; \
-         proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }} }}\n"
-    );
-    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-    let conf = format!("{d}/nginx.conf");
-    let nginx = common::start_in_lab(&lab, dir.path(), &["nginx", "-p", &d, "-c", &conf], 9302);
+    let (nginx, _dir) = common::nginx_proxy_in_lab(&lab, 9302, 9301, "");
     pin(nginx.0.id(), "1");
     let _hogs = [hog("1"), hog("1")];
     let url = format!("http://{}:9302/", lab.server_addr());

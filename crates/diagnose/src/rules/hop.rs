@@ -212,6 +212,15 @@ fn who(p: &ServerProcess) -> String {
     }
 }
 
+/// The chain's first node: the user's client.
+fn client_node() -> HopNode {
+    HopNode {
+        name: "client".into(),
+        pid: None,
+        addr: None,
+    }
+}
+
 /// A process on the chain; pid 0 is one the evidence could not name (a saved capture's).
 fn node(p: &ServerProcess, addr: Option<String>) -> HopNode {
     HopNode {
@@ -251,11 +260,7 @@ pub(super) fn chain(target: &Target, path: &[&HopEvidence]) -> Hop {
     // The process that opened the first hop's connections (a worker, where the listener's
     // owner is a master that does not serve).
     let mut nodes = vec![
-        HopNode {
-            name: "client".into(),
-            pid: None,
-            addr: None,
-        },
+        client_node(),
         node(
             &path[0].from,
             Some(format!("{}:{}", target.addr, target.port)),
@@ -264,6 +269,32 @@ pub(super) fn chain(target: &Target, path: &[&HopEvidence]) -> Hop {
     nodes.extend(path.iter().map(|h| peer_node(h)));
     let at = nodes.len() - 1;
     Hop::new(nodes, at)
+}
+
+/// The chain client → server → a process on this host the server waited on (found by its
+/// wake-ups, no address known), the last one marked; `server` unnamed when its sockets were
+/// not read.
+pub(super) fn to_process(
+    target: &Target,
+    server: Option<&ServerProcess>,
+    comm: &str,
+    pid: u32,
+) -> Hop {
+    let at = Some(format!("{}:{}", target.addr, target.port));
+    let server = match server {
+        Some(p) => node(p, at),
+        None => HopNode {
+            name: "server".into(),
+            pid: None,
+            addr: at,
+        },
+    };
+    let peer = ServerProcess {
+        pid,
+        comm: comm.into(),
+        netns: String::new(),
+    };
+    Hop::new(vec![client_node(), server, node(&peer, None)], 2)
 }
 
 /// The verdict of the hop, placed: its cause, cost and fix, `verdict.hop`, its evidence

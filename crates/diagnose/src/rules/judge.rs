@@ -10,7 +10,7 @@ use super::{
     server_time, tail, unreachable, wiredrop,
 };
 use crate::evidence::{AppRun, LayerName, Layers, Target};
-use crate::verdict::{Confidence, Cost, EvidenceLine, HopNode, Mechanism, Stance, Tail, Verdict};
+use crate::verdict::{Confidence, Cost, EvidenceLine, Mechanism, Stance, Tail, Verdict};
 use lagtrace_model::diagnosis::evidence::HopEvidence;
 
 /// Decides the verdict from the evidence of all layers, the hops behind the server included:
@@ -348,26 +348,7 @@ fn server_time_split(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>)
     // says where it sits (a hop no packet showed: a Unix socket, a pipe).
     if let Some((w, fix)) = s.woken {
         let server = x.sockets.and_then(|s| s.server.as_ref());
-        c.hop = Some(crate::verdict::Hop::new(
-            vec![
-                HopNode {
-                    name: "client".into(),
-                    pid: None,
-                    addr: None,
-                },
-                HopNode {
-                    name: server.map_or_else(|| "server".into(), |p| p.comm.clone()),
-                    pid: server.map(|p| p.pid),
-                    addr: Some(format!("{}:{}", target.addr, target.port)),
-                },
-                HopNode {
-                    name: w.comm.clone(),
-                    pid: Some(w.pid),
-                    addr: None,
-                },
-            ],
-            2,
-        ));
+        c.hop = Some(hop::to_process(target, server, &w.comm, w.pid));
         c.host_fix = Some(fix);
         return;
     }

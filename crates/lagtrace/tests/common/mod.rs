@@ -166,10 +166,16 @@ pub fn diagnose_cmd_json(args: &[&str]) -> (i32, serde_json::Value, String) {
         .env("XDG_STATE_HOME", home.path())
         .output()
         .expect("run lagtrace");
+    json_output(&format!("{args:?}"), out)
+}
+
+/// A `diagnose --json` run's exit code, JSON (a panic naming `what` when it is not JSON)
+/// and stderr.
+fn json_output(what: &str, out: std::process::Output) -> (i32, serde_json::Value, String) {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
-            "diagnose {args:?}: not JSON ({e}): {}\n{stderr}",
+            "diagnose {what}: not JSON ({e}): {}\n{stderr}",
             String::from_utf8_lossy(&out.stdout)
         )
     });
@@ -204,14 +210,7 @@ pub fn diagnose_json_via(
         .env("XDG_STATE_HOME", home.path())
         .output()
         .expect("run lagtrace");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "diagnose {url}: not JSON ({e}): {}\n{stderr}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
-    (out.status.code().unwrap_or(-1), j, stderr)
+    json_output(url, out)
 }
 
 /// A diagnose JSON's evidence, one `stance layer text` line each, for failure messages.
