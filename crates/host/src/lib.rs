@@ -303,13 +303,15 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         use std::os::unix::fs::MetadataExt;
         m.ino()
     });
+    let pids = watched(o);
+    let mut offcpu = (o.offcpu && !pids.is_empty()).then(|| offcpu::Tracer::start(&pids));
+    let softirq_timer = o.softirq.then(|| softirq::Timer::start(netns as u32));
+    // The drop counter brackets the first and last readings as closely as it can (the
+    // slower tracers load before it), so its counts and the qdiscs' cover one window.
     let mut tracer = o
         .drops
         .then(|| drops::DropCounter::start(netns, o.drops_machine));
     let started = Instant::now();
-    let pids = watched(o);
-    let mut offcpu = (o.offcpu && !pids.is_empty()).then(|| offcpu::Tracer::start(&pids));
-    let softirq_timer = o.softirq.then(|| softirq::Timer::start(netns as u32));
     let first = read_ends(&pids, dirs.as_ref().and_then(|d| d.as_ref().ok()));
     // The first tick is the window's first reading (no second read of the same files).
     let start_times = match &first.threads {
@@ -358,6 +360,15 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         }
     }
     let last = read_ends(&pids, cg_dirs);
+    let drops = match tracer {
+        None => Layer::skipped("not asked for"),
+        Some(Ok(t)) => match t.finish() {
+            Ok(d) => Layer::ran(d),
+            Err(e) => Layer::error(e),
+        },
+        Some(Err(e)) if e.privilege => Layer::unavailable(e.why),
+        Some(Err(e)) => Layer::error(e.why),
+    };
     let window_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     let softirq = softirq_layer(softirq_timer, &first, &last, window_us);
     let owners = match o.pid {
@@ -394,15 +405,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
             Ok(s) => Layer::ran(s),
             Err(e) => err_layer("reading /proc/net/sockstat", &e),
         },
-        drops: match tracer {
-            None => Layer::skipped("not asked for"),
-            Some(Ok(t)) => match t.finish() {
-                Ok(d) => Layer::ran(d),
-                Err(e) => Layer::error(e),
-            },
-            Some(Err(e)) if e.privilege => Layer::unavailable(e.why),
-            Some(Err(e)) => Layer::error(e.why),
-        },
+        drops,
         offcpu: offcpu_layer(offcpu, !pids.is_empty()),
         netfilter: rule_walk(o, &softirq),
         softirq,

@@ -132,11 +132,8 @@ fn socket_errors_and_non_2xx_lines() {
 
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = lagtrace_testkit::nginx::ClosedPort::new();
+    let port = closed.port;
     let refused = format!("http://127.0.0.1:{port}/");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["ftp://127.0.0.1/"], "unknown scheme"),

@@ -180,7 +180,8 @@ fn record_curl_follows_forks_and_passes_exit_status() {
     let out = lagtrace(&["sockets", "--record", "--", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(out.status.code(), Some(128 + 15));
     // curl's own failure code comes through too (7: could not connect).
-    let dead = free_port();
+    let closed = lagtrace_testkit::nginx::ClosedPort::new();
+    let dead = closed.port;
     let out = lagtrace(&[
         "sockets",
         "--record",

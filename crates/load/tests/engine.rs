@@ -127,12 +127,9 @@ fn error_statuses_are_counted_as_non_2xx_3xx() {
 
 #[test]
 fn unreachable_targets_are_errors_not_reports() {
-    // Bind then drop: a port on loopback with nothing listening.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port on loopback with nothing listening, held for the test.
+    let closed = lagtrace_testkit::nginx::ClosedPort::new();
+    let port = closed.port;
     let e = run(
         &opts(&format!("http://127.0.0.1:{port}/"), 1, 1),
         None,

@@ -279,13 +279,9 @@ fn memory_stays_bounded_and_every_slow_request_is_kept() {
 
 #[test]
 fn a_refused_connect_is_a_record_not_an_error() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let (r, recs) = go(&opts(addr, 1, 1, 100, RecordOptions::default()));
+    // Held, so no server of a test running beside this one takes the port.
+    let closed = lagtrace_testkit::nginx::ClosedPort::new();
+    let (r, recs) = go(&opts(closed.addr(), 1, 1, 100, RecordOptions::default()));
     assert_eq!(r.requests, 0);
     assert!(r.errors.connect >= 1, "{:?}", r.errors);
     assert_accounted(&r, &recs);

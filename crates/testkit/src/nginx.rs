@@ -16,6 +16,59 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A port on 127.0.0.1 that refuses connections for as long as this lives: a TCP socket
+/// bound to it but not listening (no SO_REUSEADDR). Unlike a port bound then released, no
+/// test running beside this one can take it and accept the connects meant to be refused.
+pub struct ClosedPort {
+    fd: std::os::fd::OwnedFd,
+    pub port: u16,
+}
+
+impl ClosedPort {
+    pub fn new() -> ClosedPort {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: plain socket calls on a descriptor this function owns; the sockaddr is
+        // a zeroed sockaddr_in of its own size.
+        unsafe {
+            let raw = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(raw >= 0, "socket: {}", std::io::Error::last_os_error());
+            let fd = std::os::fd::OwnedFd::from_raw_fd(raw);
+            let mut sa: libc::sockaddr_in = std::mem::zeroed();
+            sa.sin_family = libc::AF_INET as libc::sa_family_t;
+            sa.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+            let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let p = (&raw mut sa).cast::<libc::sockaddr>();
+            assert_eq!(
+                libc::bind(fd.as_raw_fd(), p, len),
+                0,
+                "bind: {}",
+                std::io::Error::last_os_error()
+            );
+            assert_eq!(libc::getsockname(fd.as_raw_fd(), p, &mut len), 0);
+            ClosedPort {
+                fd,
+                port: u16::from_be(sa.sin_port),
+            }
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> Self {
+        ClosedPort::new()
+    }
+}
+
+impl std::fmt::Debug for ClosedPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClosedPort({}, fd {:?})", self.port, self.fd)
+    }
+}
+
 /// A real nginx master (+1 worker) with its own prefix directory; stopped on drop.
 pub struct Nginx {
     pub dir: tempfile::TempDir,
