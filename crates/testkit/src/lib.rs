@@ -178,6 +178,36 @@ pub struct Measuring {
 
 thread_local!(static MEASURING_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
 
+/// Waits (at most `max`) until the machine is quiet: a 100 ms interval of /proc/stat in
+/// which the CPUs were busy less than a fifth of the time — the kernel's own deferred work
+/// (a namespace's cleanup, rules freed after their commit) included. Call it holding the
+/// measuring turn after tearing down something large.
+pub fn settle(max: std::time::Duration) {
+    fn busy_total() -> Option<(u64, u64)> {
+        let s = std::fs::read_to_string("/proc/stat").ok()?;
+        let v: Vec<u64> = s
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal
+        let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+        let total: u64 = v.iter().take(8).sum();
+        Some((total - idle, total))
+    }
+    let t = std::time::Instant::now();
+    while t.elapsed() < max {
+        let Some((b0, t0)) = busy_total() else { return };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let Some((b1, t1)) = busy_total() else { return };
+        if (b1 - b0) * 5 < (t1 - t0).max(1) {
+            return;
+        }
+    }
+}
+
 /// Waits until no other test, in this process or another test binary, is measuring, and
 /// holds that until the guard drops. Verdicts judge the tail of real runs: two diagnoses
 /// on 2 cores at once make each other's p99 (the scheduler's, not the server's), so the
