@@ -213,11 +213,17 @@ impl RemoteServer for AgentClient {
         format!("agent {}", self.addr)
     }
 
-    fn open(&self, port: u16, window: Duration) -> Result<Box<dyn RemoteWindow>, String> {
+    fn open(
+        &self,
+        port: u16,
+        window: Duration,
+        hops: bool,
+    ) -> Result<Box<dyn RemoteWindow>, String> {
         let offset = self.clock_offset().map_err(|e| e.to_string())?;
         let body = serde_json::to_vec(&SessionRequest {
             port,
             window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
+            no_hops: !hops,
         })
         .map_err(|e| e.to_string())?;
         let b = self

@@ -2,7 +2,8 @@
 //!
 //! Endpoints (all need `Authorization: Bearer TOKEN`):
 //! - `POST /v1/session` `{"port": P, "window_ms": W}`: opens a window on the listener on P
-//!   (the one port the agent serves): capture of the caller's connections and host layer.
+//!   (the one port the agent serves): capture of the caller's connections, host layer, and
+//!   the watch of the server's own connections to its upstreams (`"no_hops": true`: none).
 //! - `GET /v1/session/ID/sockets`: the port owner's sockets and options now.
 //! - `POST /v1/session/ID/finish`: waits for the window's end, returns the host layer and the
 //!   capture's summary.
@@ -25,6 +26,10 @@ pub struct SessionRequest {
     pub port: u16,
     /// The window's length in milliseconds.
     pub window_ms: u64,
+    /// Do not follow the server's own connections (`diagnose --no-hops`). Sent only when
+    /// set, so an agent older than the field still accepts the request.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_hops: bool,
 }
 
 /// Reply to `POST /v1/session`.
@@ -132,7 +137,17 @@ mod tests {
     #[test]
     fn session_requests_parse_and_bad_ones_say_why() {
         let ok = parse_session_request(br#"{"port":8080,"window_ms":5000}"#, 60_000).unwrap();
-        assert_eq!((ok.port, ok.window_ms), (8080, 5000));
+        assert_eq!((ok.port, ok.window_ms, ok.no_hops), (8080, 5000, false));
+        let off = br#"{"port":8080,"window_ms":5000,"no_hops":true}"#;
+        assert!(parse_session_request(off, 60_000).unwrap().no_hops);
+        // Sent only when set: what an agent older than the field accepts.
+        let body = serde_json::to_string(&SessionRequest {
+            port: 1,
+            window_ms: 500,
+            no_hops: false,
+        })
+        .unwrap();
+        assert_eq!(body, r#"{"port":1,"window_ms":500}"#);
         for (body, status) in [
             (&b"garbage\x00\xff"[..], 400),
             (br#"{"port":0,"window_ms":5000}"#, 400),

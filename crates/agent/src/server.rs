@@ -222,7 +222,7 @@ async fn open(
     }
     let st2 = st.clone();
     let opened = tokio::task::spawn_blocking(move || {
-        open_blocking(&st2, peer.ip(), req.port, req.window_ms)
+        open_blocking(&st2, peer.ip(), req.port, req.window_ms, !req.no_hops)
     })
     .await
     .map_err(|_| ApiError::new(500, "the session did not start"))??;
@@ -234,6 +234,7 @@ fn open_blocking(
     peer: IpAddr,
     port: u16,
     window_ms: u64,
+    follow_hops: bool,
 ) -> Result<SessionOpened, ApiError> {
     let mut slot = lock(&st.session);
     if let Some(s) = slot.as_ref() {
@@ -254,14 +255,18 @@ fn open_blocking(
     };
     // The server's own connections to its upstreams, followed over the window as a local
     // run follows them (each peer captured once the watch sees it).
-    let hops = Discovery::start(
-        &ServerLocation::Here,
-        SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port),
-    )
-    .map(|d| {
-        let caps = d.start_captures();
-        (d, caps)
-    });
+    let hops = follow_hops
+        .then(|| {
+            Discovery::start(
+                &ServerLocation::Here,
+                SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port),
+            )
+        })
+        .flatten()
+        .map(|d| {
+            let caps = d.start_captures();
+            (d, caps)
+        });
     let id = random_id()?;
     let opened = SessionOpened {
         session: id.clone(),

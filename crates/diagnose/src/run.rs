@@ -636,6 +636,7 @@ fn under_load(
             lo,
             opts.concurrency,
             sa,
+            !opts.no_hops,
             &opts.stop,
             progress,
         );

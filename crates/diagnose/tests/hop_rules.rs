@@ -295,3 +295,69 @@ fn a_hop_whose_peer_listener_overflows_is_syn_drop_at_the_hop() {
         j.verdict
     );
 }
+
+/// nginx (pid 101) → 10.9.0.2:9000, an upstream on another host (no process here listens
+/// there, so its sockets could not be read) that takes ~43 ms per request: `slow-server`
+/// at the remote hop with mechanism `upstream-wait`, its fix pointing at an agent there —
+/// never "profile the handler" as if lagtrace had looked inside it. The same slow upstream
+/// on this host is `slow-server` at its process, with no such mechanism.
+#[test]
+fn a_slow_upstream_on_another_host_is_upstream_wait_at_that_hop() {
+    let slow_hop = || {
+        let mut h = hop(vec![finding("slow-server", 2_900, 3_000, 43_700)]);
+        h.packets.data.as_mut().unwrap().server_time = Some(pct(3_000, 43_700, 48_000));
+        h
+    };
+    let mut remote = slow_hop();
+    remote.peer = "10.9.0.2:9000".into();
+    remote.to = None;
+    remote.sockets = Layer::skipped("the peer is not on this host");
+    // Every request waits for the upstream, a connection's first one too (no Nagle shape).
+    let front = || {
+        let mut l = front_slow();
+        let c1 = l.app.data.as_mut().unwrap().c1.as_mut().unwrap();
+        c1.first_request = Some(pct(1, 44_000, 44_000));
+        l
+    };
+    let mut l = front();
+    l.hops = vec![remote];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{:#?}", j.evidence);
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(lagtrace_diagnose::Mechanism::UpstreamWait),
+        "{:#?}",
+        j.verdict
+    );
+    let h = j.verdict.hop.as_ref().expect("hop");
+    assert_eq!(
+        (h.at, h.chain[2].name.as_str()),
+        (2, "remote"),
+        "{}",
+        h.text
+    );
+    let fix = &j.verdict.fix[0];
+    assert_eq!(fix.location.as_deref(), Some("remote 10.9.0.2:9000"));
+    assert!(
+        fix.change.contains("nginx (pid 101) waits ~43.70ms")
+            && fix.change.contains("lagtrace agent"),
+        "{fix:?}"
+    );
+    assert!(
+        !j.verdict
+            .fix
+            .iter()
+            .any(|f| f.change.contains("profile the handler")),
+        "{:?}",
+        j.verdict.fix
+    );
+
+    let mut local = slow_hop();
+    local.sockets.data.as_mut().unwrap().nodelay = options(8, 0);
+    let mut l = front();
+    l.hops = vec![local];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{:#?}", j.evidence);
+    assert_eq!(j.verdict.mechanism, None, "{:#?}", j.verdict);
+    assert_eq!(j.verdict.hop.as_ref().expect("hop").chain[2].pid, Some(200));
+}

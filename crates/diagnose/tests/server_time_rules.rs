@@ -208,6 +208,30 @@ fn responses_at_the_cork_ceiling_on_uncorked_sockets_are_the_servers_own_wait() 
     assert_eq!(j.verdict.cause, Cause::TcpCork, "{j:#?}");
 }
 
+/// The same server whose c=1 run caught a few slow reads (~4 ms alone, which dominates its
+/// c=1 time), at c=4: the queue under load is the wait, and the cork the packets infer from responses at ~200 ms yields to the split —
+/// `disk-io`, not `tcp-cork` (a throttled disk, seen in a suite run).
+#[test]
+fn a_few_ms_alone_does_not_let_an_inferred_cork_explain_the_queue_away() {
+    let mut l = slow(
+        4_000,
+        200_000,
+        host(32, 200_000, &[("disk", 0.82)], Some(357)),
+    );
+    // Four clients at 20 req/s: four uncorked sockets still leave a 1.3 % chance of a cork.
+    l.app.data.as_mut().unwrap().cn = Some(Synth::RULES.run(4, 200_100, 400_000, 20.0));
+    let p = l.packets.data.as_mut().unwrap();
+    p.findings = vec![finding("tcp-cork", 21, 32, 199_900)];
+    l.sockets.data.as_mut().unwrap().cork = options(0, 4);
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::DiskIo), "{j:#?}");
+    assert!(
+        j.evidence.iter().any(|e| e.text.contains("look corked")),
+        "{j:#?}"
+    );
+}
+
 /// A hold on a few requests does not explain a server time seen on every one.
 #[test]
 fn a_cork_on_few_responses_does_not_explain_the_servers_own_time() {
@@ -378,6 +402,14 @@ fn a_server_waiting_on_a_process_that_wakes_it_names_that_process() {
         us,
         processes,
     };
+    // Another program with the server's name (the server's own processes are left out
+    // where the wake-ups are counted) is named all the same.
+    let j = with(vec![by("nginx", 4300, poll_us, 1)]);
+    let hop = j.verdict.hop.as_ref().expect("a hop");
+    assert_eq!(
+        (hop.chain[2].name.as_str(), hop.chain[2].pid),
+        ("nginx", Some(4300))
+    );
     let j = with(vec![by("php-fpm8.2", 77, poll_us * 9 / 10, 4)]);
     assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
     let hop = j.verdict.hop.as_ref().expect("a hop");
@@ -401,12 +433,71 @@ fn a_server_waiting_on_a_process_that_wakes_it_names_that_process() {
     );
     for wakers in [
         vec![by("lagtrace", 5, poll_us, 1)],
-        vec![by("nginx", 4243, poll_us, 1)],
+        vec![by("nginx", 4242, poll_us, 1)],
         vec![by("", 9, poll_us, 3)],
         vec![by("php-fpm8.2", 77, poll_us / 2, 4)],
     ] {
         let j = with(wakers.clone());
         assert_eq!(j.verdict.cause, Cause::SlowServer, "{wakers:?}: {j:#?}");
         assert!(j.verdict.hop.is_none(), "{wakers:?}: {j:#?}");
+    }
+}
+
+/// The serving thread waits in epoll for most of the server time, no process of this host
+/// woke it, and the server holds connections to an upstream on another host whose packets
+/// were not captured: `upstream-wait`, at that upstream. Without such a hop (or with one on
+/// this host) the wait is said, never named: an event loop's timer reads the same.
+#[test]
+fn a_poll_wait_no_local_process_ends_with_a_remote_upstream_is_upstream_wait() {
+    use lagtrace_model::diagnosis::evidence::{HopEvidence, ServerProcess};
+    let upstream = |peer: &str, to: Option<ServerProcess>| HopEvidence {
+        depth: 1,
+        via: None,
+        from: ServerProcess {
+            pid: 4243,
+            comm: "python3".into(),
+            netns: String::new(),
+        },
+        peer: peer.into(),
+        to,
+        service: None,
+        connections: 8,
+        packets: Layer::error("capture: no such device"),
+        sockets: Layer::skipped("the peer is not on this host"),
+        listener: None,
+    };
+    let layers = |hops: Vec<HopEvidence>| {
+        let mut l = slow(
+            30_000,
+            30_000,
+            host(
+                900,
+                30_000,
+                &[("poll", 0.9), ("run-queue", 0.02)],
+                Some(300),
+            ),
+        );
+        l.hops = hops;
+        l
+    };
+    let j = judge(&target(), &layers(vec![upstream("10.9.0.2:5432", None)]));
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::UpstreamWait), "{j:#?}");
+    let hop = j.verdict.hop.as_ref().expect("a hop");
+    assert_eq!(hop.chain[hop.at].addr.as_deref(), Some("10.9.0.2:5432"));
+    assert!(
+        j.verdict.fix[0].change.contains("lagtrace agent"),
+        "{:?}",
+        j.verdict.fix
+    );
+    let local = ServerProcess {
+        pid: 77,
+        comm: "postgres".into(),
+        netns: String::new(),
+    };
+    for hops in [vec![], vec![upstream("127.0.0.1:5432", Some(local))]] {
+        let j = judge(&target(), &layers(hops));
+        assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+        assert_eq!(j.verdict.mechanism, None, "{j:#?}");
     }
 }

@@ -508,12 +508,16 @@ pub fn split(
             .and_then(|((_, st), _)| off.stack_frames.get(st).cloned())
             .unwrap_or_default()
     };
+    // The watched processes themselves (a process's main thread has its pid as tid, and
+    // every watched thread that blocked is in `by_tid`): one of the server's processes
+    // waking another is the server's own work, never an upstream — whatever the names.
+    let own = |pid: u32| by_tid.contains_key(&pid);
     // The processes that ended a class's waits, by command (a pool of worker processes is
     // one upstream, named by the one that woke the most), most time first.
     let wakers_of = |class: WaitClass| -> Vec<WokenBy> {
         let mut by_comm: BTreeMap<&str, (f64, u32, f64, u32)> = BTreeMap::new();
         for (&(c, pid), &us) in &by_waker {
-            if c != class {
+            if c != class || own(pid) {
                 continue;
             }
             let comm = off.wakers.get(&pid).map_or("", String::as_str);
@@ -1046,6 +1050,30 @@ mod tests {
         .unwrap();
         let poll = s.parts.iter().find(|p| p.class == WaitClass::Poll).unwrap();
         assert_eq!(poll.us, 27_000, "{s:?}");
+        // A watched process (its main thread, tid 50, blocked too: one of the server's own
+        // processes) that wakes the serving thread is the server's own work, credited to
+        // no one.
+        let mut own = o.clone();
+        own.blocks.push(block(50, 95_000, 96_000, WaitClass::Poll));
+        let s2 = split(
+            &[w(1_000, 11_150), w(20_000, 30_150), w(40_000, 47_200)],
+            &own,
+            None,
+        )
+        .unwrap();
+        let p2 = s2
+            .parts
+            .iter()
+            .find(|p| p.class == WaitClass::Poll)
+            .unwrap();
+        assert_eq!(
+            p2.woken_by
+                .iter()
+                .map(|w| (w.pid, w.us))
+                .collect::<Vec<_>>(),
+            [(51, 10_000), (60, 2_000)],
+            "{s2:?}"
+        );
         assert_eq!(
             poll.woken_by,
             [

@@ -726,3 +726,92 @@ fn a_slow_script_behind_php_fpm_on_a_unix_socket_is_named_at_php_fpm() {
         );
     }
 }
+
+/// A Python backend on the lab's host side of its veth (`client_addr`, the root namespace:
+/// "another host" as seen from the server's namespace, whose sockets lagtrace does not read
+/// from there), thinking `think` seconds per request.
+fn remote_backend(lab: &Lab, port: u16, think: f64) -> Foreground {
+    use std::time::{Duration, Instant};
+    let script = python_server("", "pass", &format!("time.sleep({think})"))
+        .replace("\"0.0.0.0\"", &format!("\"{}\"", lab.client_addr()));
+    let child = std::process::Command::new("python3")
+        .args(["-c", &script, &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3");
+    let fg = Foreground(child);
+    let addr = std::net::SocketAddr::from((lab.client_addr(), port));
+    let t = Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the backend did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    fg
+}
+
+/// An upstream on another host that thinks 30 ms per request, behind nginx: the hop is
+/// found and captured on the server's side, but nothing of the peer's can be read from
+/// there. `slow-server` with mechanism `upstream-wait` at that hop (its address, no pid),
+/// the fix pointing at an agent there — three runs of three. Control: a server that sleeps
+/// itself while holding an idle connection to the same upstream is not `upstream-wait`.
+#[test]
+#[ignore = "needs root"]
+fn a_slow_upstream_on_another_host_is_upstream_wait_at_that_hop() {
+    let lab = Lab::up(&LabOptions::new(&name("rw")).server(ServerKind::Builtin)).expect("lab up");
+    let _be = remote_backend(&lab, 9531, 0.03);
+    let peer = format!("{}:9531", lab.client_addr());
+    let (_nginx, _dir) = nginx_in_lab(
+        &lab,
+        9532,
+        &format!("upstream app {{ server {peer}; keepalive 64; }}"),
+        "",
+        "proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\";",
+    );
+    let url = format!("http://{}:9532/", lab.server_addr());
+    for run in 1..=3 {
+        let (_, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        let v = &j["verdict"];
+        assert_eq!(v["cause"], "slow-server", "run {run}: {err}\n{}", show(&j));
+        assert_eq!(v["mechanism"], "upstream-wait", "run {run}: {}", show(&j));
+        let h = &v["hop"];
+        let at = &h["chain"][h["at"].as_u64().unwrap_or(0) as usize];
+        assert_eq!(at["addr"], peer.as_str(), "run {run}: {}", show(&j));
+        assert!(at["pid"].is_null(), "run {run}: {}", show(&j));
+        assert!(
+            v["fix"][0]["change"]
+                .as_str()
+                .is_some_and(|c| c.contains("lagtrace agent")),
+            "run {run}: {}",
+            show(&j)
+        );
+        eprintln!(
+            "run {run}: {} / {} at {} — {}",
+            v["cause"], v["mechanism"], h["text"], v["cost"]["text"]
+        );
+    }
+    // Control: the server's own sleep, an idle connection to the same upstream beside it.
+    let front = python_server(
+        &format!(
+            "import socket\nIDLE = socket.create_connection((\"{}\", 9531))",
+            lab.client_addr()
+        ),
+        "pass",
+        "time.sleep(0.03)",
+    );
+    let _fe = start_in_lab(
+        &lab,
+        Path::new("/"),
+        &["python3", "-c", &front, "9533"],
+        9533,
+    );
+    let (_, j, err) = diagnose_json(
+        &format!("http://{}:9533/", lab.server_addr()),
+        &["-d", "4s"],
+    );
+    assert_eq!(j["verdict"]["cause"], "slow-server", "{err}\n{}", show(&j));
+    assert_ne!(j["verdict"]["mechanism"], "upstream-wait", "{}", show(&j));
+}

@@ -25,6 +25,8 @@ pub(super) struct Facts<'a> {
     /// The run is real clients' traffic (`--passive`, `--pcap`): the clients are not
     /// lagtrace, and there is no c=1 run.
     pub(super) passive: bool,
+    /// The hops behind the server (its own connections to its upstreams).
+    pub(super) hops: &'a [lagtrace_model::diagnosis::evidence::HopEvidence],
 }
 
 impl<'a> Facts<'a> {
@@ -56,6 +58,7 @@ impl<'a> Facts<'a> {
             passive: app
                 .and_then(|a| a.cn.as_ref())
                 .is_some_and(|r| r.passive.is_some()),
+            hops: &layers.hops,
         }
     }
 

@@ -376,12 +376,77 @@ pub(super) fn adopt(front: Judgement, mut hop: Judgement, h: &HopEvidence, at: H
     finding_layers.extend(front.finding_layers);
     finding_layers.sort();
     finding_layers.dedup();
-    hop.verdict.hop = Some(at);
-    Judgement {
+    let mut j = Judgement {
         verdict: hop.verdict,
         evidence,
         finding_layers,
+    };
+    if is_remote(h) {
+        upstream_wait(&mut j, h, &at);
     }
+    j.verdict.hop = Some(at);
+    j
+}
+
+/// Whether lagtrace cannot look inside the hop's peer: no process of this host listens
+/// there (its sockets could not be read) and it is not a loopback address.
+pub(super) fn is_remote(h: &HopEvidence) -> bool {
+    h.to.is_none()
+        && h.sockets.get().is_none()
+        && h.peer
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| !a.ip().is_loopback())
+}
+
+/// The fix for a server whose time is its wait on `peer`, an upstream lagtrace cannot look
+/// inside from here: the time is spent there (or on the way), and an agent there says why.
+pub(super) fn upstream_wait_fix(from: &str, peer: &str, each_us: u64, location: String) -> Fix {
+    Fix {
+        side: FixSide::Server,
+        location: Some(location),
+        change: format!(
+            "{from} waits ~{} per request for {peer} to answer, on another host lagtrace cannot \
+             look inside from here: run `lagtrace agent` on that host and `lagtrace diagnose \
+             --agent` against it (or `lagtrace diagnose` there) to see where its time goes — \
+             its handler, its own upstreams, its host; meanwhile cache its answers or call it \
+             less often (one call per request, in parallel, with a timeout)",
+            ms(each_us)
+        ),
+        tradeoff: None,
+    }
+}
+
+/// A hop to an upstream on another host whose own time is the wait (`slow-server` seen in
+/// the hop's packets, no mechanism): `upstream-wait` — the packets show the upstream took
+/// the time, and only an agent on its host can say how.
+fn upstream_wait(j: &mut Judgement, h: &HopEvidence, at: &Hop) {
+    if j.verdict.cause != Cause::SlowServer || j.verdict.mechanism.is_some() {
+        return;
+    }
+    j.verdict.mechanism = Some(Mechanism::UpstreamWait);
+    if let Some(t) = j.verdict.tail.as_mut() {
+        for p in t.parts.iter_mut().filter(|p| p.cause == Cause::SlowServer) {
+            p.mechanism.get_or_insert(Mechanism::UpstreamWait);
+        }
+    }
+    let each = h
+        .packets
+        .get()
+        .and_then(|p| p.server_time.as_ref())
+        .map_or(j.verdict.cost.added_us, |s| s.p50_us);
+    let f = &at.chain[at.at - 1];
+    let from = match f.pid {
+        Some(pid) => format!("{} (pid {pid})", f.name),
+        None => f.name.clone(),
+    };
+    let peer = at.chain[at.at].label();
+    // The rule's own fix ("profile the handler") reads as if lagtrace saw inside the peer.
+    j.verdict
+        .fix
+        .retain(|f| !(f.side == FixSide::Server && f.change.contains("profile the handler")));
+    j.verdict
+        .fix
+        .insert(0, upstream_wait_fix(&from, &h.peer, each, peer));
 }
 
 /// The server's own time with its wait on the first hop taken out: its server time at the

@@ -7,7 +7,7 @@ use super::facts::Facts;
 use super::notes::{missing_layers, rule_outs};
 use super::{
     Candidate, Judgement, RULES, SLOW_SERVER_US, healthy, hop, host, ms, note, out, rule,
-    server_time, tail, unreachable, wiredrop,
+    server_time, sup, tail, unreachable, wiredrop,
 };
 use crate::evidence::{AppRun, LayerName, Layers, Target};
 use crate::verdict::{Confidence, Cost, EvidenceLine, Mechanism, Stance, Tail, Verdict};
@@ -334,10 +334,23 @@ fn explained(x: &Facts<'_>, slow: &Candidate, cands: &[Candidate]) -> bool {
 /// the server time — writing late, not held after the write (seen: a CPU-bound Python
 /// server whose requests queued ~200 ms on the interpreter lock at c=8).
 fn server_time_split(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>) {
-    let Some(c) = cands.iter_mut().find(|c| c.cause == Cause::SlowServer) else {
+    let Some(s) = server_time::split(x) else {
         return;
     };
-    let Some(s) = server_time::split(x) else {
+    // A cork inferred from the packets alone explained the server's time away in the
+    // ranking; the split, which shows the serving thread in its own work through that time,
+    // outweighs the inference: the server's candidate comes back for it (seen: four
+    // uncorked sockets read, which left a 1.3 % chance of a cork, beside a disk wait).
+    if !cands.iter().any(|c| c.cause == Cause::SlowServer) {
+        let inferred_cork = cands
+            .iter()
+            .any(|c| c.cause == Cause::TcpCork && !c.layers.contains(&LayerName::Sockets));
+        match rule(Cause::SlowServer).and_then(|r| r.candidate(x)) {
+            Some(slow) if inferred_cork && s.named.is_some() => cands.push(slow),
+            _ => return,
+        }
+    }
+    let Some(c) = cands.iter_mut().find(|c| c.cause == Cause::SlowServer) else {
         return;
     };
     c.evidence.push(s.line);
@@ -349,6 +362,40 @@ fn server_time_split(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>)
     if let Some((w, fix)) = s.woken {
         let server = x.sockets.and_then(|s| s.server.as_ref());
         c.hop = Some(hop::to_process(target, server, &w.comm, w.pid));
+        c.host_fix = Some(fix);
+        return;
+    }
+    // Most of the server time a wait for a descriptor no process of this host ended, and
+    // the server has connections to an upstream on another host: the wait is that
+    // upstream's (`upstream-wait`), unless its CPU work explains the time (`on-cpu`).
+    let on_cpu = matches!(s.named, Some((Mechanism::OnCpu, _)));
+    if let (Some(each), false, None) = (s.descriptor_us, on_cpu, c.mechanism)
+        && let Some(h) = x
+            .hops
+            .iter()
+            .filter(|h| h.depth == 1 && hop::is_remote(h))
+            .max_by_key(|h| h.connections)
+    {
+        let at = hop::chain(target, &[h]);
+        let from = &h.from;
+        let fix = hop::upstream_wait_fix(
+            &format!("{} (pid {})", from.comm, from.pid),
+            &h.peer,
+            each,
+            at.chain[at.at].label(),
+        );
+        c.evidence.push(sup(
+            LayerName::Host,
+            Cause::SlowServer,
+            format!(
+                "no process of this host woke the serving thread out of its waits for a \
+                 descriptor, and {} (pid {}) holds {} connection(s) to {} on another host: \
+                 the server waits on that upstream",
+                from.comm, from.pid, h.connections, h.peer
+            ),
+        ));
+        c.mechanism = Some(Mechanism::UpstreamWait);
+        c.hop = Some(at);
         c.host_fix = Some(fix);
         return;
     }

@@ -47,6 +47,10 @@ pub(super) struct Split {
     pub(super) named: Option<(Mechanism, Fix)>,
     /// The process the server waited on, with the fix on its side.
     pub(super) woken: Option<(Woken, Fix)>,
+    /// The waits for a descriptor (epoll/poll, a socket read, a pipe) when they hold at
+    /// least [`MIN_SHARE`] of the server time and no process of this host ended them: each
+    /// request's part, µs.
+    pub(super) descriptor_us: Option<u64>,
 }
 
 /// The process whose wake-ups ended most of the serving thread's waits for a descriptor
@@ -67,28 +71,26 @@ pub(super) struct Woken {
 const WAKER_SHARE: f64 = 2.0 / 3.0;
 
 /// The waits for a descriptor that hold at least [`MIN_SHARE`] of the server time, and the
-/// command whose processes ended at least [`WAKER_SHARE`] of them — not the server itself
-/// nor lagtrace (whose requests arrive on the same sockets), nor an unnamed waker (an
+/// command whose processes ended at least [`WAKER_SHARE`] of them — not the server's
+/// process nor lagtrace (whose requests arrive on the same sockets), nor an unnamed waker (an
 /// interrupt's, or one that exited).
 fn woken(s: &ServerTimeSplit, x: &Facts<'_>) -> Option<Woken> {
     let server = x.sockets.and_then(|s| s.server.as_ref());
     let p: &ServerTimePart = s
         .parts
         .iter()
-        .filter(|p| {
-            matches!(
-                p.class,
-                WaitClass::Poll | WaitClass::SocketRead | WaitClass::Pipe
-            )
-        })
+        .filter(|p| is_descriptor(p.class))
         .max_by(|a, b| a.share.total_cmp(&b.share))?;
     if p.share < MIN_SHARE || p.us == 0 {
         return None;
     }
+    // The server's own processes are left out where the wake-ups are counted (a worker
+    // woken by its master); one with its command is another program (a Python backend
+    // behind a Python front).
     let w = p.woken_by.iter().find(|w| {
         !w.comm.is_empty()
             && !w.comm.starts_with("lagtrace")
-            && server.is_none_or(|s| s.pid != w.pid && s.comm != w.comm)
+            && server.is_none_or(|s| s.pid != w.pid)
     })?;
     if (w.us as f64) < WAKER_SHARE * p.us as f64 {
         return None;
@@ -101,6 +103,22 @@ fn woken(s: &ServerTimeSplit, x: &Facts<'_>) -> Option<Woken> {
         each_us: w.us / s.requests.max(1),
         share,
     })
+}
+
+/// The descriptor waits' part of each request's server time, when they hold at least
+/// [`MIN_SHARE`] of it.
+fn descriptor_wait(s: &ServerTimeSplit) -> Option<u64> {
+    let share: f64 = s
+        .parts
+        .iter()
+        .filter(|p| is_descriptor(p.class))
+        .map(|p| p.share)
+        .sum();
+    (share >= MIN_SHARE).then(|| ((s.server_us / s.requests.max(1)) as f64 * share.min(1.0)) as u64)
+}
+
+fn is_descriptor(c: WaitClass) -> bool {
+    matches!(c, WaitClass::Poll | WaitClass::SocketRead | WaitClass::Pipe)
 }
 
 /// Plain words for a class in a sentence.
@@ -276,8 +294,10 @@ pub(super) fn split(x: &Facts<'_>) -> Option<Split> {
         };
         (w, fix)
     });
+    let descriptor_us = woken.is_none().then(|| descriptor_wait(s)).flatten();
     Some(Split {
         line,
+        descriptor_us,
         woken,
         named: named.map(|(m, change)| {
             (

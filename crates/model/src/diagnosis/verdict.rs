@@ -241,6 +241,9 @@ pub enum Mechanism {
     /// The receive softirq keeps a CPU busy (other traffic, a flood): the server's packets
     /// wait their turn in the kernel before its socket has them.
     SoftirqSaturated,
+    /// The server's time is a wait on an upstream that lagtrace cannot look inside (on
+    /// another host, no agent there): its connections to it show the wait, not the reason.
+    UpstreamWait,
 }
 
 impl Mechanism {
@@ -259,6 +262,7 @@ impl Mechanism {
             Mechanism::Sleep => "sleep",
             Mechanism::NetfilterRules => "netfilter-rules",
             Mechanism::SoftirqSaturated => "softirq-saturated",
+            Mechanism::UpstreamWait => "upstream-wait",
         }
     }
 }
@@ -311,6 +315,7 @@ mod mechanism_names {
             Mechanism::Sleep,
             Mechanism::NetfilterRules,
             Mechanism::SoftirqSaturated,
+            Mechanism::UpstreamWait,
         ] {
             assert_eq!(serde_json::to_value(m).unwrap(), m.name());
         }
