@@ -731,7 +731,6 @@ fn a_slow_script_behind_php_fpm_on_a_unix_socket_is_named_at_php_fpm() {
 /// "another host" as seen from the server's namespace, whose sockets lagtrace does not read
 /// from there), thinking `think` seconds per request.
 fn remote_backend(lab: &Lab, port: u16, think: f64) -> Foreground {
-    use std::time::{Duration, Instant};
     let script = python_server("", "pass", &format!("time.sleep({think})"))
         .replace("\"0.0.0.0\"", &format!("\"{}\"", lab.client_addr()));
     let child = std::process::Command::new("python3")
@@ -741,15 +740,10 @@ fn remote_backend(lab: &Lab, port: u16, think: f64) -> Foreground {
         .spawn()
         .expect("python3");
     let fg = Foreground(child);
-    let addr = std::net::SocketAddr::from((lab.client_addr(), port));
-    let t = Instant::now();
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the backend did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::wait_listening(
+        std::net::SocketAddr::from((lab.client_addr(), port)),
+        "the backend",
+    );
     fg
 }
 
@@ -764,13 +758,7 @@ fn a_slow_upstream_on_another_host_is_upstream_wait_at_that_hop() {
     let lab = Lab::up(&LabOptions::new(&name("rw")).server(ServerKind::Builtin)).expect("lab up");
     let _be = remote_backend(&lab, 9531, 0.03);
     let peer = format!("{}:9531", lab.client_addr());
-    let (_nginx, _dir) = nginx_in_lab(
-        &lab,
-        9532,
-        &format!("upstream app {{ server {peer}; keepalive 64; }}"),
-        "",
-        "proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\";",
-    );
+    let (_nginx, _dir) = common::nginx_proxy_to_in_lab(&lab, 9532, &peer, "");
     let url = format!("http://{}:9532/", lab.server_addr());
     for run in 1..=3 {
         let (_, j, err) = diagnose_json(&url, &["-d", "4s"]);

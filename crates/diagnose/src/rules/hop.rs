@@ -204,7 +204,7 @@ fn reuse_fix(h: &HopEvidence) -> crate::verdict::Fix {
 
 /// A process in words: `nginx (pid 7)`, or its name alone where the evidence has no pid
 /// (0: a saved capture's).
-fn who(p: &ServerProcess) -> String {
+pub(super) fn who(p: &ServerProcess) -> String {
     if p.pid == 0 {
         p.comm.clone()
     } else {

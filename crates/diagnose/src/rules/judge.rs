@@ -377,21 +377,16 @@ fn server_time_split(x: &Facts<'_>, target: &Target, cands: &mut Vec<Candidate>)
             .max_by_key(|h| h.connections)
     {
         let at = hop::chain(target, &[h]);
-        let from = &h.from;
-        let fix = hop::upstream_wait_fix(
-            &format!("{} (pid {})", from.comm, from.pid),
-            &h.peer,
-            each,
-            at.chain[at.at].label(),
-        );
+        let from = hop::who(&h.from);
+        let fix = hop::upstream_wait_fix(&from, &h.peer, each, at.chain[at.at].label());
         c.evidence.push(sup(
             LayerName::Host,
             Cause::SlowServer,
             format!(
                 "no process of this host woke the serving thread out of its waits for a \
-                 descriptor, and {} (pid {}) holds {} connection(s) to {} on another host: \
-                 the server waits on that upstream",
-                from.comm, from.pid, h.connections, h.peer
+                 descriptor, and {from} holds {} connection(s) to {} on another host: the \
+                 server waits on that upstream",
+                h.connections, h.peer
             ),
         ));
         c.mechanism = Some(Mechanism::UpstreamWait);

@@ -133,7 +133,6 @@ pub fn nft_dropped_in_lab(lab: &lagtrace_lab::Lab) -> u64 {
 /// the lab's server address answers on `port`.
 pub fn start_in_lab(lab: &lagtrace_lab::Lab, dir: &Path, cmd: &[&str], port: u16) -> Foreground {
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
     let child = Command::new("ip")
         .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
         .args(cmd)
@@ -143,16 +142,24 @@ pub fn start_in_lab(lab: &lagtrace_lab::Lab, dir: &Path, cmd: &[&str], port: u16
         .spawn()
         .expect("start the server");
     let fg = Foreground(child);
-    let addr = std::net::SocketAddr::from((lab.server_addr(), port));
+    wait_listening(
+        std::net::SocketAddr::from((lab.server_addr(), port)),
+        &format!("{cmd:?}"),
+    );
+    fg
+}
+
+/// Waits (at most 10 s) until `addr` accepts a connection; panics naming `what` otherwise.
+pub fn wait_listening(addr: std::net::SocketAddr, what: &str) {
+    use std::time::{Duration, Instant};
     let t = Instant::now();
     while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
         assert!(
             t.elapsed() < Duration::from_secs(10),
-            "{cmd:?} did not start"
+            "{what} did not start"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    fg
 }
 
 /// `lagtrace diagnose ARGS --json -q` (its saved state in a private directory): exit code,
@@ -279,10 +286,20 @@ pub fn nginx_proxy_in_lab(
     upstream: u16,
     server_extra: &str,
 ) -> (Foreground, tempfile::TempDir) {
+    nginx_proxy_to_in_lab(lab, listen, &format!("127.0.0.1:{upstream}"), server_extra)
+}
+
+/// [`nginx_proxy_in_lab`] to the upstream at `upstream` (`ADDR:PORT`).
+pub fn nginx_proxy_to_in_lab(
+    lab: &lagtrace_lab::Lab,
+    listen: u16,
+    upstream: &str,
+    server_extra: &str,
+) -> (Foreground, tempfile::TempDir) {
     nginx_in_lab(
         lab,
         listen,
-        &format!("upstream app {{ server 127.0.0.1:{upstream}; keepalive 64; }}"),
+        &format!("upstream app {{ server {upstream}; keepalive 64; }}"),
         server_extra,
         "proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\";",
     )
