@@ -123,7 +123,7 @@ fn every_request_joins_its_packets_and_the_slow_ones_are_server_time() {
     for &k in &done {
         let r = &recs.records[k];
         let p = j.requests[k].parts;
-        let is_slow = (r.index + 1) % EVERY == 0;
+        let is_slow = (r.index + 1).is_multiple_of(EVERY);
         if is_slow {
             slow += 1;
             assert!(p.server_us >= slow_us, "{r:?} {p:?}");

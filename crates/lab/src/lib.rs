@@ -696,10 +696,10 @@ impl Lab {
         let mut out = Vec::new();
         if let Ok(rd) = fs::read_dir(STATE_ROOT) {
             for e in rd.flatten() {
-                if let Some(n) = e.file_name().to_str() {
-                    if let Ok(Some(s)) = read_state(n) {
-                        out.push(s);
-                    }
+                if let Some(n) = e.file_name().to_str()
+                    && let Ok(Some(s)) = read_state(n)
+                {
+                    out.push(s);
                 }
             }
         }

@@ -103,10 +103,10 @@ fn used_nets() -> Vec<(u32, u8)> {
     for line in output("ip", &["-4", "-o", "addr", "show"]).lines() {
         let mut it = line.split_whitespace();
         while let Some(w) = it.next() {
-            if w == "inet" {
-                if let Some(n) = it.next().and_then(parse_net) {
-                    nets.push(n);
-                }
+            if w == "inet"
+                && let Some(n) = it.next().and_then(parse_net)
+            {
+                nets.push(n);
             }
         }
     }

@@ -840,7 +840,11 @@ fn slow_reader_with_small_buffer_is_window_limited() {
         }
         reads += 1;
         // Every 8th pause is 45 ms: window updates come ≥ 30 ms late, as a delayed ACK would.
-        std::thread::sleep(Duration::from_millis(if reads % 8 == 0 { 45 } else { 20 }));
+        std::thread::sleep(Duration::from_millis(if reads.is_multiple_of(8) {
+            45
+        } else {
+            20
+        }));
     }
     drop(c);
     server.join().unwrap();

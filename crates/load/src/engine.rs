@@ -477,10 +477,10 @@ impl Worker<'_, '_> {
             if !self.retry.is_empty() {
                 wait = Duration::ZERO;
             }
-            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
+            if let Err(e) = self.poll.poll(&mut events, Some(wait))
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                return Err(e);
             }
             for ev in events.iter() {
                 if ev.token() == TIMER_TOKEN {

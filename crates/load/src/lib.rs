@@ -279,10 +279,10 @@ fn prepare(opts: &LoadOptions) -> Result<Prepared> {
     if opts.connections > 1 << 20 {
         bail!("too many connections ({})", opts.connections);
     }
-    if let Some(r) = opts.rate {
-        if !(r.is_finite() && r > 0.0) {
-            bail!("rate must be a positive number of requests/sec, not {r}");
-        }
+    if let Some(r) = opts.rate
+        && !(r.is_finite() && r > 0.0)
+    {
+        bail!("rate must be a positive number of requests/sec, not {r}");
     }
     if opts.requests == Some(0) {
         bail!("request count must be at least 1");
@@ -303,14 +303,17 @@ fn prepare(opts: &LoadOptions) -> Result<Prepared> {
             bail!("{what} too long (at most 365 days)");
         }
     }
-    if let Some(r) = opts.rate {
-        if 1.0 / r > MAX_TIME.as_secs_f64() {
-            bail!("rate {r} too low (at least one request per 365 days)");
-        }
+    if let Some(r) = opts.rate
+        && 1.0 / r > MAX_TIME.as_secs_f64()
+    {
+        bail!("rate {r} too low (at least one request per 365 days)");
     }
     if opts.hdr_log.is_some() {
         let iv = opts.hdr_log_interval;
-        if iv < Duration::from_millis(1) || iv.subsec_nanos() % 1_000_000 != 0 || iv > MAX_TIME {
+        if iv < Duration::from_millis(1)
+            || !iv.subsec_nanos().is_multiple_of(1_000_000)
+            || iv > MAX_TIME
+        {
             bail!("the log interval must be a whole number of milliseconds (at least 1 ms)");
         }
     }
@@ -418,12 +421,12 @@ pub fn check(opts: &LoadOptions) -> Result<()> {
 fn raise_fd_limit(need: u64) {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let lim = getrlimit(Resource::Nofile);
-    if let Some(cur) = lim.current {
-        if cur < need {
-            let mut new = lim;
-            new.current = Some(lim.maximum.map_or(need, |max| need.min(max)));
-            let _ = setrlimit(Resource::Nofile, new);
-        }
+    if let Some(cur) = lim.current
+        && cur < need
+    {
+        let mut new = lim;
+        new.current = Some(lim.maximum.map_or(need, |max| need.min(max)));
+        let _ = setrlimit(Resource::Nofile, new);
     }
 }
 

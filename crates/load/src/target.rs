@@ -163,10 +163,11 @@ pub fn build_request(
     for (k, v) in &parsed {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
-    if let Some(b) = body {
-        if !has("content-length") && !has("transfer-encoding") {
-            req.push_str(&format!("Content-Length: {}\r\n", b.len()));
-        }
+    if let Some(b) = body
+        && !has("content-length")
+        && !has("transfer-encoding")
+    {
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
     }
     req.push_str("\r\n");
     let mut bytes = req.into_bytes();

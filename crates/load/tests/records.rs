@@ -43,11 +43,11 @@ fn serve(close_every: u64, slow_every: u64, slow: Duration) -> (SocketAddr, Arc<
                     while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                         buf.drain(..end + 4);
                         k += 1;
-                        let delay = slow_every > 0 && k % slow_every == 0;
+                        let delay = slow_every > 0 && k.is_multiple_of(slow_every);
                         if delay {
                             std::thread::sleep(slow);
                         }
-                        let close = close_every > 0 && k % close_every == 0;
+                        let close = close_every > 0 && k.is_multiple_of(close_every);
                         let head = if close { "Connection: close\r\n" } else { "" };
                         let resp =
                             format!("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n{head}\r\nhello");

@@ -122,7 +122,7 @@ impl<W: Write> PcapngWriter<W> {
 }
 
 fn pad4(v: &mut Vec<u8>) {
-    while v.len() % 4 != 0 {
+    while !v.len().is_multiple_of(4) {
         v.push(0);
     }
 }
@@ -171,13 +171,13 @@ pub fn write_annotated(
     output: &Path,
     comments: &BTreeMap<u64, String>,
 ) -> Result<AnnotateStats> {
-    if let (Ok(a), Ok(b)) = (input.canonicalize(), output.canonicalize()) {
-        if a == b {
-            return Err(Error::Usage(format!(
-                "annotate: output {} is the input file",
-                output.display()
-            )));
-        }
+    if let (Ok(a), Ok(b)) = (input.canonicalize(), output.canonicalize())
+        && a == b
+    {
+        return Err(Error::Usage(format!(
+            "annotate: output {} is the input file",
+            output.display()
+        )));
     }
     let f = File::open(input).map_err(|e| Error::io(format!("opening {}", input.display()), e))?;
     let rd = BufReader::with_capacity(1 << 20, f);
@@ -404,7 +404,7 @@ impl<R: Read> BlockReader<'_, R> {
         self.section(&head)?;
         let btype = read_u32(&head, 0, !self.le);
         let len = read_u32(&head, 4, !self.le);
-        if len < 12 || len % 4 != 0 || len > MAX_BLOCK {
+        if len < 12 || !len.is_multiple_of(4) || len > MAX_BLOCK {
             let w = format!("block after frame {after}: bad block length {len}; stopped there");
             stats.warnings.push(w);
             return Ok(None);

@@ -393,10 +393,10 @@ impl Delivery {
             Sink::None => {}
             Sink::Pcap(s) => s.write(&p),
             Sink::Pcapng(w) => {
-                if self.write_err.is_none() {
-                    if let Err(e) = w.write_packet(0, ts_ns, p.header.len, p.data, None) {
-                        self.write_err = Some(e);
-                    }
+                if self.write_err.is_none()
+                    && let Err(e) = w.write_packet(0, ts_ns, p.header.len, p.data, None)
+                {
+                    self.write_err = Some(e);
                 }
             }
         }

@@ -289,7 +289,7 @@ impl<R: Read> CaptureReader<R> {
         }
         let btype = read_u32(b, 0, self.big);
         let blen = read_u32(b, 4, self.big) as usize;
-        if blen < 12 || blen % 4 != 0 || blen > MAX_RECORD {
+        if blen < 12 || !blen.is_multiple_of(4) || blen > MAX_RECORD {
             return Err(format!(
                 "corrupt pcapng block at byte {pos}: length {blen}; stopping"
             ));

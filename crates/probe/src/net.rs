@@ -339,10 +339,11 @@ impl RawNetwork {
                 }
             }
             // Older entries (sends whose timestamp came late) are skipped.
-            if let (Some(t), Some(i)) = (ts, id) {
-                if i == key && t > 0 {
-                    return Some((t - self.offset_ns).max(0) as u64);
-                }
+            if let (Some(t), Some(i)) = (ts, id)
+                && i == key
+                && t > 0
+            {
+                return Some((t - self.offset_ns).max(0) as u64);
             }
         }
         None

@@ -422,10 +422,10 @@ fn connect_until(
     let started = sock.connect(&target.into());
     // The kernel has picked our address and port now; a refused or silent probe still
     // reports where it came from.
-    if let Some(a) = sock.local_addr().ok().and_then(|a| a.as_socket()) {
-        if a.port() != 0 {
-            *source = a;
-        }
+    if let Some(a) = sock.local_addr().ok().and_then(|a| a.as_socket())
+        && a.port() != 0
+    {
+        *source = a;
     }
     match started {
         Ok(()) => return Ok(()),

@@ -232,10 +232,10 @@ pub fn run_trace<N: Network>(
         let deadline = last_sent + timeout;
         loop {
             // Done when every probe up to the target's TTL has an answer.
-            if let Some(tt) = target_ttl {
-                if !pending.values().any(|p| p.ttl <= tt) {
-                    break;
-                }
+            if let Some(tt) = target_ttl
+                && !pending.values().any(|p| p.ttl <= tt)
+            {
+                break;
             }
             if pending.is_empty() {
                 break;

@@ -136,7 +136,7 @@ impl Network for SimNet {
             Behaviour::Target {
                 rtt_us, drop_every, ..
             } => {
-                if drop_every == 0 || (n + 1) % drop_every != 0 || n == 0 {
+                if drop_every == 0 || !(n + 1).is_multiple_of(drop_every) || n == 0 {
                     let r = self.reply(self.flow.dst, self.target_reply(probe));
                     self.push(t + rtt_us * 1000, r);
                 }
@@ -159,16 +159,16 @@ impl Network for SimNet {
     }
 
     fn recv(&mut self, deadline_ns: u64) -> io::Result<Option<Received>> {
-        if let Some(Reverse((at, i))) = self.queue.peek().copied() {
-            if at <= deadline_ns.max(self.now) {
-                self.queue.pop();
-                self.now = self.now.max(at);
-                return Ok(Some(Received {
-                    at_ns: at,
-                    reply: self.replies[i as usize].clone(),
-                    kernel_ts: true,
-                }));
-            }
+        if let Some(Reverse((at, i))) = self.queue.peek().copied()
+            && at <= deadline_ns.max(self.now)
+        {
+            self.queue.pop();
+            self.now = self.now.max(at);
+            return Ok(Some(Received {
+                at_ns: at,
+                reply: self.replies[i as usize].clone(),
+                kernel_ts: true,
+            }));
         }
         self.now = self.now.max(deadline_ns);
         Ok(None)

@@ -146,7 +146,7 @@ fn serve<S: Read + Write>(mut sock: S, mode: Mode, count: &AtomicU64, stop: &Ato
                     if !delay.is_zero() {
                         std::thread::sleep(delay);
                     }
-                    let close = close_every > 0 && served % close_every == 0;
+                    let close = close_every > 0 && served.is_multiple_of(close_every);
                     let mut r = format!("HTTP/1.1 {status} X\r\nServer: test\r\n");
                     if close {
                         r.push_str("Connection: close\r\n");

@@ -146,7 +146,7 @@ fn random_losses_show_as_loss_recovery_with_no_mechanism() {
     let mut seed = 7u64;
     let mut rs = closed_loop(4, 2_000_000, &|_, _, _| FAST);
     for r in &mut rs {
-        if lcg(&mut seed) % 50 == 0 {
+        if lcg(&mut seed).is_multiple_of(50) {
             r.loss = 200_000 + lcg(&mut seed) % 20_000;
         }
     }
@@ -163,7 +163,7 @@ fn slow_requests_at_random_on_one_connection_at_a_time_are_no_pause() {
     let mut seed = 11u64;
     let mut rs = closed_loop(4, 2_000_000, &|_, _, _| FAST);
     for r in &mut rs {
-        if lcg(&mut seed) % 30 == 0 {
+        if lcg(&mut seed).is_multiple_of(30) {
             r.server = 30_000;
         }
     }
@@ -193,7 +193,7 @@ fn the_kept_records_split_like_the_whole_run_however_long_it_is() {
         let mut seed = 5u64;
         let mut rs = closed_loop(conns, 2_500_000, &|_, _, _| FAST);
         for r in &mut rs {
-            if lcg(&mut seed) % 50 == 0 {
+            if lcg(&mut seed).is_multiple_of(50) {
                 r.loss = 200_000 + lcg(&mut seed) % 20_000;
             }
         }

@@ -184,10 +184,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             if writeln!(out, "{}", summary_line(p))
                 .and_then(|_| out.flush())
                 .is_err()
+                && let Some(s) = cell.get()
             {
-                if let Some(s) = cell.get() {
-                    s.stop();
-                }
+                s.stop();
             }
         }))
     } else {

@@ -98,7 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::thread::sleep(Duration::from_millis(100));
         ticks += 1;
         let n = counter.load(Ordering::Relaxed);
-        if ticks % 100 == 0 && n != logged {
+        if ticks.is_multiple_of(100) && n != logged {
             eprintln!("lagtrace serve: {n} requests");
             logged = n;
         }
