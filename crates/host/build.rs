@@ -1,7 +1,8 @@
 //! Builds the per-namespace drop counter (bpf/drops.bpf.c), the off-CPU tracer
-//! (bpf/offcpu.bpf.c) and the softirq timer (bpf/softirq.bpf.c) with clang against the UAPI and
-//! libbpf headers (linux-libc-dev, libbpf-dev); it needs no kernel BTF at build time (the
-//! loader reads the struct offsets from the running kernel's). Without clang or the headers
+//! (bpf/offcpu.bpf.c), the on-CPU sampler (bpf/oncpu.bpf.c) and the softirq timer
+//! (bpf/softirq.bpf.c) with clang against the UAPI and libbpf headers (linux-libc-dev,
+//! libbpf-dev); it needs no kernel BTF at build time (the loader reads the struct offsets
+//! from the running kernel's). Without clang or the headers
 //! the crate still builds: the drop layer then counts machine-wide (perf) and says why at
 //! run time (`LAGTRACE_BPF_BUILD`).
 
@@ -13,6 +14,7 @@ include!("../../support/bpf_build.rs");
 const SRC: &str = "bpf/drops.bpf.c";
 const OFFCPU: &str = "bpf/offcpu.bpf.c";
 const SOFTIRQ: &str = "bpf/softirq.bpf.c";
+const ONCPU: &str = "bpf/oncpu.bpf.c";
 
 fn build(out: &Path) -> Result<(), String> {
     // <linux/types.h> includes <asm/types.h>, under the target's multiarch directory, which
@@ -27,6 +29,7 @@ fn build(out: &Path) -> Result<(), String> {
         (SRC, "drops.bpf.o"),
         (OFFCPU, "offcpu.bpf.o"),
         (SOFTIRQ, "softirq.bpf.o"),
+        (ONCPU, "oncpu.bpf.o"),
     ] {
         let obj = out.join(name);
         run(Command::new(tool("CLANG", "clang"))
@@ -43,5 +46,6 @@ fn build(out: &Path) -> Result<(), String> {
 fn main() {
     println!("cargo::rerun-if-changed={OFFCPU}");
     println!("cargo::rerun-if-changed={SOFTIRQ}");
+    println!("cargo::rerun-if-changed={ONCPU}");
     bpf_main(SRC, &[], build);
 }

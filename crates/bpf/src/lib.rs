@@ -23,6 +23,10 @@ pub const MAP_PERCPU_ARRAY: u32 = 6;
 pub const MAP_RINGBUF: u32 = 27;
 /// `BPF_PROG_TYPE_TRACEPOINT`.
 pub const PROG_TRACEPOINT: u32 = 5;
+/// `BPF_PROG_TYPE_PERF_EVENT` (a sampling event's overflow).
+pub const PROG_PERF_EVENT: u32 = 7;
+/// `BPF_MAP_TYPE_STACK_TRACE`.
+pub const MAP_STACK_TRACE: u32 = 7;
 /// `BPF_PROG_TYPE_RAW_TRACEPOINT`.
 pub const PROG_RAW_TRACEPOINT: u32 = 17;
 /// `BPF_PROG_TYPE_TRACING` (fentry/fexit).
@@ -234,6 +238,43 @@ pub fn attach_tracepoint(tp_id: u64, prog: &OwnedFd) -> io::Result<OwnedFd> {
             attr.as_ptr(),
             -1,
             0,
+            -1,
+            8 as libc::c_ulong,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let ev = fd(rc as i32);
+    // SAFETY: ioctls on our own perf event with a program descriptor / no argument.
+    let ok = unsafe {
+        libc::ioctl(ev.as_raw_fd(), PERF_EVENT_IOC_SET_BPF, prog.as_raw_fd()) == 0
+            && libc::ioctl(ev.as_raw_fd(), PERF_EVENT_IOC_ENABLE, 0) == 0
+    };
+    if ok {
+        Ok(ev)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Opens a CPU-clock sampling event on `cpu` (whatever thread runs there) that fires `hz`
+/// times a second and attaches `prog` (a perf-event program) to it: the program runs on each
+/// sample, in the context of the thread it interrupted. Detached when the event is closed.
+pub fn attach_cpu_clock(cpu: i32, hz: u64, prog: &OwnedFd) -> io::Result<OwnedFd> {
+    let mut attr = [0u8; 64];
+    attr[0..4].copy_from_slice(&1u32.to_ne_bytes()); // PERF_TYPE_SOFTWARE
+    attr[4..8].copy_from_slice(&64u32.to_ne_bytes());
+    // config 0: PERF_COUNT_SW_CPU_CLOCK; sample_freq at 16; flags at 40: freq (bit 10).
+    attr[16..24].copy_from_slice(&hz.to_ne_bytes());
+    attr[40..48].copy_from_slice(&(1u64 << 10).to_ne_bytes());
+    // SAFETY: attr is a valid perf_event_attr of the size it declares.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            -1,
+            cpu,
             -1,
             8 as libc::c_ulong,
         )

@@ -1023,6 +1023,7 @@ fn split_server_time(
         && !windows.is_empty()
     {
         off.during_requests = lagtrace_host::offcpu::split(windows, off, cpu);
+        off.during_slowest = lagtrace_host::offcpu::slowest(windows, off);
     }
 }
 

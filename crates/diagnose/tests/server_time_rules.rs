@@ -501,3 +501,194 @@ fn a_poll_wait_no_local_process_ends_with_a_remote_upstream_is_upstream_wait() {
         assert_eq!(j.verdict.mechanism, None, "{j:#?}");
     }
 }
+
+/// A profile's module: (file, share of the samples, its hottest function).
+type Module<'a> = (&'a str, f64, Option<&'a str>);
+
+/// `host` with an on-CPU profile of `samples` at 199 Hz whose self time is in `modules`
+/// (module, share, hottest function).
+fn with_profile(mut h: HostReport, samples: u64, modules: &[Module<'_>]) -> HostReport {
+    let ms: Vec<Value> = modules
+        .iter()
+        .map(
+            |(m, sh, _)| json!({"module": m, "samples": (samples as f64 * sh) as u64, "share": sh}),
+        )
+        .collect();
+    let fs: Vec<Value> = modules
+        .iter()
+        .map(|(m, sh, f)| {
+            let mut v = json!({"module": m, "samples": (samples as f64 * sh) as u64, "share": sh});
+            if let Some(f) = f {
+                v["function"] = json!(f);
+            }
+            v
+        })
+        .collect();
+    h.oncpu = serde_json::from_value(json!({"status": "ok", "data": {
+        "hz": 199, "cpus": 2, "samples": samples, "modules": ms, "functions": fs,
+        "folded": [], "folded_left_out": 0, "user_depth": 1, "missed": 0}}))
+    .expect("profile");
+    h
+}
+
+/// nginx quick alone (0.9 ms) that queues under load (17 ms at c=32) with a worker on a
+/// CPU the whole window, most of it in libcrypto: a full TLS handshake per connection is
+/// work a setting removes — on-cpu, the fix in nginx's terms.
+#[test]
+fn a_server_queueing_on_tls_handshakes_is_on_cpu_with_the_session_cache_fix() {
+    let h = host(1_800, 17_000, &[("run-queue", 0.05)], Some(1_100));
+    let h = with_profile(
+        h,
+        900,
+        &[
+            ("libcrypto.so.3", 0.62, None),
+            ("[kernel]", 0.2, Some("copy_user_enhanced_fast_string")),
+            ("nginx", 0.1, Some("ngx_http_parse_request_line")),
+        ],
+    );
+    let mut l = slow(900, 17_000, h);
+    l.app
+        .data
+        .as_mut()
+        .unwrap()
+        .cn
+        .as_mut()
+        .unwrap()
+        .requests_per_sec = 1_700.0;
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::OnCpu), "{j:#?}");
+    let fix = &j.verdict.fix[0].change;
+    assert!(
+        fix.contains("ssl_session_cache") && fix.contains("62%"),
+        "{fix}"
+    );
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("libcrypto.so.3 62%")),
+        "{j:#?}"
+    );
+}
+
+/// The same queue with the worker's samples in the kernel copying responses: the work the
+/// load asks for — no server verdict (the profile names no avoidable work).
+#[test]
+fn a_server_queueing_on_copying_bytes_is_not_named_by_its_profile() {
+    let h = host(1_800, 11_000, &[("run-queue", 0.07)], Some(915));
+    let h = with_profile(
+        h,
+        900,
+        &[
+            ("[kernel]", 0.7, Some("copy_user_enhanced_fast_string")),
+            ("nginx", 0.2, Some("ngx_http_write_filter")),
+            ("libz.so.1", 0.05, None),
+        ],
+    );
+    let mut l = slow(250, 11_000, h);
+    l.app
+        .data
+        .as_mut()
+        .unwrap()
+        .cn
+        .as_mut()
+        .unwrap()
+        .requests_per_sec = 949.0;
+    let j = judge(&target(), &l);
+    assert_ne!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+}
+
+/// A server slow alone on a CPU: the fix names the hottest function, or the library and
+/// how to get its symbols when it is stripped, or the flag an interpreter needs.
+#[test]
+fn an_on_cpu_fix_names_the_hot_function_or_what_would_name_it() {
+    let cases: [(&[Module<'_>], &str); 3] = [
+        (
+            &[
+                ("app", 0.7, Some("render_template")),
+                ("[kernel]", 0.2, None),
+            ],
+            "render_template (app)",
+        ),
+        (
+            &[("libfoo.so.1", 0.7, None), ("[kernel]", 0.2, None)],
+            "libfoo.so.1, which has no symbol",
+        ),
+        (
+            &[("libz.so.1", 0.8, None), ("[kernel]", 0.1, None)],
+            "gzip_comp_level",
+        ),
+    ];
+    for (modules, words) in cases {
+        let h = with_profile(
+            host(200, 600_000, &[("futex", 0.9)], Some(22_000)),
+            2_000,
+            modules,
+        );
+        let l = slow(20_000, 600_000, h);
+        let j = judge(&target(), &l);
+        assert_eq!(j.verdict.mechanism, Some(Mechanism::OnCpu), "{j:#?}");
+        assert!(j.verdict.fix[0].change.contains(words), "{words}: {j:#?}");
+    }
+}
+
+/// A disk wait names the device, and the cgroup limit that paced it when the server's
+/// cgroup sets one on a device that did I/O in the window; a limit on an idle device is
+/// not blamed.
+#[test]
+fn a_disk_wait_names_the_device_and_the_limit_that_paced_it() {
+    let disks = |limit_dev: &str| {
+        serde_json::from_value(json!({"status": "ok", "data": {
+            "devices": [
+                {"device": "loop3", "dev": "7:3", "reads": 40, "writes": 0,
+                 "read_us": 4000, "write_us": 0, "busy_us": 4000},
+                {"device": "nvme0n1", "dev": "259:0", "reads": 0, "writes": 2,
+                 "read_us": 0, "write_us": 5000, "busy_us": 3000}],
+            "limits": [{"dev": limit_dev, "limit": "read-iops", "value": 20,
+                        "file": "/sys/fs/cgroup/blkio/x/blkio.throttle.read_iops_device"}]}}))
+        .expect("disks")
+    };
+    let fix = |limit_dev: &str| {
+        let mut h = host(100, 200_000, &[("disk", 0.9)], Some(300));
+        h.disks = disks(limit_dev);
+        let j = judge(&target(), &slow(20_000, 200_000, h));
+        assert_eq!(j.verdict.mechanism, Some(Mechanism::DiskIo), "{j:#?}");
+        j.verdict.fix[0].change.clone()
+    };
+    let f = fix("7:3");
+    assert!(
+        f.contains("limits its reads on loop3 (7:3) to 20 reads/s")
+            && f.contains("blkio.throttle.read_iops_device")
+            && f.contains("~100µs per read"),
+        "{f}"
+    );
+    // The limit is on a device that did no I/O: the busiest device, no limit blamed.
+    let f = fix("8:0");
+    assert!(
+        f.contains("most I/O over the window was loop3 (7:3: 40 reads") && !f.contains("limits"),
+        "{f}"
+    );
+}
+
+/// The slowest requests' split, when the host timed it apart, is said beside the whole
+/// one: a tail that waits on the disk while the median request does not.
+#[test]
+fn the_slowest_requests_split_is_evidence_beside_the_whole() {
+    let mut h = host(900, 30_000, &[("sleep", 0.96)], Some(100));
+    let off = h.offcpu.data.as_mut().unwrap();
+    off.during_slowest = Some(
+        serde_json::from_value(json!({"percentile": 99.0, "from_us": 61_000, "split": {
+            "requests": 9, "attributed": 9, "server_us": 600_000,
+            "parts": [{"class": "disk", "us": 480_000, "share": 0.8,
+                       "frames": ["io_schedule"]}]}}))
+        .expect("slowest"),
+    );
+    let j = judge(&target(), &slow(30_000, 30_000, h));
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::Sleep), "{j:#?}");
+    assert!(
+        j.evidence.iter().any(|e| e
+            .text
+            .contains("in its slowest 9 requests (server time 61.00ms or more, the p99), 80%")),
+        "{j:#?}"
+    );
+}

@@ -109,6 +109,35 @@ pub fn locate(proc_cgroup: &str, mountinfo: &str) -> Option<CgroupDirs> {
     })
 }
 
+/// A process's cgroup directory for the v1 controller `ctrl` (`blkio`) when a v1 hierarchy
+/// holds it, else its v2 directory: (the hierarchy's mount point, the directory).
+pub fn locate_controller(
+    proc_cgroup: &str,
+    mountinfo: &str,
+    ctrl: &str,
+) -> Option<(PathBuf, PathBuf)> {
+    let mounts = mounts(mountinfo);
+    let v1 = proc_cgroup
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+            ctrls.split(',').any(|c| c == ctrl).then_some(path)
+        })
+        .and_then(|path| {
+            let (root, point, _, _) = mounts
+                .iter()
+                .find(|(_, _, fs, opts)| fs == "cgroup" && opts.split(',').any(|o| o == ctrl))?;
+            Some((PathBuf::from(point), join_under(root, point, path)))
+        });
+    if v1.is_some() {
+        return v1;
+    }
+    let path = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let (root, point, _, _) = mounts.iter().find(|(_, _, fs, _)| fs == "cgroup2")?;
+    Some((PathBuf::from(point), join_under(root, point, path)))
+}
+
 /// Reads the CPU files of `dirs`.
 pub fn read(dirs: &CgroupDirs) -> std::io::Result<CpuReading> {
     let stat = parse_kv(&std::fs::read_to_string(dirs.cpu.join("cpu.stat"))?);

@@ -11,10 +11,12 @@ pub mod bpf;
 pub mod cgroup;
 pub mod counters;
 pub mod cpu;
+pub mod disk;
 pub mod drops;
 pub mod listen;
 pub mod netfilter;
 pub mod offcpu;
+pub mod oncpu;
 pub mod qdisc;
 pub mod sched;
 pub mod sockstat;
@@ -52,6 +54,9 @@ pub struct HostOptions {
     /// Time the process's threads off a CPU by why (BPF on `sched:sched_switch`; needs a
     /// process).
     pub offcpu: bool,
+    /// Sample the process's threads on a CPU (BPF on CPU-clock perf events; needs a
+    /// process) this many times a second per CPU; 0: not at all.
+    pub profile_hz: u64,
     /// Time the network softirqs (BPF on `irq:softirq_entry`/`exit`) beside
     /// `/proc/net/softnet_stat`'s counts.
     pub softirq: bool,
@@ -91,6 +96,7 @@ impl Default for HostOptions {
             drops: true,
             drops_machine: true,
             offcpu: true,
+            profile_hz: oncpu::DEFAULT_HZ,
             softirq: true,
             port: None,
             ipv6: false,
@@ -174,14 +180,14 @@ pub fn measure_with(o: &HostOptions, ctl: &WindowControl) -> Result<HostReport, 
         (None, Some(name)) => NetNs::Named(name.clone()),
         (None, None) => NetNs::Current,
     };
-    if let (Some(pid), Err(e)) = (o.pid, ns.inode()) {
-        if e.kind() == std::io::ErrorKind::PermissionDenied {
-            return Err(HostError::Privilege(Privilege::new(
-                Capability::SysPtrace,
-                format!("reading process {pid}'s network namespace"),
-                " (or the process's own uid)",
-            )));
-        }
+    if let (Some(pid), Err(e)) = (o.pid, ns.inode())
+        && e.kind() == std::io::ErrorKind::PermissionDenied
+    {
+        return Err(HostError::Privilege(Privilege::new(
+            Capability::SysPtrace,
+            format!("reading process {pid}'s network namespace"),
+            " (or the process's own uid)",
+        )));
     }
     if !ns.exists() {
         return Err(HostError::NoNetns(o.netns.clone().unwrap_or_default()));
@@ -305,6 +311,8 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
     });
     let pids = watched(o);
     let mut offcpu = (o.offcpu && !pids.is_empty()).then(|| offcpu::Tracer::start(&pids));
+    let sampler =
+        (o.profile_hz > 0 && !pids.is_empty()).then(|| oncpu::Sampler::start(&pids, o.profile_hz));
     let softirq_timer = o.softirq.then(|| softirq::Timer::start(netns as u32));
     // The drop counter brackets the first and last readings as closely as it can (the
     // slower tracers load before it), so its counts and the qdiscs' cover one window.
@@ -313,6 +321,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         .then(|| drops::DropCounter::start(netns, o.drops_machine));
     let started = Instant::now();
     let first = read_ends(&pids, dirs.as_ref().and_then(|d| d.as_ref().ok()));
+    let disks0 = disk::read();
     // The first tick is the window's first reading (no second read of the same files).
     let start_times = match &first.threads {
         Some(Ok(t)) => t
@@ -360,6 +369,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         }
     }
     let last = read_ends(&pids, cg_dirs);
+    let disks1 = disk::read();
     let drops = match tracer {
         None => Layer::skipped("not asked for"),
         Some(Ok(t)) => match t.finish() {
@@ -370,6 +380,19 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         Some(Err(e)) => Layer::error(e.why),
     };
     let window_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    // After the drop counter (read right after the last reading): naming the samples'
+    // frames reads the binaries' symbols. One read of /proc/kallsyms names both tracers'
+    // kernel stacks (the kernel formats ~150 000 lines for it: ~30 ms of CPU a read).
+    let mut sampler = sampler;
+    let mut needed = Vec::new();
+    if let Some(Ok(s)) = sampler.as_mut() {
+        needed.extend(s.kernel_addrs());
+    }
+    if let Some(Ok(t)) = offcpu.as_mut() {
+        needed.extend(t.kernel_addrs());
+    }
+    let ksyms = offcpu::Kallsyms::read(&needed);
+    let oncpu = oncpu_layer(sampler, !pids.is_empty(), &ksyms);
     let softirq = softirq_layer(softirq_timer, &first, &last, window_us);
     let owners = match o.pid {
         Some(_) => pids.clone(),
@@ -406,7 +429,12 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
             Err(e) => err_layer("reading /proc/net/sockstat", &e),
         },
         drops,
-        offcpu: offcpu_layer(offcpu, !pids.is_empty()),
+        offcpu: offcpu_layer(offcpu, !pids.is_empty(), &ksyms),
+        oncpu,
+        disks: match (&disks0, &disks1) {
+            (Ok(a), Ok(b)) => Layer::ran(disk::report(a, b, io_limits(o.pid))),
+            (Err(e), _) | (_, Err(e)) => err_layer("reading /proc/diskstats", e),
+        },
         netfilter: rule_walk(o, &softirq),
         softirq,
         cost: HostCost::default(),
@@ -480,11 +508,12 @@ fn kernel_why(e: bpf::BpfError) -> String {
 fn offcpu_layer(
     t: Option<Result<offcpu::Tracer, bpf::BpfError>>,
     have_pid: bool,
+    ksyms: &offcpu::Kallsyms,
 ) -> Layer<lagtrace_model::host::OffCpu> {
     match t {
         None if !have_pid => Layer::skipped("off-CPU time is per process: give --pid"),
         None => Layer::skipped("not asked for"),
-        Some(Ok(t)) => match t.finish() {
+        Some(Ok(t)) => match t.finish(Some(ksyms)) {
             Ok((r, note)) => {
                 let mut l = Layer::ran(r);
                 l.reason = note;
@@ -497,6 +526,44 @@ fn offcpu_layer(
         }
         Some(Err(bpf::BpfError::Privilege(p))) => Layer::unavailable(p.to_string()),
         Some(Err(e)) => Layer::error(format!("the off-CPU tracer: {}", kernel_why(e))),
+    }
+}
+
+/// The I/O limits on the process's cgroup and its ancestors (none without a process).
+fn io_limits(pid: Option<u32>) -> Vec<lagtrace_model::host::IoLimit> {
+    let Some(pid) = pid else {
+        return Vec::new();
+    };
+    match (
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup")),
+        std::fs::read_to_string("/proc/self/mountinfo"),
+    ) {
+        (Ok(pc), Ok(mi)) => disk::limits(&pc, &mi, |p| std::fs::read_to_string(p).ok()),
+        _ => Vec::new(),
+    }
+}
+
+fn oncpu_layer(
+    s: Option<Result<oncpu::Sampler, bpf::BpfError>>,
+    have_pid: bool,
+    ksyms: &offcpu::Kallsyms,
+) -> Layer<lagtrace_model::host::OnCpu> {
+    match s {
+        None if !have_pid => Layer::skipped("the on-CPU profile is per process: give --pid"),
+        None => Layer::skipped("not asked for"),
+        Some(Ok(s)) => match s.finish(Some(ksyms)) {
+            Ok((r, note)) => {
+                let mut l = Layer::ran(r);
+                l.reason = note;
+                l
+            }
+            Err(e) => Layer::error(format!("the on-CPU sampler: {}", kernel_why(e))),
+        },
+        Some(Err(bpf::BpfError::NotBuilt(why))) => {
+            Layer::unavailable(format!("the on-CPU sampler was {why}"))
+        }
+        Some(Err(bpf::BpfError::Privilege(p))) => Layer::unavailable(p.to_string()),
+        Some(Err(e)) => Layer::error(format!("the on-CPU sampler: {}", kernel_why(e))),
     }
 }
 

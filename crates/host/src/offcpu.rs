@@ -12,7 +12,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use lagtrace_model::host::{
-    OffCpu, OffCpuBlock, ServerTimePart, ServerTimeSplit, WaitClass, WaitStack, WaitTotal, WokenBy,
+    OffCpu, OffCpuBlock, ServerTimePart, ServerTimeSplit, SlowestSplit, WaitClass, WaitStack,
+    WaitTotal, WokenBy,
 };
 
 use crate::bpf::BpfError;
@@ -194,8 +195,11 @@ impl Kallsyms {
         Kallsyms { syms }
     }
 
-    /// [`Kallsyms::resolve`] on `/proc/kallsyms`.
+    /// [`Kallsyms::resolve`] on `/proc/kallsyms` (not read when nothing is needed).
     pub fn read(needed: &[u64]) -> Kallsyms {
+        if needed.is_empty() {
+            return Kallsyms::default();
+        }
         std::fs::File::open("/proc/kallsyms")
             .map(|f| Kallsyms::resolve(std::io::BufReader::with_capacity(1 << 16, f), needed))
             .unwrap_or_default()
@@ -333,6 +337,7 @@ pub fn report(
         min_block_us: MIN_BLOCK_US,
         missed,
         during_requests: None,
+        during_slowest: None,
         blocks,
         stack_frames: stacks.iter().map(|(k, v)| (*k, v.clone())).collect(),
         wakers: BTreeMap::new(),
@@ -563,6 +568,44 @@ pub fn split(
     })
 }
 
+/// Requests the slowest split needs at least (and the windows it needs to pick them from).
+const MIN_SLOWEST: usize = 5;
+
+/// The same split over the slowest requests only: the windows at or above the p99 of server
+/// time (by weight; at least [`MIN_SLOWEST`] of them, so the percentile said is lower with
+/// fewer than 500), with the shortest server time among them. What a tail waits for may differ from what the median request does (a disk read
+/// that misses the cache one time in a hundred). `None` with fewer than 20 windows.
+pub fn slowest(windows: &[Window], off: &OffCpu) -> Option<SlowestSplit> {
+    let mut v: Vec<&Window> = windows.iter().filter(|w| w.end_us > w.start_us).collect();
+    if v.len() < 20 {
+        return None;
+    }
+    v.sort_by_key(|w| std::cmp::Reverse(w.end_us - w.start_us));
+    let total: f64 = v.iter().map(|w| w.weight).sum();
+    let mut acc = 0.0;
+    let mut k = 0;
+    for w in &v {
+        acc += w.weight;
+        k += 1;
+        if acc >= total * 0.01 {
+            break;
+        }
+    }
+    let chosen: Vec<Window> = v[..k.max(MIN_SLOWEST).min(v.len())]
+        .iter()
+        .map(|w| **w)
+        .collect();
+    let from_us = chosen.last().map(|w| (w.end_us - w.start_us) as u64)?;
+    // At least five: below 500 requests that is more than the slowest 1 %.
+    let weight: f64 = chosen.iter().map(|w| w.weight).sum();
+    let percentile = ((100.0 * (1.0 - weight / total)) * 10.0).round() / 10.0;
+    Some(SlowestSplit {
+        percentile,
+        from_us,
+        split: split(&chosen, off, None)?,
+    })
+}
+
 /// The offset `CLOCK_REALTIME − CLOCK_MONOTONIC`, ns, read back to back.
 pub fn clock_offset_ns() -> i64 {
     let read = |clock| {
@@ -607,8 +650,16 @@ mod imp {
         ("MISSED", MAP_ARRAY, 4, 8, 2),
     ];
 
+    /// What the tracer's maps held at the end of the window.
+    struct Collected {
+        totals: Totals,
+        raw_stacks: Vec<(i32, Vec<u64>)>,
+        missed: u64,
+    }
+
     /// The tracer while attached (detached when dropped).
     pub struct Tracer {
+        collected: Option<Collected>,
         maps: Vec<(&'static str, OwnedFd)>,
         events: RingBuf,
         raw: Vec<RawBlock>,
@@ -697,6 +748,7 @@ mod imp {
                 Some((p, ev))
             });
             Ok(Tracer {
+                collected: None,
                 maps,
                 events,
                 raw: Vec::new(),
@@ -724,10 +776,19 @@ mod imp {
             self.maps.iter().find(|m| m.0 == n).map(|m| &m.1)
         }
 
-        /// Detaches and reports, with a note when the kernel's symbols could not be read
-        /// (then no block is classed but run-queue).
-        pub fn finish(mut self) -> Result<(OffCpu, Option<String>), BpfError> {
-            self.drain();
+        /// Reads the kernel's sums and stacks (once; later calls return the same), and the
+        /// blocks sent so far: what [`Tracer::kernel_addrs`] and [`Tracer::finish`] read.
+        fn collect(&mut self) -> Result<&Collected, BpfError> {
+            if self.collected.is_none() {
+                self.drain();
+                self.collected = Some(self.read_maps()?);
+            }
+            self.collected
+                .as_ref()
+                .ok_or_else(|| BpfError::Kernel("its maps were not read".into()))
+        }
+
+        fn read_maps(&self) -> Result<Collected, BpfError> {
             let kernel = |e: std::io::Error| BpfError::Kernel(format!("reading its maps: {e}"));
             let (Some(tot), Some(stk), Some(mis)) =
                 (self.map("TOTALS"), self.map("STACKS"), self.map("MISSED"))
@@ -777,16 +838,59 @@ mod imp {
                     raw_stacks.push((id, addrs));
                 }
             }
-            let needed: Vec<u64> = raw_stacks
-                .iter()
-                .flat_map(|s| s.1.iter().copied())
-                .collect();
-            let sym = Kallsyms::read(&needed);
+            Ok(Collected {
+                totals,
+                raw_stacks,
+                missed,
+            })
+        }
+
+        /// The kernel addresses on the blocks' stacks: what the caller reads
+        /// `/proc/kallsyms` for (once for every tracer that needs it).
+        pub fn kernel_addrs(&mut self) -> Vec<u64> {
+            self.collect()
+                .map(|c| {
+                    c.raw_stacks
+                        .iter()
+                        .flat_map(|s| s.1.iter().copied())
+                        .collect()
+                })
+                .unwrap_or_default()
+        }
+
+        /// Detaches and reports, with a note when the kernel's symbols could not be read
+        /// (then no block is classed but run-queue). `ksyms`: the kernel's symbols for
+        /// [`Tracer::kernel_addrs`], when the caller read them (else read here).
+        pub fn finish(
+            mut self,
+            ksyms: Option<&Kallsyms>,
+        ) -> Result<(OffCpu, Option<String>), BpfError> {
+            self.collect()?;
+            let Some(Collected {
+                totals,
+                raw_stacks,
+                missed,
+            }) = self.collected.take()
+            else {
+                return Err(BpfError::Kernel("its maps were not read".into()));
+            };
+            let own;
+            let sym = match ksyms {
+                Some(k) => k,
+                None => {
+                    let needed: Vec<u64> = raw_stacks
+                        .iter()
+                        .flat_map(|s| s.1.iter().copied())
+                        .collect();
+                    own = Kallsyms::read(&needed);
+                    &own
+                }
+            };
             let stacks: HashMap<i32, Vec<String>> = raw_stacks
                 .into_iter()
-                .map(|(id, addrs)| (id, frames(&sym, &addrs)))
+                .map(|(id, addrs)| (id, frames(sym, &addrs)))
                 .collect();
-            let note = sym.is_empty().then(|| {
+            let note = (sym.is_empty() && !stacks.is_empty()).then(|| {
                 "/proc/kallsyms gave no addresses (needs CAP_SYSLOG, or kernel.kptr_restrict \
                  is 2): the blocks' kernel stacks are unnamed, so only run-queue waits are \
                  told apart"
@@ -817,7 +921,7 @@ pub use imp::Tracer;
 /// A loaded program's run time (ns) and run count from its descriptor's fdinfo: counted
 /// only while `kernel.bpf_stats_enabled` is 1 (both 0 otherwise: `None`).
 #[cfg_attr(not(lagtrace_bpf), allow(dead_code))]
-fn prog_stats(prog: &impl std::os::fd::AsRawFd) -> Option<(u64, u64)> {
+pub(crate) fn prog_stats(prog: &impl std::os::fd::AsRawFd) -> Option<(u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", prog.as_raw_fd())).ok()?;
     let field = |name: &str| {
         text.lines()
@@ -843,7 +947,12 @@ impl Tracer {
     pub fn drain(&mut self) {}
 
     /// Never reached.
-    pub fn finish(self) -> Result<(OffCpu, Option<String>), BpfError> {
+    pub fn kernel_addrs(&mut self) -> Vec<u64> {
+        Vec::new()
+    }
+
+    /// Never reached.
+    pub fn finish(self, _ksyms: Option<&Kallsyms>) -> Result<(OffCpu, Option<String>), BpfError> {
         Ok((OffCpu::default(), None))
     }
 }
@@ -974,6 +1083,39 @@ mod tests {
             .iter()
             .find(|p| p.class == c)
             .map_or(0.0, |p| p.share)
+    }
+
+    /// 100 requests 100 ms apart on one thread, each 1 ms of CPU, but two of them read the
+    /// disk for 20 ms: the whole split is mostly not disk, the slowest requests' is.
+    #[test]
+    fn the_slowest_requests_are_split_apart_from_the_rest() {
+        let mut blocks = Vec::new();
+        let mut windows = Vec::new();
+        let mut prev_end = 0;
+        for i in 0..100i64 {
+            let t = 1_000 + i * 100_000;
+            blocks.push(block(1, prev_end + 50, t + 20, WaitClass::SocketRead));
+            let slow = i % 50 == 7;
+            if slow {
+                blocks.push(block(1, t + 100, t + 20_100, WaitClass::Disk));
+            }
+            let end = t + if slow { 21_000 } else { 1_000 };
+            windows.push(Window {
+                start_us: t,
+                end_us: end,
+                weight: 1.0,
+            });
+            prev_end = end;
+        }
+        let o = off(blocks);
+        let all = split(&windows, &o, None).unwrap();
+        assert!(share(&all, WaitClass::Disk) < 0.3, "{all:?}");
+        let sl = slowest(&windows, &o).unwrap();
+        assert_eq!(sl.split.requests, 5, "at least five: {sl:?}");
+        assert_eq!(sl.from_us, 1_000);
+        assert_eq!(sl.percentile, 95.0, "five of a hundred");
+        assert!(share(&sl.split, WaitClass::Disk) > 0.85, "{sl:?}");
+        assert_eq!(slowest(&windows[..19], &o), None, "too few to say");
     }
 
     /// Thread 1 reads its request (blocked in recv until 1 000 µs + 20), sleeps 30 ms and

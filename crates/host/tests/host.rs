@@ -661,3 +661,83 @@ fn without_cap_bpf_drops_fall_back_to_machine_wide_and_say_why() {
         "{why}"
     );
 }
+
+/// Computes until `until`: the function the on-CPU profile must name.
+#[inline(never)]
+fn lagtrace_test_spin(until: std::time::Instant) -> u64 {
+    let mut x = 1u64;
+    while std::time::Instant::now() < until {
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+        }
+        x = std::hint::black_box(x);
+    }
+    x
+}
+
+/// The on-CPU profile of this test process while one of its threads computes in a named
+/// function: that function (its ELF symbol, this binary's file) holds most of the samples,
+/// and its samples agree with the thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`, the
+/// peer). Negative control: another process busy the whole window is never in the profile.
+#[test]
+#[ignore = "needs root"]
+fn the_on_cpu_profile_names_the_watched_process_function_and_nothing_of_another() {
+    let mut g = NetGuard::new();
+    let busy = python(
+        None,
+        "import time\nprint('ready', flush=True)\nend = time.time() + 20\nwhile time.time() < end:\n    pass\n",
+        &[],
+    );
+    g.own_child(busy);
+    let w = window(HostOptions {
+        pid: Some(std::process::id()),
+        duration: Duration::from_secs(10),
+        offcpu: false,
+        softirq: false,
+        drops: false,
+        ..Default::default()
+    });
+    let spin = std::thread::spawn(|| {
+        let cpu0 = lagtrace_host::thread_cpu_us();
+        lagtrace_test_spin(std::time::Instant::now() + Duration::from_millis(1500));
+        lagtrace_host::thread_cpu_us() - cpu0
+    });
+    let spin_us = spin.join().unwrap();
+    let r = w.end();
+    let p = r.oncpu.get().unwrap_or_else(|| panic!("{:?}", r.oncpu));
+    let f = p
+        .functions
+        .iter()
+        .find(|f| {
+            f.function
+                .as_deref()
+                .is_some_and(|n| n.contains("lagtrace_test_spin"))
+        })
+        .unwrap_or_else(|| panic!("the spinning function is not named: {p:#?}"));
+    let exe = std::env::current_exe().unwrap();
+    assert_eq!(
+        f.module,
+        exe.file_name().unwrap().to_string_lossy(),
+        "{p:#?}"
+    );
+    // Other tests of this binary run beside it (their windows' threads): most, not all.
+    assert!(f.share >= 0.3, "{p:#?}");
+    let sampled_us = f.samples * 1_000_000 / p.hz;
+    assert!(
+        sampled_us as f64 >= 0.7 * spin_us as f64 && sampled_us as f64 <= 1.3 * spin_us as f64,
+        "samples say {sampled_us} us on a CPU, the thread's clock {spin_us} us: {p:#?}"
+    );
+    assert!(
+        !p.modules.iter().any(|m| m.module.starts_with("python")),
+        "another process's samples: {p:#?}"
+    );
+    assert!(
+        p.folded
+            .iter()
+            .any(|s| s.stack.contains("lagtrace_test_spin")),
+        "{p:#?}"
+    );
+    assert!(p.missed * 100 <= p.samples, "{p:#?}");
+}

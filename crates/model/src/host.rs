@@ -41,6 +41,16 @@ pub struct HostReport {
     /// when it leaves a CPU and times the block until it gets one again.
     #[serde(default = "offcpu_not_measured")]
     pub offcpu: Layer<OffCpu>,
+    /// Where the watched process's threads were while on a CPU (needs `--pid`): CPU-clock
+    /// samples of every CPU, a BPF program keeping the watched processes' kernel and user
+    /// stacks, counted in the kernel; named from `/proc/kallsyms` and the binaries' ELF
+    /// symbols (and perf maps, for JIT-compiled code).
+    #[serde(default = "oncpu_not_measured")]
+    pub oncpu: Layer<OnCpu>,
+    /// The block devices that did I/O over the window (`/proc/diskstats`) and the I/O
+    /// limits of the watched process's cgroup (v1 `blkio.throttle.*`, v2 `io.max`).
+    #[serde(default = "disks_not_measured")]
+    pub disks: Layer<Disks>,
     /// The kernel's own packet processing over the window: time in the network softirqs
     /// per CPU, and per packet of the watched namespace (BPF on the `softirq_entry`/`exit`,
     /// `netif_receive_skb` and `napi_poll` raw tracepoints), and `/proc/net/softnet_stat`
@@ -199,6 +209,173 @@ fn offcpu_not_measured() -> Layer<OffCpu> {
     Layer::skipped("not measured (written by an older lagtrace)")
 }
 
+fn oncpu_not_measured() -> Layer<OnCpu> {
+    Layer::skipped("not measured (written by an older lagtrace)")
+}
+
+fn disks_not_measured() -> Layer<Disks> {
+    Layer::skipped("not measured (written by an older lagtrace)")
+}
+
+/// The block devices' I/O over the window and the watched process's I/O limits.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Disks {
+    /// The devices that completed I/O, most I/Os first.
+    pub devices: Vec<DiskDelta>,
+    /// The limits on the watched process's cgroup and its ancestors (empty without `--pid`,
+    /// or none set).
+    pub limits: Vec<IoLimit>,
+}
+
+impl Disks {
+    /// The limit on device `dev` (`7:3`) of kind `limit` (`read-iops`), if one is set.
+    pub fn limit(&self, dev: &str, limit: &str) -> Option<&IoLimit> {
+        self.limits
+            .iter()
+            .find(|l| l.dev == dev && l.limit == limit)
+    }
+}
+
+/// One device's I/O over the window (`/proc/diskstats` deltas).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DiskDelta {
+    /// Its kernel name (`loop3`, `nvme0n1`).
+    pub device: String,
+    /// `MAJ:MIN`.
+    pub dev: String,
+    /// Reads completed.
+    pub reads: u64,
+    /// Writes completed.
+    pub writes: u64,
+    /// Time the reads spent at the device (issue to completion, summed), µs (ms resolution).
+    pub read_us: u64,
+    /// The same for the writes.
+    pub write_us: u64,
+    /// Time the device had I/O in flight, µs (ms resolution).
+    pub busy_us: u64,
+}
+
+impl DiskDelta {
+    /// The device's own time per read, µs.
+    pub fn per_read_us(&self) -> Option<u64> {
+        (self.reads > 0).then(|| self.read_us / self.reads)
+    }
+}
+
+/// One I/O limit of a cgroup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct IoLimit {
+    /// The device, `MAJ:MIN`.
+    pub dev: String,
+    /// Its name, when it is a block device of this host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// `read-iops`, `write-iops`, `read-bps` or `write-bps`.
+    pub limit: String,
+    /// Per second.
+    pub value: u64,
+    /// The file that sets it.
+    pub file: String,
+}
+
+/// The watched processes' on-CPU profile over the window.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct OnCpu {
+    /// Samples a second on each CPU.
+    pub hz: u64,
+    /// CPUs sampled.
+    pub cpus: u32,
+    /// Samples that found a watched process's thread on the CPU: at `hz`, each is
+    /// `1/hz` s of its CPU time.
+    pub samples: u64,
+    /// Where the samples' innermost frame was (the self time), by module — a binary, a
+    /// shared library, `[kernel]`, `[jit]` for anonymous code — largest first, at most 8.
+    pub modules: Vec<HotModule>,
+    /// The innermost frames with the most samples, largest first, at most 12. A function is
+    /// named only where an ELF symbol (or a perf map's entry) covers the address; else the
+    /// module alone is.
+    pub functions: Vec<HotFunction>,
+    /// Whole stacks, root first, frames joined by `;` (Brendan Gregg's folded format, as
+    /// `stackcollapse-perf.pl` writes it), with their samples: largest first, at most
+    /// [`OnCpu::FOLDED_MAX`].
+    pub folded: Vec<FoldedStack>,
+    /// Samples of the stacks beyond that bound (left out of `folded`).
+    pub folded_left_out: u64,
+    /// The deepest user stack seen, frames: 1 means the binaries keep no frame pointers
+    /// (Debian's builds), so a user stack is its innermost function only.
+    pub user_depth: u32,
+    /// Samples that lost a stack (two stacks hashed to one bucket of the kernel's stack
+    /// map, or it was full) or were not counted (the count map full).
+    pub missed: u64,
+    /// What would name frames the profile could not (an interpreter or JIT runtime's flag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// The program's run time in the kernel over the window, µs, and its runs (every
+    /// sample on every CPU) — when `kernel.bpf_stats_enabled` is 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bpf_run_us: Option<u64>,
+    /// See `bpf_run_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bpf_runs: Option<u64>,
+}
+
+impl OnCpu {
+    /// Stacks kept in `folded` at most.
+    pub const FOLDED_MAX: usize = 400;
+
+    /// The module with the most self time, with its share of the samples.
+    pub fn top_module(&self) -> Option<&HotModule> {
+        self.modules.first()
+    }
+}
+
+/// One module's self time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HotModule {
+    /// Its file name (`libcrypto.so.3`), `[kernel]`, or `[jit]`/`[anon]` for code in
+    /// anonymous memory.
+    pub module: String,
+    /// Samples whose innermost frame lay in it.
+    pub samples: u64,
+    /// Of all samples, 0–1.
+    pub share: f64,
+}
+
+/// One function's self time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HotFunction {
+    /// Its name, when a symbol covers the sampled addresses (absent: stripped, the module's
+    /// `.dynsym` has no symbol there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// The module it lies in.
+    pub module: String,
+    /// Samples.
+    pub samples: u64,
+    /// Of all samples, 0–1.
+    pub share: f64,
+}
+
+impl HotFunction {
+    /// `bn_sqr8x_internal (libcrypto.so.3)`, or `libcrypto.so.3 (no symbol)`.
+    pub fn label(&self) -> String {
+        match &self.function {
+            Some(f) => format!("{f} ({})", self.module),
+            None => format!("{} (no symbol)", self.module),
+        }
+    }
+}
+
+/// One stack of the folded profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FoldedStack {
+    /// Frames, root first, joined by `;`: `module`function` for user code (`module` alone
+    /// where no symbol covers it), `function_[k]` for the kernel's.
+    pub stack: String,
+    /// Samples.
+    pub samples: u64,
+}
+
 /// Why a thread was off its CPU: from the state it left in and the kernel functions on its
 /// stack then (the scheduler's own frames left out).
 #[derive(
@@ -273,6 +450,10 @@ pub struct OffCpu {
     /// windows (`diagnose`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub during_requests: Option<ServerTimeSplit>,
+    /// The same split over the slowest requests only (at or above the p99 of server time):
+    /// what the tail waits for, which may not be what the median request does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub during_slowest: Option<SlowestSplit>,
     /// The blocks timed one by one (not written out).
     #[serde(skip)]
     pub blocks: Vec<OffCpuBlock>,
@@ -283,6 +464,17 @@ pub struct OffCpu {
     /// at the end of the window (not written out).
     #[serde(skip)]
     pub wakers: std::collections::BTreeMap<u32, String>,
+}
+
+/// The server-time split of the slowest requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SlowestSplit {
+    /// The requests at or above this percentile of server time, in percent (`99.0`).
+    pub percentile: f64,
+    /// The shortest server time among them, µs.
+    pub from_us: u64,
+    /// Their split.
+    pub split: ServerTimeSplit,
 }
 
 /// One class's total.

@@ -8,6 +8,7 @@ use lagtrace_model::diagnosis::Diagnosis;
 use lagtrace_model::diagnosis::evidence::{LayerName, LayerStatus};
 use lagtrace_model::diagnosis::verdict::{FixSide, Stance};
 
+use crate::flame::flame_graph;
 use crate::ladder::flow_ladder;
 use crate::slowest::{passive_table, slowest_caption, slowest_table};
 use crate::svg::{Series, esc, percentile_chart};
@@ -69,6 +70,7 @@ pub fn html(d: &Diagnosis) -> String {
     passive(&mut o, d);
     chart(&mut o, d);
     slowest(&mut o, d);
+    profile(&mut o, d);
     flow(&mut o, d);
     evidence(&mut o, d);
     o
@@ -386,6 +388,56 @@ fn slowest(o: &mut String, d: &Diagnosis) {
             esc(&slowest_caption(&label, recs, join))
         );
     }
+}
+
+/// The server's on-CPU flame graph, when the host layer sampled its threads.
+fn profile(o: &mut String, d: &Diagnosis) {
+    let Some(h) = d.layers.host.get() else {
+        return;
+    };
+    let Some(p) = h.oncpu.get() else {
+        return;
+    };
+    let who = match (&h.scope.comm, h.scope.pid) {
+        (Some(c), Some(pid)) => format!("{c} (pid {pid})"),
+        (None, Some(pid)) => format!("pid {pid}"),
+        _ => "the server".to_string(),
+    };
+    let title = format!(
+        "{who} on a CPU: {} samples at {} Hz (~{:.2} s of CPU)",
+        p.samples,
+        p.hz,
+        p.samples as f64 / p.hz.max(1) as f64
+    );
+    let Some(svg) = flame_graph(&p.folded, &title) else {
+        return;
+    };
+    let mut caption = "Each box is a function, as wide as its share of the samples, its caller \
+                       below it; kernel functions orange, code without a symbol (a stripped \
+                       library) grey by its file name. Hover a box for its samples."
+        .to_string();
+    if p.user_depth <= 1 {
+        caption.push_str(
+            " User stacks are one frame deep: the binaries keep no frame pointers, so the \
+             function on the CPU is known, its callers are not.",
+        );
+    }
+    if p.folded_left_out > 0 {
+        let _ = write!(
+            caption,
+            " {} samples in rarer stacks are left out.",
+            p.folded_left_out
+        );
+    }
+    if let Some(hint) = &p.hint {
+        let _ = write!(caption, " Hint: {hint}.");
+    }
+    let _ = write!(
+        o,
+        "<h2>Where the server's CPU time goes</h2><figure id=\"flame\"><figcaption \
+         class=\"sub\">{}</figcaption>{svg}</figure>",
+        esc(&caption)
+    );
 }
 
 /// The example stream's flow graph, when the packets layer kept one.

@@ -4,6 +4,7 @@
 //! The renderers only read the diagnosis; they compute nothing the verdict depends on.
 #![deny(missing_docs)]
 
+mod flame;
 mod html;
 mod ladder;
 mod slowest;
@@ -13,6 +14,7 @@ mod text;
 
 use lagtrace_model::diagnosis::Diagnosis;
 
+pub use flame::flame_graph;
 pub use html::html;
 pub use ladder::flow_ladder;
 pub use slowest::{passive_table, slowest_caption, slowest_table};

@@ -201,6 +201,21 @@ fn host_summary(h: &lagtrace_model::host::HostReport) -> String {
     for q in h.qdiscs.get().into_iter().flatten().filter(|q| q.drops > 0) {
         let _ = write!(s, "; qdisc {} on {} dropped {}", q.kind, q.dev, q.drops);
     }
+    if let Some(p) = h.oncpu.get().filter(|p| p.samples > 0) {
+        let top: Vec<String> = p
+            .modules
+            .iter()
+            .take(2)
+            .map(|m| format!("{} {:.0}%", m.module, m.share * 100.0))
+            .collect();
+        let _ = write!(
+            s,
+            "; on a CPU ~{} ({} samples: {})",
+            ms(p.samples * 1_000_000 / p.hz.max(1)),
+            p.samples,
+            top.join(", ")
+        );
+    }
     if let Some(k) = h.softirq.get() {
         if let Some(ns) = k.per_packet_ns() {
             let whose = if k.own_per_packet_ns().is_some() {

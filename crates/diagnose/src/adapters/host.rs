@@ -94,6 +94,9 @@ pub fn measure(
         drops: true,
         drops_machine: false,
         offcpu: true,
+        // What the server's threads do on a CPU: the library and function a CPU-bound
+        // server's time is in.
+        profile_hz: lagtrace_host::oncpu::DEFAULT_HZ,
         softirq: true,
         port: Some(port),
         ipv6,

@@ -101,8 +101,16 @@ impl<'a> Facts<'a> {
     /// the server's own time at c=1, and the off-CPU split covered the requests. (c=N
     /// server time p50, own time at c=1.) Without the host's timing, a server saturated
     /// under load stays a note: nothing would say what it queues for. The serving thread
-    /// must have waited (sleep, futex, disk) through most of the server time.
+    /// must have waited (sleep, futex, disk) through most of the server time, or its on-CPU
+    /// profile must show work a setting removes ([`Facts::avoidable_cpu`]).
     pub(super) fn server_saturated(&self) -> Option<(u64, u64)> {
+        self.packets_saturated()
+            .or_else(|| self.handshake_saturated())
+    }
+
+    /// [`Facts::server_saturated`] from the server time in packets (the request's last byte
+    /// to the response's first).
+    fn packets_saturated(&self) -> Option<(u64, u64)> {
         let own = self.server_own_us()?;
         let p50 = self
             .packets
@@ -116,16 +124,62 @@ impl<'a> Facts<'a> {
             .get()?
             .during_requests
             .as_ref()
-            .filter(|s| s.requests >= 5 && s.attributed * 2 >= s.requests)?;
+            .filter(|s| s.requests >= 5)?;
+        // The serving thread's waits count only where it was found for most requests; a
+        // thread busy through the window (an event loop computing) blocks for none of them,
+        // and then only the profile can say what it queues for.
+        let found = split.attributed * 2 >= split.requests;
         // What it queues for must be a wait of its serving thread (a sleep, a lock, the
         // disk) that holds most of the server time. A thread busy on a CPU through it may be
         // doing the work the load asks for (nginx copying megabytes to 32 clients: ~0.9 core
         // at 949 req/s, healthy) or work a fix removes (a TLS handshake per request): only
-        // on-CPU stacks would tell, so that stays unnamed. A thread that waited mostly for a
-        // CPU queued for the host's CPUs: contention, which the host rules judge.
-        let waited = split.largest_wait().map_or(0.0, |p| p.share);
-        (p50 >= SLOW_SERVER_US && p50 >= own.saturating_mul(4) && waited >= 0.5)
+        // on-CPU stacks tell: the profile names work a setting removes (a TLS handshake per
+        // connection, compression at a high level), else it stays unnamed. A thread that
+        // waited mostly for a CPU queued for the host's CPUs: contention, which the host
+        // rules judge.
+        let waited = split
+            .largest_wait()
+            .filter(|_| found)
+            .map_or(0.0, |p| p.share);
+        (p50 >= SLOW_SERVER_US
+            && p50 >= own.saturating_mul(4)
+            && (waited >= 0.5 || self.avoidable_cpu().is_some()))
+        .then_some((p50, own))
+    }
+
+    /// Under load the clients wait in connection setup, where the server time in packets
+    /// (request to response) does not look: a server doing a full TLS handshake for every
+    /// connection (keep-alive off, no session resumption) queues the handshakes behind each
+    /// other on its CPU. The c=N p50 (less the path's RTT) is at least [`SLOW_SERVER_US`]
+    /// and 4× the c=1 p50, and the profile shows TLS cryptography as avoidable work
+    /// ([`Facts::avoidable_cpu`]). (That p50, the server's own time at c=1.)
+    pub(super) fn handshake_saturated(&self) -> Option<(u64, u64)> {
+        let own = self.server_own_us()?;
+        let (c1, cn) = (self.c1?, self.cn?);
+        let (work, _) = self.avoidable_cpu()?;
+        let p50 = cn.latency.p50_us.saturating_sub(self.rtt_us);
+        (work == Work::Tls && p50 >= SLOW_SERVER_US && p50 >= c1.latency.p50_us.saturating_mul(4))
             .then_some((p50, own))
+    }
+
+    /// The server's on-CPU profile, when it holds enough samples to say anything (a
+    /// quarter-second of one thread's CPU at the default rate).
+    pub(super) fn profile(&self) -> Option<&'a lagtrace_model::host::OnCpu> {
+        self.host?.oncpu.get().filter(|p| p.samples >= MIN_SAMPLES)
+    }
+
+    /// The server's threads kept half a core or more busy over the window, and at least
+    /// [`AVOIDABLE_SHARE`] of their samples were in libraries doing work
+    /// a server setting removes or cuts (TLS handshakes, compression, regular expressions):
+    /// that work and its share.
+    pub(super) fn avoidable_cpu(&self) -> Option<(Work, f64)> {
+        let h = self.host?;
+        let p = self.profile()?;
+        let cores = p.samples as f64 / p.hz.max(1) as f64 / (h.window_us.max(1) as f64 / 1e6);
+        let (w, share) = work_shares(p)
+            .into_iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))?;
+        (cores >= 0.5 && share >= AVOIDABLE_SHARE).then_some((w, share))
     }
 
     /// The packets show most responses leaving at the 200 ms cork ceiling, yet the sockets
@@ -286,4 +340,69 @@ pub(super) fn join_of<'a>(
         .joins
         .iter()
         .find(|j| j.concurrency == run.concurrency && j.requests.len() == recs.records.len())
+}
+
+/// An on-CPU profile of fewer samples says nothing (at the default 199 Hz, a quarter-second of
+/// one thread's CPU).
+pub(super) const MIN_SAMPLES: u64 = 50;
+/// The share of the server's on-CPU samples in libraries doing avoidable work that names
+/// it ([`Facts::avoidable_cpu`]).
+pub(super) const AVOIDABLE_SHARE: f64 = 0.3;
+
+/// Work whose CPU cost a server setting removes or cuts, told by the library it runs in
+/// (the file is always known from the process's maps; its functions may not be: Debian's
+/// libcrypto and libz keep only `.dynsym`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Work {
+    /// Cryptography: TLS handshakes (asymmetric signing, key exchange) or bulk ciphers.
+    Tls,
+    /// Compression (deflate/gzip, brotli, zstd).
+    Compression,
+    /// Regular expressions.
+    Regex,
+}
+
+/// The work a library's file name says it does.
+pub(super) fn work_of(module: &str) -> Option<Work> {
+    let m = module.to_ascii_lowercase();
+    let any = |ps: &[&str]| ps.iter().any(|p| m.starts_with(p));
+    if any(&[
+        "libcrypto.",
+        "libssl.",
+        "libgnutls.",
+        "libnettle.",
+        "libhogweed.",
+        "libgcrypt.",
+        "libmbedcrypto.",
+        "libmbedtls.",
+        "libwolfssl.",
+    ]) {
+        Some(Work::Tls)
+    } else if any(&[
+        "libz.",
+        "libz-ng.",
+        "libdeflate.",
+        "libbrotlienc.",
+        "libzstd.",
+    ]) {
+        Some(Work::Compression)
+    } else if any(&["libpcre", "libonig.", "libre2."]) {
+        Some(Work::Regex)
+    } else {
+        None
+    }
+}
+
+/// Each kind of avoidable work's share of the profile's samples (its modules' self time).
+pub(super) fn work_shares(p: &lagtrace_model::host::OnCpu) -> Vec<(Work, f64)> {
+    let mut v: Vec<(Work, f64)> = Vec::new();
+    for m in &p.modules {
+        if let Some(w) = work_of(&m.module) {
+            match v.iter_mut().find(|e| e.0 == w) {
+                Some(e) => e.1 += m.share,
+                None => v.push((w, m.share)),
+            }
+        }
+    }
+    v
 }

@@ -249,9 +249,28 @@ fn saturated(x: &Facts<'_>) -> Option<Candidate> {
         1.0,
         vec![LayerName::Packets, LayerName::Host],
     );
-    c.evidence.push(sup(
-        LayerName::Packets,
-        CAUSE,
+    let text = if x.handshake_saturated() == Some((p50, own)) {
+        let in_packets = x
+            .packets
+            .and_then(|p| p.server_time.as_ref())
+            .filter(|s| s.count > 0)
+            .map_or(String::new(), |s| {
+                format!(
+                    " (request to response in the packets only ~{})",
+                    ms(s.p50_us)
+                )
+            });
+        c.layers = vec![LayerName::App, LayerName::Host];
+        format!(
+            "under load the server queues connections itself: p50 {} at c={} against ~{} at \
+             c=1, the wait in connection setup{in_packets} — a new connection per request, \
+             each a full TLS handshake on the server's CPU; it serves ~{:.0} req/s",
+            ms(p50),
+            cn.concurrency,
+            ms(x.c1.map_or(own, |c| c.latency.p50_us)),
+            cn.requests_per_sec
+        )
+    } else {
         format!(
             "under load the server queues requests itself: server time p50 {} at c={} \
              against ~{} at c=1 — it serves ~{:.0} req/s",
@@ -259,8 +278,10 @@ fn saturated(x: &Facts<'_>) -> Option<Candidate> {
             cn.concurrency,
             ms(own),
             cn.requests_per_sec
-        ),
-    ));
+        )
+    };
+    let layer = c.layers[0];
+    c.evidence.push(sup(layer, CAUSE, text));
     Some(c)
 }
 
@@ -277,6 +298,15 @@ fn queued(x: &Facts<'_>) -> Option<(u64, u64)> {
 /// The cost in the user's terms, in one sentence.
 fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
     if let (Some((p50, own)), Some(cn)) = (queued(x), x.cn) {
+        if x.handshake_saturated() == Some((p50, own)) {
+            return format!(
+                "under load each connection waits ~{} in the server behind the others' TLS \
+                 handshakes; p50 {} at c={}",
+                ms(c.added_us),
+                ms(cn.latency.p50_us),
+                cn.concurrency
+            );
+        }
         return format!(
             "under load each request waits ~{} in the server behind the others (server time \
              p50 {} at c={} against ~{} at c=1); p50 {} at c={}",

@@ -24,7 +24,9 @@ use lagtrace_model::host::{
 /// --pid, the process's cgroup CPU bandwidth (v1 cpu.stat + cfs_quota_us, or v2 cpu.stat +
 /// cpu.max: periods throttled, time held), its threads' run-queue delay, and where its
 /// threads were while off a CPU (BPF on sched:sched_switch, like bcc's offcputime: by
-/// kernel stack — disk, futex, sleep, poll, socket, run queue); the kernel's receive work
+/// kernel stack — disk, futex, sleep, poll, socket, run queue) and where they were while on
+/// one (CPU-clock samples of every CPU, like bcc's profile: its hottest libraries and
+/// functions, and folded stacks for a flame graph in --json); the kernel's receive work
 /// (the NET_RX softirq timed per CPU and per packet, softnet_stat's backlog drops) and, with
 /// --port, the netfilter rules a packet to that port walks (nft -j list ruleset).
 ///
@@ -42,6 +44,9 @@ What the usual suspects look like:
                           TcpExt.TCPTimeouts / TCPLossProbes rise while the path is clean
   a handler that waits    off-CPU: its threads sleep, wait on a futex (a lock) or on disk
                           (io_schedule); an idle worker waits too (poll, socket read)
+  a handler that computes on-CPU: the library and function its samples are in (libcrypto:
+                          TLS handshakes; libz: compression); a function is named only
+                          where a symbol covers it (stripped libraries: the file alone)
   a costly kernel path    kernel receive takes tens of µs per packet (a few is normal); with
                           --port, the netfilter chain a packet to it walks rule by rule
 
@@ -67,6 +72,13 @@ pub struct Args {
     /// Skip the off-CPU tracer (BPF on sched:sched_switch): no time-off-CPU-by-why section
     #[arg(long)]
     no_offcpu: bool,
+    /// Skip the on-CPU profile (BPF on CPU-clock perf events): no hot-functions section
+    #[arg(long, conflicts_with = "profile_hz")]
+    no_profile: bool,
+    /// On-CPU samples a second on each CPU (each costs a few µs of kernel time)
+    #[arg(long, value_name = "HZ", default_value_t = lagtrace_host::oncpu::DEFAULT_HZ,
+          value_parser = clap::value_parser!(u64).range(1..=4999))]
+    profile_hz: u64,
     /// Skip the softirq timer (BPF on irq:softirq_entry/exit, net:netif_receive_skb): the
     /// kernel receive line keeps softnet_stat's counts but no times
     #[arg(long)]
@@ -94,6 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         pid: args.pid,
         duration: args.duration,
         offcpu: !args.no_offcpu,
+        profile_hz: if args.no_profile { 0 } else { args.profile_hz },
         softirq: !args.no_softirq,
         port: args.port,
         ipv6: args.ipv6,
@@ -178,6 +191,8 @@ pub fn text(r: &HostReport) -> String {
     note("qdiscs", r.qdiscs.status, &r.qdiscs.reason);
     note("drops by reason", r.drops.status, &r.drops.reason);
     note("off-CPU", r.offcpu.status, &r.offcpu.reason);
+    note("on-CPU", r.oncpu.status, &r.oncpu.reason);
+    note("disks", r.disks.status, &r.disks.reason);
     note("softirq", r.softirq.status, &r.softirq.reason);
     note("netfilter", r.netfilter.status, &r.netfilter.reason);
     if !counters_text(&mut s, r) {
@@ -201,16 +216,18 @@ pub fn text(r: &HostReport) -> String {
         quiet.push("drops");
     }
     offcpu_text(&mut s, r, w);
+    oncpu_text(&mut s, r, w);
+    disks_text(&mut s, r);
     softirq_text(&mut s, r);
     netfilter_text(&mut s, r);
-    if let Some(ss) = r.sockstat.get() {
-        if let Some([min, pressure, _]) = ss.tcp_mem_limits.filter(|l| ss.tcp_mem_pages > l[0]) {
-            let _ = writeln!(
-                s,
-                "socket memory: TCP {} pages (pressure at {pressure}, min {min})",
-                ss.tcp_mem_pages
-            );
-        }
+    if let Some(ss) = r.sockstat.get()
+        && let Some([min, pressure, _]) = ss.tcp_mem_limits.filter(|l| ss.tcp_mem_pages > l[0])
+    {
+        let _ = writeln!(
+            s,
+            "socket memory: TCP {} pages (pressure at {pressure}, min {min})",
+            ss.tcp_mem_pages
+        );
     }
     if !quiet.is_empty() {
         let _ = writeln!(s, "nothing moved: {}", quiet.join(", "));
@@ -587,6 +604,92 @@ fn offcpu_text(s: &mut String, r: &HostReport, w: u64) {
         let _ = writeln!(
             s,
             "  (the tracer ran {runs} times, {} in the kernel: {:.2}% of one core)",
+            lagtrace_model::Micros(us),
+            us as f64 / w.max(1) as f64 * 100.0
+        );
+    }
+}
+
+/// The block devices that did I/O, and the process's cgroup I/O limits.
+fn disks_text(s: &mut String, r: &HostReport) {
+    let Some(d) = r.disks.get() else {
+        return;
+    };
+    for dev in d.devices.iter().take(4) {
+        let per = dev.per_read_us().map_or(String::new(), |u| {
+            format!(", ~{} per read at the device", lagtrace_model::Micros(u))
+        });
+        let _ = writeln!(
+            s,
+            "disk {} ({}): {} reads, {} writes{per}",
+            dev.device, dev.dev, dev.reads, dev.writes
+        );
+    }
+    for l in &d.limits {
+        let _ = writeln!(
+            s,
+            "I/O limit on the process's cgroup: {} {} on {}{} ({})",
+            l.limit,
+            l.value,
+            l.dev,
+            l.device
+                .as_ref()
+                .map_or(String::new(), |n| format!(" ({n})")),
+            l.file
+        );
+    }
+}
+
+/// The on-CPU profile: the modules and functions with the most self time.
+fn oncpu_text(s: &mut String, r: &HostReport, w: u64) {
+    let Some(p) = r.oncpu.get() else {
+        return;
+    };
+    let cpu_s = p.samples as f64 / p.hz.max(1) as f64;
+    let _ = writeln!(
+        s,
+        "on-CPU ({} samples at {} Hz on {} CPU(s): ~{:.2} s of CPU in {:.1} s):",
+        p.samples,
+        p.hz,
+        p.cpus,
+        cpu_s,
+        w as f64 / 1e6
+    );
+    if p.samples == 0 {
+        let _ = writeln!(s, "  its threads were not on a CPU when sampled");
+        return;
+    }
+    let modules: Vec<String> = p
+        .modules
+        .iter()
+        .filter(|m| m.share >= 0.02)
+        .map(|m| format!("{} {:.0}%", m.module, m.share * 100.0))
+        .collect();
+    let _ = writeln!(s, "  by module (self): {}", modules.join(", "));
+    for f in p.functions.iter().filter(|f| f.share >= 0.02).take(8) {
+        let _ = writeln!(s, "  {:>5.1}%  {}", f.share * 100.0, f.label());
+    }
+    if p.user_depth <= 1 {
+        let _ = writeln!(
+            s,
+            "  (user stacks are one frame deep: the binaries keep no frame pointers, so only \
+             the function on the CPU is known, not its callers)"
+        );
+    }
+    if let Some(h) = &p.hint {
+        let _ = writeln!(s, "  hint: {h}");
+    }
+    if p.missed > 0 {
+        let _ = writeln!(
+            s,
+            "  ({} samples lost their stack: a stack-id collision or a full map)",
+            p.missed
+        );
+    }
+    if let (Some(us), Some(runs)) = (p.bpf_run_us, p.bpf_runs) {
+        let _ = writeln!(
+            s,
+            "  (the sampler ran {runs} times, {} in the kernel: {:.2}% of one core)",
             lagtrace_model::Micros(us),
             us as f64 / w.max(1) as f64 * 100.0
         );
