@@ -692,3 +692,50 @@ fn the_slowest_requests_split_is_evidence_beside_the_whole() {
         "{j:#?}"
     );
 }
+
+/// A server quick alone (0.9 ms) whose clients wait ~19 ms at c=32 in connection setup —
+/// the packets' server time (request to response) stays ~1 ms — with its samples in
+/// libcrypto and a new connection for each request: it queues TLS handshakes, on-cpu with
+/// the session-cache fix. The same profile where the requests share kept-alive connections
+/// is the bulk cipher the load asks for: not named.
+#[test]
+fn a_server_queueing_connections_on_tls_handshakes_is_on_cpu() {
+    let judge_with = |attempts: u64| {
+        let h = with_profile(
+            host(2_000, 1_000, &[("run-queue", 0.05)], Some(600)),
+            900,
+            &[("libcrypto.so.3", 0.75, None), ("[kernel]", 0.16, None)],
+        );
+        let mut l = slow(900, 1_000, h);
+        let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+        cn.latency.p50_us = 19_000;
+        cn.requests_per_sec = 1_600.0;
+        cn.connects = Some(lagtrace_model::diagnosis::evidence::ConnectStats {
+            attempts,
+            ..Default::default()
+        });
+        let requests = cn.requests;
+        (judge(&target(), &l), requests)
+    };
+    let (j, requests) = judge_with(0);
+    assert_ne!(
+        j.verdict.cause,
+        Cause::SlowServer,
+        "no connects counted: {j:#?}"
+    );
+    let (j, _) = judge_with(requests);
+    assert_eq!(j.verdict.cause, Cause::SlowServer, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::OnCpu), "{j:#?}");
+    assert!(
+        j.verdict.fix[0].change.contains("ssl_session_cache"),
+        "{j:#?}"
+    );
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("the wait in connection setup")),
+        "{j:#?}"
+    );
+    let (j, _) = judge_with(requests / 100);
+    assert_ne!(j.verdict.cause, Cause::SlowServer, "kept-alive: {j:#?}");
+}

@@ -263,6 +263,18 @@ fn remote_diagnose_equals_local_on_the_reference_case_and_the_healthy_server() {
             (d["status"].clone(), d["data"]["scope"].clone())
         };
         assert_eq!(drops(&remote), drops(&local));
+        // The on-CPU profile ran there too (CAP_BPF and CAP_PERFMON kept) and came over the
+        // channel: the same status, and the server's samples in it.
+        let oncpu = |j: &Value| j["layers"]["host"]["data"]["oncpu"]["status"].clone();
+        assert_eq!(oncpu(&remote), oncpu(&local));
+        assert_eq!(oncpu(&remote), "ok", "{}", reason(&remote, "host"));
+        assert!(
+            remote["layers"]["host"]["data"]["oncpu"]["data"]["samples"]
+                .as_u64()
+                .is_some_and(|n| n > 0),
+            "{}",
+            remote["layers"]["host"]["data"]["oncpu"]
+        );
         // The server's socket options came over the channel: the same process and counts.
         let srv = |j: &Value| j["layers"]["sockets"]["data"]["server"]["comm"].clone();
         assert_eq!(srv(&remote), srv(&local));

@@ -150,16 +150,26 @@ impl<'a> Facts<'a> {
     /// Under load the clients wait in connection setup, where the server time in packets
     /// (request to response) does not look: a server doing a full TLS handshake for every
     /// connection (keep-alive off, no session resumption) queues the handshakes behind each
-    /// other on its CPU. The c=N p50 (less the path's RTT) is at least [`SLOW_SERVER_US`]
-    /// and 4× the c=1 p50, and the profile shows TLS cryptography as avoidable work
-    /// ([`Facts::avoidable_cpu`]). (That p50, the server's own time at c=1.)
+    /// other on its CPU. Most c=N requests opened a connection, the c=N p50 (less the path's
+    /// RTT) is at least [`SLOW_SERVER_US`] and 4× the c=1 p50, and the profile shows TLS
+    /// cryptography as avoidable work ([`Facts::avoidable_cpu`]). (That p50, the server's own
+    /// time at c=1.)
     pub(super) fn handshake_saturated(&self) -> Option<(u64, u64)> {
         let own = self.server_own_us()?;
         let (c1, cn) = (self.c1?, self.cn?);
         let (work, _) = self.avoidable_cpu()?;
+        // Most requests opened a connection (each a handshake): with keep-alive, the same
+        // libcrypto share is the bulk cipher the load asks for, not a handshake per request.
+        let new_each = cn
+            .connects
+            .as_ref()
+            .is_some_and(|c| c.attempts.saturating_mul(2) >= cn.requests);
         let p50 = cn.latency.p50_us.saturating_sub(self.rtt_us);
-        (work == Work::Tls && p50 >= SLOW_SERVER_US && p50 >= c1.latency.p50_us.saturating_mul(4))
-            .then_some((p50, own))
+        (work == Work::Tls
+            && new_each
+            && p50 >= SLOW_SERVER_US
+            && p50 >= c1.latency.p50_us.saturating_mul(4))
+        .then_some((p50, own))
     }
 
     /// The server's on-CPU profile, when it holds enough samples to say anything (a
