@@ -59,6 +59,8 @@ pub struct DiagnoseOptions {
     pub stop: Arc<AtomicBool>,
     /// https: accept any certificate (self-signed, wrong name), like `lagtrace load --insecure`.
     pub insecure: bool,
+    /// Extra request headers of the load, "Name: value" (`lagtrace load -H`).
+    pub headers: Vec<String>,
     /// The server's process for the host layer; `None`: the owner of the listener on the
     /// target port, where the target's namespace can be entered.
     pub server_pid: Option<u32>,
@@ -79,6 +81,7 @@ impl DiagnoseOptions {
             timeout: Duration::from_secs(2),
             stop: Arc::new(AtomicBool::new(false)),
             insecure: false,
+            headers: Vec::new(),
             server_pid: None,
             remote: None,
             no_hops: false,
@@ -466,6 +469,7 @@ fn load_options(opts: &DiagnoseOptions, c1: Duration, records: bool) -> lagtrace
     lo.duration = Some(c1);
     lo.timeout = opts.timeout;
     lo.insecure = opts.insecure;
+    lo.headers = opts.headers.clone();
     lo.connect_timeout = QUICK_CONNECT;
     if records {
         lo.records = Some(lagtrace_load::RecordOptions::default());

@@ -376,6 +376,61 @@ fn nginx_doing_a_full_tls_handshake_per_request_is_on_cpu_in_libcrypto() {
     }
 }
 
+/// nginx compressing a 1 MB text file at `gzip_comp_level 9` for clients that ask for gzip
+/// (`diagnose -H "Accept-Encoding: gzip"`): its worker's CPU goes to libz — on-cpu, the fix
+/// naming `gzip_comp_level` (nginx's own term). Control: the same server for clients that do
+/// not ask gets no on-cpu.
+#[test]
+#[ignore = "needs root"]
+fn nginx_compressing_at_level_9_is_on_cpu_in_libz_with_gzip_comp_level() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display().to_string();
+    // Compressible but not trivially: lines of words with numbers.
+    let mut text = String::new();
+    let mut i = 0u64;
+    while text.len() < 1 << 20 {
+        i += 1;
+        text.push_str(&format!(
+            "{i} request latency {} ms at hop {} of chain {} status {}\n",
+            (i * 7919) % 1000,
+            i % 13,
+            (i * 104_729) % 97,
+            200 + (i % 5)
+        ));
+    }
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/big.txt"), text).unwrap();
+    let conf = format!(
+        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/px;\n\
+         fastcgi_temp_path {d}/fc; uwsgi_temp_path {d}/uw; scgi_temp_path {d}/sc;\n\
+         types {{ text/plain txt; }} gzip on; gzip_comp_level 9; gzip_types text/plain;\n\
+         server {{ listen 9029; root {d}/www; }} }}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let lab = Lab::up(&LabOptions::new(&name("gz")).server(ServerKind::Builtin)).expect("lab");
+    let conf = format!("{d}/nginx.conf");
+    let _ng = common::start_in_lab(&lab, dir.path(), &["nginx", "-p", &d, "-c", &conf], 9029);
+    let url = format!("http://{}:9029/big.txt", lab.server_addr());
+    let j = runs(
+        &url,
+        &["-d", "2s", "-c", "4", "-H", "Accept-Encoding: gzip"],
+        "on-cpu",
+        "gzip_comp_level",
+        false,
+    );
+    let p = &j["layers"]["host"]["data"]["oncpu"]["data"];
+    assert!(
+        p["modules"][0]["module"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("libz.so")),
+        "{p:#}"
+    );
+    let (_, j, err) = common::diagnose_json(&url, &["-d", "2s", "-c", "4"]);
+    assert_ne!(j["verdict"]["mechanism"], "on-cpu", "{err}\n{}", show(&j));
+}
+
 /// A Node.js server whose event loop computes ~15 ms in `busyRender` before each answer;
 /// argv: port.
 const NODE_SERVER: &str = r#"

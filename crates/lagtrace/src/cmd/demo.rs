@@ -200,6 +200,7 @@ fn diagnose(
         duration: Some(duration),
         timeout: Duration::from_secs(2),
         insecure: false,
+        headers: Vec::new(),
         json: false,
         report: None,
         save: None,

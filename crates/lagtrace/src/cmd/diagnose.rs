@@ -64,6 +64,10 @@ pub struct Args {
     /// https: accept any certificate (self-signed, wrong name)
     #[arg(long)]
     pub insecure: bool,
+    /// Add a request header to the load, "Name: value" (repeatable), as `lagtrace load -H`:
+    /// e.g. "Accept-Encoding: gzip" to have the server compress as browsers ask it to
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    pub headers: Vec<String>,
     /// Print the diagnosis as JSON (stable schema) instead of text
     #[arg(long)]
     pub json: bool,
@@ -418,6 +422,7 @@ pub fn diagnose(args: &Args) -> anyhow::Result<Diagnosis> {
         .unwrap_or(lagtrace_diagnose::run::DEFAULT_DURATION);
     o.timeout = args.timeout;
     o.insecure = args.insecure;
+    o.headers = args.headers.clone();
     o.server_pid = args.server_pid;
     o.no_hops = args.no_hops;
     o.remote = remote;
