@@ -311,7 +311,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
     });
     let pids = watched(o);
     let mut offcpu = (o.offcpu && !pids.is_empty()).then(|| offcpu::Tracer::start(&pids));
-    let sampler =
+    let mut sampler =
         (o.profile_hz > 0 && !pids.is_empty()).then(|| oncpu::Sampler::start(&pids, o.profile_hz));
     let softirq_timer = o.softirq.then(|| softirq::Timer::start(netns as u32));
     // The drop counter brackets the first and last readings as closely as it can (the
@@ -383,7 +383,6 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
     // After the drop counter (read right after the last reading): naming the samples'
     // frames reads the binaries' symbols. One read of /proc/kallsyms names both tracers'
     // kernel stacks (the kernel formats ~150 000 lines for it: ~30 ms of CPU a read).
-    let mut sampler = sampler;
     let mut needed = Vec::new();
     if let Some(Ok(s)) = sampler.as_mut() {
         needed.extend(s.kernel_addrs());
