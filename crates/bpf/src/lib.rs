@@ -206,6 +206,63 @@ pub fn prog_load(insns: &[u8], license: &[u8], spec: &ProgSpec<'_>) -> Result<Ow
     }
 }
 
+/// Calls `f(key, value)` for every entry of the hash map `map` (`K`-byte keys, `V`-byte
+/// values); an entry deleted while walking is skipped.
+pub fn map_for_each<const K: usize, const V: usize>(
+    map: &OwnedFd,
+    mut f: impl FnMut(&[u8; K], &[u8; V]),
+) -> io::Result<()> {
+    let mut key = [0u8; K];
+    let mut next = [0u8; K];
+    let mut first = true;
+    while map_next_key(map, (!first).then_some(&key[..]), &mut next)? {
+        first = false;
+        key = next;
+        let mut v = [0u8; V];
+        if map_lookup(map, &key, &mut v).is_ok() {
+            f(&key, &v);
+        }
+    }
+    Ok(())
+}
+
+/// The sum of the first `n` u64 slots of the array map `map` (unreadable slots count 0).
+pub fn array_sum(map: &OwnedFd, n: u32) -> u64 {
+    (0..n)
+        .map(|i| {
+            let mut v = [0u8; 8];
+            map_lookup(map, &i.to_ne_bytes(), &mut v).map_or(0, |()| u64::from_ne_bytes(v))
+        })
+        .sum()
+}
+
+/// The addresses of stack `id` in the stack-trace map `map` of `depth` frames, innermost
+/// first, up to the first 0; `None` when the map has no such stack.
+pub fn stack_addrs(map: &OwnedFd, id: i32, depth: usize) -> Option<Vec<u64>> {
+    let mut v = vec![0u8; depth * 8];
+    map_lookup(map, &(id as u32).to_ne_bytes(), &mut v).ok()?;
+    Some(
+        v.chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+            .take_while(|&a| a != 0)
+            .collect(),
+    )
+}
+
+/// The native-endian u32 at byte `at` of a map key or value (0 past its end).
+pub fn u32_at(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u32::from_ne_bytes)
+}
+
+/// The native-endian u64 at byte `at` of a map key or value (0 past its end).
+pub fn u64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u64::from_ne_bytes)
+}
+
 /// Attaches a loaded tracing (fentry/fexit) program to the function it was loaded for; it
 /// stays attached while the returned link lives.
 pub fn attach_tracing(prog: &OwnedFd) -> io::Result<OwnedFd> {
@@ -228,34 +285,9 @@ pub fn attach_raw_tracepoint(name: &std::ffi::CStr, prog: &OwnedFd) -> io::Resul
 pub fn attach_tracepoint(tp_id: u64, prog: &OwnedFd) -> io::Result<OwnedFd> {
     let mut attr = [0u8; 64];
     attr[0..4].copy_from_slice(&2u32.to_ne_bytes()); // PERF_TYPE_TRACEPOINT
-    attr[4..8].copy_from_slice(&64u32.to_ne_bytes());
     attr[8..16].copy_from_slice(&tp_id.to_ne_bytes());
     attr[16..24].copy_from_slice(&1u64.to_ne_bytes());
-    // SAFETY: attr is a valid perf_event_attr of the size it declares.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr.as_ptr(),
-            -1,
-            0,
-            -1,
-            8 as libc::c_ulong,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let ev = fd(rc as i32);
-    // SAFETY: ioctls on our own perf event with a program descriptor / no argument.
-    let ok = unsafe {
-        libc::ioctl(ev.as_raw_fd(), PERF_EVENT_IOC_SET_BPF, prog.as_raw_fd()) == 0
-            && libc::ioctl(ev.as_raw_fd(), PERF_EVENT_IOC_ENABLE, 0) == 0
-    };
-    if ok {
-        Ok(ev)
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    attach_perf_event(attr, 0, prog)
 }
 
 /// Opens a CPU-clock sampling event on `cpu` (whatever thread runs there) that fires `hz`
@@ -264,10 +296,16 @@ pub fn attach_tracepoint(tp_id: u64, prog: &OwnedFd) -> io::Result<OwnedFd> {
 pub fn attach_cpu_clock(cpu: i32, hz: u64, prog: &OwnedFd) -> io::Result<OwnedFd> {
     let mut attr = [0u8; 64];
     attr[0..4].copy_from_slice(&1u32.to_ne_bytes()); // PERF_TYPE_SOFTWARE
-    attr[4..8].copy_from_slice(&64u32.to_ne_bytes());
     // config 0: PERF_COUNT_SW_CPU_CLOCK; sample_freq at 16; flags at 40: freq (bit 10).
     attr[16..24].copy_from_slice(&hz.to_ne_bytes());
     attr[40..48].copy_from_slice(&(1u64 << 10).to_ne_bytes());
+    attach_perf_event(attr, cpu, prog)
+}
+
+/// Opens the perf event `attr` (a `perf_event_attr` prefix; its size is set here) on `cpu`
+/// for every process, attaches `prog` and enables it.
+fn attach_perf_event(mut attr: [u8; 64], cpu: i32, prog: &OwnedFd) -> io::Result<OwnedFd> {
+    attr[4..8].copy_from_slice(&64u32.to_ne_bytes());
     // SAFETY: attr is a valid perf_event_attr of the size it declares.
     let rc = unsafe {
         libc::syscall(

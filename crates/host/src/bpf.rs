@@ -204,21 +204,11 @@ mod imp {
         pub fn read(&self) -> Result<NsCounts, BpfError> {
             let kernel = |e: std::io::Error| BpfError::Kernel(format!("reading its map: {e}"));
             let mut out = NsCounts::default();
-            let mut key = [0u8; 16];
-            let mut next = [0u8; 16];
-            let mut first = true;
-            while lagtrace_bpf::map_next_key(&self.drops, (!first).then_some(&key[..]), &mut next)
-                .map_err(kernel)?
-            {
-                first = false;
-                key = next;
-                let mut v = [0u8; 8];
-                if lagtrace_bpf::map_lookup(&self.drops, &key, &mut v).is_ok() {
-                    let k =
-                        |o: usize| u32::from_ne_bytes([key[o], key[o + 1], key[o + 2], key[o + 3]]);
-                    *out.counts.entry((k(4), k(8))).or_default() += u64::from_ne_bytes(v);
-                }
-            }
+            lagtrace_bpf::map_for_each::<16, 8>(&self.drops, |k, v| {
+                let key = (lagtrace_bpf::u32_at(k, 4), lagtrace_bpf::u32_at(k, 8));
+                *out.counts.entry(key).or_default() += lagtrace_bpf::u64_at(v, 0);
+            })
+            .map_err(kernel)?;
             let mut v = [0u8; 8];
             lagtrace_bpf::map_lookup(&self.missed, &0u32.to_ne_bytes(), &mut v).map_err(kernel)?;
             out.missed = u64::from_ne_bytes(v);

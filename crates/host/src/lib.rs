@@ -391,7 +391,13 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         needed.extend(t.kernel_addrs());
     }
     let ksyms = offcpu::Kallsyms::read(&needed);
-    let oncpu = oncpu_layer(sampler, !pids.is_empty(), &ksyms);
+    let oncpu = tracer_layer(
+        sampler,
+        !pids.is_empty(),
+        "the on-CPU sampler",
+        "the on-CPU profile is per process: give --pid",
+        |s| s.finish(Some(&ksyms)),
+    );
     let softirq = softirq_layer(softirq_timer, &first, &last, window_us);
     let owners = match o.pid {
         Some(_) => pids.clone(),
@@ -428,7 +434,13 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
             Err(e) => err_layer("reading /proc/net/sockstat", &e),
         },
         drops,
-        offcpu: offcpu_layer(offcpu, !pids.is_empty(), &ksyms),
+        offcpu: tracer_layer(
+            offcpu,
+            !pids.is_empty(),
+            "the off-CPU tracer",
+            "off-CPU time is per process: give --pid",
+            |t| t.finish(Some(&ksyms)),
+        ),
         oncpu,
         disks: match (&disks0, &disks1) {
             (Ok(a), Ok(b)) => Layer::ran(disk::report(a, b, io_limits(o.pid))),
@@ -504,27 +516,29 @@ fn kernel_why(e: bpf::BpfError) -> String {
     }
 }
 
-fn offcpu_layer(
-    t: Option<Result<offcpu::Tracer, bpf::BpfError>>,
+/// A BPF tracer's layer (`name`: "the off-CPU tracer"): its report with the note it gave,
+/// why it was skipped (`per_process` without a process), or why it could not run.
+fn tracer_layer<S, T>(
+    t: Option<Result<S, bpf::BpfError>>,
     have_pid: bool,
-    ksyms: &offcpu::Kallsyms,
-) -> Layer<lagtrace_model::host::OffCpu> {
+    name: &str,
+    per_process: &str,
+    finish: impl FnOnce(S) -> Result<(T, Option<String>), bpf::BpfError>,
+) -> Layer<T> {
     match t {
-        None if !have_pid => Layer::skipped("off-CPU time is per process: give --pid"),
+        None if !have_pid => Layer::skipped(per_process),
         None => Layer::skipped("not asked for"),
-        Some(Ok(t)) => match t.finish(Some(ksyms)) {
+        Some(Ok(t)) => match finish(t) {
             Ok((r, note)) => {
                 let mut l = Layer::ran(r);
                 l.reason = note;
                 l
             }
-            Err(e) => Layer::error(format!("the off-CPU tracer: {}", kernel_why(e))),
+            Err(e) => Layer::error(format!("{name}: {}", kernel_why(e))),
         },
-        Some(Err(bpf::BpfError::NotBuilt(why))) => {
-            Layer::unavailable(format!("the off-CPU tracer was {why}"))
-        }
+        Some(Err(bpf::BpfError::NotBuilt(why))) => Layer::unavailable(format!("{name} was {why}")),
         Some(Err(bpf::BpfError::Privilege(p))) => Layer::unavailable(p.to_string()),
-        Some(Err(e)) => Layer::error(format!("the off-CPU tracer: {}", kernel_why(e))),
+        Some(Err(e)) => Layer::error(format!("{name}: {}", kernel_why(e))),
     }
 }
 
@@ -539,30 +553,6 @@ fn io_limits(pid: Option<u32>) -> Vec<lagtrace_model::host::IoLimit> {
     ) {
         (Ok(pc), Ok(mi)) => disk::limits(&pc, &mi, |p| std::fs::read_to_string(p).ok()),
         _ => Vec::new(),
-    }
-}
-
-fn oncpu_layer(
-    s: Option<Result<oncpu::Sampler, bpf::BpfError>>,
-    have_pid: bool,
-    ksyms: &offcpu::Kallsyms,
-) -> Layer<lagtrace_model::host::OnCpu> {
-    match s {
-        None if !have_pid => Layer::skipped("the on-CPU profile is per process: give --pid"),
-        None => Layer::skipped("not asked for"),
-        Some(Ok(s)) => match s.finish(Some(ksyms)) {
-            Ok((r, note)) => {
-                let mut l = Layer::ran(r);
-                l.reason = note;
-                l
-            }
-            Err(e) => Layer::error(format!("the on-CPU sampler: {}", kernel_why(e))),
-        },
-        Some(Err(bpf::BpfError::NotBuilt(why))) => {
-            Layer::unavailable(format!("the on-CPU sampler was {why}"))
-        }
-        Some(Err(bpf::BpfError::Privilege(p))) => Layer::unavailable(p.to_string()),
-        Some(Err(e)) => Layer::error(format!("the on-CPU sampler: {}", kernel_why(e))),
     }
 }
 

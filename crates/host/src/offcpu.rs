@@ -630,7 +630,7 @@ mod imp {
     use lagtrace_bpf::ringbuf::RingBuf;
     use lagtrace_bpf::tracefs::Format;
     use lagtrace_bpf::{Error, MAP_ARRAY, MAP_HASH, MAP_RINGBUF, MapSpec};
-    use lagtrace_bpf::{map_create, map_lookup, map_next_key, map_update};
+    use lagtrace_bpf::{map_create, map_update, stack_addrs, u32_at, u64_at};
     use std::os::fd::OwnedFd;
 
     static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"));
@@ -796,48 +796,25 @@ mod imp {
                 return Err(BpfError::Kernel("a map is missing".into()));
             };
             let mut totals = Totals::new();
-            let mut key = [0u8; 16];
-            let mut next = [0u8; 16];
-            let mut first = true;
-            while map_next_key(tot, (!first).then_some(&key[..]), &mut next).map_err(kernel)? {
-                first = false;
-                key = next;
-                let mut v = [0u8; 16];
-                if map_lookup(tot, &key, &mut v).is_ok() {
-                    let k =
-                        |o: usize| u32::from_ne_bytes([key[o], key[o + 1], key[o + 2], key[o + 3]]);
-                    let ns = u64::from_ne_bytes(v[0..8].try_into().unwrap_or_default());
-                    let n = u64::from_ne_bytes(v[8..16].try_into().unwrap_or_default());
-                    let e = totals.entry((k(4) as i32, k(8))).or_default();
-                    e.0 += ns;
-                    e.1 += n;
-                }
-            }
-            let mut missed = self.dropped;
-            for i in 0..2u32 {
-                let mut v = [0u8; 8];
-                if map_lookup(mis, &i.to_ne_bytes(), &mut v).is_ok() {
-                    missed += u64::from_ne_bytes(v);
-                }
-            }
+            lagtrace_bpf::map_for_each::<16, 16>(tot, |k, v| {
+                let e = totals
+                    .entry((u32_at(k, 4) as i32, u32_at(k, 8)))
+                    .or_default();
+                e.0 += u64_at(v, 0);
+                e.1 += u64_at(v, 8);
+            })
+            .map_err(kernel)?;
+            let missed = self.dropped + lagtrace_bpf::array_sum(mis, 2);
             let ids: std::collections::BTreeSet<i32> = totals
                 .keys()
                 .map(|k| k.0)
                 .chain(self.raw.iter().map(|b| b.kstack))
                 .filter(|&id| id >= 0)
                 .collect();
-            let mut raw_stacks = Vec::with_capacity(ids.len());
-            for id in ids {
-                let mut v = vec![0u8; (DEPTH * 8) as usize];
-                if map_lookup(stk, &(id as u32).to_ne_bytes(), &mut v).is_ok() {
-                    let addrs: Vec<u64> = v
-                        .chunks_exact(8)
-                        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
-                        .take_while(|&a| a != 0)
-                        .collect();
-                    raw_stacks.push((id, addrs));
-                }
-            }
+            let raw_stacks: Vec<(i32, Vec<u64>)> = ids
+                .into_iter()
+                .filter_map(|id| Some((id, stack_addrs(stk, id, DEPTH as usize)?)))
+                .collect();
             Ok(Collected {
                 totals,
                 raw_stacks,

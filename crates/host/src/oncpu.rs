@@ -410,7 +410,7 @@ mod imp {
     use super::*;
     use crate::bpf::{load_program, refused};
     use lagtrace_bpf::{Error, MAP_ARRAY, MAP_HASH, MAP_STACK_TRACE, MapSpec, PROG_PERF_EVENT};
-    use lagtrace_bpf::{map_create, map_lookup, map_next_key, map_update};
+    use lagtrace_bpf::{map_create, map_update, stack_addrs, u32_at, u64_at};
     use std::os::fd::OwnedFd;
 
     static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/oncpu.bpf.o"));
@@ -507,48 +507,25 @@ mod imp {
                 return Err(BpfError::Kernel("a map is missing".into()));
             };
             let mut counts = Vec::new();
-            let mut key = [0u8; 16];
-            let mut next = [0u8; 16];
-            let mut first = true;
-            while map_next_key(cnt, (!first).then_some(&key[..]), &mut next).map_err(kernel)? {
-                first = false;
-                key = next;
-                let mut v = [0u8; 8];
-                if map_lookup(cnt, &key, &mut v).is_ok() {
-                    let k =
-                        |o: usize| u32::from_ne_bytes([key[o], key[o + 1], key[o + 2], key[o + 3]]);
-                    counts.push(RawCount {
-                        tgid: k(0),
-                        kstack: k(4) as i32,
-                        ustack: k(8) as i32,
-                        samples: u64::from_ne_bytes(v),
-                    });
-                }
-            }
-            let mut missed = 0;
-            for i in 0..2u32 {
-                let mut v = [0u8; 8];
-                if map_lookup(mis, &i.to_ne_bytes(), &mut v).is_ok() {
-                    missed += u64::from_ne_bytes(v);
-                }
-            }
+            lagtrace_bpf::map_for_each::<16, 8>(cnt, |k, v| {
+                counts.push(RawCount {
+                    tgid: u32_at(k, 0),
+                    kstack: u32_at(k, 4) as i32,
+                    ustack: u32_at(k, 8) as i32,
+                    samples: u64_at(v, 0),
+                });
+            })
+            .map_err(kernel)?;
+            let missed = lagtrace_bpf::array_sum(mis, 2);
             let ids: std::collections::BTreeSet<i32> = counts
                 .iter()
                 .flat_map(|c| [c.kstack, c.ustack])
                 .filter(|&id| id >= 0)
                 .collect();
-            let mut stacks: HashMap<i32, Vec<u64>> = HashMap::new();
-            for id in ids {
-                let mut v = vec![0u8; DEPTH * 8];
-                if map_lookup(stk, &(id as u32).to_ne_bytes(), &mut v).is_ok() {
-                    let addrs: Vec<u64> = v
-                        .chunks_exact(8)
-                        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
-                        .take_while(|&a| a != 0)
-                        .collect();
-                    stacks.insert(id, addrs);
-                }
-            }
+            let stacks: HashMap<i32, Vec<u64>> = ids
+                .into_iter()
+                .filter_map(|id| Some((id, stack_addrs(stk, id, DEPTH)?)))
+                .collect();
             Ok(Collected {
                 counts,
                 stacks,
