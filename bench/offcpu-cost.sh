@@ -11,43 +11,9 @@
 set -euo pipefail
 RUNS=${1:-5}
 WIN=${2:-3}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-LAGTRACE=${LAGTRACE:-${CARGO_TARGET_DIR:-$ROOT/target}/release/lagtrace}
-[ -x "$LAGTRACE" ] || { echo "build first: cargo build --release -p lagtrace" >&2; exit 2; }
-for t in nginx wrk farm-bench python3; do command -v $t >/dev/null || { echo "missing $t" >&2; exit 2; }; done
-
-DIR=$(mktemp -d /tmp/lt-bench-offcpu.XXXXXX)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-mkdir -p "$DIR/logs"
-cat > "$DIR/nginx.conf" <<CONF
-worker_processes 1;
-pid $DIR/nginx.pid;
-error_log $DIR/logs/error.log;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    server { listen 127.0.0.1:$PORT; root /var/www/html; index index.nginx-debian.html; }
-}
-CONF
-WRK=""
-STATS=$(cat /proc/sys/kernel/bpf_stats_enabled)
-cleanup() {
-    [ -n "$WRK" ] && kill "$WRK" 2>/dev/null || true
-    echo "$STATS" > /proc/sys/kernel/bpf_stats_enabled
-    if [ -f "$DIR/nginx.pid" ]; then kill "$(cat "$DIR/nginx.pid")" 2>/dev/null || true; sleep 0.3; fi
-    rm -rf "$DIR"
-}
-trap cleanup EXIT INT TERM
-nginx -c "$DIR/nginx.conf" -p "$DIR" -g 'daemon on;'
-sleep 0.3
-WORKER=$(pgrep -P "$(cat "$DIR/nginx.pid")" | head -1)
-URL="http://127.0.0.1:$PORT/"
-
-# Bounded load for the whole paired run: (runs + warm-up) x 2 commands x (window + 1 s).
-LOAD_S=$(( (RUNS + 1) * 2 * (WIN + 1) + 10 ))
-wrk -t1 -c8 -d${LOAD_S}s "$URL" >/dev/null 2>&1 &
-WRK=$!
-sleep 1
+NAME=offcpu
+# shellcheck source=bench/tracer-bench-setup.sh
+. "$(dirname "$0")/tracer-bench-setup.sh"
 echo "== lagtrace host --pid $WORKER (nginx worker under wrk -c8), ${WIN}s window: with the tracer (A) vs --no-offcpu (B)"
 farm-bench -n "$RUNS" --timeout $(( LOAD_S + 30 )) \
     --vs "$LAGTRACE host --pid $WORKER -d ${WIN}s --json --no-offcpu" \
@@ -59,7 +25,6 @@ WRK=""
 echo
 echo "== the tracer in the kernel (kernel.bpf_stats_enabled=1), and wrk's rate with and without it"
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
-rate() { wrk -t1 -c8 -d"${WIN}s" "$URL" 2>/dev/null | awk '/Requests\/sec/ {print $2}'; }
 for round in 1 2 3; do
     alone=$(rate)
     "$LAGTRACE" host --pid "$WORKER" -d "$((WIN + 1))s" --json > "$DIR/h.json" &
