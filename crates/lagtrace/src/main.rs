@@ -66,7 +66,26 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match cmd::habits::parse::<Cli>(args.clone()) {
+        cmd::habits::Parsed::Ok(cli, notes) => {
+            for n in notes {
+                eprintln!("lagtrace: note: {n}");
+            }
+            cli
+        }
+        cmd::habits::Parsed::Refused(line) => {
+            eprintln!("lagtrace: error: {line}");
+            return ExitCode::from(cmd::EXIT_ERROR);
+        }
+        cmd::habits::Parsed::Clap(e) => {
+            if let Some(line) = cmd::habits::explain(&e, &args, &Cli::command()) {
+                eprintln!("lagtrace: error: {line}");
+                return ExitCode::from(cmd::EXIT_ERROR);
+            }
+            e.exit()
+        }
+    };
     logger::install();
     // The agent installs it after giving up its capabilities, so that the handler's thread
     // does not keep them (capability sets are per thread).

@@ -205,6 +205,88 @@ fn peer_flags_with_no_equivalent_are_refused_before_any_traffic() {
         &["ping", "--flood", "-p", "PORT", "127.0.0.1"],
         &["no flood mode", "-i"],
     );
+    // From the table (docs/peer-flags.md), through the binary: one line, exit 2, no probe.
+    refused(
+        &["route", "-A", "-p", "PORT", "127.0.0.1"],
+        &["route -A (traceroute's AS path lookups)", "no AS lookups"],
+    );
+    refused(
+        &["route", "--curses", "-p", "PORT", "127.0.0.1"],
+        &["--report N prints the table"],
+    );
+    refused(
+        &["load", "-R", "10", "-D", "exp", "http://127.0.0.1:PORT/"],
+        &[
+            "load -D (wrk2's arrival distribution)",
+            "constant rate (-R)",
+        ],
+    );
+    refused(&["capture", "-i", "lo", "-D"], &["`ip -br link`"]);
+    refused(
+        &["capture", "-i", "lo", "-vv"],
+        &["lagtrace analyze -v FILE"],
+    );
+    refused(
+        &["analyze", "-Y", "tcp.port==80", "x.pcap"],
+        &["--stream N"],
+    );
+    refused(&["analyze", "-z", "conv,tcp", "-q", "x.pcap"], &["--json"]);
+    // A stray word before the URL: the stray word is named, not the URL.
+    refused(
+        &[
+            "load",
+            "-t1",
+            "-c2",
+            "-d1s",
+            "oops",
+            "http://127.0.0.1:PORT/",
+        ],
+        &["load takes one URL", "'oops'"],
+    );
+}
+
+/// Mapped and ignored peer flags do what the table says, on real runs: `ping -n -t 64 -V`
+/// probes as `ping --ttl 64` (one note per flag on stderr), `analyze -q -2 -r FILE` prints
+/// what `analyze FILE` prints.
+#[test]
+fn mapped_peer_flags_run_as_their_equivalent() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let peer = lagtrace(&[
+        "ping",
+        "--connect",
+        "-n",
+        "-t",
+        "64",
+        "-V",
+        "-c",
+        "2",
+        "-i",
+        "10ms",
+        "-p",
+        &port,
+        "--json",
+        "127.0.0.1",
+    ]);
+    let err = stderr(&peer);
+    assert_eq!(peer.status.code(), Some(0), "{err}");
+    let notes: Vec<&str> = err.lines().filter(|l| l.contains("note:")).collect();
+    assert_eq!(notes.len(), 3, "{err}");
+    assert!(
+        notes[1].contains("-t (hping3's TTL of the probes) is --ttl"),
+        "{err}"
+    );
+    let j: serde_json::Value = serde_json::from_slice(&peer.stdout).expect("json");
+    assert_eq!(j["stats"]["received"], 2, "{j}");
+    let pcap = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/case/nagle-delayed-ack.pcap"
+    );
+    let plain = lagtrace(&["analyze", pcap]);
+    let peer = lagtrace(&["analyze", "-q", "-2", "-r", pcap]);
+    assert_eq!(peer.status.code(), plain.status.code());
+    assert_eq!(stdout(&peer), stdout(&plain));
+    assert_eq!(stderr(&peer).lines().count(), 2, "{}", stderr(&peer));
 }
 
 #[test]

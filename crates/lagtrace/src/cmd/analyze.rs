@@ -12,6 +12,8 @@ use lagtrace_packet::{Analysis, AnalyzeOptions, analyze_file};
 
 /// Analyze a pcap/pcapng file: streams, transactions, findings.
 #[derive(Debug, clap::Args)]
+// -V is the peer's verbose flag here (the version is `lagtrace --version`).
+#[command(disable_version_flag = true)]
 #[command(after_help = "\
 Default output: a table of TCP streams (like `tshark -q -z conv,tcp`), then the findings
 summary (nagle-delayed-ack, nagle-stall, delayed-ack, retransmission, syn-retransmit,
@@ -19,7 +21,9 @@ zero-window, window-full, tcp-cork, slow-server) with the transactions each one 
 
 Exit status: 0 no finding; 1 findings; 2 could not run.
 
-Coming from tcpdump/tshark: -r FILE and -n mean the same here.
+Coming from tcpdump/tshark: -r FILE and -n mean the same here, -q and -2 change nothing; -z,
+-Y, -T, -V and the other tshark flags are refused with one line saying what to use (the list:
+docs/peer-flags.md).
 
 Examples:
   lagtrace analyze case.pcap
@@ -52,6 +56,9 @@ pub struct Args {
     /// Do not resolve addresses (tcpdump -n, -nn): always the case here.
     #[arg(short = 'n', action = clap::ArgAction::Count)]
     pub numeric: u8,
+    /// Print version (-V is tshark's packet details here)
+    #[arg(long, action = clap::ArgAction::Version)]
+    version: (),
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

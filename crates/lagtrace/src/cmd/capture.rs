@@ -20,8 +20,10 @@ use lagtrace_packet::capture::{
 Needs CAP_NET_RAW (and CAP_SYS_ADMIN for --netns). Stops on -c, --duration or Ctrl-C and
 prints packets captured / received by filter / dropped by kernel, like tcpdump.
 
-Coming from tcpdump: -i, -w, -c, -s, -B, -n (addresses are never resolved) and a trailing
-filter mean the same here; reading a file (-r FILE) is `lagtrace analyze FILE`.
+Coming from tcpdump: -i, -w, -c, -s, -B (KiB; --buffer-mib takes MiB), -n (addresses are never
+resolved), -U and a trailing filter mean the same here; reading a file (-r FILE) is `lagtrace
+analyze FILE`; the other flags (-v, -A, -X, -D, -G, ...) are refused with one line saying what
+to use (the list: docs/peer-flags.md).
 
 Examples:
   lagtrace capture -i veth0 -w out.pcap tcp port 8080
@@ -59,10 +61,14 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
     /// Kernel capture buffer in MiB
-    #[arg(short = 'B', long = "buffer-mib", value_name = "MIB",
+    #[arg(long = "buffer-mib", value_name = "MIB",
           default_value_t = DEFAULT_BUFFER_BYTES >> 20,
           value_parser = clap::value_parser!(u32).range(1..=MAX_BUFFER_MIB as i64))]
     pub buffer_mib: u32,
+    /// Kernel capture buffer in KiB, as tcpdump's -B (instead of --buffer-mib)
+    #[arg(short = 'B', value_name = "KiB", conflicts_with = "buffer_mib",
+          value_parser = clap::value_parser!(u32).range(1..=(MAX_BUFFER_MIB as i64) << 10))]
+    pub buffer_kib: Option<u32>,
     /// Put the interface in promiscuous mode
     #[arg(long)]
     pub promisc: bool,
@@ -73,9 +79,6 @@ pub struct Args {
     /// Do not resolve addresses (tcpdump -n, -nn): always the case here
     #[arg(short = 'n', action = clap::ArgAction::Count)]
     pub numeric: u8,
-    /// tcpdump's -r FILE: refused (reading a file is `lagtrace analyze FILE`)
-    #[arg(short = 'r', hide = true, value_name = "FILE", value_parser = super::habits::refuse_read)]
-    pub read: Option<String>,
     /// Filter expression in tcpdump syntax
     #[arg(trailing_var_arg = true, value_name = "FILTER")]
     pub expr: Vec<String>,
@@ -163,7 +166,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.snaplen
         },
         netns,
-        buffer_bytes: args.buffer_mib.saturating_mul(1 << 20),
+        buffer_bytes: match args.buffer_kib {
+            Some(k) => k.saturating_mul(1 << 10),
+            None => args.buffer_mib.saturating_mul(1 << 20),
+        },
         count: args.count,
         duration: args.duration,
         output: args.write.clone(),

@@ -19,8 +19,9 @@ Errors are measurements: connect, read (reset, garbage, closed mid-response), wr
 (request abandoned after --timeout, connection replaced) and status >= 400 are counted in the
 report. A target that cannot be reached at all is an error (exit 2).
 
-Coming from wrk/wrk2: -t, -c, -d, -H, --timeout, --latency and -R mean the same here; Lua
-scripts (-s) are not supported: set the request with -m, -H and --body/--body-file.
+Coming from wrk/wrk2: -t, -c, -d, -H, --timeout, --latency and -R mean the same here, -L is
+--latency and -U --uncorrected; Lua scripts (-s) are not supported: set the request with -m, -H
+and --body/--body-file (every flag: docs/peer-flags.md).
 
 Running from many hosts: give each worker --hdr-log, a --worker-id and one --start-at, then
 `lagtrace load merge w1.hlog w2.hlog ...` (an exact union: histograms added, intervals on the
@@ -36,9 +37,6 @@ pub struct Args {
     sub: Option<Sub>,
     #[command(flatten)]
     inner: Box<LoadArgs>,
-    /// wrk's -s script.lua: refused (Lua is not supported; says what to use)
-    #[arg(short = 's', long = "script", hide = true, value_parser = super::habits::refuse_lua)]
-    pub script: Option<String>,
 }
 
 #[derive(Debug, clap::Subcommand)]

@@ -11,6 +11,8 @@ use lagtrace_probe::{PingMode, PingOptions, PingReport, Sample, SampleKind};
 
 /// TCP SYN RTT to HOST[:PORT], like `hping3 -S`, with µs precision.
 #[derive(Debug, clap::Args)]
+// -V is the peer's verbose flag here (the version is `lagtrace --version`).
+#[command(disable_version_flag = true)]
 #[command(after_help = "\
 Modes: the default sends TCP SYNs from a raw socket (CAP_NET_RAW) from a local port held by a
 bound, unconnected socket, so the kernel answers the SYN-ACK with RST and no half-open
@@ -29,8 +31,9 @@ and are converted to CLOCK_MONOTONIC with one measured offset, so clock domains 
 Exit status: 0 at least one reply; 1 no reply (100% loss); 2 could not run (bad input, no
 route, missing privilege).
 
-Coming from hping3: -S (SYN, the default), -p, -c, -i (u10000 = 10000 µs), -1 (ICMP) and
--2 (UDP) mean the same here.
+Coming from hping3: -S (SYN, the default), -p, -c, -i (u10000 = 10000 µs), -1 (ICMP), -2 (UDP),
+-t (TTL) and --fast mean the same here, -n and -V change nothing; --flood, spoofing and other
+TCP flags are refused with one line saying what to use (the list: docs/peer-flags.md).
 
 Examples:
   lagtrace ping -c 5 10.0.0.2:8080
@@ -66,12 +69,12 @@ pub struct Args {
     /// ICMP echo probes (needs CAP_NET_RAW; hping3 -1)
     #[arg(short = '1', long)]
     pub icmp: bool,
-    /// hping3's --flood: refused (says what to use)
-    #[arg(long, hide = true, num_args = 0, default_missing_value = "true", value_parser = super::habits::refuse_flood)]
-    pub flood: Option<bool>,
     /// Print the report as JSON (samples, stats, timestamp source) instead of text
     #[arg(long)]
     pub json: bool,
+    /// Print version (-V is hping3's verbose here)
+    #[arg(long, action = clap::ArgAction::Version)]
+    version: (),
 }
 
 /// hping3's `u10000` (µs) or [`parse_duration`]'s forms.

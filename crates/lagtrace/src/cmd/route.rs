@@ -27,8 +27,10 @@ the sample standard deviation, n - 1, as mtr computes it).
 Exit status: 0 the target answered; 1 it did not (the hops show where the path stops);
 2 could not run (bad input, no route, missing privilege).
 
-Coming from traceroute: -T (TCP SYN, the default), -I, -p, -q, -m, -n, -w (wait) mean the
-same here. From mtr: -r (report mode, 10 rounds) and -c N (rounds), -T, -n.
+Coming from traceroute: -T (TCP SYN, the default), -I, -U, -p, -q, -m, -n, -w (wait) mean the
+same here. From mtr: -r (report mode, 10 rounds) and -c N (rounds), -T, -u, -P (port), -j,
+-n/--no-dns. Other flags (-f, -A, -i, --curses, ...) are refused with one line saying what to
+use (the list: docs/peer-flags.md).
 
 Examples:
   lagtrace route -n 10.0.0.2
