@@ -6,9 +6,11 @@ use crate::verdict::{Confidence, Cost, EvidenceLine, Stance, Verdict};
 use crate::{Diagnosis, Layers};
 use lagtrace_model::{Cause, Micros};
 
-/// Turns the judged diagnosis of an interrupted run into a `partial` one: no cause, no fix,
-/// no layer marked `finding`; the evidence keeps its measurements (notes) and adds, as a
-/// note, what the data so far points to (never `healthy`: a run cut short cannot show that).
+/// Turns the judged diagnosis of an interrupted run into a `partial` one: no cause, no fix;
+/// the evidence keeps its measurements (notes) and adds, as a note, what the data so far
+/// points to (never `healthy`: a run cut short cannot show that). A layer whose data shows
+/// a finding keeps (or gets) status `finding`: the claim withheld is the cause, not what
+/// the layer measured — `ok` there would be an all-clear the data contradicts.
 pub fn mark(mut d: Diagnosis) -> Diagnosis {
     let judged = d.verdict.cause;
     let (measured, missing) = coverage(&d.layers);
@@ -25,11 +27,10 @@ pub fn mark(mut d: Diagnosis) -> Diagnosis {
     if !missing.is_empty() {
         summary.push_str(&format!("; not measured: {}", missing.join(", ")));
     }
-    for l in LayerName::ALL {
-        let st = status_mut(&mut d.layers, l);
-        if *st == LayerStatus::Finding {
-            *st = LayerStatus::Ok;
-        }
+    // The packets' findings are in the layer table's line: never `ok` next to them.
+    let packets = &mut d.layers.packets;
+    if packets.status == LayerStatus::Ok && packets.get().is_some_and(|p| !p.findings.is_empty()) {
+        packets.status = LayerStatus::Finding;
     }
     let mut evidence = vec![note(format!(
         "interrupted {elapsed:.1} s into the run (load budget {:.1} s): the layers cover only \
@@ -72,16 +73,6 @@ fn note(text: String) -> EvidenceLine {
         stance: Stance::Note,
         cause: None,
         text,
-    }
-}
-
-fn status_mut(layers: &mut Layers, l: LayerName) -> &mut LayerStatus {
-    match l {
-        LayerName::Path => &mut layers.path.status,
-        LayerName::App => &mut layers.app.status,
-        LayerName::Packets => &mut layers.packets.status,
-        LayerName::Sockets => &mut layers.sockets.status,
-        LayerName::Host => &mut layers.host.status,
     }
 }
 
@@ -177,5 +168,48 @@ mod tests {
         let all = serde_json::to_string(&d).unwrap();
         assert!(!all.contains("healthy"), "{all}");
         assert!(!all.contains("\"finding\""), "{all}");
+    }
+
+    /// A run cut short in its c=N phase whose packets and sockets show Nagle: no cause is
+    /// claimed, and neither layer is `ok` next to what it shows.
+    #[test]
+    fn an_interrupted_run_never_says_ok_next_to_a_finding() {
+        use lagtrace_testkit::layers::{Synth, finding, options, target};
+        let s = Synth::RULES;
+        let mut layers = s.healthy_layers();
+        let mut c1 = s.run(1, 41_200, 42_000, 24.0);
+        c1.first_request = Some(s.pct(1, 350, 350));
+        c1.later_requests = Some(s.pct(120, 41_200, 42_000));
+        layers.app = Layer::ran(AppEvidence {
+            c1: Some(c1),
+            cn: Some(s.run(32, 43_900, 48_000, 730.0)),
+        });
+        let p = layers.packets.data.as_mut().unwrap();
+        p.transactions = 1_000;
+        p.findings = vec![finding("nagle-delayed-ack", 970, 1_000, 40_800)];
+        layers.sockets.data.as_mut().unwrap().nodelay = options(0, 32);
+        let settings = Settings {
+            concurrency: 32,
+            duration_us: 7_000_000,
+        };
+        let judged = Diagnosis::assemble(target(), settings, layers.clone(), 4_000_000);
+        assert_eq!(judged.verdict.cause, Cause::NagleDelayedAck);
+        let d = mark(judged);
+        assert_eq!(d.verdict.cause, Cause::Partial);
+        assert!(d.verdict.fix.is_empty());
+        assert_eq!(d.layers.packets.status, LayerStatus::Finding);
+        assert_eq!(d.layers.sockets.status, LayerStatus::Finding);
+        // Findings the verdict would not use are still findings in a partial run's table.
+        let mut weak = layers;
+        let p = weak.packets.data.as_mut().unwrap();
+        p.findings = vec![finding("delayed-ack", 10, 1_000, 40_800)];
+        weak.sockets.data.as_mut().unwrap().nodelay = options(32, 0);
+        let settings = Settings {
+            concurrency: 32,
+            duration_us: 7_000_000,
+        };
+        let d = mark(Diagnosis::assemble(target(), settings, weak, 4_000_000));
+        assert_eq!(d.layers.packets.status, LayerStatus::Finding);
+        assert_eq!(d.layers.sockets.status, LayerStatus::Ok);
     }
 }

@@ -23,8 +23,9 @@ use lagtrace_model::Cause;
 /// Exit status: 0 healthy, 1 a cause was found (or unreachable), 2 the diagnosis could not run.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Every run is also saved to ~/.local/state/lagtrace/ (per host:port) so that `--verify`, after
-a fix, prints before/after against it.
+Every complete run is also saved to ~/.local/state/lagtrace/ (per host:port) so that
+`--verify`, after a fix, prints before/after against it; an interrupted (partial) run is not,
+and is refused as a --baseline.
 The client is lagtrace's own load generator: TCP_NODELAY on, delayed ACK on, like wrk and
 browsers. Root gives every layer: SYN probes and the capture need CAP_NET_RAW, the server's
 namespace and socket options CAP_SYS_ADMIN / CAP_SYS_PTRACE; without them those layers say
@@ -221,8 +222,18 @@ fn prune_state(dir: &Path, keep: usize) -> usize {
 
 fn load_baseline(p: &Path) -> anyhow::Result<Diagnosis> {
     let s = std::fs::read_to_string(p).with_context(|| format!("baseline {}", p.display()))?;
-    serde_json::from_str(&s)
-        .with_context(|| format!("baseline {}: not a saved diagnosis", p.display()))
+    let d: Diagnosis = serde_json::from_str(&s)
+        .with_context(|| format!("baseline {}: not a saved diagnosis", p.display()))?;
+    // A run cut short measured part of the layers and claimed no cause: "before" would
+    // read `partial`, and its figures cover only what ran.
+    if d.verdict.cause == Cause::Partial {
+        anyhow::bail!(
+            "baseline {}: that run was interrupted (verdict partial) and is no baseline; run \
+             diagnose to the end before the fix",
+            p.display()
+        );
+    }
+    Ok(d)
 }
 
 fn save(p: &Path, d: &Diagnosis) -> anyhow::Result<()> {
@@ -250,10 +261,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .as_ref()
                 .context("--verify: no HOME to find the previous run; use --baseline FILE")?;
             let d = load_baseline(p).with_context(|| {
-                format!(
-                    "--verify: no previous run against {target_name} (run diagnose once before \
-                     the fix, or give --baseline FILE)"
-                )
+                if p.exists() {
+                    "--verify: the previous run".to_string()
+                } else {
+                    format!(
+                        "--verify: no previous run against {target_name} (run diagnose once \
+                         before the fix, or give --baseline FILE)"
+                    )
+                }
             })?;
             Some((d, p.display().to_string()))
         }
@@ -278,6 +293,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             d
         }
         None => d,
+    };
+    // An interrupted run is no baseline: the previous complete run stays the one --verify
+    // compares with.
+    let last = match last {
+        Some(_) if d.verdict.cause == Cause::Partial => {
+            if !args.quiet {
+                eprintln!("interrupted: this run is not kept as the --verify baseline");
+            }
+            None
+        }
+        last => last,
     };
     if let Some(p) = &last {
         match save(p, &d) {

@@ -55,7 +55,8 @@ impl LayerName {
 pub enum LayerStatus {
     /// Ran, nothing abnormal.
     Ok,
-    /// Ran and found something the verdict uses.
+    /// Ran and found something the verdict uses (in a `partial` run, which claims no cause:
+    /// what its data shows so far).
     Finding,
     /// Not run on purpose (e.g. the server is not on this machine).
     Skipped,
