@@ -189,10 +189,19 @@ pub fn locate(addr: IpAddr) -> ServerLocation {
 
 /// Splits an http(s) URL into host, port and address.
 pub fn parse_target(url: &str) -> Result<(Target, SocketAddr)> {
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| Error::Target(format!("{url:?}: expected http://host[:port]/path")))?;
-    let default_port = match scheme {
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+        // HOST, HOST:PORT or HOST/PATH without a scheme: the URL it most likely means.
+        let guess = (!url.is_empty() && !url.contains(char::is_whitespace))
+            .then(|| {
+                let u = url.trim_start_matches('/');
+                let slash = if u.contains('/') { "" } else { "/" };
+                format!(" (did you mean http://{u}{slash}?)")
+            })
+            .unwrap_or_default();
+        Error::Target(format!("{url:?}: expected http://host[:port]/path{guess}"))
+    })?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
         "http" => 80,
         "https" => 443,
         s => {
@@ -1178,6 +1187,13 @@ mod tests {
         ] {
             assert!(parse_target(bad).is_err(), "{bad}");
         }
+        // The scheme is case-insensitive; without one, the error says the URL meant.
+        assert_eq!(parse_target("HTTP://127.0.0.1:81/").unwrap().1.port(), 81);
+        assert_eq!(parse_target("Https://127.0.0.1/").unwrap().1.port(), 443);
+        let e = parse_target("127.0.0.1:8080").unwrap_err().to_string();
+        assert!(e.contains("did you mean http://127.0.0.1:8080/?"), "{e}");
+        let e = parse_target("10.0.0.2/api").unwrap_err().to_string();
+        assert!(e.contains("did you mean http://10.0.0.2/api?"), "{e}");
     }
 
     #[test]

@@ -302,11 +302,12 @@ fn builtin_short_think_time_that_dominates_is_slow_server() {
     assert!(cost.contains("of the c=1 p50"), "{}", show(&j));
 }
 
-/// https:// to a port that speaks plain HTTP: TCP connects, TLS fails. The verdict says so
-/// and points at http:// (it said no connection could be made).
+/// https:// to a port that speaks plain HTTP: TCP connects, TLS fails, and the server
+/// answers a plain request. The verdict says it speaks plain HTTP and the fix is the exact
+/// http:// URL (it said no connection could be made, then "the TLS handshake fails").
 #[test]
 #[ignore = "needs root"]
-fn https_to_a_plain_http_port_says_the_tls_handshake_fails() {
+fn https_to_a_plain_http_port_says_use_http() {
     let lab = Lab::up(&LabOptions::new(&name("tls")).server(ServerKind::Builtin)).expect("lab up");
     let url = format!("https://{}:{}/", lab.server_addr(), lagtrace_lab::GOOD_PORT);
     // Our turn first, so the time measured is the diagnose's, not the wait for it.
@@ -317,9 +318,18 @@ fn https_to_a_plain_http_port_says_the_tls_handshake_fails() {
     assert_eq!(code, 1);
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     let summary = j["verdict"]["summary"].as_str().unwrap_or("");
-    assert!(summary.contains("TLS handshake fails"), "{}", show(&j));
+    assert!(
+        summary.contains("speaks plain HTTP, not TLS"),
+        "{}",
+        show(&j)
+    );
     let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap_or("");
-    assert!(fix.contains("http://"), "{}", show(&j));
+    let want = format!(
+        "use http://{}:{}/",
+        lab.server_addr(),
+        lagtrace_lab::GOOD_PORT
+    );
+    assert_eq!(fix, want, "{}", show(&j));
 }
 
 #[test]

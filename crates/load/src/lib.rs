@@ -352,22 +352,49 @@ fn preflight(p: &Prepared, opts: &LoadOptions) -> Result<()> {
         let mut conn =
             rustls::ClientConnection::new(cfg.clone(), name.clone()).context("TLS setup")?;
         while conn.is_handshaking() {
-            conn.complete_io(&mut sock).with_context(|| {
-                format!(
-                    "TLS handshake with {} failed{}",
-                    p.target.host_header(),
-                    if opts.insecure {
-                        ""
-                    } else {
-                        " (--insecure accepts self-signed certificates)"
-                    }
-                )
-            })?;
+            if let Err(e) = conn.complete_io(&mut sock) {
+                // A server that answers a TLS hello in plain HTTP: say so and give the URL.
+                if speaks_plain_http(p, opts) {
+                    bail!(
+                        "{} answers in plain HTTP, not TLS: use {}",
+                        p.target.host_header(),
+                        p.target.other_scheme_url()
+                    );
+                }
+                return Err::<(), _>(e).with_context(|| {
+                    format!(
+                        "TLS handshake with {} failed{}",
+                        p.target.host_header(),
+                        if opts.insecure {
+                            ""
+                        } else {
+                            " (--insecure accepts self-signed certificates)"
+                        }
+                    )
+                });
+            }
         }
         conn.send_close_notify();
         let _ = conn.complete_io(&mut sock);
     }
     Ok(())
+}
+
+/// Whether the target answers a plain HTTP request with an HTTP status line (one request
+/// on a new connection, within the connect timeout).
+fn speaks_plain_http(p: &Prepared, opts: &LoadOptions) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&p.addr, opts.connect_timeout) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(opts.connect_timeout));
+    let _ = s.set_write_timeout(Some(opts.connect_timeout));
+    let req = format!(
+        "HEAD {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        p.target.path,
+        p.target.host_header()
+    );
+    let mut head = [0u8; 5];
+    s.write_all(req.as_bytes()).is_ok() && s.read_exact(&mut head).is_ok() && &head == b"HTTP/"
 }
 
 /// Whether a start barrier can be kept, seen at `now`.

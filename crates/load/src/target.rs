@@ -92,6 +92,18 @@ impl Target {
         }
     }
 
+    /// The same target as a URL with the other scheme, the port always written (an https
+    /// URL on 443 is http://host:443/ when the server speaks plain HTTP there).
+    pub fn other_scheme_url(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        let scheme = if self.tls { "http" } else { "https" };
+        format!("{scheme}://{host}:{}{}", self.port, self.path)
+    }
+
     /// Resolves the host; the first address is used for every connection.
     pub fn resolve(&self) -> Result<SocketAddr> {
         (self.host.as_str(), self.port)

@@ -261,6 +261,22 @@ fn https_with_insecure_and_certificate_rejection_without() {
     );
 }
 
+/// https:// to a server that speaks plain HTTP: the error says so and gives the http:// URL
+/// (with the port, which the https default would otherwise change) — not "--insecure".
+#[test]
+fn https_to_a_plain_http_server_says_use_http() {
+    let srv = TestServer::spawn(Mode::ok());
+    let url = format!("https://127.0.0.1:{}/p?q=1", srv.addr.port());
+    let e = run(&opts(&url, 2, 1), None, &AtomicBool::new(false)).unwrap_err();
+    let msg = format!("{e:#}");
+    let want = format!("use http://127.0.0.1:{}/p?q=1", srv.addr.port());
+    assert!(
+        msg.contains("plain HTTP, not TLS") && msg.ends_with(&want),
+        "{msg}"
+    );
+    assert!(!msg.contains("--insecure"), "{msg}");
+}
+
 #[test]
 fn hdr_log_holds_every_latency() {
     use hdrhistogram::serialization::Deserializer;

@@ -51,6 +51,15 @@ fn tls_fails(layers: &Layers) -> bool {
         .is_some_and(|r| r.contains("TLS"))
 }
 
+/// The http:// URL the load gave when the server answered in plain HTTP, not TLS.
+fn plain_http_url(layers: &Layers) -> Option<String> {
+    let r = layers.app.reason.as_deref()?;
+    r.contains("answers in plain HTTP, not TLS")
+        .then(|| r.rsplit("use ").next().map(|u| u.trim().to_string()))
+        .flatten()
+        .filter(|u| u.starts_with("http://"))
+}
+
 fn fix(side: FixSide, location: String, change: String) -> Fix {
     Fix {
         side,
@@ -101,6 +110,16 @@ fn where_it_stops(
                 "check the address, the route to it and firewalls that drop SYNs silently".into(),
             ),
         ),
+        // An https URL to a server that answered our plain request in HTTP: the scheme is
+        // the fix (load tried one plain request after the handshake failed).
+        _ if plain_http_url(layers).is_some() => {
+            let url = plain_http_url(layers).unwrap_or_default();
+            (
+                None,
+                format!("{where_} speaks plain HTTP, not TLS: no request over https could be sent"),
+                fix(FixSide::Client, target.url.clone(), format!("use {url}")),
+            )
+        }
         // TCP connects (the SYN probes are answered), the TLS handshake does not.
         _ if tls_fails(layers) => (
             None,
