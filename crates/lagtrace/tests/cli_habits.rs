@@ -131,6 +131,19 @@ fn check_man_page(page: &Path, must: &[&str]) {
     for s in must {
         assert!(text.contains(s), "{page:?} lacks {s:?}:\n{text}");
     }
+    // A paragraph of the help is one in the page: "Exit status:" and "Examples:" start a line
+    // (a help text without the blank line before them ran them into the sentence before).
+    for l in text.lines() {
+        for head in ["Exit status:", "Examples:"] {
+            if let Some(at) = l.find(head) {
+                assert!(l[..at].trim().is_empty(), "{page:?}: {head} runs on: {l:?}");
+            }
+        }
+    }
+    assert!(
+        !text.contains("-help("),
+        "{page:?} lists a help page:\n{text}"
+    );
 }
 
 #[test]
@@ -154,9 +167,66 @@ fn man_pages_render_without_warnings() {
     for name in ["lagtrace.1", "lagtrace-diagnose.1", "lagtrace-lab-up.1"] {
         check_man_page(&all.join(name), &["NAME"]);
     }
+    // One page per command a reader can run: none for clap's `help` subcommands.
+    let mut names: Vec<String> = std::fs::read_dir(&all)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(names.iter().all(|n| !n.contains("help")), "{names:?}");
+    assert!(
+        names.contains(&"lagtrace-load-merge.1".to_string()),
+        "{names:?}"
+    );
+    for name in &names {
+        check_man_page(&all.join(name), &["NAME"]);
+    }
+    // A nested page by its words, as `man` would be asked.
+    let merge = dir.path().join("merge.1");
+    let o = lagtrace(&["man", "load", "merge"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&merge, &o.stdout).unwrap();
+    check_man_page(&merge, &["lagtrace-load-merge", "--timeline"]);
     let o = lagtrace(&["man", "nosuch"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("one of: ping, route"), "{}", stderr(&o));
+    let o = lagtrace(&["man", "load", "nosuch"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("of lagtrace load (one of: merge)"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `--netns` completes network namespace names in bash, not file names.
+#[test]
+#[ignore = "needs root"]
+fn bash_completes_netns_with_the_namespaces() {
+    let mut guard = lagtrace_testkit::net::NetGuard::new();
+    let ns = guard.add_ns("comp");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lagtrace.bash");
+    std::fs::write(&file, lagtrace(&["completions", "bash"]).stdout).unwrap();
+    for cmd in ["capture", "sockets", "host", "serve"] {
+        let probe = format!(
+            "source {}; COMP_WORDS=(lagtrace {cmd} --netns ''); COMP_CWORD=3; \
+             COMP_LINE='lagtrace {cmd} --netns '; _lagtrace lagtrace '' --netns; \
+             printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            file.display()
+        );
+        let c = Command::new("bash").args(["-c", &probe]).output().unwrap();
+        let offered: Vec<&str> = std::str::from_utf8(&c.stdout).unwrap().lines().collect();
+        assert!(
+            offered.contains(&ns.as_str()),
+            "{cmd}: {offered:?} {}",
+            stderr(&c)
+        );
+        assert!(
+            offered.iter().all(|o| !o.contains('/')),
+            "{cmd}: files {offered:?}"
+        );
+    }
 }
 
 /// Runs `args` against a listener that nobody else uses and asserts a one-line refusal

@@ -34,6 +34,7 @@ The host layer reads the server host's kernel (listen-queue overflows, the cgrou
 throttling timeline, run-queue delay, counters, qdiscs) during the c=N run, for the process
 holding the listener on the target port (or --server-pid PID) when the server is on this
 machine; a server elsewhere leaves it \"skipped\".
+
 Exit status: 0 healthy, 1 a cause was found (or unreachable), 2 the diagnosis could not run.
 
 Passive: `--passive --netns NS --port PORT` (or `-i IFACE`, or a URL whose host:port
