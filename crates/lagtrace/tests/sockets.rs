@@ -555,3 +555,129 @@ fn record_ignores_everything_but_socket_calls() {
         "sh and its cat child followed"
     );
 }
+
+/// One `ss -tinmH` socket: the state line's queues and the info line's `key:value` words.
+struct SsSocket {
+    local: String,
+    peer: String,
+    recv_q: u64,
+    send_q: u64,
+    kv: std::collections::HashMap<String, String>,
+}
+
+fn ss_sockets(port: u16) -> Vec<SsSocket> {
+    let o = Command::new("ss")
+        .args(["-tinmH", &format!("( sport = :{port} or dport = :{port} )")])
+        .output()
+        .expect("ss (iproute2)");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let mut out: Vec<SsSocket> = Vec::new();
+    for line in text.lines() {
+        if !line.starts_with(char::is_whitespace) {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            out.push(SsSocket {
+                recv_q: w[1].parse().unwrap(),
+                send_q: w[2].parse().unwrap(),
+                local: w[3].to_string(),
+                peer: w[4].to_string(),
+                kv: Default::default(),
+            });
+        } else if let Some(s) = out.last_mut() {
+            for word in line.split_whitespace() {
+                if let Some(inner) = word.strip_prefix("skmem:(") {
+                    for part in inner.trim_end_matches(')').split(',') {
+                        let at = part.find(|c: char| c.is_ascii_digit()).unwrap_or(0);
+                        s.kv.insert(format!("skmem.{}", &part[..at]), part[at..].into());
+                    }
+                } else if let Some((k, v)) = word.split_once(':') {
+                    s.kv.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Recv-Q, Send-Q, notsent, mss and the byte and segment counters, field by field against
+/// `ss -tinm` on the same sockets: one connection whose server does not read (its Recv-Q
+/// holds the request), one whose client wrote more than the peer's window (Send-Q and
+/// notsent hold the rest). Both are idle while read (segments only from zero-window probes,
+/// one per backed-off RTO), and the text shows the same numbers.
+#[test]
+fn queues_notsent_mss_and_counters_match_ss() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let mut a = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (_sa, _) = l.accept().unwrap();
+    std::io::Write::write_all(&mut a, &[b'x'; 1000]).unwrap();
+    let b = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (_sb, _) = l.accept().unwrap();
+    b.set_nonblocking(true).unwrap();
+    let chunk = vec![b'y'; 65536];
+    let mut sent = 0usize;
+    loop {
+        match std::io::Write::write(&mut &b, &chunk) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // Let the window fill and the ACKs settle.
+    std::thread::sleep(Duration::from_millis(300));
+    let b_local = b.local_addr().unwrap().to_string();
+    let o = lagtrace(&["sockets", "--port", &port.to_string(), "--json"]);
+    let j = json(&o);
+    let ss = ss_sockets(port);
+    let ours: Vec<&Value> = j["sockets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["state"] == "ESTABLISHED")
+        .collect();
+    assert_eq!(ours.len(), 4, "{j}");
+    assert_eq!(ss.len(), 4, "{}", ss.len());
+    let mut held = 0;
+    for s in &ours {
+        let (local, remote) = (s["local"].as_str().unwrap(), s["remote"].as_str().unwrap());
+        let peer = ss
+            .iter()
+            .find(|x| x.local == local && x.peer == remote)
+            .unwrap_or_else(|| panic!("ss lacks {local} -> {remote}"));
+        let t = &s["tcp_info"];
+        let what = format!("{local} -> {remote}");
+        assert_eq!(s["recv_q"].as_u64(), Some(peer.recv_q), "{what} Recv-Q");
+        assert_eq!(s["send_q"].as_u64(), Some(peer.send_q), "{what} Send-Q");
+        let kv = |k: &str| peer.kv.get(k).map(|v| v.parse::<u64>().unwrap());
+        // ss prints notsent only when there is some, bytes_* only when not 0.
+        assert_eq!(
+            t["notsent_bytes"].as_u64().filter(|&v| v > 0),
+            kv("notsent"),
+            "{what}"
+        );
+        assert_eq!(t["snd_mss"].as_u64(), kv("mss"), "{what} mss");
+        assert_eq!(t["rcv_mss"].as_u64(), kv("rcvmss"), "{what} rcvmss");
+        let nz = |k: &str| t[k].as_u64().filter(|&v| v > 0);
+        assert_eq!(nz("bytes_acked"), kv("bytes_acked"), "{what}");
+        assert_eq!(nz("bytes_received"), kv("bytes_received"), "{what}");
+        for (k, ssk) in [("segs_out", "segs_out"), ("segs_in", "segs_in")] {
+            let (a, b) = (t[k].as_u64().unwrap(), kv(ssk).unwrap_or(0));
+            assert!(a.abs_diff(b) <= 2, "{what} {k}: {a} vs ss {b}");
+        }
+        let m = &s["skmem"];
+        assert_eq!(m["rmem_alloc"].as_u64(), kv("skmem.r"), "{what} skmem r");
+        assert_eq!(m["rcvbuf"].as_u64(), kv("skmem.rb"), "{what} skmem rb");
+        assert_eq!(m["sndbuf"].as_u64(), kv("skmem.tb"), "{what} skmem tb");
+        assert_eq!(m["wmem_queued"].as_u64(), kv("skmem.w"), "{what} skmem w");
+        if local == b_local {
+            held = t["notsent_bytes"].as_u64().unwrap();
+            // Unsent bytes are part of Send-Q (write_seq - snd_una).
+            assert!(held > 0 && peer.send_q >= held, "{what}: sent {sent}");
+        }
+    }
+    assert!(held > 0, "the stalled writer was not seen");
+    // The text says the same.
+    let text = String::from_utf8_lossy(&lagtrace(&["sockets", "--port", &port.to_string()]).stdout)
+        .into_owned();
+    assert!(text.contains("Recv-Q 1000 "), "{text}");
+    assert!(text.contains(&format!("notsent {held} ")), "{text}");
+}

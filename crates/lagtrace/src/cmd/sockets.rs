@@ -207,8 +207,11 @@ fn socket_line(s: &SocketInfo, show_ns: bool) -> String {
         .iter()
         .map(|o| format!("{}({},fd={})", o.comm, o.pid, o.fd))
         .collect();
-    if owners.is_empty() {
-        l += " owner ?";
+    if owners.is_empty() && s.inode == 0 {
+        // No file refers to it: closed by its process, the kernel finishing the close.
+        l += " no process (closed, the kernel finishes it)";
+    } else if owners.is_empty() {
+        l += " owner ? (no process held it when the fds were read: closed or exited since)";
     } else {
         let _ = write!(l, " {}", owners.join(","));
     }
@@ -253,6 +256,38 @@ fn socket_line(s: &SocketInfo, show_ns: bool) -> String {
                     sb / 1000
                 );
             }
+        }
+    }
+    if s.state != "LISTEN" {
+        // ss's Recv-Q/Send-Q, notsent, mss and counters: what a held segment looks like.
+        let v = |x: Option<u32>| x.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+        let w = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+        let t = s.tcp_info.clone().unwrap_or_default();
+        let _ = write!(
+            l,
+            "\n    queues: Recv-Q {} Send-Q {} notsent {} mss {} rcvmss {} bytes acked {} \
+             received {} segs out {} in {}",
+            s.recv_q,
+            s.send_q,
+            v(t.notsent_bytes),
+            v(t.snd_mss),
+            v(t.rcv_mss),
+            w(t.bytes_acked),
+            w(t.bytes_received),
+            v(t.segs_out),
+            v(t.segs_in),
+        );
+        if let Some(m) = &s.skmem {
+            let _ = write!(
+                l,
+                " skmem r {} rb {} t {} tb {} w {} d {}",
+                m.rmem_alloc,
+                m.rcvbuf,
+                m.wmem_alloc,
+                m.sndbuf,
+                m.wmem_queued,
+                v(m.drops)
+            );
         }
     }
     if let Some(a) = &s.ack
