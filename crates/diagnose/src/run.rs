@@ -31,7 +31,7 @@ pub const DEFAULT_DURATION: Duration = Duration::from_secs(7);
 /// The longest load budget accepted: every load is bounded.
 pub const MAX_DURATION: Duration = Duration::from_secs(600);
 /// Packets the capture keeps at most (it stops counting after that; the load goes on).
-pub const MAX_CAPTURE_PACKETS: u64 = 200_000;
+pub const MAX_CAPTURE_PACKETS: u64 = lagtrace_model::diagnosis::evidence::ACTIVE_CAPTURE_PACKETS;
 
 /// How long a connect of the load may wait before it counts as failed: past the first and
 /// second SYN retransmissions (1 s and 2 s after the SYN on Linux ≥ 6.5, whose
@@ -419,7 +419,12 @@ fn path_idle(
     progress: &dyn Fn(Step),
 ) -> (PathEvidence, Option<String>) {
     progress(Step::Start(format!("path: SYN ping {sa} (idle)")));
-    let mut path = PathEvidence::default();
+    // The client's route to the server, where the load runs (this namespace): a fix on that
+    // route (quick ACKs) repeats it.
+    let mut path = PathEvidence {
+        route: lagtrace_packet::capture::route_get(sa.ip(), &NetNs::Current),
+        ..PathEvidence::default()
+    };
     let path_err;
     match ping(sa, 5, 60, stop) {
         Ok(r) => {

@@ -409,6 +409,7 @@ fn closed_port_is_unreachable_with_the_rst() {
         reached: true,
         port_open: false,
         notes: vec![],
+        route: None,
     });
     let mut c1 = run(1, 0, 0, 0.0);
     c1.requests = 0;
@@ -437,6 +438,7 @@ fn silent_address_is_unreachable_with_path_evidence() {
         reached: false,
         port_open: false,
         notes: vec![],
+        route: None,
     });
     l.app = Layer::skipped("the path layer found no way to the target");
     l.packets = Layer::skipped("no connection to capture");

@@ -33,6 +33,9 @@ use std::time::{Duration, Instant};
 
 use lagtrace_model::{Capability, Privilege};
 
+/// A route as `ip route get` shows it (see [`route_get`]).
+pub use lagtrace_model::diagnosis::evidence::Route;
+
 use crate::{Error, Result};
 use lagtrace_netns::NetNs;
 use serde::Serialize;
@@ -656,6 +659,12 @@ fn open(opts: &CaptureOptions) -> Result<(pcap::Capture<pcap::Active>, Sink, u32
 /// The interface the route to `host` leaves by, in `netns` (via `ip route get`).
 /// `None` when there is no route or `ip` fails (callers then use "any").
 pub fn route_iface(host: std::net::IpAddr, netns: &NetNs) -> Option<String> {
+    route_get(host, netns).map(|r| r.dev)
+}
+
+/// The route to `host` in `netns` as `ip route get HOST` shows it. `None` when there is no
+/// route, `ip` fails, or it names no device.
+pub fn route_get(host: std::net::IpAddr, netns: &NetNs) -> Option<Route> {
     let mut cmd = std::process::Command::new("ip");
     if let NetNs::Named(n) = netns {
         cmd.args(["-n", n]);
@@ -668,14 +677,34 @@ pub fn route_iface(host: std::net::IpAddr, netns: &NetNs) -> Option<String> {
     if !out.status.success() {
         return None;
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut words = text.split_whitespace();
-    while let Some(w) = words.next() {
-        if w == "dev" {
-            return words.next().map(str::to_string);
-        }
-    }
-    None
+    parse_route_get(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The route in `ip route get`'s output: its first line, `[TYPE] DST [from ..] [via [FAMILY]
+/// GW] dev DEV [table T] [src SRC] ...` (no type word: unicast). `None` without a device.
+pub fn parse_route_get(text: &str) -> Option<Route> {
+    let words: Vec<&str> = text.lines().next()?.split_whitespace().collect();
+    let first = *words.first()?;
+    let kind = if first.parse::<std::net::IpAddr>().is_ok() {
+        "unicast"
+    } else {
+        first
+    };
+    let after = |key: &str| {
+        let i = words.iter().position(|w| *w == key)?;
+        words.get(i + 1).map(|w| (i + 1, w.to_string()))
+    };
+    let via = after("via").map(|(i, v)| match (v.as_str(), words.get(i + 1)) {
+        ("inet" | "inet6", Some(gw)) => format!("{v} {gw}"),
+        _ => v,
+    });
+    Some(Route {
+        kind: kind.to_string(),
+        dev: after("dev")?.1,
+        via,
+        src: after("src").map(|(_, v)| v),
+        table: after("table").map(|(_, v)| v).filter(|t| t != "main"),
+    })
 }
 
 /// One line per packet like `tcpdump -nn -S` without TCP options: time of day (UTC),
@@ -878,5 +907,43 @@ mod tests {
             "{}",
             line(1, &v)
         );
+    }
+
+    #[test]
+    fn ip_route_get_output_gives_the_route_to_repeat() {
+        let r = parse_route_get("10.0.2.2 via 10.0.0.2 dev v0l src 10.0.0.1 uid 0 \n    cache \n")
+            .unwrap();
+        assert_eq!(
+            (
+                r.kind.as_str(),
+                r.dev.as_str(),
+                r.via.as_deref(),
+                r.src.as_deref()
+            ),
+            ("unicast", "v0l", Some("10.0.0.2"), Some("10.0.0.1"))
+        );
+        assert_eq!(r.table, None);
+        let r = parse_route_get("10.9.0.2 dev veth-a src 10.9.0.1 uid 0 \n    cache \n").unwrap();
+        assert_eq!((r.via, r.dev.as_str()), (None, "veth-a"));
+        let r = parse_route_get(
+            "fd00:1:2::2 from :: via fd00:1:1::2 dev v0l proto static src fd00:1:1::1 \
+             metric 1024 pref medium\n",
+        )
+        .unwrap();
+        assert_eq!(r.via.as_deref(), Some("fd00:1:1::2"));
+        assert_eq!(r.src.as_deref(), Some("fd00:1:1::1"));
+        let r =
+            parse_route_get("10.1.0.9 via inet6 fe80::1 dev eth0 table 100 src 10.1.0.1 uid 0\n")
+                .unwrap();
+        assert_eq!(r.via.as_deref(), Some("inet6 fe80::1"));
+        assert_eq!(r.table.as_deref(), Some("100"));
+        let r =
+            parse_route_get("local 127.0.0.1 dev lo table local src 127.0.0.1 uid 0\n").unwrap();
+        assert_eq!(
+            (r.kind.as_str(), r.table.as_deref()),
+            ("local", Some("local"))
+        );
+        assert_eq!(parse_route_get(""), None);
+        assert_eq!(parse_route_get("10.0.0.1 via 10.0.0.2\n"), None);
     }
 }

@@ -111,6 +111,7 @@ impl Synth {
                 reached: true,
                 port_open: true,
                 notes: vec![],
+                route: None,
             }),
             app: Layer::ran(AppEvidence {
                 c1: Some(self.run(1, 110, 300, 8000.0)),

@@ -10,7 +10,7 @@ use super::{
     Candidate, CauseRule, MATERIAL_ADDED_US, MATERIAL_SHARE, finding_text, has, material, ms, note,
     out, pct, sup,
 };
-use crate::evidence::{LayerName, Target};
+use crate::evidence::{LayerName, OptionCount, Route, Target};
 use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
 
 pub(super) struct Nagle;
@@ -240,7 +240,10 @@ impl CauseRule for Nagle {
                 v.push(note(
                     LayerName::Sockets,
                     format!(
-                        "the packets show {} on {} of transactions, but every server socket                          read has TCP_NODELAY on: Nagle holds nothing there (a segment that                          leaves only with the next ACK was held before the wire, or the                          receiver was late)",
+                        "the packets show {} on {} of transactions, but every server socket \
+                         read has TCP_NODELAY on: Nagle holds nothing there (a segment that \
+                         leaves only with the next ACK was held before the wire, or the \
+                         receiver was late)",
                         f.kind,
                         pct(f.share)
                     ),
@@ -289,7 +292,7 @@ impl CauseRule for Nagle {
         v.push(Fix {
             side: FixSide::Client,
             location: Some(format!("the client host's route to {}", target.addr)),
-            change: route_quickack(&target.addr),
+            change: route_quickack(&target.addr, x.path.and_then(|p| p.route.as_ref())),
             tradeoff: Some(
                 "every connection on that route ACKs at once: more ACK packets, needs \
                  root on every client"
@@ -324,44 +327,107 @@ fn server_fixes(x: &Facts<'_>) -> Vec<Fix> {
             },
         ];
     }
-    let server = x.server_name();
-    // The text says what was read: off seen, some sockets unreadable, or none read.
-    let who = match x.sockets.map(|s| &s.nodelay) {
-        Some(n) if n.off > 0 => format!("{server} sets no"),
-        Some(n) if n.on + n.unknown > 0 => format!(
-            "{server} may set no ({} of its sockets could not be read) ",
-            n.unknown
-        ),
-        _ => format!("{server} most likely sets no (its sockets were not read)"),
-    };
     vec![Fix {
         side: FixSide::Server,
         location: None,
         change: format!(
-            "{} TCP_NODELAY on its sockets: set it \
-             (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, 1)), or write each \
-             response in one call (one buffer or writev)",
-            who.trim_end()
+            "{}: set it (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, 1)), or write each response \
+             in one call (one buffer or writev)",
+            nodelay_said(&x.server_name(), x.sockets.map(|s| &s.nodelay))
         ),
         tradeoff: None,
     }]
 }
 
-/// The command that turns quick ACKs on for the client's route to `addr`.
-fn route_quickack(addr: &str) -> String {
-    match addr.parse::<std::net::IpAddr>() {
+/// What the server's sockets said about TCP_NODELAY, in one clause: off where it was read,
+/// some unreadable, or none read (and what reading them takes: `pidfd_getfd` on another
+/// process's descriptor needs CAP_SYS_PTRACE, entering its network namespace CAP_SYS_ADMIN).
+fn nodelay_said(server: &str, nodelay: Option<&OptionCount>) -> String {
+    match nodelay {
+        Some(n) if n.off > 0 => {
+            let read = n.on + n.off + n.unknown;
+            if n.off == read {
+                format!("{server} sets no TCP_NODELAY on its sockets (off on all {read} read)")
+            } else {
+                format!(
+                    "{server} sets no TCP_NODELAY on {} of its {read} sockets read",
+                    n.off
+                )
+            }
+        }
+        Some(n) if n.unknown > 0 => format!(
+            "{server} may not set TCP_NODELAY on its sockets ({} of {} could not be read)",
+            n.unknown,
+            n.on + n.unknown
+        ),
+        Some(n) if n.on > 0 => format!(
+            "{server} sets TCP_NODELAY on the {} sockets read, and may not on others",
+            n.on
+        ),
+        Some(_) => format!(
+            "{server} most likely does not set TCP_NODELAY on its sockets (none was found \
+             established to read)"
+        ),
+        None => format!(
+            "{server} most likely does not set TCP_NODELAY on its sockets (they were not \
+             read: run lagtrace on the server's host as root, or with CAP_SYS_PTRACE and, for \
+             a server in another network namespace, CAP_SYS_ADMIN, to read them)"
+        ),
+    }
+}
+
+/// The command that turns quick ACKs on for the client's route to `addr`: a host route with
+/// the next hop `ip route get` showed on the client (`route`), which narrows the change to
+/// the server and can be run again (`replace`). Without the route (real clients' traffic, a
+/// capture), how to find its pieces, then the command.
+fn route_quickack(addr: &str, route: Option<&Route>) -> String {
+    let ip = match addr.parse::<std::net::IpAddr>() {
         // Loopback traffic follows the local table's route, not a main-table one: give the
         // exact command.
         Ok(std::net::IpAddr::V4(a)) if a.is_loopback() => {
-            "ip route change local 127.0.0.0/8 dev lo table local proto kernel \
-             scope host src 127.0.0.1 quickack 1"
-                .into()
+            return "ip route change local 127.0.0.0/8 dev lo table local proto kernel \
+                    scope host src 127.0.0.1 quickack 1"
+                .into();
         }
-        Ok(a @ std::net::IpAddr::V6(_)) => {
-            format!("ip -6 route change <the route `ip -6 route get {a}` shows> quickack 1")
+        Ok(ip) => ip,
+        Err(_) => {
+            return format!(
+                "run `ip route get ADDRESS` with the server's address ({addr}), then `ip route \
+                 replace ADDRESS/32` (/128 for IPv6, with `ip -6`) followed by the via, dev \
+                 and src words it printed and `quickack 1`"
+            );
         }
-        Ok(a) => format!("ip route change <the route `ip route get {a}` shows> quickack 1"),
-        Err(_) => "ip route change <route to the server> quickack 1".into(),
+    };
+    let (ip_cmd, len) = if ip.is_ipv6() {
+        ("ip -6", 128)
+    } else {
+        ("ip", 32)
+    };
+    match route.filter(|r| r.kind == "unicast") {
+        Some(r) => {
+            let mut c = format!("{ip_cmd} route replace {ip}/{len}");
+            if let Some(gw) = &r.via {
+                c.push_str(&format!(" via {gw}"));
+            }
+            c.push_str(&format!(" dev {}", r.dev));
+            if let Some(src) = &r.src {
+                c.push_str(&format!(" src {src}"));
+            }
+            if let Some(t) = &r.table {
+                c.push_str(&format!(" table {t}"));
+            }
+            c.push_str(" quickack 1");
+            c
+        }
+        // The server's address is the client host's own: its route is in the local table.
+        None if route.is_some_and(|r| r.kind == "local") => format!(
+            "run `{ip_cmd} route show table local {ip}`, then `{ip_cmd} route change` followed \
+             by the route it printed, `table local` and `quickack 1`"
+        ),
+        None => format!(
+            "run `{ip_cmd} route get {ip}` on the client, then `{ip_cmd} route replace \
+             {ip}/{len}` followed by the via, dev and src words it printed and `quickack 1`"
+        ),
     }
 }
 
@@ -389,4 +455,100 @@ fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
         conc,
         ms(without)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(on: u32, off: u32, unknown: u32) -> OptionCount {
+        OptionCount { on, off, unknown }
+    }
+
+    /// Issue 34 item 8: each reading of the server's TCP_NODELAY is one correct sentence
+    /// (it was "nginx most likely sets no (its sockets were not read) TCP_NODELAY on its
+    /// sockets").
+    #[test]
+    fn what_the_sockets_said_about_tcp_nodelay_reads_as_a_sentence() {
+        let n = "nginx (pid 7)";
+        assert_eq!(
+            nodelay_said(n, Some(&count(0, 32, 0))),
+            "nginx (pid 7) sets no TCP_NODELAY on its sockets (off on all 32 read)"
+        );
+        assert_eq!(
+            nodelay_said(n, Some(&count(2, 30, 0))),
+            "nginx (pid 7) sets no TCP_NODELAY on 30 of its 32 sockets read"
+        );
+        assert_eq!(
+            nodelay_said(n, Some(&count(0, 0, 5))),
+            "nginx (pid 7) may not set TCP_NODELAY on its sockets (5 of 5 could not be read)"
+        );
+        assert_eq!(
+            nodelay_said(n, Some(&count(27, 0, 5))),
+            "nginx (pid 7) may not set TCP_NODELAY on its sockets (5 of 32 could not be read)"
+        );
+        assert_eq!(
+            nodelay_said("the server process", None),
+            "the server process most likely does not set TCP_NODELAY on its sockets (they \
+             were not read: run lagtrace on the server's host as root, or with \
+             CAP_SYS_PTRACE and, for a server in another network namespace, CAP_SYS_ADMIN, \
+             to read them)"
+        );
+        assert_eq!(
+            nodelay_said(n, Some(&count(0, 0, 0))),
+            "nginx (pid 7) most likely does not set TCP_NODELAY on its sockets (none was \
+             found established to read)"
+        );
+    }
+
+    fn route(via: Option<&str>, dev: &str, src: Option<&str>) -> Route {
+        Route {
+            kind: "unicast".into(),
+            dev: dev.into(),
+            via: via.map(Into::into),
+            src: src.map(Into::into),
+            table: None,
+        }
+    }
+
+    /// Issue 34 item 8: with the client's route known, the route fix is a command to paste
+    /// (a host route with the same next hop), never a placeholder.
+    #[test]
+    fn the_quickack_route_fix_is_a_command_to_paste() {
+        let r = route(Some("10.0.0.1"), "eth0", Some("10.0.0.5"));
+        assert_eq!(
+            route_quickack("10.1.0.2", Some(&r)),
+            "ip route replace 10.1.0.2/32 via 10.0.0.1 dev eth0 src 10.0.0.5 quickack 1"
+        );
+        let r = route(None, "veth-a", Some("10.9.0.1"));
+        assert_eq!(
+            route_quickack("10.9.0.2", Some(&r)),
+            "ip route replace 10.9.0.2/32 dev veth-a src 10.9.0.1 quickack 1"
+        );
+        let mut r = route(Some("fd00:1::2"), "v0l", Some("fd00:1::1"));
+        r.table = Some("100".into());
+        assert_eq!(
+            route_quickack("fd00:3::2", Some(&r)),
+            "ip -6 route replace fd00:3::2/128 via fd00:1::2 dev v0l src fd00:1::1 table 100 \
+             quickack 1"
+        );
+        // Loopback: the local table's exact route, whatever `ip route get` said.
+        let lo = Route {
+            kind: "local".into(),
+            ..route(None, "lo", Some("127.0.0.1"))
+        };
+        assert!(
+            route_quickack("127.0.0.1", Some(&lo)).starts_with("ip route change local 127.0.0.0/8")
+        );
+        // Unknown route: an instruction, no placeholder.
+        for (addr, route) in [
+            ("10.9.0.2", None),
+            ("10.0.0.5", Some(&lo)),
+            ("fd00::2", None),
+        ] {
+            let c = route_quickack(addr, route);
+            assert!(c.starts_with("run `ip"), "{c}");
+            assert!(c.contains("quickack 1") && !c.contains('<'), "{c}");
+        }
+    }
 }

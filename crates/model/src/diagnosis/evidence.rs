@@ -236,6 +236,29 @@ pub struct PathEvidence {
     /// Notes (e.g. a fallback to connect mode and why).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The client host's route to the server, as `ip route get ADDR` showed it where the load
+    /// ran (absent: not looked up, as for real clients' traffic, or no route).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<Route>,
+}
+
+/// A route as `ip route get ADDR` shows it: what a fix on that route must repeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct Route {
+    /// Route type: `unicast`, or `local` (an address of this host), `broadcast`, ...
+    pub kind: String,
+    /// The device the route leaves by.
+    pub dev: String,
+    /// The gateway (next hop), when the destination is not on a directly attached link; an
+    /// IPv6 next hop of an IPv4 route keeps its family word (`inet6 fe80::1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    /// The source address the host picks for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<String>,
+    /// The routing table, when not `main`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
 }
 
 /// A latency distribution in µs: the contract's one [`LatencySummary`](crate::LatencySummary).
@@ -547,6 +570,10 @@ pub struct Flow {
     #[serde(default)]
     pub stalls: Vec<Stall>,
 }
+
+/// Packets the active c=N capture keeps at most (it stops there; the load goes on), so a
+/// capture of this many packets was cut: the requests after it have no packets.
+pub const ACTIVE_CAPTURE_PACKETS: u64 = 200_000;
 
 /// Layer 3: packets captured during the c=N run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
