@@ -240,8 +240,11 @@ fn slowest_tables(dom: &str, d: &serde_json::Value) {
             row.contains(&format!("<td class=\"wait\">{}</td>", Micros(top))),
             "{row}"
         );
+        // A request no transaction matched shows why, and no part.
+        let matched = j["requests"][i]["stream"].is_u64();
+        assert_eq!(row.contains("not matched: "), !matched, "{row}");
         let server = j["requests"][i]["server_us"].as_u64().unwrap();
-        let cell = if server == 0 {
+        let cell = if server == 0 || !matched {
             String::new()
         } else {
             Micros(server).to_string()

@@ -375,7 +375,8 @@ fn slowest(o: &mut String, d: &Diagnosis) {
             continue;
         };
         let label = format!("c={}", r.concurrency);
-        let Some(table) = slowest_table(&label, recs, join) else {
+        let why = crate::slowest::unmatched_reason(p);
+        let Some(table) = slowest_table(&label, recs, join, &why) else {
             continue;
         };
         if !head {
@@ -385,7 +386,7 @@ fn slowest(o: &mut String, d: &Diagnosis) {
         let _ = write!(
             o,
             "<figure><figcaption class=\"sub\">{}</figcaption>{table}</figure>",
-            esc(&slowest_caption(&label, recs, join))
+            esc(&slowest_caption(&label, recs, join, &why))
         );
     }
 }

@@ -21,7 +21,13 @@ fn part(us: u64) -> String {
 
 /// The table of the `ROWS` slowest of `recs` (a run labelled `label`, e.g. `c=32`) with
 /// their parts from `join`; `None` when the join does not follow the records one for one.
-pub fn slowest_table(label: &str, recs: &RequestRecords, join: &RequestJoin) -> Option<String> {
+/// `unmatched` says why a request without a stream has none (the capture's limit, its drops).
+pub fn slowest_table(
+    label: &str,
+    recs: &RequestRecords,
+    join: &RequestJoin,
+    unmatched: &str,
+) -> Option<String> {
     let r = &recs.records;
     if r.is_empty() || join.requests.len() != r.len() {
         return None;
@@ -37,6 +43,12 @@ pub fn slowest_table(label: &str, recs: &RequestRecords, join: &RequestJoin) -> 
     );
     for i in order {
         let (rec, p) = (&r[i], &join.requests[i]);
+        // Not matched: no timestamp split its wait, so no part (and no "unexplained") is shown.
+        let blank = RequestParts::default();
+        let (p, stream) = match p.stream {
+            Some(s) => (p, s.to_string()),
+            None => (&blank, format!("not matched: {unmatched}")),
+        };
         // The client port names the connection in the capture (`tcp.port == N`).
         let conn = rec.local.map_or_else(
             || format!("conn {}", rec.conn),
@@ -54,8 +66,7 @@ pub fn slowest_table(label: &str, recs: &RequestRecords, join: &RequestJoin) -> 
             esc(&ms(rec.wait_us)),
             esc(&conn),
             rec.index + 1,
-            p.stream
-                .map_or_else(|| "not matched".into(), |s| s.to_string()),
+            esc(&stream),
             esc(&connect(p)),
             esc(&part(p.server_us)),
             esc(&hold(p)),
@@ -93,9 +104,33 @@ fn unexplained(p: &RequestParts) -> String {
     }
 }
 
+/// Why requests of a run with packets have no stream: the capture stopped at its limit, lost
+/// packets, or neither (their times matched no transaction).
+pub fn unmatched_reason(p: &lagtrace_model::diagnosis::evidence::PacketEvidence) -> String {
+    use lagtrace_model::diagnosis::evidence::ACTIVE_CAPTURE_PACKETS;
+    if p.packets >= ACTIVE_CAPTURE_PACKETS {
+        format!(
+            "after the capture stopped at its {} packet limit, so no packets",
+            ACTIVE_CAPTURE_PACKETS
+        )
+    } else if p.dropped > 0 {
+        format!(
+            "the capture lost {} packets, so these may have none",
+            p.dropped
+        )
+    } else {
+        "no captured transaction matched its times".into()
+    }
+}
+
 /// The caption over a run's table: how many records it was chosen from and how the
 /// request clock was put on the capture's.
-pub fn slowest_caption(label: &str, recs: &RequestRecords, join: &RequestJoin) -> String {
+pub fn slowest_caption(
+    label: &str,
+    recs: &RequestRecords,
+    join: &RequestJoin,
+    unmatched: &str,
+) -> String {
     let shown = recs.records.len().min(ROWS);
     let clock = match join.offset_us {
         Some(_) if join.offset_consistent => {
@@ -107,8 +142,12 @@ pub fn slowest_caption(label: &str, recs: &RequestRecords, join: &RequestJoin) -
         ),
         None => "no request matched a transaction".into(),
     };
+    let rest = (join.matched < recs.records.len() as u64)
+        .then(|| format!(" (the others: {unmatched})"))
+        .unwrap_or_default();
     format!(
-        "{label}: the {shown} slowest of {} kept requests, {} matched to their packets, {clock}",
+        "{label}: the {shown} slowest of {} kept requests, {} matched to their packets{rest}, \
+         {clock}",
         recs.records.len(),
         join.matched
     )
@@ -218,7 +257,10 @@ mod tests {
             matched: 2,
             requests,
         };
-        let t = slowest_table("c=32", &recs, &join).unwrap();
+        let why = "after the capture stopped at its 200000 packet limit, so no packets";
+        let mut unmatched = join.clone();
+        unmatched.requests[2].unexplained_us = 700;
+        let t = slowest_table("c=32", &recs, &unmatched, why).unwrap();
         assert!(t.contains("id=\"slowest-c32\""));
         let r = rows(&t);
         assert_eq!(r.len(), ROWS);
@@ -230,12 +272,15 @@ mod tests {
             r[0]
         );
         assert!(r[1].contains("(nagle-delayed-ack)") && r[1].contains("<td>7</td>"));
-        assert!(r[2].contains("not matched"));
+        // Not matched: the reason, and no part (its "unexplained" would be its whole wait).
+        assert!(r[2].contains(&format!("not matched: {why}")), "{}", r[2]);
+        assert!(!r[2].contains("<td>700µs</td>"), "{}", r[2]);
         // The two fastest are left out.
         assert!(!t.contains("40011") && !t.contains("40010"));
-        let cap = slowest_caption("c=32", &recs, &join);
+        let cap = slowest_caption("c=32", &recs, &join, why);
         assert!(
-            cap.contains("10 slowest of 12") && cap.contains("2 matched"),
+            cap.contains("10 slowest of 12")
+                && cap.contains("2 matched to their packets (the others: after"),
             "{cap}"
         );
         // A join that does not follow the records is not drawn.
@@ -243,7 +288,7 @@ mod tests {
             requests: vec![RequestParts::default()],
             ..join
         };
-        assert!(slowest_table("c=32", &recs, &short).is_none());
+        assert!(slowest_table("c=32", &recs, &short, why).is_none());
     }
 
     #[test]
