@@ -191,13 +191,13 @@ pub fn locate(addr: IpAddr) -> ServerLocation {
 pub fn parse_target(url: &str) -> Result<(Target, SocketAddr)> {
     let (scheme, rest) = url.split_once("://").ok_or_else(|| {
         // HOST, HOST:PORT or HOST/PATH without a scheme: the URL it most likely means.
-        let guess = (!url.is_empty() && !url.contains(char::is_whitespace))
-            .then(|| {
-                let u = url.trim_start_matches('/');
-                let slash = if u.contains('/') { "" } else { "/" };
-                format!(" (did you mean http://{u}{slash}?)")
-            })
-            .unwrap_or_default();
+        let guess = if url.is_empty() || url.contains(char::is_whitespace) {
+            String::new()
+        } else {
+            let u = url.trim_start_matches('/');
+            let slash = if u.contains('/') { "" } else { "/" };
+            format!(" (did you mean http://{u}{slash}?)")
+        };
         Error::Target(format!("{url:?}: expected http://host[:port]/path{guess}"))
     })?;
     let scheme = scheme.to_ascii_lowercase();

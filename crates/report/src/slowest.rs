@@ -142,9 +142,11 @@ pub fn slowest_caption(
         ),
         None => "no request matched a transaction".into(),
     };
-    let rest = (join.matched < recs.records.len() as u64)
-        .then(|| format!(" (the others: {unmatched})"))
-        .unwrap_or_default();
+    let rest = if join.matched < recs.records.len() as u64 {
+        format!(" (the others: {unmatched})")
+    } else {
+        String::new()
+    };
     format!(
         "{label}: the {shown} slowest of {} kept requests, {} matched to their packets{rest}, \
          {clock}",
