@@ -466,6 +466,8 @@ fn the_readme_table_of_peer_flags_is_true() {
     let table: Vec<&str> = readme
         .lines()
         .skip_while(|l| !l.starts_with("### Coming from hping3"))
+        .skip(1)
+        .take_while(|l| !l.starts_with('#'))
         .filter(|l| l.starts_with("| `"))
         .collect();
     assert!(table.len() >= 8, "{table:?}");
@@ -500,5 +502,23 @@ fn the_readme_table_of_peer_flags_is_true() {
         args.insert(at, "--help".into());
         let o = Command::new(BIN).args(&args).output().unwrap();
         assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+}
+
+/// The examples only name namespaces the lab makes (`lagtrace lab up` → `lt-default`), so a
+/// reader can run them after the README's first steps (they named `lab1` and `lab-srv`).
+#[test]
+fn help_examples_name_only_the_labs_namespace() {
+    let top = stdout(&lagtrace(&["--help"]));
+    for c in commands(&top) {
+        let help = stdout(&lagtrace(&[&c, "--help"]));
+        let words: Vec<&str> = help.split_whitespace().collect();
+        for w in words.windows(2).filter(|w| w[0] == "--netns") {
+            let ns = w[1].trim_end_matches(['`', ')', ',', '.']);
+            if ns.chars().all(|c| c.is_ascii_uppercase()) || ns.starts_with('<') {
+                continue; // a placeholder: NS, NAME, <NAME>
+            }
+            assert_eq!(ns, "lt-default", "{c} --help names --netns {ns}");
+        }
     }
 }

@@ -27,7 +27,7 @@ to use (the list: docs/peer-flags.md).
 
 Examples:
   lagtrace capture -i veth0 -w out.pcap tcp port 8080
-  lagtrace capture --netns lab-srv -i eth0 -c 100 --pcapng -w out.pcapng
+  lagtrace capture --netns lt-default -i any -c 100 --pcapng -w out.pcapng
   lagtrace capture -n --target 10.0.0.2 --duration 5s")]
 pub struct Args {
     /// Interface to capture on ("any" for all); default: the interface of the route to

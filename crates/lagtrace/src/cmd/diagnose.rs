@@ -45,7 +45,7 @@ are read as in an active run. `--pcap FILE --port PORT` does the same from a sav
 
 Examples:
   lagtrace diagnose http://10.0.0.2:8080/ --report report.html
-  lagtrace diagnose --passive --netns srv --port 8080 -d 60s
+  lagtrace diagnose --passive --netns lt-default --port 8080 -d 60s
   lagtrace diagnose --pcap nginx.pcap --port 8080")]
 pub struct Args {
     /// Target URL, http://host[:port]/path (with --passive: selects the server's address

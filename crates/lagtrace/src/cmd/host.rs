@@ -55,7 +55,7 @@ Needs root to enter another namespace (--netns, or --pid of a process in another
 Examples:
   lagtrace host -d 10s
   lagtrace host --pid $(pgrep -o nginx) -d 10s
-  lagtrace host --netns lab1 --json")]
+  lagtrace host --netns lt-default --json")]
 pub struct Args {
     /// Watch the network namespace NAME (under /run/netns)
     #[arg(long, value_name = "NAME", conflicts_with = "pid")]

@@ -31,7 +31,7 @@ use lagtrace_sockets::{
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
-  lagtrace sockets --process nginx --netns lab1 --json
+  lagtrace sockets --process nginx --netns lt-default --json
   lagtrace sockets --record -- wrk -t1 -c2 -d1s http://127.0.0.1:8080/
   lagtrace sockets --record --process nginx -d 10s")]
 pub struct Args {
