@@ -209,10 +209,13 @@ impl CauseRule for Cork {
                 "{} {}: uncork after each response (setsockopt \
                  TCP_CORK=0 flushes), or use MSG_MORE on all writes but the last",
                 x.server_name(),
-                if x.sockets.is_some_and(|s| s.cork.on > 0) {
-                    "leaves TCP_CORK on"
-                } else {
-                    "most likely leaves TCP_CORK on (its sockets were not read)"
+                match x.sockets {
+                    Some(s) if s.cork.on > 0 => "leaves TCP_CORK on",
+                    // Read, and uncorked at that instant: the cork comes and goes.
+                    Some(_) => "most likely sets TCP_CORK and releases it late (its sockets \
+                                were uncorked when read; the holds end at the 200 ms ceiling)",
+                    None => "most likely leaves TCP_CORK on (its sockets were not read: \
+                             run as root, or with CAP_SYS_PTRACE, to read them)",
                 }
             ),
             tradeoff: None,
