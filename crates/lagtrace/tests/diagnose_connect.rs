@@ -112,6 +112,13 @@ fn python_listen_backlog_overflow_at_c32_is_syn_drop_on_three_runs() {
         let (j, err, wall) = diagnose(&url, &["-d", "3s"]);
         assert_eq!(cause(&j), "syn-drop", "run {run}: {err}\n{}", show(&j));
         assert!(syn_waits(&j, "cn") >= 2, "run {run}: {}", show(&j));
+        // Where the waits sit in the tail (issue 28 item 2): their share past the p99.9.
+        let ev = common::evidence_lines(&j);
+        assert!(
+            ev.contains("at and beyond the p99.9") && ev.contains("requests waited for one"),
+            "run {run}: {}",
+            show(&j)
+        );
         let added = j["verdict"]["cost"]["added_us"].as_u64().unwrap_or(0);
         assert!(added >= 900_000, "run {run}: {}", show(&j));
         // The mechanism needs the host layer's direct evidence (the listener's own drops);

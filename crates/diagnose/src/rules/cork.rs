@@ -212,9 +212,11 @@ impl CauseRule for Cork {
                 match x.sockets {
                     Some(s) if s.cork.on > 0 => "leaves TCP_CORK on",
                     // Read, and uncorked at that instant: the cork comes and goes.
-                    Some(_) => "most likely sets TCP_CORK and releases it late (its sockets \
+                    Some(_) =>
+                        "most likely sets TCP_CORK and releases it late (its sockets \
                                 were uncorked when read; the holds end at the 200 ms ceiling)",
-                    None => "most likely leaves TCP_CORK on (its sockets were not read: \
+                    None =>
+                        "most likely leaves TCP_CORK on (its sockets were not read: \
                              run as root, or with CAP_SYS_PTRACE, to read them)",
                 }
             ),

@@ -140,12 +140,14 @@ fn records_candidate(x: &Facts<'_>) -> Option<Candidate> {
             )
         })
         .unwrap_or_default();
+    let (_, tail) = tail_text(w.run);
     c.evidence.push(sup(
         LayerName::App,
         CAUSE,
         format!(
             "c={}: {} of {} connects ({} of requests) waited for a SYN retransmission, median \
-             connect {} (typical {}); {failed} failed, {pending} still pending at the end{probes}{example}",
+             connect {} (typical {}); {failed} failed, {pending} still pending at the \
+             end{probes}{example}{tail}",
             w.run.concurrency,
             w.count,
             w.attempts,
@@ -170,6 +172,57 @@ fn records_candidate(x: &Facts<'_>) -> Option<Candidate> {
         ));
     }
     Some(c)
+}
+
+/// How the SYN waits sit in the tail, from the run's records (weighted): how many waited
+/// for one retransmission (1 s), two (3 s), three or more (7 s and longer), and what share
+/// of the requests at and beyond the p99 and the p99.9 they are.
+fn tail_text(run: &AppRun) -> (u64, String) {
+    let Some(recs) = run.records.as_ref() else {
+        return (0, String::new());
+    };
+    let r = &recs.records;
+    let resent = |x: &RequestRecord| match x.syn_retransmits {
+        Some(n) if n > 0 => n,
+        _ if syn_retransmitted(x) => {
+            (connect_time_us(x) / ConnectStats::SYN_RTO_US).clamp(1, 3) as u32
+        }
+        _ => 0,
+    };
+    let weight = |f: &dyn Fn(&RequestRecord) -> bool| -> u64 {
+        r.iter()
+            .filter(|x| f(x))
+            .map(|x| x.weight)
+            .sum::<f64>()
+            .round() as u64
+    };
+    let by = [
+        ("1 s", weight(&|x| resent(x) == 1)),
+        ("3 s", weight(&|x| resent(x) == 2)),
+        ("7 s or more", weight(&|x| resent(x) >= 3)),
+    ];
+    let by: Vec<String> = by
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(w, n)| format!("{n} waited {w}"))
+        .collect();
+    let total = weight(&|x| resent(x) > 0);
+    let mut text = String::new();
+    if !by.is_empty() {
+        text = format!("; of them {}", by.join(", "));
+    }
+    let w = run.waited();
+    for (label, at) in [("p99", w.p99_us), ("p99.9", w.p999_us)] {
+        let n = weight(&|x| x.wait_us >= at);
+        let k = weight(&|x| x.wait_us >= at && resent(x) > 0);
+        if n > 0 && at > 0 {
+            text.push_str(&format!(
+                "; at and beyond the {label} ({}): {k} of {n} requests waited for one",
+                ms(at)
+            ));
+        }
+    }
+    (total, text)
 }
 
 impl CauseRule for Syn {
@@ -207,6 +260,20 @@ impl CauseRule for Syn {
                 example_text(f)
             ),
         ));
+        // The load's records say how those waits sit in the tail.
+        if let Some(run) = x.main_run()
+            && let (n @ 1.., t) = tail_text(run)
+        {
+            c.layers.push(LayerName::App);
+            c.evidence.push(sup(
+                LayerName::App,
+                CAUSE,
+                format!(
+                    "c={}: {n} requests waited for a SYN retransmission in its records{t}",
+                    run.concurrency
+                ),
+            ));
+        }
         Some(c)
     }
 
