@@ -768,6 +768,17 @@ fn connect_failures_only_under_load_are_syn_drop() {
         "{}",
         texts(&j)
     );
+    assert!(!texts(&j).contains("SYN probes got no SYN-ACK"));
+    // The SYN probes lost under load while idle ones were answered: the same drops, from
+    // the path (issue 28 item 5), said as support.
+    l.path.data.as_mut().unwrap().under_load = Some(RttStats::from_samples(5, 0, &[30, 31, 29]));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::SynDrop, "{}", texts(&j));
+    assert!(
+        texts(&j).contains("under load 2 of 5 SYN probes got no SYN-ACK (idle: 5 of 5)"),
+        "{}",
+        texts(&j)
+    );
 
     // One stray failure in thousands is not a cause.
     let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();

@@ -225,6 +225,30 @@ fn tail_text(run: &AppRun) -> (u64, String) {
     (total, text)
 }
 
+/// SYN probes that got no answer under load while every idle one did, and the load's own
+/// connects went through: the listener dropped SYNs when its queue was full — the same
+/// drops the waiting connects show, seen from the path (issue 28 item 5).
+fn probes_dropped_under_load(x: &Facts<'_>) -> Option<EvidenceLine> {
+    let p = x.path?;
+    let (idle, load) = (p.idle.as_ref()?, p.under_load.as_ref()?);
+    let lost = load.sent.saturating_sub(load.received);
+    let connected = x.cn.map_or(0, |r| {
+        r.connects.as_ref().map_or(r.requests, |c| c.attempts)
+    });
+    (idle.sent > 0 && idle.received == idle.sent && lost >= 2 && connected > 0).then(|| {
+        sup(
+            LayerName::Path,
+            CAUSE,
+            format!(
+                "under load {lost} of {} SYN probes got no SYN-ACK (idle: {} of {}) while the \
+                 load's connects went through: the listener dropped SYNs while its queue was \
+                 full",
+                load.sent, idle.received, idle.sent
+            ),
+        )
+    })
+}
+
 impl CauseRule for Syn {
     fn cause(&self) -> Cause {
         CAUSE
@@ -235,6 +259,42 @@ impl CauseRule for Syn {
     }
 
     fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
+        let mut c = self.from_waits(x)?;
+        if let Some(e) = probes_dropped_under_load(x) {
+            c.layers.push(LayerName::Path);
+            c.evidence.push(e);
+        }
+        Some(c)
+    }
+
+    fn rule_out(&self, _x: &Facts<'_>, _chosen: &[Candidate]) -> Vec<EvidenceLine> {
+        Vec::new()
+    }
+
+    fn summary(&self) -> &'static str {
+        "connection setup waits for SYN retransmissions"
+    }
+
+    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
+        c.cost(x, cost_text(c, x))
+    }
+
+    fn fixes(&self, _c: &Candidate, _x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
+        vec![Fix {
+            side: FixSide::Server,
+            location: None,
+            change: "raise the listen backlog (the server's backlog and net.core.somaxconn), \
+                     accept faster, and check rules that drop SYNs"
+                .into(),
+            tradeoff: None,
+        }]
+    }
+}
+
+impl Syn {
+    /// The candidate from the connects that waited: the load's records, else the capture's
+    /// retransmitted SYNs, else connection attempts that failed under load.
+    fn from_waits(&self, x: &Facts<'_>) -> Option<Candidate> {
         if let Some(c) = records_candidate(x) {
             return Some(c);
         }
@@ -275,29 +335,6 @@ impl CauseRule for Syn {
             ));
         }
         Some(c)
-    }
-
-    fn rule_out(&self, _x: &Facts<'_>, _chosen: &[Candidate]) -> Vec<EvidenceLine> {
-        Vec::new()
-    }
-
-    fn summary(&self) -> &'static str {
-        "connection setup waits for SYN retransmissions"
-    }
-
-    fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
-        c.cost(x, cost_text(c, x))
-    }
-
-    fn fixes(&self, _c: &Candidate, _x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
-        vec![Fix {
-            side: FixSide::Server,
-            location: None,
-            change: "raise the listen backlog (the server's backlog and net.core.somaxconn), \
-                     accept faster, and check rules that drop SYNs"
-                .into(),
-            tradeoff: None,
-        }]
     }
 }
 
