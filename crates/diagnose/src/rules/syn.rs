@@ -259,7 +259,7 @@ impl CauseRule for Syn {
     }
 
     fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
-        let mut c = self.from_waits(x)?;
+        let mut c = self.waiting_candidate(x)?;
         if let Some(e) = probes_dropped_under_load(x) {
             c.layers.push(LayerName::Path);
             c.evidence.push(e);
@@ -294,7 +294,7 @@ impl CauseRule for Syn {
 impl Syn {
     /// The candidate from the connects that waited: the load's records, else the capture's
     /// retransmitted SYNs, else connection attempts that failed under load.
-    fn from_waits(&self, x: &Facts<'_>) -> Option<Candidate> {
+    fn waiting_candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
         if let Some(c) = records_candidate(x) {
             return Some(c);
         }
