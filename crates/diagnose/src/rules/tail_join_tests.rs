@@ -161,3 +161,52 @@ fn ordinals() {
         ]
     );
 }
+
+/// Connects slow by milliseconds (a busy accept on shared CPUs), no SYN retransmitted: the
+/// connection-setup part names no cause — it read `syn-drop` on a healthy nginx under CPU
+/// load. With two slow connects that waited for a retransmitted SYN it is `syn-drop`; with
+/// one among many slow requests it is that request, not the tail (a c=32 run's one 1 s
+/// connect among 845 slow requests read "syn-drop +1.25 ms").
+#[test]
+fn connection_setup_names_syn_drop_only_for_retransmitted_syns() {
+    let connect = |us: u64| RequestParts {
+        connect_us: us,
+        server_us: 100,
+        ..RequestParts::default()
+    };
+    // Every connection's first request waits 3 ms to connect.
+    let (rs, j) = run(40, &|_, i, _| {
+        if i == 0 { connect(3_000) } else { server(100) }
+    });
+    let t = joined(Some(&rs), Some(&j), 99.0).unwrap();
+    assert!(t.parts.iter().all(|p| p.cause != Cause::SynDrop), "{t:?}");
+    // The same, with a slow server on every 10th request (a slow set of hundreds) and one
+    // connect that waited 1 s for its SYN's retransmission.
+    let part = |c: u64, i: u32, _| match (c, i) {
+        (7, 0) => connect(1_000_000),
+        (_, i) if i % 10 == 9 => server(20_000),
+        _ => server(100),
+    };
+    let (mut rs, j) = run(40, &part);
+    let mark = |rs: &mut Vec<RequestRecord>, conn: u64| {
+        let r = rs
+            .iter_mut()
+            .find(|r| r.conn == conn && r.index == 0)
+            .unwrap();
+        r.syn_retransmits = Some(1);
+    };
+    mark(&mut rs, 7);
+    let t = joined(Some(&rs), Some(&j), 99.0).unwrap();
+    assert!(t.split.slow >= 20, "{}", t.split.slow);
+    assert!(t.parts.iter().all(|p| p.cause != Cause::SynDrop), "{t:?}");
+    // Two such connects: the tail's connects wait for SYN retransmissions.
+    let part2 = |c: u64, i: u32, t| match (c, i) {
+        (9, 0) => connect(1_000_000),
+        _ => part(c, i, t),
+    };
+    let (mut rs, j) = run(40, &part2);
+    mark(&mut rs, 7);
+    mark(&mut rs, 9);
+    let t = joined(Some(&rs), Some(&j), 99.0).unwrap();
+    assert!(t.parts.iter().any(|p| p.cause == Cause::SynDrop), "{t:?}");
+}
