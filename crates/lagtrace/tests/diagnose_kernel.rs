@@ -43,6 +43,11 @@ fn load(lab: &Lab, tool: &[&str], rules: &str) {
         "{tool:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The kernel finishes a large commit after the command returns (the set's hash table
+    // grown by a worker, the old generation freed): let it, holding the turn, before any
+    // diagnose — a healthy nginx measured right after the 20 000-element set was loaded
+    // read slow-server, p99 6.7 ms (suite run).
+    lagtrace_testkit::settle(std::time::Duration::from_secs(5));
 }
 
 /// Removes the lab and its rules while holding the measuring turn, then waits for the

@@ -238,12 +238,16 @@ fn a_compiled_handler_that_computes_is_on_cpu_in_its_named_function() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("srv.c"), C_SERVER).unwrap();
     let bin = dir.path().join("srv");
-    let out = Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(dir.path().join("srv.c"))
-        .output()
-        .expect("cc");
+    // Compiling takes a CPU: not while another test measures.
+    let out = {
+        let _turn = lagtrace_testkit::measuring();
+        Command::new("cc")
+            .args(["-O1", "-pthread", "-o"])
+            .arg(&bin)
+            .arg(dir.path().join("srv.c"))
+            .output()
+            .expect("cc")
+    };
     assert!(
         out.status.success(),
         "{}",
@@ -293,6 +297,9 @@ fn a_compiled_handler_that_computes_is_on_cpu_in_its_named_function() {
 /// runs, then `perf report --sort SORT` (self time, quiet): the peer's profile of the same
 /// process under the same load.
 fn perf_report(url: &str, load: &[&str], pid: u32, dir: &Path, sort: &str) -> String {
+    // Four seconds of load and a profile: a measurement, and CPU another test's diagnose
+    // must not share (a gzip run beside one waited 18 % of its time for a CPU, suite run).
+    let _turn = lagtrace_testkit::measuring();
     let mut l = Command::new(env!("CARGO_BIN_EXE_lagtrace"))
         .args(["load", url, "-d", "4s", "--json"])
         .args(load)
@@ -346,14 +353,19 @@ fn nginx_doing_a_full_tls_handshake_per_request_is_on_cpu_in_libcrypto() {
     for (port, key, c) in [(9026u16, "rsa:4096", "8"), (9028, "rsa:2048", "32")] {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path().display().to_string();
-        let out = Command::new("openssl")
-            .args(["req", "-x509", "-newkey", key, "-nodes", "-days", "2"])
-            .args(["-subj", "/CN=lab", "-keyout"])
-            .arg(format!("{d}/k.pem"))
-            .arg("-out")
-            .arg(format!("{d}/c.pem"))
-            .output()
-            .expect("openssl");
+        // An RSA 4096 key takes seconds of a CPU to generate: not while another test
+        // measures.
+        let out = {
+            let _turn = lagtrace_testkit::measuring();
+            Command::new("openssl")
+                .args(["req", "-x509", "-newkey", key, "-nodes", "-days", "2"])
+                .args(["-subj", "/CN=lab", "-keyout"])
+                .arg(format!("{d}/k.pem"))
+                .arg("-out")
+                .arg(format!("{d}/c.pem"))
+                .output()
+                .expect("openssl")
+        };
         assert!(
             out.status.success(),
             "{}",
