@@ -353,8 +353,26 @@ fn preflight(p: &Prepared, opts: &LoadOptions) -> Result<()> {
             rustls::ClientConnection::new(cfg.clone(), name.clone()).context("TLS setup")?;
         while conn.is_handshaking() {
             if let Err(e) = conn.complete_io(&mut sock) {
-                // A server that answers a TLS hello in plain HTTP: say so and give the URL.
-                if speaks_plain_http(p, opts) {
+                // A server that answers a TLS hello with bytes that are no TLS record, or not
+                // at all (it waits for the rest of an HTTP request), and a plain request with
+                // an HTTP status line, speaks plain HTTP: say so and give the URL. A TLS
+                // server answers the hello; with an untrusted certificate it fails otherwise
+                // (and nginx answers a plain request on its TLS port with `HTTP/1.1 400`).
+                let not_tls = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) || e
+                    .get_ref()
+                    .and_then(|x| x.downcast_ref::<rustls::Error>())
+                    .is_some_and(|x| {
+                        matches!(
+                            x,
+                            rustls::Error::InvalidMessage(
+                                rustls::InvalidMessage::InvalidContentType
+                            )
+                        )
+                    });
+                if not_tls && speaks_plain_http(p, opts) {
                     bail!(
                         "{} answers in plain HTTP, not TLS: use {}",
                         p.target.host_header(),
