@@ -775,7 +775,7 @@ fn connect_failures_only_under_load_are_syn_drop() {
     let j = judge(&target(), &l);
     assert_eq!(j.verdict.cause, Cause::SynDrop, "{}", texts(&j));
     assert!(
-        texts(&j).contains("under load 2 of 5 SYN probes got no SYN-ACK (idle: 5 of 5)"),
+        texts(&j).contains("under load 2 of 5 SYN probes got no SYN-ACK (idle: 5 of 5) while the load's connects went through: consistent with"),
         "{}",
         texts(&j)
     );

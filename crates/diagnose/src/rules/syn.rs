@@ -174,20 +174,21 @@ fn records_candidate(x: &Facts<'_>) -> Option<Candidate> {
     Some(c)
 }
 
-/// How the SYN waits sit in the tail, from the run's records (weighted): how many waited
-/// for one retransmission (1 s), two (3 s), three or more (7 s and longer), and what share
-/// of the requests at and beyond the p99 and the p99.9 they are.
+/// How the SYN waits sit in the tail, from the run's records (weighted): how many connects
+/// waited for one SYN retransmission, two, three or more (1 s, then 1 s or doubling more
+/// each, by kernel), and how many of the requests at and beyond the p99 and the p99.9 they
+/// are.
 fn tail_text(run: &AppRun) -> (u64, String) {
     let Some(recs) = run.records.as_ref() else {
         return (0, String::new());
     };
     let r = &recs.records;
+    // Retransmissions of the record's own connect (a connection's later requests carry its
+    // count too, but did not wait for it); at least one when its connect took a SYN timeout.
     let resent = |x: &RequestRecord| match x.syn_retransmits {
+        _ if !syn_retransmitted(x) => 0,
         Some(n) if n > 0 => n,
-        _ if syn_retransmitted(x) => {
-            (connect_time_us(x) / ConnectStats::SYN_RTO_US).clamp(1, 3) as u32
-        }
-        _ => 0,
+        _ => 1,
     };
     let weight = |f: &dyn Fn(&RequestRecord) -> bool| -> u64 {
         r.iter()
@@ -197,14 +198,14 @@ fn tail_text(run: &AppRun) -> (u64, String) {
             .round() as u64
     };
     let by = [
-        ("1 s", weight(&|x| resent(x) == 1)),
-        ("3 s", weight(&|x| resent(x) == 2)),
-        ("7 s or more", weight(&|x| resent(x) >= 3)),
+        ("one retransmission", weight(&|x| resent(x) == 1)),
+        ("two", weight(&|x| resent(x) == 2)),
+        ("three or more", weight(&|x| resent(x) >= 3)),
     ];
     let by: Vec<String> = by
         .iter()
         .filter(|(_, n)| *n > 0)
-        .map(|(w, n)| format!("{n} waited {w}"))
+        .map(|(w, n)| format!("{n} for {w}"))
         .collect();
     let total = weight(&|x| resent(x) > 0);
     let mut text = String::new();
@@ -233,7 +234,9 @@ fn probes_dropped_under_load(x: &Facts<'_>) -> Option<EvidenceLine> {
     let (idle, load) = (p.idle.as_ref()?, p.under_load.as_ref()?);
     let lost = load.sent.saturating_sub(load.received);
     let connected = x.cn.map_or(0, |r| {
-        r.connects.as_ref().map_or(r.requests, |c| c.attempts)
+        r.connects.as_ref().map_or(r.requests, |c| {
+            c.attempts.saturating_sub(c.failed + c.pending)
+        })
     });
     (idle.sent > 0 && idle.received == idle.sent && lost >= 2 && connected > 0).then(|| {
         sup(
@@ -241,8 +244,8 @@ fn probes_dropped_under_load(x: &Facts<'_>) -> Option<EvidenceLine> {
             CAUSE,
             format!(
                 "under load {lost} of {} SYN probes got no SYN-ACK (idle: {} of {}) while the \
-                 load's connects went through: the listener dropped SYNs while its queue was \
-                 full",
+                 load's connects went through: consistent with the listener dropping SYNs \
+                 while its queue was full",
                 load.sent, idle.received, idle.sent
             ),
         )
