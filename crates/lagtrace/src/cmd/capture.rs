@@ -21,9 +21,9 @@ Needs CAP_NET_RAW (and CAP_SYS_ADMIN for --netns). Stops on -c, --duration or Ct
 prints packets captured / received by filter / dropped by kernel, like tcpdump.
 
 Coming from tcpdump: -i, -w, -c, -s, -B (KiB; --buffer-mib takes MiB), -n (addresses are never
-resolved), -U and a trailing filter mean the same here; reading a file (-r FILE) is `lagtrace
-analyze FILE`; the other flags (-v, -A, -X, -D, -G, ...) are refused with one line saying what
-to use (the list: docs/peer-flags.md).
+resolved) and a trailing filter mean the same here, -U is accepted (the file is complete when
+the capture stops); reading a file (-r FILE) is `lagtrace analyze FILE`; the other flags (-v,
+-A, -X, -D, -G, ...) are refused with one line saying what to use (docs/peer-flags.md).
 
 Examples:
   lagtrace capture -i veth0 -w out.pcap tcp port 8080

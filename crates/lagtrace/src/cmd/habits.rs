@@ -99,7 +99,8 @@ pub const PEER_FLAGS: &[PeerFlag] = &[
     f("hping3", "ping", &["-M", "--setseq", "-L", "--setack"], Some("1"),
       "TCP sequence/ack number", Refuse(NO_SPOOF)),
     f("hping3", "ping", &["-d", "--data"], Some("100"), "payload size",
-      Refuse("probes carry no payload: to time requests with a body use `lagtrace load --body`")),
+      Refuse("the payload is fixed (none for TCP probes, 12 bytes for UDP and ICMP); to time \
+              requests with a body use `lagtrace load --body`")),
     f("hping3", "ping", &["-I", "--interface"], Some("eth0"), "interface",
       Refuse("the route to the target picks the interface; to probe from a namespace run \
               `ip netns exec NAME lagtrace ping`")),
@@ -147,7 +148,7 @@ pub const PEER_FLAGS: &[PeerFlag] = &[
     f("traceroute", "route", &["-t", "--tos"], Some("16"), "type of service",
       Refuse("the probes' TOS is not settable")),
     f("traceroute", "route", &["--sport"], Some("4000"), "source port",
-      Refuse("each probe gets its own source port, which is how replies are matched")),
+      Refuse("route picks the probes' ports itself (one flow for every probe, Paris-style)")),
     // mtr → route
     f("mtr", "route", &["-r"], None, "report mode", Same),
     f("mtr", "route", &["-c", "--count"], Some("10"), "report rounds", Same),
@@ -174,7 +175,7 @@ pub const PEER_FLAGS: &[PeerFlag] = &[
     f("mtr", "route", &["--aslookup", "-y", "--ipinfo"], None, "AS / IP info lookups",
       Refuse("no AS lookups: route sends nothing but its probes")),
     f("mtr", "route", &["--psize", "-B", "--bitpattern"], Some("100"), "probe size / payload",
-      Refuse("probe size is fixed (headers only)")),
+      Refuse("the probe size is fixed (headers, and 12 bytes for UDP and ICMP)")),
     f("mtr", "route", &["-Q"], Some("16"), "type of service",
       Refuse("the probes' TOS is not settable")),
     f("mtr", "route", &["--mpls"], None, "MPLS labels",
@@ -206,7 +207,8 @@ pub const PEER_FLAGS: &[PeerFlag] = &[
     f("wrk2", "load", &["-B", "--batch_latency"], None, "latency of batches",
       Refuse("latency is measured per request")),
     f("wrk2", "load", &["-P"], None, "print every latency",
-      Refuse("--records FILE writes every request's timing")),
+      Refuse("--records FILE writes the slowest requests' timings and a weighted sample of \
+              the others; --hdr-log FILE every latency")),
     // tcpdump → capture
     f("tcpdump", "capture", &["-i", "--interface"], Some("lo"), "interface", Same),
     f("tcpdump", "capture", &["-w"], Some("out.pcap"), "write a file", Same),
@@ -233,7 +235,7 @@ pub const PEER_FLAGS: &[PeerFlag] = &[
     f("tcpdump", "capture", &["-p", "--no-promiscuous-mode"], None, "no promiscuous mode",
       Ignore("the interface is put in promiscuous mode only with --promisc")),
     f("tcpdump", "capture", &["-U", "--packet-buffered"], None, "write each packet at once",
-      Map(&["--immediate"])),
+      Ignore("the file is written through a buffer and complete when the capture stops")),
     f("tcpdump", "capture", &["-Q", "--direction"], Some("in"), "direction",
       Refuse("no direction option: add `src host X` or `dst host X` to the filter")),
     f("tcpdump", "capture", &["-F"], Some("filter.txt"), "filter from a file",

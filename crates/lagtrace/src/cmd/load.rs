@@ -149,8 +149,9 @@ pub struct LoadArgs {
     /// past is an error
     #[arg(long, value_name = "TIME")]
     pub start_at: Option<String>,
-    /// Write the per-request records (every request and connect: times, status, error) as
-    /// JSON to FILE; a connect that fails is a record, not a preflight error
+    /// Write per-request records (times, status, error) as JSON to FILE: each thread's 4096
+    /// slowest requests and connects and a weighted sample of the others (`seen` counts all);
+    /// a connect that fails is a record, not a preflight error
     #[arg(long, value_name = "FILE")]
     pub records: Option<PathBuf>,
 }

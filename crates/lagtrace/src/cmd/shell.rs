@@ -57,7 +57,7 @@ fn netns_names(shell: clap_complete::Shell, script: &str) -> String {
                 "compgen -f \"${cur}\"",
                 "compgen -W \"$(ip netns list 2>/dev/null | cut -d' ' -f1)\" -- \"${cur}\"",
             ),
-            Shell::Zsh if t.starts_with("'--netns=[") => line.replace(
+            Shell::Zsh if t.contains("--netns=[") => line.replace(
                 ":_default'",
                 ":{compadd -- $(ip netns list 2>/dev/null | cut -d\" \" -f1)}'",
             ),

@@ -208,8 +208,14 @@ fn socket_line(s: &SocketInfo, show_ns: bool) -> String {
         .map(|o| format!("{}({},fd={})", o.comm, o.pid, o.fd))
         .collect();
     if owners.is_empty() && s.inode == 0 {
-        // No file refers to it: closed by its process, the kernel finishing the close.
-        l += " no process (closed, the kernel finishes it)";
+        // No file refers to it: not accepted yet (in a listener's queue), or closed by its
+        // process and finished by the kernel.
+        l += match s.state.as_str() {
+            "SYN-RECV" | "NEW-SYN-RECV" | "ESTABLISHED" | "CLOSE-WAIT" => {
+                " no process yet (not accepted: in the listener's queue)"
+            }
+            _ => " no process (closed, the kernel finishes it)",
+        };
     } else if owners.is_empty() {
         l += " owner ? (no process held it when the fds were read: closed or exited since)";
     } else {
