@@ -11,40 +11,10 @@
 set -euo pipefail
 RUNS=${1:-5}
 WIN=${2:-3}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-LAGTRACE=${LAGTRACE:-${CARGO_TARGET_DIR:-$ROOT/target}/release/lagtrace}
-[ -x "$LAGTRACE" ] || { echo "build first: cargo build --release -p lagtrace" >&2; exit 2; }
-for t in nginx wrk farm-bench python3 bpftool; do command -v $t >/dev/null || { echo "missing $t" >&2; exit 2; }; done
-
-DIR=$(mktemp -d /tmp/lt-bench-softirq.XXXXXX)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-mkdir -p "$DIR/logs"
-cat > "$DIR/nginx.conf" <<CONF
-worker_processes 1;
-pid $DIR/nginx.pid;
-error_log $DIR/logs/error.log;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    server { listen 127.0.0.1:$PORT; root /var/www/html; index index.nginx-debian.html; }
-}
-CONF
-WRK=""
-STATS=$(cat /proc/sys/kernel/bpf_stats_enabled)
-cleanup() {
-    [ -n "$WRK" ] && kill "$WRK" 2>/dev/null || true
-    echo "$STATS" > /proc/sys/kernel/bpf_stats_enabled
-    if [ -f "$DIR/nginx.pid" ]; then kill "$(cat "$DIR/nginx.pid")" 2>/dev/null || true; sleep 0.3; fi
-    rm -rf "$DIR"
-}
-trap cleanup EXIT INT TERM
-nginx -c "$DIR/nginx.conf" -p "$DIR" -g 'daemon on;'
-sleep 0.3
-URL="http://127.0.0.1:$PORT/"
-
-LOAD_S=$(( (RUNS + 1) * 2 * (WIN + 1) + 10 ))
-wrk -t1 -c8 -d${LOAD_S}s "$URL" >/dev/null 2>&1 &
-WRK=$!
+NAME=softirq
+command -v bpftool >/dev/null || { echo "missing bpftool" >&2; exit 2; }
+# The tools, a local nginx on a free port, wrk -c8 bounded to the paired run, the trap.
+. "$(dirname "$0")/tracer-bench-setup.sh"
 sleep 1
 echo "== lagtrace host -d ${WIN}s (nginx under wrk -c8 over loopback): with the timer (A) vs --no-softirq (B)"
 farm-bench -n "$RUNS" --timeout $(( LOAD_S + 30 )) \

@@ -1,4 +1,4 @@
-# Sourced by bench/offcpu-cost.sh and bench/oncpu-cost.sh (not run on its own): checks the
+# Sourced by bench/offcpu-cost.sh, bench/oncpu-cost.sh and bench/softirq-cost.sh (not run on its own): checks the
 # tools, starts a local nginx (one worker) on a free port, and starts wrk -c8 against it for
 # the whole paired run, bounded; the trap stops both, restores kernel.bpf_stats_enabled and
 # removes the files. Needs RUNS, WIN and NAME set; sets ROOT, LAGTRACE, DIR, WORKER, URL, WRK.
