@@ -682,22 +682,7 @@ fn a_target_two_routers_away_gets_its_route_and_its_server_is_found_in_its_names
             .spawn()
             .expect("serve"),
     );
-    let ready = || {
-        Command::new("ip")
-            .args(["netns", "exec", chain.client_ns(), "bash", "-c"])
-            .arg(format!("exec 3<>/dev/tcp/{}/8080", chain.server()))
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let t = Instant::now();
-    while !ready() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    chain.wait_reachable_from_client(&chain.server().to_string(), 8080);
     // Diagnose from the client namespace.
     let home = tempfile::tempdir().unwrap();
     let _turn = lagtrace_testkit::measuring();

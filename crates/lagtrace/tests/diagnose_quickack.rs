@@ -7,7 +7,6 @@
 mod common;
 
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use lagtrace_lab::{Lab, LabOptions};
 use serde_json::Value;
@@ -162,22 +161,7 @@ fn the_route_fix_two_routers_away_over_ipv6_keeps_the_gateway() {
             .spawn()
             .expect("serve"),
     );
-    let ready = || {
-        Command::new("ip")
-            .args(["netns", "exec", chain.client_ns(), "bash", "-c"])
-            .arg(format!("exec 3<>/dev/tcp/{server}/8080"))
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let t = Instant::now();
-    while !ready() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    chain.wait_reachable_from_client(&server, 8080);
     let client_ns = Some(chain.client_ns());
     let (code, j, err) = common::diagnose_json_via(
         &["ip", "netns", "exec", chain.client_ns()],

@@ -261,6 +261,28 @@ impl Chain {
     pub fn server_ns(&self) -> &str {
         &self.ns[3]
     }
+    /// Waits (at most 10 s) until a TCP connect from the client namespace to `host:port`
+    /// succeeds: a server just started in the server namespace is listening and routed.
+    pub fn wait_reachable_from_client(&self, host: &str, port: u16) {
+        let ready = || {
+            std::process::Command::new("ip")
+                .args(["netns", "exec", self.client_ns(), "bash", "-c"])
+                .arg(format!("exec 3<>/dev/tcp/{host}/{port}"))
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let t = std::time::Instant::now();
+        while !ready() {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(10),
+                "{host}:{port} not reachable from {}",
+                self.client_ns()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     /// The r1 end of the r1–r2 link (shape here for the r1→r2 direction).
     pub fn r1_to_r2_dev(&self) -> (&str, &str) {
         (&self.ns[1], "v1l")
