@@ -133,6 +133,9 @@ pub(super) struct Seg<'a> {
     pub peer_window: Option<u32>,
     /// What is known of the peer's window scale (`Known` for a SYN's unscaled window too).
     pub peer_scale: lagtrace_model::analyze::WindowScale,
+    /// This segment's flight raised the lower bound of the peer's shift (no handshake
+    /// seen): it fits the window read with that bound by construction.
+    pub peer_scale_raised: bool,
     /// The peer's last acknowledgement number.
     pub peer_last_ack: Option<u32>,
     /// Packets of this sender since its previous captured one that the capture never saw

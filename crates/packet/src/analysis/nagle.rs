@@ -398,6 +398,90 @@ mod tests {
     }
 
     #[test]
+    fn mid_connection_the_lone_resend_after_unseen_packets_is_found_past_super_segments() {
+        // The capture began mid-connection (no SYN: the MSS is not announced) and the sender
+        // hands the capture super-segments. Two equal full segments back to back show the
+        // MSS, so a super-segment's numbers can be counted, and the 14 the shaper dropped
+        // after it are seen: the lone resend's delayed ACK is the loss's recovery.
+        let run = |skipped: u16| {
+            let mut s = Script::empty();
+            s.client_data(1_000, 41);
+            s.ip_id = 900;
+            s.server_data(1_500, 1448);
+            s.server_data(1_510, 1448);
+            s.server_data(1_600, 12 * 1448);
+            s.ip_id = 0;
+            s.client_ack(1_700);
+            s.ip_id = 914 + skipped;
+            s.server_data(213_000, 1448);
+            s.ip_id = 0;
+            s.client_ack(257_000);
+            s.ip_id = 915 + skipped;
+            s.server_data(257_100, 1448);
+            s.ip_id = 0;
+            s.finish()
+        };
+        let an = run(14);
+        assert!(
+            !kinds(&an).contains(&FindingKind::DelayedAck),
+            "{:?}",
+            an.findings
+        );
+        assert!(
+            an.warnings
+                .iter()
+                .any(|w| w.starts_with("14 packets on 1 streams")),
+            "{:?}",
+            an.warnings
+        );
+        assert!(kinds(&run(0)).contains(&FindingKind::DelayedAck));
+    }
+
+    #[test]
+    fn mid_connection_a_super_segment_is_counted_with_another_streams_mss() {
+        // Stream 1 began before the capture and its sender shows only super-segments; a
+        // stream between the same two hosts whose SYNs were seen tells the MSS, so the 14
+        // numbers dropped after the super-segment are seen (less one a 40 B doubt on the
+        // MSS leaves): the resend after them is named as such.
+        let run = |other: bool| {
+            let mut s = Script::handshake(100);
+            if other {
+                s.client_data(1_000, 41);
+                s.server_data(1_500, 1448);
+            }
+            s.client_port = 40_001;
+            let (c, mut srv) = (70_000, 90_000);
+            let y = vec![b'y'; 12 * 1448];
+            let mut send = |s: &mut Script, t: u64, id: u16, len: usize| {
+                s.ip_id = id;
+                s.raw(t, false, flags::PSH | flags::ACK, srv, c, &y[..len]);
+                s.ip_id = 0;
+                srv += len as u32;
+                s.raw(t + 40_000.min(t / 5), true, flags::ACK, c, srv, &[]);
+            };
+            send(&mut s, 2_000, 900, 12 * 1448);
+            send(&mut s, 213_000, 926, 1448);
+            send(&mut s, 257_100, 927, 1448);
+            s.finish()
+        };
+        let an = run(true);
+        assert_eq!(
+            kinds(&an),
+            [FindingKind::DroppedBeforeCapture],
+            "{:?}",
+            an.findings
+        );
+        assert!(
+            an.findings[0]
+                .explanation
+                .contains("after 13 packets it sent")
+        );
+        // Without it the gap is not seen, and the timeout's resend 211 ms after the
+        // super-segment reads as a tail at the 200 ms cork ceiling.
+        assert_eq!(kinds(&run(false)), [FindingKind::TcpCork]);
+    }
+
+    #[test]
     fn a_late_ack_of_many_full_segments_is_the_receiver_not_delayed_ack() {
         // A bulk response: the client sat on 4 full segments for 40 ms (busy, not reading)
         // and then acknowledged them all; the server's next data waited for that ACK. Linux

@@ -2,7 +2,9 @@
 //! numbers, the handshake, unacknowledged segments, duplicate ACKs, retransmission kinds and
 //! ACK RTTs. [`Conn::update`] turns a segment into the [`Seg`] the detectors read.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::net::IpAddr;
 
 use lagtrace_model::analyze::{StreamSummary, SynOptions, WindowScale};
 
@@ -81,6 +83,12 @@ struct Dir {
     /// A segment length seen twice in a row within one flight: the sender's MSS, when no
     /// SYN told it.
     mss_seen: Option<u32>,
+    /// The MSS another stream from this sender to this receiver showed (its SYNs or its run
+    /// of equal full segments), for counting this one's super-segments when neither its
+    /// SYNs nor its own segments told it (the capture began mid-connection).
+    path_mss: Option<u32>,
+    /// This side's own MSS has been handed to the table for other streams.
+    mss_shared: bool,
     unacked: VecDeque<Unacked>,
     /// Largest payload seen, as a lower bound of the MSS.
     max_len: u32,
@@ -203,6 +211,40 @@ impl Conn {
         seen == Seen::Copy
     }
 
+    /// The MSS direction `d` sends with, when this stream told it: its SYNs, or a run of
+    /// equal full segments.
+    fn own_mss(&self, d: usize) -> Option<u32> {
+        let (me, peer) = (&self.dirs[d], &self.dirs[1 - d]);
+        if me.syn_opts.is_some() || peer.syn_opts.is_some() || me.mss_seen.is_some() {
+            Some(me.mss(peer, self.link_mss))
+        } else {
+            None
+        }
+    }
+
+    /// Shares direction `d`'s MSS with the other streams from the same sender to the same
+    /// receiver (`paths`, by (source, destination)) once this stream knows it; while it does
+    /// not, takes theirs for a segment larger than its estimate (a super-segment whose wire
+    /// segments must be counted).
+    pub fn share_mss(
+        &mut self,
+        d: usize,
+        seg: &TcpSegment<'_>,
+        paths: &mut HashMap<(IpAddr, IpAddr), u32, impl BuildHasher>,
+    ) {
+        if self.dirs[d].mss_shared || seg.payload_len == 0 {
+            return;
+        }
+        if let Some(m) = self.own_mss(d) {
+            paths.insert((seg.src, seg.dst), m);
+            self.dirs[d].mss_shared = true;
+        } else if self.dirs[d].path_mss.is_none()
+            && seg.payload_len > self.dirs[d].mss(&self.dirs[1 - d], self.link_mss)
+        {
+            self.dirs[d].path_mss = paths.get(&(seg.src, seg.dst)).copied();
+        }
+    }
+
     /// Whether a pure SYN with this sequence number from direction `d` belongs to this
     /// connection (Wireshark: a SYN with another ISN starts a new conversation).
     pub fn same_syn(&self, d: usize, seq: u32) -> bool {
@@ -226,7 +268,7 @@ impl Conn {
         let prev_stream_ts = self.last_ts;
         self.last_ts = ts;
         self.handshake(st, d, ts, seg);
-        self.bound_scale(st, d, seg);
+        let scale_raised = self.bound_scale(st, d, seg);
         let win = self.scaled_window(d, seg);
         let rel_seq = seg.seq.wrapping_sub(self.dirs[d].base.unwrap_or(seg.seq));
         let rel_ack = if f & flags::ACK != 0 {
@@ -283,6 +325,7 @@ impl Conn {
             data,
             peer_window: self.adv_window(r),
             peer_scale: self.adv_scale(r),
+            peer_scale_raised: scale_raised,
             peer_last_ack: self.dirs[r].last_ack,
             unseen,
             refound,
@@ -300,10 +343,21 @@ impl Conn {
         if !self.copies.numbered(d) || seg.flags & (flags::SYN | flags::RST) != 0 {
             return (0, 0);
         }
-        let known_mss = self.dirs[d].syn_opts.is_some() || self.dirs[1 - d].syn_opts.is_some();
+        // Known from the SYNs, or, in a capture that began mid-connection, from a run of
+        // equal full segments (`mss_seen`) or from another stream between the same two
+        // hosts (`path_mss`): without it, every super-segment of a bulk flow restarted the
+        // count and the numbers a shaper dropped between two of them went unseen
+        // (1m-c8-tbf, the veth capture cut in half: a timeout's lone resend after 26
+        // dropped packets, its ACK delayed 44 ms, read as `delayed-ack` on 5 of 45
+        // transactions where the whole capture, with its SYNs, named none).
+        let own = self.own_mss(d);
+        let known_mss = own.is_some() || self.dirs[d].path_mss.is_some();
         // The MSS estimate is low by up to 40 B before full segments are seen: a segment
         // within that of it is one wire segment.
-        let mss = self.dirs[d].mss(&self.dirs[1 - d], self.link_mss).max(1);
+        let mss = own
+            .or(self.dirs[d].path_mss)
+            .unwrap_or_else(|| self.dirs[d].mss(&self.dirs[1 - d], self.link_mss))
+            .max(1);
         let dir = &mut self.dirs[d];
         if !known_mss && seg.payload_len > mss {
             // A super-segment of a connection whose MSS is unknown (no SYN captured): how
@@ -447,22 +501,22 @@ impl Conn {
     /// have held all the bytes in flight (a sender never sends past the window's right
     /// edge, and Linux never moves that edge left), which bounds the receiver's shift from
     /// below. The bound is exact once the sender fills the window: tshark says "unknown"
-    /// for the same stream.
-    fn bound_scale(&mut self, st: &mut StreamSummary, d: usize, seg: &TcpSegment<'_>) {
+    /// for the same stream. Returns whether this segment raised the bound.
+    fn bound_scale(&mut self, st: &mut StreamSummary, d: usize, seg: &TcpSegment<'_>) -> bool {
         let r = 1 - d;
         if seg.payload_len == 0 || self.scale(r).is_known() {
-            return;
+            return false;
         }
         let rv = &self.dirs[r];
         let (Some(w), Some(ack)) = (rv.window, rv.last_ack) else {
-            return;
+            return false;
         };
         if w == 0 || rv.window_in_syn {
-            return;
+            return false;
         }
         let in_flight = seg.seq.wrapping_add(seg.payload_len).wrapping_sub(ack);
         if in_flight >= 1 << 30 {
-            return;
+            return false;
         }
         let mut shift = rv.shift_floor;
         while shift < 14 && w << shift < in_flight {
@@ -476,7 +530,9 @@ impl Conn {
             } else {
                 st.scale_b = scale;
             }
+            return true;
         }
+        false
     }
 
     /// The window `seg` (of direction `d`) advertises, read as [`Self::adv_window`] reads it.

@@ -20,6 +20,8 @@ pub struct Script {
     pub ip_id: u16,
     /// The last frame written.
     last: Option<Last>,
+    /// The client's port (40000): another makes another stream between the same hosts.
+    pub client_port: u16,
 }
 
 /// A frame as written: (time, client, flags, seq, ack, payload, identification).
@@ -34,6 +36,7 @@ impl Script {
             window: [65_535, 65_535],
             ip_id: 0,
             last: None,
+            client_port: 40_000,
         }
     }
 
@@ -93,9 +96,9 @@ impl Script {
         id: u16,
     ) {
         let (src, dst, sport, dport) = if client {
-            ([10, 0, 0, 1], [10, 0, 0, 2], 40_000u16, 80u16)
+            ([10, 0, 0, 1], [10, 0, 0, 2], self.client_port, 80u16)
         } else {
-            ([10, 0, 0, 2], [10, 0, 0, 1], 80, 40_000)
+            ([10, 0, 0, 2], [10, 0, 0, 1], 80, self.client_port)
         };
         // MSS 1460 on SYNs.
         let opts: &[u8] = if fl & flags::SYN != 0 {

@@ -103,6 +103,9 @@ pub(super) struct Table<S> {
     closed: VecDeque<(i64, usize)>,
     /// Frames that were a second capture of a segment already seen.
     pub copies: u64,
+    /// Per (sender, receiver): the MSS a stream between them showed, for streams that do
+    /// not show theirs (see [`Conn::share_mss`]).
+    path_mss: HashMap<(IpAddr, IpAddr), u32, BuildHasherDefault<Fx>>,
 }
 
 impl<S: Default> Table<S> {
@@ -113,6 +116,7 @@ impl<S: Default> Table<S> {
             lives: Vec::new(),
             closed: VecDeque::new(),
             copies: 0,
+            path_mss: HashMap::default(),
         }
     }
 
@@ -209,6 +213,7 @@ impl<S: Default> Table<S> {
             live.conn.closed_at = Some(ts);
             self.closed.push_back((ts, i));
         }
+        live.conn.share_mss(d, seg, &mut self.path_mss);
         let ev = live.conn.update(st, d, ts, frame, seg);
         if ev.retrans.is_some() {
             st.retransmissions += 1;

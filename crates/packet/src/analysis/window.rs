@@ -107,7 +107,12 @@ impl Window {
     /// (no handshake captured) the window read is a lower bound, raised by every flight
     /// larger than it: the data fills it only when it ends exactly at that bound's edge —
     /// which a sender stopped by the window does (the bound is then its true shift), and a
-    /// sender stopped by anything else does not, byte for byte.
+    /// sender stopped by anything else does not, byte for byte. Not when this flight itself
+    /// raised the bound: the least shift that fits a flight can meet it exactly by chance.
+    /// Seen: a sender back to one segment after a timeout, 1448 B in flight against a raw
+    /// window of 362 (shift 10): the least shift that fits is 2, and 362 × 4 is 1448 — a
+    /// 213 ms `window-full` on a window of 370 KB (1m-c8-tbf, the capture cut in half).
+    /// A sender the window truly stops fills it again at the same bound.
     pub fn after_data(&mut self, ev: &Seg<'_>) {
         let end = ev.seq.wrapping_add(ev.len);
         if let (Some(w), Some(a)) = (ev.peer_window, ev.peer_last_ack)
@@ -117,7 +122,9 @@ impl Window {
         {
             let fill = end.wrapping_sub(a);
             let bound = (!ev.peer_scale.is_known()).then(|| ev.peer_scale.shift());
-            if (bound.is_none() && fill >= w) || (bound.is_some() && fill == w) {
+            if (bound.is_none() && fill >= w)
+                || (bound.is_some() && fill == w && !ev.peer_scale_raised)
+            {
                 self.dirs[ev.dir].window_full = Some((ev.frame, ev.ts, bound));
             }
         }
@@ -154,6 +161,44 @@ mod tests {
         s.window[0] = 65_535;
         s.client_ack(1_400);
         assert!(s.finish().findings.is_empty());
+    }
+
+    #[test]
+    fn a_flight_that_raised_the_least_shift_is_not_a_full_window_by_itself() {
+        // No handshake captured; the client advertises a raw 362 (its shift is 10 in
+        // truth). The server's one segment of 1448 B needs a shift of at least 2, and
+        // 362 × 4 is 1448: it fits that bound by construction, not because the window
+        // stopped the sender. A second flight to the same bound's edge is a full window.
+        let run = |refill: bool| {
+            let mut s = Script::empty();
+            s.window[0] = 362;
+            // A first exchange gives the RTT (50 µs each way): small, it raises nothing.
+            s.client_data(1_000, 41);
+            s.server_ack(1_050);
+            s.server_data(1_100, 100);
+            s.client_ack(1_150);
+            s.server_data(1_200, 1448);
+            if refill {
+                s.client_ack(1_400);
+                s.server_data(1_500, 1448);
+            }
+            s.client_ack(60_000);
+            s.server_data(60_100, 1448);
+            s.finish()
+        };
+        let an = run(false);
+        assert!(
+            !kinds(&an).contains(&FindingKind::WindowFull),
+            "{:?}",
+            an.findings
+        );
+        let an = run(true);
+        assert_eq!(kinds(&an), [FindingKind::WindowFull], "{:?}", an.findings);
+        assert!(
+            an.findings[0]
+                .explanation
+                .contains("window scale not captured")
+        );
     }
 
     #[test]
