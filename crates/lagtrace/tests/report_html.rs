@@ -100,7 +100,9 @@ fn report_of_the_reference_case_renders_with_its_ladder_and_chart() {
     // The captured connection: arrows for its packets, the stall band and its label.
     assert!(dom.matches("class=\"pkt\"").count() >= 5);
     assert!(dom.contains("class=\"stall\""));
-    assert!(dom.contains("stall: Nagle holds the segment until the client"));
+    // Its caption: the duration, then the cause wrapped between the lifelines.
+    assert!(dom.contains("ms stall</text>"));
+    assert!(dom.contains(">Nagle holds the segment until the client"));
     assert!(dom.contains("GET /"));
     let d: serde_json::Value = serde_json::from_slice(&out.stdout).expect("diagnose --json");
     handshake_and_header(&dom, &d);

@@ -44,11 +44,11 @@ code{font-family:ui-monospace,"DejaVu Sans Mono",monospace;background:#eef0f4;pa
 .chart{background:#fff;border:1px solid #e0e2e8;max-width:100%;height:auto}
 .chart .tick{font-size:11px;fill:#555}.chart .axis{font-size:12px;fill:#333}
 .chart .legend{font-size:12px;fill:#222}.chart .host{font-size:13px;font-weight:600;fill:#222}
-.chart .addr,.chart .pkt-label,.chart .time,.chart .stall-label,.chart .gap{font-family:"DejaVu Sans Mono",ui-monospace,monospace}
+.chart .addr,.chart .pkt-label,.chart .time,.chart .stall-label,.chart .stall-cause,.chart .gap{font-family:"DejaVu Sans Mono",ui-monospace,monospace}
 .chart .addr{font-size:11px;fill:#444}.chart .gap{font-size:11px;fill:#888}
 .chart .pkt-label{font-size:11px;fill:#222}.chart .pkt-label.hot{fill:#b03a2e;font-weight:700}
 .chart .time{font-size:10.5px;fill:#666}
-.chart .stall-label{font-size:12px;font-weight:700;fill:#b03a2e}
+.chart .stall-label{font-size:12px;font-weight:700;fill:#b03a2e}.chart .stall-cause{font-size:11px;fill:#b03a2e}
 .better{color:#1e8449;font-weight:600}.worse{color:#b03a2e;font-weight:600}
 .charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:8px 0}
 table.slowest th,table.slowest td{font-size:12px;padding:4px 6px}table.slowest td{font-family:ui-monospace,"DejaVu Sans Mono",monospace;white-space:nowrap}

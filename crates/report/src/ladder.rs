@@ -1,15 +1,17 @@
 //! The flow graph of one connection as a ladder: client and server lifelines, the handshake,
 //! one arrow per packet with its time, flags and length; stalls banded and labelled.
 //!
-//! Every label has a place of its own, so none overlaps another however busy the flow: a row
-//! per packet (its label between the lifelines, its time left of the client's), a slot per
-//! stall label above the packet that ends the stall, and labels cut to their slot's width
-//! (the whole text stays in a `<title>` tooltip). Widths are estimated for the monospace font
-//! the labels use (DejaVu Sans Mono's advance is 0.602 em; 0.62 leaves a margin).
+//! Every label has a place of its own, so none overlaps another, an arrow, a lifeline or a
+//! stall band's edge however busy the flow: a row per packet (its label between the
+//! lifelines and above its arrow, its time left of the client's), a caption per stall inside
+//! its band, above the packet that ends the stall (its duration, then its cause wrapped to
+//! the room between the lifelines), and labels cut to their slot's width (the whole text
+//! stays in a `<title>` tooltip). Widths are estimated for the monospace font the labels use
+//! (DejaVu Sans Mono's advance is 0.602 em; 0.62 leaves a margin).
 
 use std::fmt::Write as _;
 
-use lagtrace_model::diagnosis::evidence::{Direction, Flow, FlowPacket};
+use lagtrace_model::diagnosis::evidence::{Direction, Flow, FlowPacket, Stall};
 
 use crate::ms;
 use crate::svg::esc;
@@ -17,11 +19,24 @@ use crate::svg::esc;
 const W: f64 = 760.0;
 const CX: f64 = 190.0;
 const SX: f64 = 590.0;
-/// A packet's row.
-const ROW: f64 = 30.0;
-/// Room above a packet that ends one stall; each further stall ending there adds a slot.
-const STALL_ROOM: f64 = 46.0;
-const STALL_SLOT: f64 = 18.0;
+/// A packet's row: its label's baseline at the row's top, its arrow below the label.
+const ROW: f64 = 32.0;
+/// Where a packet's arrow starts and ends below its label's baseline (the label's box
+/// reaches ~3 px below the baseline, an arrowhead ~5 px around the arrow's end).
+const ARROW_FROM: f64 = 7.0;
+const ARROW_TO: f64 = 19.0;
+/// A stall caption's line, and the gap between two captions ending at the same packet.
+const CAPTION_LINE: f64 = 14.0;
+const CAPTION_GAP: f64 = 6.0;
+/// A stall band's bottom edge above the label of the packet ending it (that label's box
+/// starts ~9 px above its baseline), and its top edge below the label of the packet
+/// starting it.
+const BAND_BOTTOM: f64 = 13.0;
+const BAND_TOP: f64 = 5.0;
+/// The room a caption's text may take: between the lifelines, clear of both.
+const CAPTION_WIDTH: f64 = SX - CX - 28.0;
+/// The cause's lines in a caption, at most (then cut, the whole in the tooltip).
+const CAPTION_CAUSE_LINES: usize = 2;
 /// The row that separates the handshake from the packets later on the connection.
 const GAP_ROW: f64 = 34.0;
 /// Where the first row starts (below the two-line host headers).
@@ -43,12 +58,77 @@ fn fit(s: &str, width_px: f64, font_px: f64) -> (String, bool) {
 /// One `<text>`: the fitted label, and the whole text as a tooltip when it was cut.
 fn label(o: &mut String, attrs: &str, text: &str, width_px: f64, font_px: f64) {
     let (shown, cut) = fit(text, width_px, font_px);
-    let title = if cut {
-        format!("<title>{}</title>", esc(text))
-    } else {
-        String::new()
-    };
-    let _ = write!(o, "<text {attrs}>{title}{}</text>", esc(&shown));
+    text_line(o, attrs, &shown, cut.then_some(text));
+}
+
+/// One `<text>` showing `shown`, with `whole` as its tooltip.
+fn text_line(o: &mut String, attrs: &str, shown: &str, whole: Option<&str>) {
+    let title = whole.map_or(String::new(), |w| format!("<title>{}</title>", esc(w)));
+    let _ = write!(o, "<text {attrs}>{title}{}</text>", esc(shown));
+}
+
+/// `s` wrapped at spaces into at most `lines` lines of `width_px` at `font_px`, the last
+/// cut with an ellipsis when the rest does not fit; and whether anything was cut.
+fn wrap(s: &str, width_px: f64, font_px: f64, lines: usize) -> (Vec<String>, bool) {
+    let max = (width_px / (font_px * EM_ADVANCE)).floor().max(2.0) as usize;
+    let mut out: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    let mut words = s.split(' ').filter(|w| !w.is_empty()).peekable();
+    while let Some(w) = words.peek() {
+        let need = if cur.is_empty() {
+            w.chars().count()
+        } else {
+            cur.chars().count() + 1 + w.chars().count()
+        };
+        if need <= max {
+            if !cur.is_empty() {
+                cur.push(' ');
+            }
+            cur.push_str(w);
+            words.next();
+        } else if cur.is_empty() || out.len() + 1 == lines {
+            // A word longer than a line, or the last line: cut what is left there.
+            let rest: Vec<&str> = std::iter::once(cur.as_str())
+                .filter(|c| !c.is_empty())
+                .chain(words)
+                .collect();
+            let (t, _) = fit(&rest.join(" "), width_px, font_px);
+            out.push(t);
+            return (out, true);
+        } else {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() || out.is_empty() {
+        out.push(cur);
+    }
+    (out, false)
+}
+
+/// A stall's caption: its duration, then its cause wrapped between the lifelines.
+fn caption(s: &Stall) -> (Vec<String>, bool) {
+    let (mut lines, cut) = wrap(&s.label, CAPTION_WIDTH, 11.0, CAPTION_CAUSE_LINES);
+    lines.insert(0, format!("{} stall", ms(s.gap_us)));
+    (lines, cut)
+}
+
+/// The room the captions of the stalls ending at a packet take above its label: their
+/// lines and gaps, and the clearance from the arrow of the packet before.
+fn caption_room(f: &Flow, frame: u64) -> f64 {
+    let ending: Vec<&Stall> = f.stalls.iter().filter(|s| s.to_frame == frame).collect();
+    if ending.is_empty() {
+        return 0.0;
+    }
+    let lines: usize = ending.iter().map(|s| caption(s).0.len()).sum();
+    // The last line's baseline sits 7 px above the band's bottom edge; a line's box
+    // reaches 10 px above its baseline; the arrow before ends ARROW_TO below its row
+    // (+5 for its head) and 4 px more keep them apart.
+    let block = CAPTION_LINE * (lines - 1) as f64
+        + CAPTION_GAP * (ending.len() - 1) as f64
+        + 10.0
+        + BAND_BOTTOM
+        + 7.0;
+    (block + ARROW_TO + 5.0 + 4.0 - ROW).max(0.0)
 }
 
 /// Vertical positions: one per shown packet (handshake first), the handshake/packets gap
@@ -73,10 +153,7 @@ impl<'a> Layout<'a> {
             y += GAP_ROW;
         }
         for p in &f.packets {
-            let ending = f.stalls.iter().filter(|s| s.to_frame == p.frame).count();
-            if ending > 0 {
-                y += STALL_ROOM + STALL_SLOT * (ending - 1) as f64;
-            }
+            y += caption_room(f, p.frame);
             rows.push((p, false, y));
             y += ROW;
         }
@@ -128,13 +205,13 @@ pub fn flow_ladder(f: &Flow) -> String {
     o
 }
 
-/// The stall bands, and their labels stacked in the room above the packet ending them.
+/// The stall bands, and their captions stacked in the room above the packet ending them.
 fn stalls(o: &mut String, f: &Flow, lay: &Layout<'_>) {
     for (i, s) in f.stalls.iter().enumerate() {
         let (Some(ya), Some(yb)) = (lay.y_of(s.from_frame), lay.y_of(s.to_frame)) else {
             continue;
         };
-        let (y0, y1) = (ya + 6.0, yb - 6.0);
+        let (y0, y1) = (ya + BAND_TOP, yb - BAND_BOTTOM);
         let _ = write!(
             o,
             r##"<rect class="stall" x="{}" y="{y0:.1}" width="{}" height="{:.1}" fill="#fdecea" fill-opacity="0.75" stroke="#c0392b" stroke-dasharray="4 3"/>"##,
@@ -142,24 +219,30 @@ fn stalls(o: &mut String, f: &Flow, lay: &Layout<'_>) {
             SX - CX + 20.0,
             (y1 - y0).max(8.0)
         );
-        // Slot k of the n stalls ending at this packet, top to bottom.
-        let ending: Vec<usize> = (0..f.stalls.len())
-            .filter(|&j| f.stalls[j].to_frame == s.to_frame)
+        // The captions of the stalls ending at this packet, stacked upwards from the
+        // band's bottom edge in order: this one's lines below those of the stalls after it.
+        let after: Vec<&Stall> = f.stalls[i + 1..]
+            .iter()
+            .filter(|t| t.to_frame == s.to_frame)
             .collect();
-        let k = ending.iter().position(|&j| j == i).unwrap_or(0);
-        let below = (ending.len() - 1 - k) as f64;
-        let y = yb - 14.0 - STALL_SLOT * below;
-        let text = format!("{} stall: {}", ms(s.gap_us), s.label);
-        label(
-            o,
-            &format!(
-                r#"x="{}" y="{y:.1}" text-anchor="middle" class="stall-label""#,
-                W / 2.0
-            ),
-            &text,
-            W - 24.0,
-            12.0,
-        );
+        let below: usize = after.iter().map(|t| caption(t).0.len()).sum();
+        let (lines, cut) = caption(s);
+        let whole = format!("{} stall: {}", ms(s.gap_us), s.label);
+        let last = y1 - 7.0 - CAPTION_LINE * below as f64 - CAPTION_GAP * after.len() as f64;
+        let n = lines.len();
+        for (k, line) in lines.iter().enumerate() {
+            let y = last - CAPTION_LINE * (n - 1 - k) as f64;
+            let class = if k == 0 { "stall-label" } else { "stall-cause" };
+            text_line(
+                o,
+                &format!(
+                    r#"x="{}" y="{y:.1}" text-anchor="middle" class="{class}""#,
+                    (CX + SX) / 2.0
+                ),
+                line,
+                cut.then_some(whole.as_str()),
+            );
+        }
     }
 }
 
@@ -180,7 +263,7 @@ fn lifelines(o: &mut String, f: &Flow, h: f64) {
         );
         let _ = write!(
             o,
-            r##"<line x1="{x}" x2="{x}" y1="40" y2="{}" stroke="#333" stroke-width="2"/>"##,
+            r##"<line class="lifeline" x1="{x}" x2="{x}" y1="40" y2="{}" stroke="#333" stroke-width="2"/>"##,
             h - 10.0
         );
     }
@@ -201,8 +284,9 @@ fn packet(o: &mut String, p: &FlowPacket, y0: f64, handshake: bool, hot: bool) {
     };
     let _ = write!(
         o,
-        r#"<line class="{class}" x1="{x1}" y1="{y0:.1}" x2="{x2}" y2="{:.1}" stroke="{stroke}" stroke-width="{width}" marker-end="url(#{marker})"/>"#,
-        y0 + 12.0
+        r#"<line class="{class}" x1="{x1}" y1="{:.1}" x2="{x2}" y2="{:.1}" stroke="{stroke}" stroke-width="{width}" marker-end="url(#{marker})"/>"#,
+        y0 + ARROW_FROM,
+        y0 + ARROW_TO
     );
     let text = match (p.note.is_empty(), handshake) {
         (true, true) => format!("{} (handshake)", p.flags),
@@ -213,9 +297,8 @@ fn packet(o: &mut String, p: &FlowPacket, y0: f64, handshake: bool, hot: bool) {
     label(
         o,
         &format!(
-            r#"x="{}" y="{:.1}" text-anchor="middle" class="{cls}""#,
-            (CX + SX) / 2.0,
-            y0 + 2.0
+            r#"x="{}" y="{y0:.1}" text-anchor="middle" class="{cls}""#,
+            (CX + SX) / 2.0
         ),
         &text,
         SX - CX - 28.0,
@@ -226,7 +309,7 @@ fn packet(o: &mut String, p: &FlowPacket, y0: f64, handshake: bool, hot: bool) {
         &format!(
             r#"x="{}" y="{:.1}" text-anchor="end" class="time""#,
             CX - 16.0,
-            y0 + 10.0
+            y0 + (ARROW_FROM + ARROW_TO) / 2.0 + 4.0
         ),
         &format!("{:.6} s #{}", p.t_us as f64 / 1e6, p.frame),
         CX - 24.0,

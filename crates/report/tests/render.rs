@@ -410,7 +410,8 @@ fn html_report_renders_in_headless_chromium_with_charts_and_stall() {
         "run date and version in the header"
     );
     assert!(dom.contains("class=\"stall\""));
-    assert!(dom.contains("41.53ms stall: Nagle holds the body"));
+    assert!(dom.contains("41.53ms stall</text>"));
+    assert!(dom.contains(">Nagle holds the body"));
     // The screenshot is not blank: many colours, and the drawn parts are visible.
     let mut colours: Vec<[u8; 3]> = px.clone();
     colours.sort_unstable();
@@ -579,16 +580,23 @@ fn ladder_labels_do_not_overlap_in_the_browser_even_on_a_busy_flow() {
     );
 }
 
-/// The check itself: two labels drawn on top of each other are reported.
+/// The check itself: two labels drawn on top of each other are reported, and a label an
+/// arrow runs through ("apart"); one beside a lifeline ("clear") is not.
 #[test]
 fn the_label_check_sees_overlapping_labels() {
-    let html = "<!DOCTYPE html><html><body><main><svg id=\"t\" width=\"300\" height=\"60\">\
+    let html = "<!DOCTYPE html><html><body><main><svg id=\"t\" width=\"300\" height=\"100\">\
         <text x=\"10\" y=\"20\">first label here</text><text x=\"30\" y=\"24\">second</text>\
-        <text x=\"10\" y=\"50\">apart</text></svg></main></body></html>";
+        <text x=\"10\" y=\"50\">apart</text><line class=\"pkt\" x1=\"0\" y1=\"40\" x2=\"300\" \
+        y2=\"52\" stroke=\"#000\"/><text x=\"10\" y=\"80\">clear</text>\
+        <line class=\"lifeline\" x1=\"200\" y1=\"60\" x2=\"200\" y2=\"100\" stroke=\"#000\"/>\
+        </svg></main></body></html>";
     let (n, bad, _) = label_overlaps(html, "control");
-    assert_eq!(n, 3);
+    assert_eq!(n, 4);
     assert_eq!(
         bad,
-        vec!["t: \"first label here\" / \"second\"".to_string()]
+        vec![
+            "t: \"first label here\" / \"second\"".to_string(),
+            "t: \"apart\" is crossed by a line".to_string(),
+        ]
     );
 }

@@ -2,7 +2,8 @@
 //! page measures what the DOM rendered, and leaves its result in the DOM `--dump-dom` prints.
 
 /// Appended to a copy of the report (the report itself runs no script): every SVG label's
-/// rendered box, compared pairwise; the result goes into the DOM that `--dump-dom` prints.
+/// rendered box, compared pairwise and against the flow ladder's arrows, lifelines and stall
+/// band edges; the result goes into the DOM that `--dump-dom` prints.
 pub const LABEL_CHECK: &str = r#"<script>
 (() => {
   const boxes = [...document.querySelectorAll('svg text')].map(t => ({
@@ -18,6 +19,47 @@ pub const LABEL_CHECK: &str = r#"<script>
     for (let j = i + 1; j < boxes.length; j++)
       if (over(boxes[i].r, boxes[j].r))
         out.push(boxes[i].svg + ': "' + boxes[i].text + '" / "' + boxes[j].text + '"');
+  // A label a ladder's arrow, lifeline or stall band edge runs through (any line of a
+  // chart drawn with one of those classes), in the page's coordinates.
+  const segs = [];
+  for (const svg of document.querySelectorAll('svg')) {
+    const m = svg.getScreenCTM();
+    if (!m) continue;
+    const pt = (x, y) => new DOMPoint(x, y).matrixTransform(m);
+    const add = (a, b) => segs.push({ svg: svg.id || '?', a, b });
+    for (const l of svg.querySelectorAll('line.pkt, line.lifeline')) {
+      const v = n => parseFloat(l.getAttribute(n));
+      add(pt(v('x1'), v('y1')), pt(v('x2'), v('y2')));
+    }
+    for (const r of svg.querySelectorAll('rect.stall')) {
+      const v = n => parseFloat(r.getAttribute(n));
+      const [x, y, w, h] = [v('x'), v('y'), v('width'), v('height')];
+      add(pt(x, y), pt(x + w, y));
+      add(pt(x, y + h), pt(x + w, y + h));
+      add(pt(x, y), pt(x, y + h));
+      add(pt(x + w, y), pt(x + w, y + h));
+    }
+  }
+  // Whether segment a–b passes through rectangle r shrunk by a pixel (Liang–Barsky).
+  const crosses = (a, b, r) => {
+    const [x0, x1, y0, y1] = [r.left + 1, r.right - 1, r.top + 1, r.bottom - 1];
+    if (x1 <= x0 || y1 <= y0) return false;
+    const dx = b.x - a.x, dy = b.y - a.y;
+    let t0 = 0, t1 = 1;
+    for (const [p, q] of [[-dx, a.x - x0], [dx, x1 - a.x], [-dy, a.y - y0], [dy, y1 - a.y]]) {
+      if (p === 0) { if (q < 0) return false; continue; }
+      const t = q / p;
+      if (p < 0) { if (t > t1) return false; if (t > t0) t0 = t; }
+      else { if (t < t0) return false; if (t < t1) t1 = t; }
+    }
+    return t0 <= t1;
+  };
+  for (const b of boxes)
+    for (const s of segs)
+      if (s.svg === b.svg && crosses(s.a, s.b, b.r)) {
+        out.push(b.svg + ': "' + b.text + '" is crossed by a line');
+        break;
+      }
   // Labels that leave their chart are cut off.
   for (const b of boxes) {
     const s = document.getElementById(b.svg);
