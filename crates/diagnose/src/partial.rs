@@ -43,11 +43,13 @@ pub fn mark(mut d: Diagnosis) -> Diagnosis {
              the end)"
         )));
     }
-    evidence.extend(
-        d.evidence
-            .drain(..)
-            .filter(|e| e.stance == Stance::Note && e.cause.is_none()),
-    );
+    // What was measured for the cause the data points to stays, with its stance (the reader
+    // checks the "points to" line against it); lines for or against other causes were the
+    // verdict's reasoning, which an interrupted run does not do.
+    evidence.extend(d.evidence.drain(..).filter(|e| match e.cause {
+        None => e.stance == Stance::Note,
+        Some(c) => c == judged && e.stance == Stance::Supports,
+    }));
     d.evidence = evidence;
     d.verdict = Verdict {
         cause: Cause::Partial,
@@ -199,6 +201,30 @@ mod tests {
         assert!(d.verdict.fix.is_empty());
         assert_eq!(d.layers.packets.status, LayerStatus::Finding);
         assert_eq!(d.layers.sockets.status, LayerStatus::Finding);
+        // The measured lines for the cause the data points to stay, after that line; none
+        // for or against another cause.
+        let points = d
+            .evidence
+            .iter()
+            .position(|e| e.text.contains("points to nagle-delayed-ack"))
+            .expect("the points-to line");
+        let kept: Vec<&EvidenceLine> = d.evidence[points..]
+            .iter()
+            .filter(|e| e.stance == Stance::Supports)
+            .collect();
+        assert!(
+            kept.iter().any(|e| e.layer == LayerName::Packets)
+                && kept.iter().any(|e| e.layer == LayerName::Sockets),
+            "{:#?}",
+            d.evidence
+        );
+        assert!(
+            d.evidence
+                .iter()
+                .all(|e| e.cause.is_none_or(|c| c == Cause::NagleDelayedAck)),
+            "{:#?}",
+            d.evidence
+        );
         // Findings the verdict would not use are still findings in a partial run's table.
         let mut weak = layers;
         let p = weak.packets.data.as_mut().unwrap();

@@ -239,6 +239,14 @@ fn sigint_against_nagle_keeps_the_findings_and_is_never_a_baseline() {
     let j: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&saved).expect("--save wrote the run")).unwrap();
     assert_eq!(j["verdict"]["cause"], "partial");
+    // Its evidence keeps what the packets measured for the cause they point to.
+    let ev = j["evidence"].as_array().unwrap();
+    assert!(
+        ev.iter().any(|e| e["stance"] == "supports"
+            && e["layer"] == "packets"
+            && e["cause"] == "nagle-delayed-ack"),
+        "{ev:#?}"
+    );
 
     // Each refusal is one error line, exit 2, before any traffic (-d 1s bounds a miss).
     let refused = |args: &[&str], why: &str| {
