@@ -440,9 +440,9 @@ mod tests {
     #[test]
     fn mid_connection_a_super_segment_is_counted_with_another_streams_mss() {
         // Stream 1 began before the capture and its sender shows only super-segments; a
-        // stream between the same two hosts whose SYNs were seen tells the MSS, so the 14
-        // numbers dropped after the super-segment are seen (less one a 40 B doubt on the
-        // MSS leaves): the resend after them is named as such.
+        // stream between the same two hosts whose SYNs were seen tells the MSS (it divides
+        // the super-segment), so the 14 numbers dropped after it are seen: the resend after
+        // them is named as such.
         let run = |other: bool| {
             let mut s = Script::handshake(100);
             if other {
@@ -474,11 +474,39 @@ mod tests {
         assert!(
             an.findings[0]
                 .explanation
-                .contains("after 13 packets it sent")
+                .contains("after 14 packets it sent"),
+            "{:?}",
+            an.findings
         );
         // Without it the gap is not seen, and the timeout's resend 211 ms after the
         // super-segment reads as a tail at the 200 ms cork ceiling.
         assert_eq!(kinds(&run(false)), [FindingKind::TcpCork]);
+    }
+
+    #[test]
+    fn mid_connection_another_streams_mss_that_does_not_divide_is_not_used() {
+        // Stream 1's own MSS is 1188 (a clamp the other stream does not have): its
+        // super-segment of 12 × 1188 B took 12 numbers, which 1448 would count as 10 — two
+        // packets "never captured" that were. 1448 does not divide it: not counted.
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 41);
+        s.server_data(1_500, 1448);
+        s.client_port = 40_001;
+        let y = vec![b'y'; 12 * 1188];
+        let fl = flags::PSH | flags::ACK;
+        s.ip_id = 900;
+        s.raw(2_000, false, fl, 90_000, 70_000, &y);
+        s.ip_id = 0;
+        s.raw(2_100, true, flags::ACK, 70_000, 90_000 + 14_256, &[]);
+        s.ip_id = 912;
+        s.raw(2_200, false, fl, 90_000 + 14_256, 70_000, &y[..1188]);
+        s.ip_id = 0;
+        let an = s.finish();
+        assert!(
+            !an.warnings.iter().any(|w| w.contains("never captured")),
+            "{:?}",
+            an.warnings
+        );
     }
 
     #[test]

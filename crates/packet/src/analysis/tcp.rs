@@ -84,11 +84,11 @@ struct Dir {
     /// SYN told it.
     mss_seen: Option<u32>,
     /// The MSS another stream from this sender to this receiver showed (its SYNs or its run
-    /// of equal full segments), for counting this one's super-segments when neither its
-    /// SYNs nor its own segments told it (the capture began mid-connection).
+    /// of equal full segments), looked up for the super-segment being counted when this
+    /// stream's SYNs were not captured.
     path_mss: Option<u32>,
-    /// This side's own MSS has been handed to the table for other streams.
-    mss_shared: bool,
+    /// The MSS this side last handed to the table for other streams.
+    mss_shared: Option<u32>,
     unacked: VecDeque<Unacked>,
     /// Largest payload seen, as a lower bound of the MSS.
     max_len: u32,
@@ -222,26 +222,43 @@ impl Conn {
         }
     }
 
-    /// Shares direction `d`'s MSS with the other streams from the same sender to the same
-    /// receiver (`paths`, by (source, destination)) once this stream knows it; while it does
-    /// not, takes theirs for a segment larger than its estimate (a super-segment whose wire
-    /// segments must be counted).
+    /// Before [`Conn::update`]: for a segment of direction `d` larger than its MSS estimate
+    /// on a stream whose SYNs were not captured (a super-segment whose wire segments must be
+    /// counted), the MSS another stream between the same sender and receiver showed
+    /// (`paths`, by (source, destination)).
+    pub fn take_path_mss(
+        &mut self,
+        d: usize,
+        seg: &TcpSegment<'_>,
+        paths: &HashMap<(IpAddr, IpAddr), u32, impl BuildHasher>,
+    ) {
+        let (me, peer) = (&self.dirs[d], &self.dirs[1 - d]);
+        if me.syn_opts.is_some()
+            || peer.syn_opts.is_some()
+            || seg.payload_len <= me.mss(peer, self.link_mss)
+        {
+            return;
+        }
+        self.dirs[d].path_mss = paths.get(&(seg.src, seg.dst)).copied();
+    }
+
+    /// After [`Conn::update`]: hands direction `d`'s MSS, once this stream knows it (and
+    /// again when it changes: an estimate from the SYNs settles with the first full
+    /// segment), to the other streams between the same sender and receiver.
     pub fn share_mss(
         &mut self,
         d: usize,
         seg: &TcpSegment<'_>,
         paths: &mut HashMap<(IpAddr, IpAddr), u32, impl BuildHasher>,
     ) {
-        if self.dirs[d].mss_shared || seg.payload_len == 0 {
+        if seg.payload_len == 0 {
             return;
         }
-        if let Some(m) = self.own_mss(d) {
-            paths.insert((seg.src, seg.dst), m);
-            self.dirs[d].mss_shared = true;
-        } else if self.dirs[d].path_mss.is_none()
-            && seg.payload_len > self.dirs[d].mss(&self.dirs[1 - d], self.link_mss)
+        if let Some(m) = self.own_mss(d)
+            && self.dirs[d].mss_shared != Some(m)
         {
-            self.dirs[d].path_mss = paths.get(&(seg.src, seg.dst)).copied();
+            paths.insert((seg.src, seg.dst), m);
+            self.dirs[d].mss_shared = Some(m);
         }
     }
 
@@ -343,33 +360,44 @@ impl Conn {
         if !self.copies.numbered(d) || seg.flags & (flags::SYN | flags::RST) != 0 {
             return (0, 0);
         }
-        // Known from the SYNs, or, in a capture that began mid-connection, from a run of
-        // equal full segments (`mss_seen`) or from another stream between the same two
-        // hosts (`path_mss`): without it, every super-segment of a bulk flow restarted the
-        // count and the numbers a shaper dropped between two of them went unseen
-        // (1m-c8-tbf, the veth capture cut in half: a timeout's lone resend after 26
-        // dropped packets, its ACK delayed 44 ms, read as `delayed-ack` on 5 of 45
-        // transactions where the whole capture, with its SYNs, named none).
-        let own = self.own_mss(d);
-        let known_mss = own.is_some() || self.dirs[d].path_mss.is_some();
+        let known_mss = self.dirs[d].syn_opts.is_some() || self.dirs[1 - d].syn_opts.is_some();
         // The MSS estimate is low by up to 40 B before full segments are seen: a segment
         // within that of it is one wire segment.
-        let mss = own
-            .or(self.dirs[d].path_mss)
-            .unwrap_or_else(|| self.dirs[d].mss(&self.dirs[1 - d], self.link_mss))
-            .max(1);
-        let dir = &mut self.dirs[d];
-        if !known_mss && seg.payload_len > mss {
-            // A super-segment of a connection whose MSS is unknown (no SYN captured): how
-            // many numbers it took cannot be told. Start again after it.
-            dir.next_id = None;
-            return (0, 0);
-        }
-        // How many numbers it took: the estimate of the MSS may be up to 40 B low, so a
-        // range (one number for a single wire segment).
+        let mss = self.dirs[d].mss(&self.dirs[1 - d], self.link_mss).max(1);
         let len = seg.payload_len.max(1);
-        let fewest = len.div_ceil(mss + 40) as u16;
-        let most = len.div_ceil(mss) as u16;
+        // How many numbers it took: a range, as the estimate of the MSS may be up to 40 B
+        // low (one number for a single wire segment).
+        let (fewest, most) = if known_mss || seg.payload_len <= mss {
+            (len.div_ceil(mss + 40) as u16, len.div_ceil(mss) as u16)
+        } else {
+            // A super-segment of a connection whose SYNs were not captured: counted only
+            // with an MSS that divides it (GSO cuts full segments; a write's partial tail
+            // may ride along, and then it is not counted) — from a run of equal full
+            // segments of this stream, or from another stream between the same two hosts.
+            // An MSS that does not divide it (the stream's own is another) is not used.
+            // Without this every super-segment of a bulk flow restarted the count, and the
+            // numbers a shaper dropped between two went unseen (1m-c8-tbf, the veth capture
+            // cut in half: a timeout's lone resend after 26 dropped packets, its ACK delayed
+            // 44 ms, read as `delayed-ack` on 5 of 45 transactions where the whole capture,
+            // with its SYNs, named none).
+            let dir = &self.dirs[d];
+            match [dir.mss_seen, dir.path_mss]
+                .into_iter()
+                .flatten()
+                .find(|&h| h > 0 && seg.payload_len.is_multiple_of(h))
+            {
+                Some(h) => {
+                    let n = (seg.payload_len / h) as u16;
+                    (n, n)
+                }
+                None => {
+                    // How many numbers it took cannot be told: start again after it.
+                    self.dirs[d].next_id = None;
+                    return (0, 0);
+                }
+            }
+        };
+        let dir = &mut self.dirs[d];
         let Some((want, slack)) = dir.next_id else {
             dir.next_id = Some((seg.ip_id.wrapping_add(fewest), most - fewest));
             return (0, 0);

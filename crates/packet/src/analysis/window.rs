@@ -108,13 +108,15 @@ impl Window {
     /// larger than it: the data fills it only when it ends exactly at that bound's edge —
     /// which a sender stopped by the window does (the bound is then its true shift), and a
     /// sender stopped by anything else does not, byte for byte. Not when this flight itself
-    /// raised the bound: the least shift that fits a flight can meet it exactly by chance.
-    /// Seen: a sender back to one segment after a timeout, 1448 B in flight against a raw
-    /// window of 362 (shift 10): the least shift that fits is 2, and 362 × 4 is 1448 — a
-    /// 213 ms `window-full` on a window of 370 KB (1m-c8-tbf, the capture cut in half).
-    /// A sender the window truly stops fills it again at the same bound.
+    /// raised the bound (the least shift that fits a flight can meet it exactly by chance),
+    /// nor with one segment in flight (a sender its congestion window holds to one segment
+    /// after a timeout meets the same bound again and again). Seen: 1448 B in flight after a
+    /// timeout against a raw window of 362 (shift 10): the least shift that fits is 2, and
+    /// 362 × 4 is 1448 — a 213 ms `window-full` on a window of 370 KB (1m-c8-tbf, the capture
+    /// cut in half). A sender the window truly stops fills it again with a flight of more.
     pub fn after_data(&mut self, ev: &Seg<'_>) {
         let end = ev.seq.wrapping_add(ev.len);
+        let mss = ev.data.map_or(0, |d| d.mss);
         if let (Some(w), Some(a)) = (ev.peer_window, ev.peer_last_ack)
             && w > 0
             && ev.flags & flags::SYN == 0
@@ -123,7 +125,7 @@ impl Window {
             let fill = end.wrapping_sub(a);
             let bound = (!ev.peer_scale.is_known()).then(|| ev.peer_scale.shift());
             if (bound.is_none() && fill >= w)
-                || (bound.is_some() && fill == w && !ev.peer_scale_raised)
+                || (bound.is_some() && fill == w && fill > mss && !ev.peer_scale_raised)
             {
                 self.dirs[ev.dir].window_full = Some((ev.frame, ev.ts, bound));
             }
@@ -168,7 +170,9 @@ mod tests {
         // No handshake captured; the client advertises a raw 362 (its shift is 10 in
         // truth). The server's one segment of 1448 B needs a shift of at least 2, and
         // 362 × 4 is 1448: it fits that bound by construction, not because the window
-        // stopped the sender. A second flight to the same bound's edge is a full window.
+        // stopped the sender; nor do the same one-segment flights after later timeouts. A
+        // flight of two segments to the edge of the bound (the window read with it) is a
+        // full window.
         let run = |refill: bool| {
             let mut s = Script::empty();
             s.window[0] = 362;
@@ -179,11 +183,16 @@ mod tests {
             s.client_ack(1_150);
             s.server_data(1_200, 1448);
             if refill {
+                s.window[0] = 724;
                 s.client_ack(1_400);
                 s.server_data(1_500, 1448);
+                s.server_data(1_510, 1448);
             }
             s.client_ack(60_000);
             s.server_data(60_100, 1448);
+            // Again one segment after a timeout, the raw window unchanged.
+            s.client_ack(61_000);
+            s.server_data(261_000, 1448);
             s.finish()
         };
         let an = run(false);
