@@ -8,7 +8,8 @@ use lagtrace_model::{Cause, Micros};
 
 /// Turns the judged diagnosis of an interrupted run into a `partial` one: no cause, no fix;
 /// the evidence keeps its measurements (notes) and adds, as a note, what the data so far
-/// points to (never `healthy`: a run cut short cannot show that). A layer whose data shows
+/// points to (never `healthy`: a run cut short cannot show that), with the lines measured
+/// for that cause. A layer whose data shows
 /// a finding keeps (or gets) status `finding`: the claim withheld is the cause, not what
 /// the layer measured — `ok` there would be an all-clear the data contradicts.
 pub fn mark(mut d: Diagnosis) -> Diagnosis {
@@ -37,7 +38,8 @@ pub fn mark(mut d: Diagnosis) -> Diagnosis {
          what ran",
         d.settings.duration_us as f64 / 1e6
     ))];
-    if !matches!(judged, Cause::Healthy | Cause::Unreachable | Cause::Partial) {
+    let points = !matches!(judged, Cause::Healthy | Cause::Unreachable | Cause::Partial);
+    if points {
         evidence.push(note(format!(
             "the data measured so far points to {judged} (not confirmed: run the diagnosis to \
              the end)"
@@ -48,7 +50,7 @@ pub fn mark(mut d: Diagnosis) -> Diagnosis {
     // verdict's reasoning, which an interrupted run does not do.
     evidence.extend(d.evidence.drain(..).filter(|e| match e.cause {
         None => e.stance == Stance::Note,
-        Some(c) => c == judged && e.stance == Stance::Supports,
+        Some(c) => points && c == judged && e.stance == Stance::Supports,
     }));
     d.evidence = evidence;
     d.verdict = Verdict {

@@ -22,15 +22,16 @@ const SX: f64 = 590.0;
 /// A packet's row: its label's baseline at the row's top, its arrow below the label.
 const ROW: f64 = 32.0;
 /// Where a packet's arrow starts and ends below its label's baseline (the label's box
-/// reaches ~3 px below the baseline, an arrowhead ~5 px around the arrow's end).
+/// reaches ~3 px below the baseline, an arrowhead ~5 px around the arrow's end: every
+/// marker is drawn at the same size, whatever its arrow's stroke).
 const ARROW_FROM: f64 = 7.0;
 const ARROW_TO: f64 = 19.0;
 /// A stall caption's line, and the gap between two captions ending at the same packet.
 const CAPTION_LINE: f64 = 14.0;
 const CAPTION_GAP: f64 = 6.0;
 /// A stall band's bottom edge above the label of the packet ending it (that label's box
-/// starts ~9 px above its baseline), and its top edge below the label of the packet
-/// starting it.
+/// starts ~10 px above its baseline), and its top edge below the label of the packet
+/// starting it (its box ends ~3 px below the baseline).
 const BAND_BOTTOM: f64 = 13.0;
 const BAND_TOP: f64 = 5.0;
 /// The room a caption's text may take: between the lifelines, clear of both.
@@ -67,42 +68,53 @@ fn text_line(o: &mut String, attrs: &str, shown: &str, whole: Option<&str>) {
     let _ = write!(o, "<text {attrs}>{title}{}</text>", esc(shown));
 }
 
-/// `s` wrapped at spaces into at most `lines` lines of `width_px` at `font_px`, the last
-/// cut with an ellipsis when the rest does not fit; and whether anything was cut.
+/// `s` wrapped at whitespace into at most `lines` lines of `width_px` at `font_px` (a word
+/// longer than a line is broken), the last cut with an ellipsis when the rest does not fit;
+/// and whether anything was cut. Nothing for an empty `s`.
 fn wrap(s: &str, width_px: f64, font_px: f64, lines: usize) -> (Vec<String>, bool) {
     let max = (width_px / (font_px * EM_ADVANCE)).floor().max(2.0) as usize;
     let mut out: Vec<String> = Vec::new();
     let mut cur = String::new();
-    let mut words = s.split(' ').filter(|w| !w.is_empty()).peekable();
-    while let Some(w) = words.peek() {
-        let need = if cur.is_empty() {
-            w.chars().count()
-        } else {
-            cur.chars().count() + 1 + w.chars().count()
-        };
-        if need <= max {
-            if !cur.is_empty() {
-                cur.push(' ');
+    let mut cur_n = 0;
+    for word in s.split_whitespace() {
+        let mut w = word;
+        while !w.is_empty() {
+            let wn = w.chars().count();
+            let need = if cur_n == 0 { wn } else { cur_n + 1 + wn };
+            if need <= max {
+                if cur_n > 0 {
+                    cur.push(' ');
+                    cur_n += 1;
+                }
+                cur.push_str(w);
+                cur_n += wn;
+                break;
             }
-            cur.push_str(w);
-            words.next();
-        } else if cur.is_empty() || out.len() + 1 == lines {
-            // A word longer than a line, or the last line: cut what is left there.
-            let rest: Vec<&str> = std::iter::once(cur.as_str())
-                .filter(|c| !c.is_empty())
-                .chain(words)
-                .collect();
-            let (t, _) = fit(&rest.join(" "), width_px, font_px);
-            out.push(t);
-            return (out, true);
-        } else {
-            out.push(std::mem::take(&mut cur));
+            if cur_n > 0 {
+                out.push(std::mem::take(&mut cur));
+                cur_n = 0;
+                continue;
+            }
+            // Alone longer than a line: its first `max` characters make one.
+            let cut_at = w.char_indices().nth(max).map_or(w.len(), |(b, _)| b);
+            out.push(w[..cut_at].to_string());
+            w = &w[cut_at..];
         }
     }
-    if !cur.is_empty() || out.is_empty() {
+    if cur_n > 0 {
         out.push(cur);
     }
-    (out, false)
+    if out.len() <= lines {
+        return (out, false);
+    }
+    let rest = out.split_off(lines.saturating_sub(1)).join(" ");
+    let (mut last, _) = fit(&rest, width_px, font_px);
+    if !last.ends_with('…') {
+        last.pop();
+        last.push('…');
+    }
+    out.push(last);
+    (out, true)
 }
 
 /// A stall's caption: its duration, then its cause wrapped between the lifelines.
@@ -121,11 +133,11 @@ fn caption_room(f: &Flow, frame: u64) -> f64 {
     }
     let lines: usize = ending.iter().map(|s| caption(s).0.len()).sum();
     // The last line's baseline sits 7 px above the band's bottom edge; a line's box
-    // reaches 10 px above its baseline; the arrow before ends ARROW_TO below its row
-    // (+5 for its head) and 4 px more keep them apart.
+    // reaches 11 px above its baseline (the duration's, 12 px bold); the arrow before ends
+    // ARROW_TO below its row (+5 for its head) and 4 px more keep them apart.
     let block = CAPTION_LINE * (lines - 1) as f64
         + CAPTION_GAP * (ending.len() - 1) as f64
-        + 10.0
+        + 11.0
         + BAND_BOTTOM
         + 7.0;
     (block + ARROW_TO + 5.0 + 4.0 - ROW).max(0.0)
@@ -185,7 +197,7 @@ pub fn flow_ladder(f: &Flow) -> String {
     );
     let _ = write!(
         o,
-        r##"<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker><marker id="arrow-hot" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#c0392b"/></marker><marker id="arrow-hs" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#2471a3"/></marker></defs>"##
+        r##"<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker><marker id="arrow-hot" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="4.2" markerHeight="4.2" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#c0392b"/></marker><marker id="arrow-hs" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#2471a3"/></marker></defs>"##
     );
     stalls(&mut o, f, &lay);
     lifelines(&mut o, f, h);
@@ -320,6 +332,33 @@ fn packet(o: &mut String, p: &FlowPacket, y0: f64, handshake: bool, hot: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrap_keeps_every_word_within_the_width_and_cuts_only_past_the_last_line() {
+        // 10 px at 10 px font: 1 character is 6.2 px, 16 to a line of 100 px.
+        let (l, cut) = wrap(
+            "Nagle holds the segment until the delayed ACK",
+            100.0,
+            10.0,
+            3,
+        );
+        assert!(!cut);
+        assert_eq!(l, ["Nagle holds the", "segment until", "the delayed ACK"]);
+        assert_eq!(l.join(" "), "Nagle holds the segment until the delayed ACK");
+        let (l, cut) = wrap("  tabs\tand\nlines  ", 100.0, 10.0, 3);
+        assert_eq!((l, cut), (vec!["tabs and lines".to_string()], false));
+        assert_eq!(wrap("", 100.0, 10.0, 2), (Vec::<String>::new(), false));
+        // A word longer than a line is broken, and the rest goes on.
+        let (l, cut) = wrap("abcdefghijklmnopqrstuvwxyz end", 100.0, 10.0, 3);
+        assert!(!cut);
+        assert_eq!(l, ["abcdefghijklmnop", "qrstuvwxyz end"]);
+        // Past the last line: cut there with an ellipsis, no line too wide.
+        let (l, cut) = wrap(&"word ".repeat(20), 100.0, 10.0, 2);
+        assert!(cut);
+        assert_eq!(l.len(), 2);
+        assert!(l[1].ends_with('…'));
+        assert!(l.iter().all(|x| x.chars().count() <= 16), "{l:?}");
+    }
 
     #[test]
     fn long_labels_are_cut_to_their_slot_with_an_ellipsis() {

@@ -19,8 +19,9 @@ pub const LABEL_CHECK: &str = r#"<script>
     for (let j = i + 1; j < boxes.length; j++)
       if (over(boxes[i].r, boxes[j].r))
         out.push(boxes[i].svg + ': "' + boxes[i].text + '" / "' + boxes[j].text + '"');
-  // A label a ladder's arrow, lifeline or stall band edge runs through (any line of a
-  // chart drawn with one of those classes), in the page's coordinates.
+  // A label that the line of a ladder's arrow, a lifeline or a stall band's edge runs
+  // through (those classes, in any chart), in the page's coordinates; arrowheads and
+  // stroke widths are not measured.
   const segs = [];
   for (const svg of document.querySelectorAll('svg')) {
     const m = svg.getScreenCTM();
