@@ -307,6 +307,7 @@ mod tests {
     use super::super::testing::{Script, kinds};
     use crate::wire::flags;
     use lagtrace_model::FindingKind;
+    use lagtrace_model::analyze::Analysis;
 
     /// The reference pattern: a 238 B head, then a 615 B body held until the client's
     /// delayed ACK 40 ms later.
@@ -372,6 +373,21 @@ mod tests {
         assert_eq!(kinds(&run(0)), [FindingKind::DelayedAck]);
     }
 
+    /// After the server's data (numbered up to `next_id`), the client's quick ACK; then, the
+    /// numbers from `next_id` on skipped by `skipped`, the timeout's resend 212 ms later
+    /// (cwnd one segment), its ACK 44 ms late, and more data.
+    fn timeout_resend(mut s: Script, next_id: u16, skipped: u16) -> Analysis {
+        s.client_ack(1_700);
+        s.ip_id = next_id + skipped;
+        s.server_data(213_000, 1448);
+        s.ip_id = 0;
+        s.client_ack(257_000);
+        s.ip_id = next_id + skipped + 1;
+        s.server_data(257_100, 1448);
+        s.ip_id = 0;
+        s.finish()
+    }
+
     #[test]
     fn the_delayed_ack_of_a_lone_resend_after_unseen_packets_is_the_losss_recovery() {
         // A full segment, 14 numbers skipped, 212 ms later the next (the timeout's resend,
@@ -382,15 +398,7 @@ mod tests {
             s.ip_id = 900;
             s.server_data(1_500, 1448);
             s.ip_id = 0;
-            s.client_ack(1_700);
-            s.ip_id = 901 + skipped;
-            s.server_data(213_000, 1448);
-            s.ip_id = 0;
-            s.client_ack(257_000);
-            s.ip_id = 902 + skipped;
-            s.server_data(257_100, 1448);
-            s.ip_id = 0;
-            s.finish()
+            timeout_resend(s, 901, skipped)
         };
         let k = kinds(&run(14));
         assert!(!k.contains(&FindingKind::DelayedAck), "{k:?}");
@@ -411,15 +419,7 @@ mod tests {
             s.server_data(1_510, 1448);
             s.server_data(1_600, 12 * 1448);
             s.ip_id = 0;
-            s.client_ack(1_700);
-            s.ip_id = 914 + skipped;
-            s.server_data(213_000, 1448);
-            s.ip_id = 0;
-            s.client_ack(257_000);
-            s.ip_id = 915 + skipped;
-            s.server_data(257_100, 1448);
-            s.ip_id = 0;
-            s.finish()
+            timeout_resend(s, 914, skipped)
         };
         let an = run(14);
         assert!(

@@ -83,10 +83,6 @@ struct Dir {
     /// A segment length seen twice in a row within one flight: the sender's MSS, when no
     /// SYN told it.
     mss_seen: Option<u32>,
-    /// The MSS another stream from this sender to this receiver showed (its SYNs or its run
-    /// of equal full segments), looked up for the super-segment being counted when this
-    /// stream's SYNs were not captured.
-    path_mss: Option<u32>,
     /// The MSS this side last handed to the table for other streams.
     mss_shared: Option<u32>,
     unacked: VecDeque<Unacked>,
@@ -211,40 +207,22 @@ impl Conn {
         seen == Seen::Copy
     }
 
+    /// Either side's SYN was captured: the MSS is announced.
+    fn syn_seen(&self) -> bool {
+        self.dirs[0].syn_opts.is_some() || self.dirs[1].syn_opts.is_some()
+    }
+
     /// The MSS direction `d` sends with, when this stream told it: its SYNs, or a run of
     /// equal full segments.
     fn own_mss(&self, d: usize) -> Option<u32> {
-        let (me, peer) = (&self.dirs[d], &self.dirs[1 - d]);
-        if me.syn_opts.is_some() || peer.syn_opts.is_some() || me.mss_seen.is_some() {
-            Some(me.mss(peer, self.link_mss))
-        } else {
-            None
-        }
-    }
-
-    /// Before [`Conn::update`]: for a segment of direction `d` larger than its MSS estimate
-    /// on a stream whose SYNs were not captured (a super-segment whose wire segments must be
-    /// counted), the MSS another stream between the same sender and receiver showed
-    /// (`paths`, by (source, destination)).
-    pub fn take_path_mss(
-        &mut self,
-        d: usize,
-        seg: &TcpSegment<'_>,
-        paths: &HashMap<(IpAddr, IpAddr), u32, impl BuildHasher>,
-    ) {
-        let (me, peer) = (&self.dirs[d], &self.dirs[1 - d]);
-        if me.syn_opts.is_some()
-            || peer.syn_opts.is_some()
-            || seg.payload_len <= me.mss(peer, self.link_mss)
-        {
-            return;
-        }
-        self.dirs[d].path_mss = paths.get(&(seg.src, seg.dst)).copied();
+        (self.syn_seen() || self.dirs[d].mss_seen.is_some())
+            .then(|| self.dirs[d].mss(&self.dirs[1 - d], self.link_mss))
     }
 
     /// After [`Conn::update`]: hands direction `d`'s MSS, once this stream knows it (and
     /// again when it changes: an estimate from the SYNs settles with the first full
-    /// segment), to the other streams between the same sender and receiver.
+    /// segment), to the other streams between the same sender and receiver (`paths`, by
+    /// (source, destination)), which count their super-segments with it.
     pub fn share_mss(
         &mut self,
         d: usize,
@@ -270,7 +248,8 @@ impl Conn {
             .is_none_or(|b| dir.isn.map_or(b.wrapping_add(1), |x| x) == seq)
     }
 
-    /// Takes in one segment of direction `d`, updating the stream's summary.
+    /// Takes in one segment of direction `d`, updating the stream's summary. `paths`: the MSS
+    /// other streams showed per (source, destination), see [`Conn::share_mss`].
     pub fn update<'a>(
         &mut self,
         st: &mut StreamSummary,
@@ -278,6 +257,7 @@ impl Conn {
         ts: i64,
         frame: u64,
         seg: &TcpSegment<'a>,
+        paths: &HashMap<(IpAddr, IpAddr), u32, impl BuildHasher>,
     ) -> Seg<'a> {
         let r = 1 - d;
         let f = seg.flags;
@@ -294,7 +274,7 @@ impl Conn {
             0
         };
         let prev_ack = self.dirs[d].last_ack;
-        let (unseen, refound) = self.unseen(d, seg);
+        let (unseen, refound) = self.unseen(d, seg, paths);
         let retrans = self.sequence(d, ts, frame, seg);
         let far_rtt_us = self.far_rtt_us(d);
         // Data the receiver held for longer than half the delayed-ACK threshold.
@@ -356,11 +336,16 @@ impl Conn {
     /// elsewhere (the listener, the kernel's control socket) and are left out. Returns (new
     /// gap before this packet, numbers of an earlier gap this packet filled: it came late,
     /// reordered on the way).
-    fn unseen(&mut self, d: usize, seg: &TcpSegment<'_>) -> (u16, u16) {
+    fn unseen(
+        &mut self,
+        d: usize,
+        seg: &TcpSegment<'_>,
+        paths: &HashMap<(IpAddr, IpAddr), u32, impl BuildHasher>,
+    ) -> (u16, u16) {
         if !self.copies.numbered(d) || seg.flags & (flags::SYN | flags::RST) != 0 {
             return (0, 0);
         }
-        let known_mss = self.dirs[d].syn_opts.is_some() || self.dirs[1 - d].syn_opts.is_some();
+        let known_mss = self.syn_seen();
         // The MSS estimate is low by up to 40 B before full segments are seen: a segment
         // within that of it is one wire segment.
         let mss = self.dirs[d].mss(&self.dirs[1 - d], self.link_mss).max(1);
@@ -373,18 +358,21 @@ impl Conn {
             // A super-segment of a connection whose SYNs were not captured: counted only
             // with an MSS that divides it (GSO cuts full segments; a write's partial tail
             // may ride along, and then it is not counted) — from a run of equal full
-            // segments of this stream, or from another stream between the same two hosts.
+            // segments of this stream, or from another stream between the same two hosts
+            // (`paths`, see [`Conn::share_mss`]).
             // An MSS that does not divide it (the stream's own is another) is not used.
             // Without this every super-segment of a bulk flow restarted the count, and the
             // numbers a shaper dropped between two went unseen (1m-c8-tbf, the veth capture
             // cut in half: a timeout's lone resend after 26 dropped packets, its ACK delayed
             // 44 ms, read as `delayed-ack` on 5 of 45 transactions where the whole capture,
             // with its SYNs, named none).
-            let dir = &self.dirs[d];
-            match [dir.mss_seen, dir.path_mss]
-                .into_iter()
-                .flatten()
-                .find(|&h| h > 0 && seg.payload_len.is_multiple_of(h))
+            match [
+                self.dirs[d].mss_seen,
+                paths.get(&(seg.src, seg.dst)).copied(),
+            ]
+            .into_iter()
+            .flatten()
+            .find(|&h| h > 0 && seg.payload_len.is_multiple_of(h))
             {
                 Some(h) => {
                     let n = (seg.payload_len / h) as u16;

@@ -213,8 +213,7 @@ impl<S: Default> Table<S> {
             live.conn.closed_at = Some(ts);
             self.closed.push_back((ts, i));
         }
-        live.conn.take_path_mss(d, seg, &self.path_mss);
-        let ev = live.conn.update(st, d, ts, frame, seg);
+        let ev = live.conn.update(st, d, ts, frame, seg, &self.path_mss);
         live.conn.share_mss(d, seg, &mut self.path_mss);
         if ev.retrans.is_some() {
             st.retransmissions += 1;
