@@ -29,6 +29,8 @@ const ARROW_TO: f64 = 19.0;
 /// A stall caption's line, and the gap between two captions ending at the same packet.
 const CAPTION_LINE: f64 = 14.0;
 const CAPTION_GAP: f64 = 6.0;
+/// A caption's last baseline above its band's bottom edge.
+const CAPTION_BOTTOM: f64 = 7.0;
 /// A stall band's bottom edge above the label of the packet ending it (that label's box
 /// starts ~10 px above its baseline), and its top edge below the label of the packet
 /// starting it (its box ends ~3 px below the baseline).
@@ -45,9 +47,14 @@ const TOP: f64 = 62.0;
 /// Average advance of one character of the labels' monospace font, in em.
 const EM_ADVANCE: f64 = 0.62;
 
+/// How many characters of the labels' font at `font_px` fit in `width_px` (at least 2).
+fn chars_in(width_px: f64, font_px: f64) -> usize {
+    (width_px / (font_px * EM_ADVANCE)).floor().max(2.0) as usize
+}
+
 /// `s` cut to fit `width_px` at `font_px`, with an ellipsis when cut.
 fn fit(s: &str, width_px: f64, font_px: f64) -> (String, bool) {
-    let max = (width_px / (font_px * EM_ADVANCE)).floor().max(2.0) as usize;
+    let max = chars_in(width_px, font_px);
     if s.chars().count() <= max {
         return (s.to_string(), false);
     }
@@ -72,7 +79,7 @@ fn text_line(o: &mut String, attrs: &str, shown: &str, whole: Option<&str>) {
 /// longer than a line is broken), the last cut with an ellipsis when the rest does not fit;
 /// and whether anything was cut. Nothing for an empty `s`.
 fn wrap(s: &str, width_px: f64, font_px: f64, lines: usize) -> (Vec<String>, bool) {
-    let max = (width_px / (font_px * EM_ADVANCE)).floor().max(2.0) as usize;
+    let max = chars_in(width_px, font_px);
     let mut out: Vec<String> = Vec::new();
     let mut cur = String::new();
     let mut cur_n = 0;
@@ -117,42 +124,54 @@ fn wrap(s: &str, width_px: f64, font_px: f64, lines: usize) -> (Vec<String>, boo
     (out, true)
 }
 
+/// A stall's caption lines, and whether its cause was cut.
+type Caption = (Vec<String>, bool);
+
 /// A stall's caption: its duration, then its cause wrapped between the lifelines.
-fn caption(s: &Stall) -> (Vec<String>, bool) {
+fn caption(s: &Stall) -> Caption {
     let (mut lines, cut) = wrap(&s.label, CAPTION_WIDTH, 11.0, CAPTION_CAUSE_LINES);
     lines.insert(0, format!("{} stall", ms(s.gap_us)));
     (lines, cut)
 }
 
 /// The room the captions of the stalls ending at a packet take above its label: their
-/// lines and gaps, and the clearance from the arrow of the packet before.
-fn caption_room(f: &Flow, frame: u64) -> f64 {
-    let ending: Vec<&Stall> = f.stalls.iter().filter(|s| s.to_frame == frame).collect();
+/// lines and gaps, and the clearance from the arrow of the packet before. `captions` are
+/// the flow's stalls' in order.
+fn caption_room(f: &Flow, captions: &[Caption], frame: u64) -> f64 {
+    let ending: Vec<&Caption> = f
+        .stalls
+        .iter()
+        .zip(captions)
+        .filter(|(s, _)| s.to_frame == frame)
+        .map(|(_, c)| c)
+        .collect();
     if ending.is_empty() {
         return 0.0;
     }
-    let lines: usize = ending.iter().map(|s| caption(s).0.len()).sum();
-    // The last line's baseline sits 7 px above the band's bottom edge; a line's box
+    let lines: usize = ending.iter().map(|c| c.0.len()).sum();
+    // The last line's baseline sits CAPTION_BOTTOM above the band's bottom edge; a line's box
     // reaches 11 px above its baseline (the duration's, 12 px bold); the arrow before ends
     // ARROW_TO below its row (+5 for its head) and 4 px more keep them apart.
     let block = CAPTION_LINE * (lines - 1) as f64
         + CAPTION_GAP * (ending.len() - 1) as f64
         + 11.0
         + BAND_BOTTOM
-        + 7.0;
+        + CAPTION_BOTTOM;
     (block + ARROW_TO + 5.0 + 4.0 - ROW).max(0.0)
 }
 
 /// Vertical positions: one per shown packet (handshake first), the handshake/packets gap
-/// row, and the stall label slots.
+/// row; and the stalls' captions (in the flow's order), whose lines the rows make room for.
 struct Layout<'a> {
     rows: Vec<(&'a FlowPacket, bool, f64)>,
     gap_y: Option<f64>,
     height: f64,
+    captions: Vec<Caption>,
 }
 
 impl<'a> Layout<'a> {
     fn of(f: &'a Flow) -> Layout<'a> {
+        let captions: Vec<Caption> = f.stalls.iter().map(caption).collect();
         let mut rows = Vec::with_capacity(f.handshake.len() + f.packets.len());
         let mut y = TOP;
         for p in &f.handshake {
@@ -165,7 +184,7 @@ impl<'a> Layout<'a> {
             y += GAP_ROW;
         }
         for p in &f.packets {
-            y += caption_room(f, p.frame);
+            y += caption_room(f, &captions, p.frame);
             rows.push((p, false, y));
             y += ROW;
         }
@@ -173,6 +192,7 @@ impl<'a> Layout<'a> {
             rows,
             gap_y,
             height: y + 20.0,
+            captions,
         }
     }
 
@@ -233,14 +253,17 @@ fn stalls(o: &mut String, f: &Flow, lay: &Layout<'_>) {
         );
         // The captions of the stalls ending at this packet, stacked upwards from the
         // band's bottom edge in order: this one's lines below those of the stalls after it.
-        let after: Vec<&Stall> = f.stalls[i + 1..]
+        let after: Vec<&Caption> = f.stalls[i + 1..]
             .iter()
-            .filter(|t| t.to_frame == s.to_frame)
+            .zip(&lay.captions[i + 1..])
+            .filter(|(t, _)| t.to_frame == s.to_frame)
+            .map(|(_, c)| c)
             .collect();
-        let below: usize = after.iter().map(|t| caption(t).0.len()).sum();
-        let (lines, cut) = caption(s);
+        let below: usize = after.iter().map(|c| c.0.len()).sum();
+        let (lines, cut) = &lay.captions[i];
         let whole = format!("{} stall: {}", ms(s.gap_us), s.label);
-        let last = y1 - 7.0 - CAPTION_LINE * below as f64 - CAPTION_GAP * after.len() as f64;
+        let last =
+            y1 - CAPTION_BOTTOM - CAPTION_LINE * below as f64 - CAPTION_GAP * after.len() as f64;
         let n = lines.len();
         for (k, line) in lines.iter().enumerate() {
             let y = last - CAPTION_LINE * (n - 1 - k) as f64;
