@@ -411,7 +411,7 @@ fn finish_blocking(cfg: &AgentConfig, s: &mut Session) -> Result<SessionFinished
     let hops = s
         .hops
         .take()
-        .map(|(d, caps)| d.finish(caps))
+        .map(|(d, caps)| d.finish(caps, false).0)
         .unwrap_or_default();
     let f = SessionFinished {
         host,

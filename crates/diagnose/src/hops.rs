@@ -219,8 +219,13 @@ impl Discovery {
         caps
     }
 
-    /// Stops watching and capturing; each hop with its packets and its peer's sockets.
-    pub fn finish(mut self, caps: HopCaptures) -> Vec<HopEvidence> {
+    /// Stops watching and capturing; each hop with its packets and its peer's sockets, and
+    /// (`timed`) each captured hop's timed exchanges, for the upstream join.
+    pub fn finish(
+        mut self,
+        caps: HopCaptures,
+        timed: bool,
+    ) -> (Vec<HopEvidence>, Vec<Option<crate::run::Timings>>) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -235,14 +240,22 @@ impl Discovery {
             caps.not_captured.append(&mut late.caps.not_captured);
         }
         let mut packets: BTreeMap<SocketAddr, Layer<PacketEvidence>> = BTreeMap::new();
+        let mut timings: BTreeMap<SocketAddr, crate::run::Timings> = BTreeMap::new();
         for c in caps.running {
             let layer = match c.handle.stop() {
-                Ok(stats) => crate::run::analyse(
-                    &c.file.0,
-                    c.point,
-                    stats.dropped_by_kernel,
-                    &AppRun::default(),
-                ),
+                Ok(stats) => {
+                    let (layer, t) = crate::run::analyse_timed(
+                        &c.file.0,
+                        c.point,
+                        stats.dropped_by_kernel,
+                        &AppRun::default(),
+                        timed,
+                    );
+                    if let Some(t) = t {
+                        timings.insert(c.peer, t);
+                    }
+                    layer
+                }
                 Err(e) => Layer::error(format!("capture: {e:#}")),
             };
             packets.insert(c.peer, layer);
@@ -251,7 +264,9 @@ impl Discovery {
             packets.insert(p, Layer::error(why));
         }
         let mut hops = Vec::new();
+        let mut timed = Vec::new();
         for peer in busiest(&seen) {
+            timed.push(timings.remove(&peer));
             let s = &seen[&peer];
             let packets = packets.remove(&peer).unwrap_or_else(|| {
                 Layer::skipped("not captured: more peers than are followed at once")
@@ -280,9 +295,10 @@ impl Discovery {
                 packets,
                 sockets,
                 listener,
+                join: None,
             });
         }
-        hops
+        (hops, timed)
     }
 }
 

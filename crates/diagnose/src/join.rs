@@ -44,6 +44,7 @@
 //!   explicit remainder, never folded into a component.
 
 pub mod tail;
+pub mod upstream;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -216,6 +216,7 @@ pub(crate) fn find(
                      for them",
                 ),
                 listener: None,
+                join: None,
             })
         })
         .collect()

@@ -705,12 +705,15 @@ fn under_load(
         .take()
         .unwrap_or_else(|| Layer::error("the inspection thread did not finish"));
     progress(Step::Start("packets: analysing the capture".into()));
-    let (packets, windows) = finish_capture(capture, &cn);
+    let (mut packets, windows, front) = finish_capture(capture, &cn);
     progress(ended(&packets, packets_line(&packets)));
-    let hops = match (discovery, hop_captures) {
-        (Some(d), Some(c)) => d.finish(c),
-        _ => Vec::new(),
+    let (mut hops, hop_timed) = match (discovery, hop_captures) {
+        (Some(d), Some(c)) => d.finish(c, front.is_some()),
+        _ => (Vec::new(), Vec::new()),
     };
+    if let Some(front) = &front {
+        join_upstreams(&mut packets, front, &mut hops, &hop_timed);
+    }
     for h in &hops {
         progress(Step::Done(format!(
             "hop: {} (pid {}) → {}{}: {} connection(s) seen; {}",
@@ -752,6 +755,32 @@ fn under_load(
         host,
         hops,
     }
+}
+
+/// Matches the hops' exchanges with the transactions in front of them (`join::upstream`),
+/// into the hops' evidence and the packet layer's last join of records.
+fn join_upstreams(
+    packets: &mut Layer<PacketEvidence>,
+    front: &Timings,
+    hops: &mut [lagtrace_model::diagnosis::evidence::HopEvidence],
+    hop_timed: &[Option<Timings>],
+) {
+    let timed: Vec<_> = hop_timed
+        .iter()
+        .map(|t| t.as_ref().map(Timings::timed))
+        .collect();
+    let mut none = Vec::new();
+    let requests = match packets.data.as_mut().and_then(|p| p.joins.last_mut()) {
+        Some(j) => &mut j.requests,
+        None => &mut none,
+    };
+    crate::join::upstream::attach(
+        Some(front.timed()),
+        &front.of_record,
+        requests,
+        hops,
+        &timed,
+    );
 }
 
 /// Layer 5 on its own thread, over the c=N run: the server host's kernel evidence.
@@ -988,16 +1017,20 @@ fn our_source(sa: SocketAddr) -> Option<IpAddr> {
 fn finish_capture(
     c: Result<RunningCapture, Box<Layer<PacketEvidence>>>,
     run: &AppRun,
-) -> (Layer<PacketEvidence>, Vec<lagtrace_host::offcpu::Window>) {
+) -> (
+    Layer<PacketEvidence>,
+    Vec<lagtrace_host::offcpu::Window>,
+    Option<Timings>,
+) {
     let c = match c {
         Ok(c) => c,
-        Err(l) => return (*l, Vec::new()),
+        Err(l) => return (*l, Vec::new(), None),
     };
     let stats = match c.handle.stop() {
         Ok(s) => s,
-        Err(e) => return (Layer::error(format!("capture: {e:#}")), Vec::new()),
+        Err(e) => return (Layer::error(format!("capture: {e:#}")), Vec::new(), None),
     };
-    analyse_windows(&c.file.0, c.point, stats.dropped_by_kernel, run)
+    analyse_windows(&c.file.0, c.point, stats.dropped_by_kernel, run, false)
 }
 
 /// Each timed transaction's server time (the request's last byte to the response's first
@@ -1069,30 +1102,72 @@ pub(crate) fn analyse(
     dropped: u64,
     run: &AppRun,
 ) -> Layer<PacketEvidence> {
-    analyse_windows(path, point, dropped, run).0
+    analyse_windows(path, point, dropped, run, false).0
 }
 
-/// [`analyse`], with the timed transactions' server-time windows.
+/// [`analyse`], and (`timed`, or when the run has records) the capture's timed
+/// transactions.
+pub(crate) fn analyse_timed(
+    path: &std::path::Path,
+    point: String,
+    dropped: u64,
+    run: &AppRun,
+    timed: bool,
+) -> (Layer<PacketEvidence>, Option<Timings>) {
+    let (l, _, t) = analyse_windows(path, point, dropped, run, timed);
+    (l, t)
+}
+
+/// A capture's timed transactions on its clock, kept for the upstream join
+/// ([`crate::join::upstream`]).
+pub struct Timings {
+    /// The capture's first packet, µs since the epoch.
+    pub base_us: i64,
+    /// Its timed transactions.
+    pub timings: Vec<lagtrace_model::analyze::TxnTiming>,
+    /// Per kept record of the run (in the order of the packet layer's last join), the
+    /// timing it was matched to.
+    pub of_record: Vec<Option<usize>>,
+}
+
+impl Timings {
+    /// The timings with their clock, as the join takes them.
+    pub fn timed(&self) -> crate::join::upstream::Timed<'_> {
+        crate::join::upstream::Timed {
+            base_us: self.base_us,
+            timings: &self.timings,
+        }
+    }
+}
+
+/// [`analyse_timed`], with the timed transactions' server-time windows.
 fn analyse_windows(
     path: &std::path::Path,
     point: String,
     dropped: u64,
     run: &AppRun,
-) -> (Layer<PacketEvidence>, Vec<lagtrace_host::offcpu::Window>) {
+    timed: bool,
+) -> (
+    Layer<PacketEvidence>,
+    Vec<lagtrace_host::offcpu::Window>,
+    Option<Timings>,
+) {
     let opts = lagtrace_packet::AnalyzeOptions {
-        timings: run.records.is_some(),
+        timings: run.records.is_some() || timed,
         ..lagtrace_packet::AnalyzeOptions::default()
     };
     let a = match lagtrace_packet::analyze_file(path, &opts) {
         Ok(a) => a,
-        Err(e) => return (Layer::error(format!("analysis: {e:#}")), Vec::new()),
+        Err(e) => return (Layer::error(format!("analysis: {e:#}")), Vec::new(), None),
     };
     let windows = server_windows(&a);
     let mut ev = adapters::packets::evidence(&a, point, dropped);
+    let mut of_record = Vec::new();
     if let Some(records) = &run.records
         && !a.timings.is_empty()
     {
         let j = crate::join::join(records, a.first_ts_ns, &a.timings);
+        of_record = j.requests.iter().map(|r| r.timing).collect();
         ev.joins.push(j.evidence(run.concurrency));
     }
     // Second pass over the same file, keeping the example stream's packets for its flow.
@@ -1105,12 +1180,17 @@ fn analyse_windows(
             ev.example_flow = adapters::packets::flow(&a2, s, 14);
         }
     }
+    let timings = opts.timings.then_some(Timings {
+        base_us: a.first_ts_ns / 1000,
+        of_record,
+        timings: a.timings,
+    });
     if a.frames == 0 {
         let mut l = Layer::ran(ev);
         l.reason = Some("no packet captured".into());
-        return (l, windows);
+        return (l, windows, timings);
     }
-    (Layer::ran(ev), windows)
+    (Layer::ran(ev), windows, timings)
 }
 
 /// Layer 4: the server on `port` where the address lives.

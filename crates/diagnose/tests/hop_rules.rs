@@ -4,7 +4,7 @@
 use lagtrace_diagnose::evidence::*;
 use lagtrace_diagnose::{FixSide, judge};
 use lagtrace_model::Cause;
-use lagtrace_model::diagnosis::evidence::{HopEvidence, ServerProcess};
+use lagtrace_model::diagnosis::evidence::{HopEvidence, HopJoin, ServerProcess};
 use lagtrace_testkit::layers::{Synth, finding, options};
 
 fn pct(count: u64, p50: u64, p99: u64) -> Percentiles {
@@ -64,6 +64,7 @@ fn hop(findings: Vec<FindingSummary>) -> HopEvidence {
         packets,
         sockets,
         listener: None,
+        join: None,
     }
 }
 
@@ -116,6 +117,40 @@ fn nagle_on_the_hop_is_the_verdict_at_the_hop() {
         j.evidence
             .iter()
             .any(|e| e.text.starts_with("hop 127.0.0.1:9000: "))
+    );
+}
+
+/// With the hop's exchanges matched to the requests that caused them, the server's own time
+/// is the p50 of each request's own (its server time less its wait on the hop), not the
+/// difference of two p50s, and the evidence says how many were matched.
+#[test]
+fn the_servers_own_time_comes_from_the_per_request_join_when_there_is_one() {
+    let mut l = front_slow();
+    let mut h = hop(vec![finding("nagle-delayed-ack", 2_900, 3_000, 43_500)]);
+    h.packets.data.as_mut().unwrap().exchange_time = Some(pct(3_000, 43_000, 47_000));
+    l.hops = vec![h.clone()];
+    let before = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_eq!(
+        before.verdict.hop.as_ref().unwrap().server_own_us,
+        Some(900)
+    );
+    h.join = Some(HopJoin {
+        exchanges: 3_000,
+        joined: 2_990,
+        downstream: 2_990,
+        wait: Some(pct(2_990, 43_600, 47_500)),
+        own: Some(pct(2_990, 180, 700)),
+    });
+    l.hops = vec![h];
+    let j = judge(&lagtrace_testkit::layers::target(), &l);
+    assert_eq!(j.verdict.cause, Cause::NagleDelayedAck);
+    assert_eq!(j.verdict.hop.as_ref().unwrap().server_own_us, Some(180));
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("2990 of the hop's 3000 exchanges matched")),
+        "{:#?}",
+        j.evidence
     );
 }
 

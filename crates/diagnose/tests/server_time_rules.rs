@@ -465,6 +465,7 @@ fn a_poll_wait_no_local_process_ends_with_a_remote_upstream_is_upstream_wait() {
         packets: Layer::error("capture: no such device"),
         sockets: Layer::skipped("the peer is not on this host"),
         listener: None,
+        join: None,
     };
     let layers = |hops: Vec<HopEvidence>| {
         let mut l = slow(

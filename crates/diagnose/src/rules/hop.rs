@@ -449,11 +449,40 @@ fn upstream_wait(j: &mut Judgement, h: &HopEvidence, at: &Hop) {
         .insert(0, upstream_wait_fix(&from, &h.peer, each, peer));
 }
 
-/// The server's own time with its wait on the first hop taken out: its server time at the
+/// The server's own time with its wait on the first hop taken out — a proxy that only
+/// passes requests on spends well under a millisecond of its own. Per request where the
+/// hop's exchanges were matched to the requests that caused them (`first.join`): the p50 of
+/// each request's server time less its wait on its upstreams. Else its server time at the
 /// client-facing capture less the first hop's exchange (its request's first byte to its
-/// response's last byte, at the server's side of the hop), p50 of each — a proxy that only
-/// passes requests on spends well under a millisecond of its own.
+/// response's last byte, at the server's side of the hop), p50 of each.
 pub(super) fn own_time(j: &mut Judgement, layers: &Layers, first: &HopEvidence) {
+    if let Some(hj) = first.join.as_ref().filter(|h| h.downstream > 0)
+        && let (Some(own), Some(wait), Some(hop)) =
+            (hj.own.as_ref(), hj.wait.as_ref(), j.verdict.hop.as_mut())
+    {
+        hop.server_own_us = Some(own.p50_us);
+        j.evidence.push(EvidenceLine {
+            layer: LayerName::Packets,
+            stance: Stance::Note,
+            cause: None,
+            text: format!(
+                "{}'s own time ~{} per request (p50; p99 {}): each request's server time \
+                 less its wait on the exchanges it caused on the hop to {} (p50 {}, p99 {}); \
+                 {} of the hop's {} exchanges matched to the {} requests that caused them, \
+                 by timestamps",
+                who(&first.from),
+                ms(own.p50_us),
+                ms(own.p99_us),
+                first.peer,
+                ms(wait.p50_us),
+                ms(wait.p99_us),
+                hj.joined,
+                hj.exchanges,
+                hj.downstream
+            ),
+        });
+        return;
+    }
     let server = layers
         .packets
         .get()

@@ -666,6 +666,52 @@ pub struct RequestParts {
     pub client_read_us: u64,
     /// The wait outside every component (negative within the clock offset's uncertainty).
     pub unexplained_us: i64,
+    /// Of `server_us`, the wait on the server's upstreams: the exchanges this request caused
+    /// on the first hops (`layers.hops[]` at depth 1), their spans inside its server time
+    /// (`lagtrace_diagnose::join::upstream`). The server's own time is the rest.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub upstream_us: u64,
+    /// The first upstream exchange the request caused, when the hops were captured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<UpstreamRef>,
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
+/// An upstream exchange a request caused: where to find it in the hop's capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct UpstreamRef {
+    /// Index of the hop in `layers.hops`.
+    pub hop: u32,
+    /// The server's local port of the upstream connection (its client side).
+    pub local_port: u16,
+    /// The hop capture's stream.
+    pub stream: u32,
+    /// The exchange's index on that stream (0-based, as the capture saw it: a connection
+    /// opened before the capture began counts from its first exchange captured).
+    pub index: u32,
+}
+
+/// How a hop's exchanges were matched to the transactions in front of it (the server's
+/// client-facing ones at depth 1, the hop it is behind deeper), by timestamps alone
+/// (`lagtrace_diagnose::join::upstream`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HopJoin {
+    /// The hop's complete exchanges (a start and a response) in its capture.
+    pub exchanges: u64,
+    /// Of them, matched to the transaction that caused them.
+    pub joined: u64,
+    /// Transactions in front of the hop that caused at least one of its exchanges.
+    pub downstream: u64,
+    /// Their wait on this hop, inside their server time (µs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<Percentiles>,
+    /// Their server time less their wait on every hop: what the process in front of the
+    /// hop spent itself (µs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own: Option<Percentiles>,
 }
 
 impl PacketEvidence {
@@ -824,6 +870,10 @@ pub struct HopEvidence {
     /// drop count (`sk_drops`) — when it listens in the namespace the hop was captured in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listener: Option<crate::host::ListenerQueue>,
+    /// Its exchanges matched to the transactions in front of it, when both were captured
+    /// with their timings (an active run's c=N).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<HopJoin>,
 }
 
 fn host_not_recorded() -> Layer<crate::host::HostReport> {
