@@ -961,3 +961,43 @@ fn requests_at_c32_are_joined_to_the_upstream_exchange_they_caused() {
     let own = hop["join"]["own"]["p50_us"].as_u64();
     assert!(own.is_some_and(|o| o < 1_000), "own {own:?}");
 }
+
+/// An upstream over a path that drops: nginx behind nginx in one namespace, 3 % of the
+/// backend's data segments dropped on its output by nft (before the loopback capture sees
+/// them), each response one segment, so each drop waits for the kernel's probe timer
+/// (~200 ms). `packet-loss` at the hop, with the backend's pid and address, three runs of
+/// three — not the front's own segments "dropped before the wire": the front's late
+/// responses are its wait on the hop (the upstream join), not a timer of its own.
+#[test]
+#[ignore = "needs root"]
+fn drops_on_the_backends_output_are_packet_loss_at_the_hop() {
+    let lab = Lab::up(&LabOptions::new(&name("dr")).server(ServerKind::Builtin)).expect("lab up");
+    let (be, _bdir) = nginx_in_lab(&lab, 9551, "", "", "return 200 \"hello\\n\";");
+    let (_nginx, _dir) = nginx_proxy_in_lab(&lab, 9552, 9551, "");
+    let url = format!("http://{}:9552/", lab.server_addr());
+    common::drop_output_in_lab(&lab, 9551, 3);
+    for run in 1..=3 {
+        let (_, j, err) = diagnose_json(&url, &["-d", "4s"]);
+        eprintln!(
+            "run {run}: {} / {} at {} (nft dropped {} so far)",
+            j["verdict"]["cause"],
+            j["verdict"]["mechanism"],
+            j["verdict"]["hop"]["text"],
+            common::nft_dropped_in_lab(&lab)
+        );
+        assert_at_backend(&j, &err, run, "packet-loss", &be, "127.0.0.1:9551");
+        assert_ne!(
+            j["verdict"]["mechanism"],
+            "dropped-before-wire",
+            "run {run}: the front's own segments were not dropped\n{}",
+            show(&j)
+        );
+        let fix = &j["verdict"]["fix"][0];
+        assert!(
+            fix["location"]
+                .as_str()
+                .is_some_and(|l| l.contains("127.0.0.1:9551")),
+            "run {run}: {fix}"
+        );
+    }
+}

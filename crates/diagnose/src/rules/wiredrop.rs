@@ -220,14 +220,18 @@ fn late_first(rs: &[RequestRecord], j: &RequestJoin, qdisc: bool) -> Vec<Late> {
     if rs.len() != j.requests.len() {
         return Vec::new();
     }
-    let (server, server90) = spread_us(rs, j, |p| p.server_us);
+    // The server's own time: a wait on its upstream (the request's exchange behind it,
+    // from the upstream join) is no segment of its own held at a timer — a drop on the hop
+    // shows on the front as a late response all the same, and is the hop's.
+    let own = |p: &RequestParts| p.server_us.saturating_sub(p.upstream_us);
+    let (server, server90) = spread_us(rs, j, own);
     let (delivery, delivery90) = spread_us(rs, j, |p| p.delivery_us);
     j.requests
         .iter()
         .enumerate()
         .filter(|(_, p)| p.stream.is_some())
         .filter_map(|(index, p)| {
-            let s = probe_wait_us(p.server_us.saturating_sub(server), server90 - server, qdisc);
+            let s = probe_wait_us(own(p).saturating_sub(server), server90 - server, qdisc);
             let d = probe_wait_us(
                 p.delivery_us.saturating_sub(delivery),
                 delivery90 - delivery,
