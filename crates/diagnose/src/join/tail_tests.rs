@@ -133,6 +133,25 @@ fn a_process_wide_pause_every_300_ms_is_periodic_with_its_period() {
     assert!(s.every_nth.is_none(), "{:?}", s.every_nth);
 }
 
+#[test]
+fn three_stalls_in_one_burst_of_a_long_run_are_no_periodic_pause() {
+    // The same pauses, but only three of them, in the run's first second of three (another
+    // process's burst of kernel work, then nothing): an event, not a period.
+    let pause = |t: u64| {
+        let k = t % 300_000;
+        if t < 1_000_000 && (100_000..160_000).contains(&k) {
+            160_000 - k + FAST
+        } else {
+            FAST
+        }
+    };
+    let rs = closed_loop(8, 3_000_000, &|_, _, t| pause(t));
+    let (recs, j) = build(&rs);
+    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0).unwrap();
+    assert_eq!(s.parts[0].component, Component::Server);
+    assert!(s.pause.is_none(), "{:?}", s.pause);
+}
+
 /// A deterministic pseudo-random sequence (an LCG).
 fn lcg(seed: &mut u64) -> u64 {
     *seed = seed
