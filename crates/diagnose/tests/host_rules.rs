@@ -774,3 +774,71 @@ fn a_backlog_that_probes_and_requests_do_not_wait_behind_is_no_queue() {
     let j = judge(&target(), &standing_queue(14_300, 2_000, 60_000));
     assert_ne!(j.verdict.cause, Cause::PathQueueing, "{j:#?}");
 }
+
+/// Connection tracking that lost new connections' packets while connects waited for SYN
+/// retransmissions: `kernel-stack` / `conntrack`, the syn-drop symptom folded into it, the
+/// fix on the table's size and `notrack` for the port. Counters recorded from a full table:
+/// `conntrack -S` drop +`lost` (`insert_failed` +0), `entries` at `nf_conntrack_max`.
+/// Too few losses for the waits, none at all, or a listener that overflowed instead: not
+/// conntrack.
+#[test]
+fn conntrack_drops_that_account_for_the_syn_waits_are_kernel_stack_conntrack() {
+    let mk = |lost: u64, waited: u64| {
+        let mut l = Synth::RULES.healthy_layers();
+        let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+        cn.waits = Some(cn.latency.clone());
+        cn.connects = Some(ConnectStats {
+            attempts: 64,
+            syn_retransmitted: waited,
+            failed: 0,
+            pending: 0,
+            time: Synth::RULES.pct(64, 200, 1_030_000),
+        });
+        // The capture's view of the same waits: SYNs sent again after ~1 s.
+        l.packets.data.as_mut().unwrap().findings =
+            vec![finding("syn-retransmit", waited, 64, 1_000_000)];
+        let mut h = host_drops(0, "namespace", 0);
+        h.conntrack = Layer::ran(
+            serde_json::from_value(json!({
+                "count": 65_536, "max": 65_536, "peak": 65_536,
+                "drop": lost, "early_drop": 0, "insert_failed": 0, "invalid": 0}))
+            .unwrap(),
+        );
+        l.host = Layer::ran(h);
+        judge(&target(), &l)
+    };
+    let j = mk(22, 20);
+    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::Conntrack), "{j:#?}");
+    assert!(
+        !j.verdict.secondary.contains(&Cause::SynDrop),
+        "the SYN waits are the drops' symptom: {j:#?}"
+    );
+    let f = &j.verdict.fix[0];
+    assert!(f.change.contains("nf_conntrack_max"), "{f:?}");
+    assert!(f.change.contains("tcp dport 8080 notrack"), "{f:?}");
+    assert!(
+        j.verdict
+            .cost
+            .text
+            .contains("connection tracking drops them"),
+        "{}",
+        j.verdict.cost.text
+    );
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("65536 of its 65536 entries")),
+        "{:#?}",
+        j.evidence
+    );
+    for (lost, waited) in [(4, 20), (0, 20)] {
+        let j = mk(lost, waited);
+        assert_ne!(
+            j.verdict.mechanism,
+            Some(Mechanism::Conntrack),
+            "{lost} lost for {waited} waits: {j:#?}"
+        );
+        assert_eq!(j.verdict.cause, Cause::SynDrop, "{lost}: {j:#?}");
+    }
+}

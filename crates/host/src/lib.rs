@@ -9,6 +9,7 @@
 
 pub mod bpf;
 pub mod cgroup;
+pub mod conntrack;
 pub mod counters;
 pub mod cpu;
 pub mod disk;
@@ -248,6 +249,7 @@ struct Ends {
     threads: Option<std::io::Result<BTreeMap<u32, sched::ThreadReading>>>,
     cpu: std::io::Result<cpu::CpuReading>,
     softnet: std::io::Result<Vec<softirq::Softnet>>,
+    conntrack: std::io::Result<Option<conntrack::Reading>>,
 }
 
 fn read_ends(pids: &[u32], dirs: Option<&cgroup::CgroupDirs>) -> Ends {
@@ -258,6 +260,7 @@ fn read_ends(pids: &[u32], dirs: Option<&cgroup::CgroupDirs>) -> Ends {
         threads: (!pids.is_empty()).then(|| sched::read_all(pids)),
         cpu: cpu::read(),
         softnet: softirq::read_softnet(),
+        conntrack: conntrack::read(),
     }
 }
 
@@ -448,6 +451,11 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         },
         netfilter: rule_walk(o, &softirq),
         softirq,
+        conntrack: match (&first.conntrack, &last.conntrack) {
+            (Ok(Some(a)), Ok(Some(b))) => Layer::ran(conntrack::delta(a, b)),
+            (Ok(_), Ok(_)) => Layer::skipped("no connection tracking table in the namespace"),
+            (Err(e), _) | (_, Err(e)) => err_layer("reading /proc/net/stat/nf_conntrack", e),
+        },
         cost: HostCost::default(),
     }
 }

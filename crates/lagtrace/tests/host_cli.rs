@@ -249,3 +249,71 @@ fn without_privilege_the_parts_that_need_it_say_which_capability() {
         "{err}"
     );
 }
+
+/// Connection tracking read in the watched namespace: a stateful rule there (`ct state`)
+/// makes the kernel track its connections, and 20 connects to a listener during the window
+/// are 20 entries or more; `lagtrace host` shows them in the JSON and on a `conntrack:`
+/// line, against the table's maximum.
+#[test]
+#[ignore = "needs root"]
+fn connection_tracking_is_read_in_the_namespace() {
+    let mut g = NetGuard::new();
+    let ns = g.add_ns("host-ct");
+    let nft = Command::new("ip")
+        .args(["netns", "exec", &ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(
+                b"table inet ltct {\n chain in {\n  type filter hook input priority 0; policy accept;\n  ct state established,related accept\n }\n}\n",
+            )?;
+            c.wait()
+        })
+        .expect("nft");
+    assert!(nft.success(), "nft -f");
+    let port = 26_000 + (std::process::id() % 5000) as u16;
+    let pid = listener(&mut g, &ns, port, 64);
+    let run = |json: bool| {
+        let host = std::thread::spawn(move || {
+            let mut c = Command::new(BIN);
+            c.args(["host", "--pid", &pid.to_string(), "-d", "2s"]);
+            if json {
+                c.arg("--json");
+            }
+            c.output().unwrap()
+        });
+        let ns = ns.clone();
+        let client = std::thread::spawn(move || {
+            enter_netns(&ns);
+            std::thread::sleep(Duration::from_millis(300));
+            let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let socks: Vec<_> = (0..20)
+                .map(|_| std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)))
+                .collect();
+            std::thread::sleep(Duration::from_millis(300));
+            drop(socks);
+        });
+        client.join().unwrap();
+        let out = host.join().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let j: serde_json::Value = serde_json::from_str(&run(true)).expect("json");
+    let ct = &j["conntrack"];
+    assert_eq!(ct["status"], "ok", "{ct}");
+    let peak = ct["data"]["peak"].as_u64().unwrap_or(0);
+    assert!(peak >= 20, "20 connects, {peak} entries at the most: {ct}");
+    assert!(ct["data"]["max"].as_u64().is_some_and(|m| m > 0), "{ct}");
+    assert_eq!(ct["data"]["drop"], 0, "{ct}");
+    let text = run(false);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("conntrack: ") && l.contains(" entries at the most")),
+        "{text}"
+    );
+}

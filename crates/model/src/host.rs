@@ -61,6 +61,10 @@ pub struct HostReport {
     /// its way in, in the watched namespace.
     #[serde(default = "netfilter_not_measured")]
     pub netfilter: Layer<Netfilter>,
+    /// Connection tracking in the namespace (`conntrack -S` and the table's fill) over the
+    /// window; skipped where the namespace has no table.
+    #[serde(default = "conntrack_not_measured")]
+    pub conntrack: Layer<Conntrack>,
     /// What the measurement itself cost.
     pub cost: HostCost,
 }
@@ -71,6 +75,42 @@ fn softirq_not_measured() -> Layer<Softirq> {
 
 fn netfilter_not_measured() -> Layer<Netfilter> {
     Layer::skipped("not measured (written by an older lagtrace)")
+}
+
+fn conntrack_not_measured() -> Layer<Conntrack> {
+    Layer::skipped("not measured (written by an older lagtrace)")
+}
+
+/// Connection tracking (`nf_conntrack`) in the namespace over the window: the table's fill
+/// at its ends and what `conntrack -S` counted in between, summed over the CPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Conntrack {
+    /// Entries at the end of the window (`net.netfilter.nf_conntrack_count`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// The table's size (`net.netfilter.nf_conntrack_max`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
+    /// The larger of the entries at the window's two ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak: Option<u64>,
+    /// Packets dropped because the table was full and no entry could be evicted (`drop`):
+    /// a new connection's SYN among them waits for its retransmission.
+    pub drop: u64,
+    /// Entries evicted early to make room for new ones (`early_drop`).
+    pub early_drop: u64,
+    /// New entries that could not be inserted (`insert_failed`: a race between CPUs, or a
+    /// table full), their packets dropped.
+    pub insert_failed: u64,
+    /// Packets conntrack could not track (`invalid`), dropped by a `ct state invalid drop`.
+    pub invalid: u64,
+}
+
+impl Conntrack {
+    /// Packets of new connections the table lost: dropped when full, or not inserted.
+    pub fn lost(&self) -> u64 {
+        self.drop + self.insert_failed
+    }
 }
 
 /// The kernel's packet processing in softirq context over the window, machine-wide (a

@@ -233,6 +233,15 @@ fn host_summary(h: &lagtrace_model::host::HostReport) -> String {
             );
         }
     }
+    if let Some(c) = h.conntrack.get().filter(|c| c.lost() > 0) {
+        let _ = write!(
+            s,
+            "; conntrack lost {} new connections' packets ({} of {} entries)",
+            c.lost(),
+            c.peak.or(c.count).unwrap_or(0),
+            c.max.unwrap_or(0)
+        );
+    }
     if let Some(w) = h
         .netfilter
         .get()

@@ -439,6 +439,55 @@ pub(super) fn overflow(x: &Facts<'_>, host: &HostReport, target: &Target) -> Opt
     })
 }
 
+/// `kernel-stack` / `conntrack`: the namespace's connection tracking lost packets of new
+/// connections in the window (dropped with its table full, or not inserted), as many as
+/// half the connects that waited for a SYN retransmission or failed. Each such SYN is
+/// dropped in the kernel before any socket sees it: no listener overflows, no rule drops
+/// it on purpose.
+pub(super) fn conntrack(x: &Facts<'_>, host: &HostReport, target: &Target) -> Option<Direct> {
+    let ct = host.conntrack.get()?;
+    let lost = ct.lost();
+    let run = x.cn?;
+    let c = run.connects.as_ref()?;
+    let waited = c.syn_retransmitted + c.failed;
+    if lost == 0 || waited == 0 || lost * 2 < waited {
+        return None;
+    }
+    let fill = match (ct.peak.or(ct.count), ct.max) {
+        (Some(n), Some(m)) => format!("{n} of its {m} entries at the most"),
+        (Some(n), None) => format!("{n} entries"),
+        _ => "its fill unknown".into(),
+    };
+    let text = format!(
+        "connection tracking in the server's namespace lost {lost} packets of new connections          during the c={} run (`conntrack -S`: drop +{}, insert_failed +{}, early_drop +{}; the          table {fill}): enough for the {waited} connects that waited for a SYN          retransmission or failed",
+        run.concurrency, ct.drop, ct.insert_failed, ct.early_drop
+    );
+    let max = ct
+        .max
+        .map_or("its size".to_string(), |m| format!("{m} entries"));
+    Some(Direct {
+        cause: Cause::KernelStack,
+        mechanism: Mechanism::Conntrack,
+        evidence: vec![sup(LayerName::Host, Cause::KernelStack, text)],
+        fix: Fix {
+            side: FixSide::Server,
+            location: Some("net.netfilter.nf_conntrack_max".into()),
+            change: format!(
+                "the connection tracking table ({max}) drops new connections: raise                  net.netfilter.nf_conntrack_max (and nf_conntrack_buckets) on the server's                  host, shorten how long closed connections stay tracked                  (net.netfilter.nf_conntrack_tcp_timeout_time_wait), or stop tracking the                  server's port: `tcp dport {} notrack` in a prerouting chain at priority raw",
+                target.port
+            ),
+            tradeoff: Some(
+                "untracked traffic no longer matches `ct state` rules (stateful firewalling,                  NAT) on that port"
+                    .into(),
+            ),
+        },
+        added_us: c.time.p99_us,
+        // Weighed by requests, like the records' SYN waits: a connect is one request.
+        share: waited as f64 / run.waits.as_ref().map_or(c.attempts, |w| w.count).max(1) as f64,
+        counted: Some((waited, Some(c.attempts))),
+    })
+}
+
 /// Run-queue delay of the server's threads beyond the time the cgroup was throttled: a
 /// busy host, as a note (it slows every request a little, not a tail on its own).
 pub(super) fn busy_note(host: &HostReport) -> Option<EvidenceLine> {
@@ -472,10 +521,16 @@ pub(super) fn adopt(
     let Some(host) = x.host else {
         return;
     };
-    let direct = [throttled(x, host), overflow(x, host, target), dropped];
+    let direct = [
+        throttled(x, host),
+        overflow(x, host, target),
+        conntrack(x, host, target),
+        dropped,
+    ];
     for d in direct.into_iter().flatten() {
         merge(cands, d);
     }
+    yield_syn_waits_to_conntrack(cands);
     yield_inferred_cork(cands);
     cands.sort_by(|a, b| b.impact_us.total_cmp(&a.impact_us));
 }
@@ -508,6 +563,36 @@ pub(super) fn merge(cands: &mut Vec<Candidate>, d: Direct) {
             c.host_fix = Some(d.fix);
             cands.push(c);
         }
+    }
+}
+
+/// SYN waits that connection tracking's drops explain are its symptom, not a cause of their
+/// own: a `syn-drop` candidate with no mechanism of its own (no listener overflowed) gives
+/// its evidence to `kernel-stack` / `conntrack` and leaves.
+fn yield_syn_waits_to_conntrack(cands: &mut Vec<Candidate>) {
+    let Some(ct) = cands
+        .iter()
+        .position(|c| c.mechanism == Some(Mechanism::Conntrack))
+    else {
+        return;
+    };
+    let Some(syn) = cands
+        .iter()
+        .position(|c| c.cause == Cause::SynDrop && c.mechanism.is_none())
+    else {
+        return;
+    };
+    let s = cands.remove(syn);
+    let ct = if syn < ct { ct - 1 } else { ct };
+    let c = &mut cands[ct];
+    for l in s.layers {
+        if !c.layers.contains(&l) {
+            c.layers.push(l);
+        }
+    }
+    c.evidence.extend(s.evidence);
+    if s.impact_us > c.impact_us {
+        c.impact_us = s.impact_us;
     }
 }
 
@@ -563,6 +648,15 @@ pub(super) fn cost_text(c: &Candidate) -> Option<String> {
         return Some(format!(
             "{n}{of} transactions wait ~{} for a segment the server host dropped before the \
              wire (sent again on the client's next ACK or at the probe timer)",
+            ms(c.added_us)
+        ));
+    }
+    if c.mechanism == Some(Mechanism::Conntrack) {
+        let (n, of) = c.counted?;
+        return Some(format!(
+            "{n} of {} connects wait for a SYN retransmission or fail: connection tracking \
+             drops them (p99 connect {})",
+            of.unwrap_or(0),
             ms(c.added_us)
         ));
     }

@@ -272,7 +272,8 @@ impl CauseRule for KernelStack {
     }
 
     fn summary(&self) -> &'static str {
-        "the server host's kernel spends the time processing each packet before the server sees it"
+        "the server host's kernel costs the time in its packet processing, before the server \
+         sees the packets"
     }
 
     fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
@@ -340,6 +341,8 @@ impl CauseRule for KernelStack {
                 ),
             }]
             }
+            // The host's own fix (the table's size, `notrack`) says it all.
+            (Some(Mechanism::Conntrack), _) => Vec::new(),
             (Some(Mechanism::SoftirqSaturated), _) => vec![Fix {
                 side: FixSide::Server,
                 location: None,

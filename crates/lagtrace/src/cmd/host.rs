@@ -195,6 +195,7 @@ pub fn text(r: &HostReport) -> String {
     note("disks", r.disks.status, &r.disks.reason);
     note("softirq", r.softirq.status, &r.softirq.reason);
     note("netfilter", r.netfilter.status, &r.netfilter.reason);
+    note("conntrack", r.conntrack.status, &r.conntrack.reason);
     if !counters_text(&mut s, r) {
         quiet.push("TCP/IP error counters");
     }
@@ -220,6 +221,7 @@ pub fn text(r: &HostReport) -> String {
     disks_text(&mut s, r);
     softirq_text(&mut s, r);
     netfilter_text(&mut s, r);
+    conntrack_text(&mut s, r);
     if let Some(ss) = r.sockstat.get()
         && let Some([min, pressure, _]) = ss.tcp_mem_limits.filter(|l| ss.tcp_mem_pages > l[0])
     {
@@ -304,6 +306,32 @@ fn softirq_text(s: &mut String, r: &HostReport) {
             k.time_squeeze
         );
     }
+}
+
+/// Connection tracking: the table's fill, and what it lost or evicted in the window.
+fn conntrack_text(s: &mut String, r: &HostReport) {
+    let Some(c) = r.conntrack.get() else { return };
+    let fill = match (c.peak.or(c.count), c.max) {
+        (Some(n), Some(m)) => format!("{n} of {m} entries at the most"),
+        (Some(n), None) => format!("{n} entries"),
+        _ => "fill unknown".into(),
+    };
+    let mut t = format!("conntrack: {fill}");
+    for (n, what) in [
+        (c.drop, "dropped with the table full"),
+        (c.insert_failed, "failed to insert"),
+        (c.early_drop, "evicted early for room"),
+        (c.invalid, "invalid"),
+    ] {
+        if n > 0 {
+            let _ = write!(t, ", {n} {what}");
+        }
+    }
+    if c.lost() > 0 {
+        t += " — new connections' SYNs among them wait for a retransmission: raise \
+              net.netfilter.nf_conntrack_max or `notrack` the port";
+    }
+    let _ = writeln!(s, "{t}");
 }
 
 /// The netfilter rules a packet to the port walks on its way in.

@@ -244,6 +244,10 @@ pub enum Mechanism {
     /// The server's time is a wait on an upstream that lagtrace cannot look inside (on
     /// another host, no agent there): its connections to it show the wait, not the reason.
     UpstreamWait,
+    /// The kernel's connection tracking drops new connections' packets: its table is full
+    /// (`nf_conntrack_max`) or entries fail to insert, so their SYNs wait for a
+    /// retransmission.
+    Conntrack,
 }
 
 impl Mechanism {
@@ -263,6 +267,7 @@ impl Mechanism {
             Mechanism::NetfilterRules => "netfilter-rules",
             Mechanism::SoftirqSaturated => "softirq-saturated",
             Mechanism::UpstreamWait => "upstream-wait",
+            Mechanism::Conntrack => "conntrack",
         }
     }
 }
