@@ -264,9 +264,9 @@ impl Discovery {
             packets.insert(p, Layer::error(why));
         }
         let mut hops = Vec::new();
-        let mut timed = Vec::new();
+        let mut hop_timings = Vec::new();
         for peer in busiest(&seen) {
-            timed.push(timings.remove(&peer));
+            hop_timings.push(timings.remove(&peer));
             let s = &seen[&peer];
             let packets = packets.remove(&peer).unwrap_or_else(|| {
                 Layer::skipped("not captured: more peers than are followed at once")
@@ -298,7 +298,7 @@ impl Discovery {
                 join: None,
             });
         }
-        (hops, timed)
+        (hops, hop_timings)
     }
 }
 

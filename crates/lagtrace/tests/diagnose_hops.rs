@@ -808,12 +808,12 @@ fn a_slow_upstream_on_another_host_is_upstream_wait_at_that_hop() {
 /// alone, at c=32 through nginx with a keep-alive upstream pool (issue 25's ≥ 95 %). The
 /// truth comes from ids neither lagtrace nor its capture sees: nginx makes a `$request_id`,
 /// logs it with the client's port and request number, and sends it to the backend, which
-/// logs it with nginx's port and its own request number on that connection. A kept record
-/// (client port, index) is joined right when `upstream.local_port` is the backend's logged
-/// peer port and `upstream.index` is its request number less the connection's offset (the
-/// capture counts a pooled connection's exchanges from the capture's start; the offset is
-/// the one most of that connection's records show — a wrong join scatters). The backend
-/// answers in 0–1 ms at random, so exchanges of different requests interleave.
+/// logs it with nginx's port, its own request number on that connection and the time. A
+/// kept record (client port, index) is joined right when `upstream.local_port` is the
+/// backend's logged peer port and `upstream.index` is its request number less the requests
+/// that connection served before the c=N run began (the capture counts a pooled
+/// connection's exchanges from its own start, just before the run's). The backend answers
+/// in 0–1 ms at random, so exchanges of different requests interleave.
 #[test]
 #[ignore = "needs root"]
 fn requests_at_c32_are_joined_to_the_upstream_exchange_they_caused() {
@@ -826,7 +826,7 @@ fn requests_at_c32_are_joined_to_the_upstream_exchange_they_caused() {
         "LOG = open(sys.argv[2], \"a\", buffering=1)\nlock = threading.Lock()",
         "self.n = -1",
         "self.n += 1\n        time.sleep(random.random() * 0.001)\n        with lock:\n            \
-         LOG.write(\"%s %d %d\\n\" % (self.headers.get(\"X-Request-Id\"), self.client_address[1], self.n))",
+         LOG.write(\"%s %d %d %.6f\\n\" % (self.headers.get(\"X-Request-Id\"), self.client_address[1], self.n, time.time()))",
     );
     let _be = start_in_lab(
         &lab,
@@ -856,14 +856,25 @@ fn requests_at_c32_are_joined_to_the_upstream_exchange_they_caused() {
             down.insert((p, n - 1), id.to_string());
         }
     }
+    // The c=N run's start (the records' clock), and what each upstream connection served
+    // before it: the capture's exchange index counts from there.
+    let start_s = j["layers"]["app"]["data"]["cn"]["records"]["start_unix_us"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no c=N start: {err}\n{}", show(&j)))
+        / 1e6;
+    let mut before: HashMap<u64, u64> = HashMap::new();
     // id → (nginx's port, request number on that connection).
     let mut up: HashMap<String, (u64, u64)> = HashMap::new();
     for l in read(&be_log).lines() {
         let f: Vec<&str> = l.split_whitespace().collect();
-        if let [id, port, n] = f[..]
-            && let (Ok(p), Ok(n)) = (port.parse::<u64>(), n.parse::<u64>())
+        if let [id, port, n, at] = f[..]
+            && let (Ok(p), Ok(n), Ok(at)) =
+                (port.parse::<u64>(), n.parse::<u64>(), at.parse::<f64>())
         {
             up.insert(id.to_string(), (p, n));
+            if at < start_s {
+                *before.entry(p).or_default() += 1;
+            }
         }
     }
     let records = j["layers"]["app"]["data"]["cn"]["records"]["records"]
@@ -894,32 +905,22 @@ fn requests_at_c32_are_joined_to_the_upstream_exchange_they_caused() {
         let got = p["upstream"]["local_port"]
             .as_u64()
             .zip(p["upstream"]["index"].as_u64());
+        if got.is_some() {
+            // Its wait on the hop is part of its server time, and some of it.
+            let (w, s) = (p["upstream_us"].as_u64(), p["server_us"].as_u64());
+            assert!(
+                w.zip(s).is_some_and(|(w, s)| w > 0 && w <= s),
+                "upstream_us {w:?} of server_us {s:?}: {p}"
+            );
+        }
         checked.push((got, *truth));
     }
-    // Each upstream connection's offset: the most common (logged number − index).
-    let mut offsets: HashMap<u64, HashMap<i64, usize>> = HashMap::new();
-    for (got, (tp, tn)) in &checked {
-        if let Some((gp, gi)) = got
-            && gp == tp
-        {
-            *offsets
-                .entry(*tp)
-                .or_default()
-                .entry(*tn as i64 - *gi as i64)
-                .or_default() += 1;
-        }
-    }
-    let offset = |p: u64| {
-        offsets
-            .get(&p)
-            .and_then(|m| m.iter().max_by_key(|(_, c)| **c).map(|(o, _)| *o))
+    // The truth's index in the capture: its number less what the connection served before.
+    let is_right = |got: &Option<(u64, u64)>, (tp, tn): &(u64, u64)| {
+        got.is_some_and(|(gp, gi)| gp == *tp && gi + before.get(tp).copied().unwrap_or(0) == *tn)
     };
-    let right = checked
-        .iter()
-        .filter(|(got, (tp, tn))| {
-            got.is_some_and(|(gp, gi)| gp == *tp && offset(*tp) == Some(*tn as i64 - gi as i64))
-        })
-        .count();
+    let offsets: std::collections::HashSet<u64> = checked.iter().map(|(_, t)| t.0).collect();
+    let right = checked.iter().filter(|(g, t)| is_right(g, t)).count();
     let unjoined = checked.iter().filter(|(g, _)| g.is_none()).count();
     let other_conn = checked
         .iter()
@@ -944,9 +945,7 @@ fn requests_at_c32_are_joined_to_the_upstream_exchange_they_caused() {
     );
     let wrong: Vec<String> = checked
         .iter()
-        .filter(|(got, (tp, tn))| {
-            !got.is_some_and(|(gp, gi)| gp == *tp && offset(*tp) == Some(*tn as i64 - gi as i64))
-        })
+        .filter(|(g, t)| !is_right(g, t))
         .take(40)
         .map(|(got, truth)| format!("joined to {got:?}, caused (port, number) {truth:?}"))
         .collect();

@@ -11,19 +11,30 @@
 //! - U's response's first byte ≤ D's response's first byte.
 //!
 //! ## Which match
-//! Among those, a server that passes requests on does so at once: the right D leaves the
-//! smallest *gap* = (U's start − D's request's last byte, or 0) + (D's response's first byte
-//! − U's response's first byte). Every candidate pair is ranked by its gap and taken
-//! greedily, one upstream exchange per downstream transaction and hop (a proxy sends each
-//! request on once); exchanges left over (an application calling its database several times
-//! per request) then go to their best candidate whose exchanges on that hop they do not
-//! overlap. Candidates come from a sweep: at any instant only the downstream transactions
-//! in progress can contain an exchange starting then, at most one per connection.
+//! A hop with about one exchange per request (a proxy: at most [`PROXY_RATIO`] exchanges
+//! per answered request) gets one exchange per request, chosen two ways, and the way that
+//! fits better wins ([`Candidates::score`]):
+//! - *in order*: each exchange, in order of its start, to the request among its candidates
+//!   that has waited longest — a server passes requests on in the order they came;
+//! - *by gap*: the cheapest pairs first, then swaps of two matches that cost less traded —
+//!   robust to requests that cause no exchange. The cost is the square of (U's start − D's
+//!   request's last byte, or 0) plus a quarter of the square of (D's response's first byte
+//!   − U's response's first byte).
+//!
+//! An exchange left over goes to its cheapest candidate only, when that costs no more than
+//! the cap (a gap of the hop's median exchange) and does not overlap that request's other
+//! exchanges on the hop. On a hop with several exchanges per request (an application
+//! calling its database in a loop) time alone cannot tell which of two overlapping requests
+//! made a call: an exchange is joined only when one request in progress could have made it.
+//! Candidates come from a sweep: only the requests in progress when an exchange starts can
+//! contain it, and each exchange keeps its [`MAX_CANDIDATES`] cheapest.
 //!
 //! ## The wait on the upstream
-//! A joined transaction's wait on its upstreams is the union of its exchanges' intervals
-//! (start to the response's last byte) inside its server time (its request's last byte to
-//! its response's first byte); its own time is the rest.
+//! A joined request's wait on its upstreams is the union of its exchanges' spans inside its
+//! server time (its request's last byte to its response's first byte): from the exchange's
+//! start (its SYN, when it opened its connection after the request began) to its response's
+//! last byte — or to its first byte, when the server answered before the upstream finished
+//! (a stream: the rest is the server's forwarding). Its own time is the rest.
 
 use lagtrace_model::analyze::TxnTiming;
 use lagtrace_model::diagnosis::evidence::{HopEvidence, HopJoin, RequestParts, UpstreamRef};
@@ -59,14 +70,23 @@ pub struct UpstreamJoin {
 /// An interval on the common clock, µs since the epoch.
 #[derive(Debug, Clone, Copy)]
 struct Span {
+    /// The request's first byte.
     start: i64,
-    /// The request's last byte (downstream) — where the server's time begins.
+    /// Downstream: the request's last byte, where the server's time begins. Upstream: the
+    /// exchange's SYN when it was its connection's first (else its start).
     ready: i64,
     /// The response's first byte.
     answer: i64,
     /// The response's last byte.
     end: i64,
 }
+
+/// Most exchanges per answered request for a hop to be joined one exchange per request.
+pub const PROXY_RATIO: f64 = 1.25;
+
+/// Candidates kept per exchange (the cheapest): bounds time and memory at high
+/// concurrency, where every request in progress is a candidate.
+pub const MAX_CANDIDATES: usize = 64;
 
 fn down_span(base: i64, t: &TxnTiming) -> Option<Span> {
     let start = base + t.request_first_at_us?;
@@ -80,24 +100,19 @@ fn down_span(base: i64, t: &TxnTiming) -> Option<Span> {
 }
 
 fn up_span(base: i64, t: &TxnTiming) -> Option<Span> {
-    // The exchange that opened its connection began with the connect.
-    let start = match t.syn_at_us {
-        Some(s) if t.index == 0 => s,
-        _ => t.request_first_at_us?,
+    let start = base + t.request_first_at_us?;
+    // The exchange that opened its connection began with the connect (a pool may have
+    // opened it long before: whether it counts is the request's to say, in `wait_us`).
+    let opened = match t.syn_at_us {
+        Some(s) if t.index == 0 => base + s,
+        _ => start,
     };
-    Span::exchange(base + start, base, t)
-}
-
-impl Span {
-    fn exchange(start: i64, base: i64, t: &TxnTiming) -> Option<Span> {
-        let answer = base + t.response_first_at_us?;
-        Some(Span {
-            start,
-            ready: start,
-            answer,
-            end: base + t.response_last_at_us.unwrap_or(t.response_first_at_us?),
-        })
-    }
+    Some(Span {
+        start,
+        ready: opened.min(start),
+        answer: base + t.response_first_at_us?,
+        end: base + t.response_last_at_us.unwrap_or(t.response_first_at_us?),
+    })
 }
 
 /// Joins the downstream transactions `down` with the exchanges of the hops `ups` behind it.
@@ -120,12 +135,18 @@ pub fn join(down: Timed<'_>, ups: &[Timed<'_>]) -> UpstreamJoin {
         }
     }
     us.sort_by_key(|(s, c)| (s.start, *c));
-    let c = Candidates::sweep(&ds, &order, &us);
-    // Phase one, one exchange per transaction and hop, two ways; the one that fits better.
-    let in_order = c.in_order(&ds, &us);
-    let by_gap = c.by_gap(&us, ds.len());
-    let cap = cap(&us);
-    let mut of_up = if c.score(&in_order, cap) < c.score(&by_gap, cap) {
+    let cands = Candidates::sweep(&ds, &order, &us);
+    let answered = order.len() as f64;
+    let proxy: Vec<bool> = per_hop
+        .iter()
+        .map(|&(n, _)| n as f64 <= PROXY_RATIO * answered)
+        .collect();
+    let caps = caps(&us, ups.len());
+    // Phase one on the proxy-shaped hops, two ways; the one that fits better.
+    let on_proxy: Vec<bool> = us.iter().map(|(_, c)| proxy[c.hop]).collect();
+    let in_order = cands.in_order(&ds, &us, &on_proxy);
+    let by_gap = cands.by_gap(&us, ds.len(), &on_proxy);
+    let mut of_up = if cands.score(&in_order, &us, &caps) < cands.score(&by_gap, &us, &caps) {
         in_order
     } else {
         by_gap
@@ -136,19 +157,31 @@ pub fn join(down: Timed<'_>, ups: &[Timed<'_>]) -> UpstreamJoin {
             caused[d].push(us[k].1);
         }
     }
-    // Then the rest, each to its best transaction whose exchanges on that hop it does not
-    // overlap.
+    // Then the rest: to the cheapest candidate only (a proxy's hop: within the cap), or to
+    // the only candidate (a hop with several exchanges per request), when that request's
+    // exchanges on the hop do not overlap it.
     let overlaps = |a: &Span, b: &Span| a.start < b.end && b.start < a.end;
     let mut span_of = std::collections::HashMap::new();
     for (k, (s, c)) in us.iter().enumerate() {
         span_of.insert(*c, (*s, k));
     }
-    for p in c.by_cost() {
-        let (k, d) = (p.k, p.d);
+    for k in 0..us.len() {
         if of_up[k].is_some() {
             continue;
         }
         let (u, c) = us[k];
+        let options = cands.of(k);
+        let pick = if proxy[c.hop] {
+            options
+                .iter()
+                .min_by_key(|p| (p.cost, p.d))
+                .filter(|p| p.cost <= caps[c.hop])
+        } else if options.len() == 1 {
+            options.first()
+        } else {
+            None
+        };
+        let Some(d) = pick.map(|p| p.d) else { continue };
         let clash = caused[d]
             .iter()
             .filter(|o| o.hop == c.hop)
@@ -216,6 +249,7 @@ impl Candidates {
             // An exchange starting now answers no earlier than now: a transaction answered
             // before can hold none of these exchanges.
             open.retain(|&d| ds[d].is_some_and(|d| d.answer >= u.start));
+            let from = pairs.len();
             for &d in &open {
                 let Some(s) = ds[d] else { continue };
                 if u.answer <= s.answer {
@@ -227,6 +261,13 @@ impl Candidates {
                     });
                 }
             }
+            // The cheapest few, then by transaction (for `cost_of`'s search).
+            let mine = &mut pairs[from..];
+            if mine.len() > MAX_CANDIDATES {
+                mine.select_nth_unstable_by_key(MAX_CANDIDATES, |p| (p.cost, p.d));
+                pairs.truncate(from + MAX_CANDIDATES);
+            }
+            pairs[from..].sort_unstable_by_key(|p| p.d);
         }
         first.push(pairs.len());
         Candidates { pairs, first }
@@ -237,7 +278,10 @@ impl Candidates {
     }
 
     fn cost_of(&self, k: usize, d: usize) -> Option<i64> {
-        self.of(k).iter().find(|p| p.d == d).map(|p| p.cost)
+        let of = self.of(k);
+        of.binary_search_by_key(&d, |p| p.d)
+            .ok()
+            .map(|i| of[i].cost)
     }
 
     /// Every pair, cheapest first.
@@ -251,10 +295,15 @@ impl Candidates {
     /// among its candidates not yet holding one on that hop: a server passes requests on in
     /// the order they came. Exact for a proxy; a transaction that never causes an exchange on
     /// the hop (served from a cache, by another hop) would take a later one's.
-    fn in_order(&self, ds: &[Option<Span>], us: &[(Span, Caused)]) -> Vec<Option<usize>> {
+    fn in_order(
+        &self,
+        ds: &[Option<Span>],
+        us: &[(Span, Caused)],
+        on: &[bool],
+    ) -> Vec<Option<usize>> {
         let mut of_up = vec![None; us.len()];
         let mut holds: std::collections::HashSet<(usize, usize)> = Default::default();
-        for k in 0..us.len() {
+        for k in (0..us.len()).filter(|&k| on[k]) {
             let hop = us[k].1.hop;
             let pick = self
                 .of(k)
@@ -271,12 +320,12 @@ impl Candidates {
 
     /// Greedy by the cheapest pair, then [`Candidates::improve`]: robust to transactions
     /// that cause no exchange, but blind to the order of near ties.
-    fn by_gap(&self, us: &[(Span, Caused)], downs: usize) -> Vec<Option<usize>> {
+    fn by_gap(&self, us: &[(Span, Caused)], downs: usize, on: &[bool]) -> Vec<Option<usize>> {
         let mut of_up = vec![None; us.len()];
         let mut held: Vec<Vec<(usize, usize)>> = vec![Vec::new(); downs];
         for p in self.by_cost() {
             let hop = us[p.k].1.hop;
-            if of_up[p.k].is_none() && !held[p.d].iter().any(|&(h, _)| h == hop) {
+            if on[p.k] && of_up[p.k].is_none() && !held[p.d].iter().any(|&(h, _)| h == hop) {
                 of_up[p.k] = Some(p.d);
                 held[p.d].push((hop, p.k));
             }
@@ -333,14 +382,15 @@ impl Candidates {
         }
     }
 
-    /// How well a phase-one assignment fits: each match's cost, capped at `cap` (a rare
-    /// wrong match of the in-order way costs no more than an exchange left unmatched), and
-    /// `cap` for each exchange unmatched. Lower is better.
-    fn score(&self, of_up: &[Option<usize>], cap: i64) -> i64 {
+    /// How well a phase-one assignment fits: each match's cost, capped at its hop's cap (a
+    /// rare wrong match of the in-order way costs no more than an exchange left unmatched),
+    /// and the cap for each exchange unmatched. Lower is better.
+    fn score(&self, of_up: &[Option<usize>], us: &[(Span, Caused)], caps: &[i64]) -> i64 {
         of_up
             .iter()
             .enumerate()
             .map(|(k, d)| {
+                let cap = caps[us[k].1.hop];
                 d.and_then(|d| self.cost_of(k, d))
                     .map_or(cap, |c| c.min(cap))
             })
@@ -355,15 +405,23 @@ const PASSES: usize = 8;
 /// millisecond a server is not passing a request on at once.
 const CAP_LEAST_US: i64 = 1_000;
 
-/// The cap of a match's cost: a gap as long as the hop's median exchange (start to the
-/// response's first byte), at least [`CAP_LEAST_US`] — on the scale of what is being
+/// Each hop's cap of a match's cost: a gap as long as the hop's median exchange (start to
+/// the response's first byte), at least [`CAP_LEAST_US`] — on the scale of what is being
 /// matched, so that a chain of wrong matches (each a transaction that waited for another's
 /// exchange) counts against the in-order way.
-fn cap(us: &[(Span, Caused)]) -> i64 {
-    let mut w: Vec<i64> = us.iter().map(|(s, _)| s.answer - s.start).collect();
-    w.sort_unstable();
-    let m = w.get(w.len() / 2).copied().unwrap_or(0).max(CAP_LEAST_US);
-    cost(m, 0)
+fn caps(us: &[(Span, Caused)], hops: usize) -> Vec<i64> {
+    (0..hops)
+        .map(|h| {
+            let mut w: Vec<i64> = us
+                .iter()
+                .filter(|(_, c)| c.hop == h)
+                .map(|(s, _)| s.answer - s.start)
+                .collect();
+            w.sort_unstable();
+            let m = w.get(w.len() / 2).copied().unwrap_or(0).max(CAP_LEAST_US);
+            cost(m, 0)
+        })
+        .collect()
 }
 
 impl UpstreamJoin {
@@ -378,24 +436,25 @@ impl UpstreamJoin {
         hop: Option<usize>,
     ) -> Option<u64> {
         let s = down_span(down.base_us, down.timings.get(d)?)?;
-        let mut spans: Vec<(i64, i64)> = self
-            .caused
-            .get(d)?
+        let mine = self.caused.get(d)?;
+        if mine.iter().all(|c| hop.is_some_and(|h| h != c.hop)) {
+            return None;
+        }
+        let mut spans: Vec<(i64, i64)> = mine
             .iter()
             .filter(|c| hop.is_none_or(|h| h == c.hop))
             .filter_map(|c| {
                 let up = ups.get(c.hop)?;
                 let u = up_span(up.base_us, up.timings.get(c.timing)?)?;
-                let (a, b) = (u.start.max(s.ready), u.end.min(s.answer));
+                // From its connect when it opened its connection for this request.
+                let from = if u.ready >= s.start { u.ready } else { u.start };
+                // To its last byte, or its first when the server answered before the
+                // upstream finished (a stream: the rest is the server's forwarding).
+                let to = if u.end <= s.answer { u.end } else { u.answer };
+                let (a, b) = (from.max(s.ready), to.min(s.answer));
                 (a < b).then_some((a, b))
             })
             .collect();
-        if self.caused[d]
-            .iter()
-            .all(|c| hop.is_some_and(|h| h != c.hop))
-        {
-            return None;
-        }
         spans.sort_unstable();
         let mut total = 0i64;
         let mut reach = i64::MIN;
@@ -475,7 +534,7 @@ pub fn attach(
             let Some(first) = j.caused.get(t).and_then(|c| c.first()) else {
                 continue;
             };
-            r.upstream_us = j.wait_us(down, &ups, t, None).unwrap_or(0);
+            r.upstream_us = j.wait_us(down, &ups, t, None).unwrap_or(0).min(r.server_us);
             let u = &ups[first.hop].timings[first.timing];
             r.upstream = Some(UpstreamRef {
                 hop: members[first.hop] as u32,
@@ -691,6 +750,42 @@ mod tests {
         for (i, c) in j.caused.iter().enumerate() {
             assert_eq!(c, &vec![Caused { hop: 0, timing: i }], "request {i}: {j:?}");
         }
+    }
+
+    #[test]
+    fn overlapping_requests_calling_a_hop_in_a_loop_are_joined_only_where_one_could_call() {
+        // Two requests in progress together, each calling its database three times in a
+        // row (the review's example): a call made while both were in progress could be
+        // either's, and is left unjoined rather than given to the wrong one.
+        let down = vec![
+            t(0, 0, (0, 0), (2_000, 2_000)),
+            t(1, 0, (550, 550), (2_600, 2_600)),
+        ];
+        let up = vec![
+            t(5, 0, (200, 200), (500, 500)),
+            t(5, 1, (600, 600), (900, 900)),
+            t(5, 2, (1_000, 1_000), (1_300, 1_300)),
+            t(6, 0, (700, 700), (1_000, 1_000)),
+            t(6, 1, (1_100, 1_100), (1_400, 1_400)),
+            t(6, 2, (2_100, 2_100), (2_400, 2_400)),
+        ];
+        let d = Timed {
+            base_us: 0,
+            timings: &down,
+        };
+        let u = [Timed {
+            base_us: 0,
+            timings: &up,
+        }];
+        let j = join(d, &u);
+        // Stream 5 is request 0's connection, stream 6 request 1's.
+        for (r, c) in j.caused.iter().enumerate() {
+            for x in c {
+                assert_eq!(up[x.timing].stream, 5 + r as u32, "request {r}: {j:?}");
+            }
+        }
+        assert_eq!(j.caused[0], vec![Caused { hop: 0, timing: 0 }]);
+        assert_eq!(j.caused[1], vec![Caused { hop: 0, timing: 5 }]);
     }
 
     #[test]

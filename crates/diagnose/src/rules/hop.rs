@@ -449,6 +449,9 @@ fn upstream_wait(j: &mut Judgement, h: &HopEvidence, at: &Hop) {
         .insert(0, upstream_wait_fix(&from, &h.peer, each, peer));
 }
 
+/// Requests a per-request own time needs behind it.
+const JOIN_LEAST: u64 = 20;
+
 /// The server's own time with its wait on the first hop taken out — a proxy that only
 /// passes requests on spends well under a millisecond of its own. Per request where the
 /// hop's exchanges were matched to the requests that caused them (`first.join`): the p50 of
@@ -456,7 +459,12 @@ fn upstream_wait(j: &mut Judgement, h: &HopEvidence, at: &Hop) {
 /// client-facing capture less the first hop's exchange (its request's first byte to its
 /// response's last byte, at the server's side of the hop), p50 of each.
 pub(super) fn own_time(j: &mut Judgement, layers: &Layers, first: &HopEvidence) {
-    if let Some(hj) = first.join.as_ref().filter(|h| h.downstream > 0)
+    // Only from a join that matched most of the hop's exchanges (a capture that began late
+    // or stopped at its cap would speak for a few requests).
+    if let Some(hj) = first
+        .join
+        .as_ref()
+        .filter(|h| h.downstream >= JOIN_LEAST && h.joined * 2 >= h.exchanges)
         && let (Some(own), Some(wait), Some(hop)) =
             (hj.own.as_ref(), hj.wait.as_ref(), j.verdict.hop.as_mut())
     {

@@ -155,13 +155,18 @@ fn held<'a>(x: &Facts<'a>) -> Option<&'a FindingSummary> {
     x.finding(FindingKind::HeldUntilAck)
 }
 
-/// A component's median and p90 over the joined requests, each record standing for its
-/// `weight` requests (the fast ones are sampled), µs.
-fn spread_us(rs: &[RequestRecord], j: &RequestJoin, part: fn(&RequestParts) -> u64) -> (u64, u64) {
+/// A component's median and p90 over the joined requests (`keep`: those the caller
+/// judges), each record standing for its `weight` requests (the fast ones are sampled), µs.
+fn spread_us(
+    rs: &[RequestRecord],
+    j: &RequestJoin,
+    part: fn(&RequestParts) -> u64,
+    keep: &dyn Fn(&RequestParts) -> bool,
+) -> (u64, u64) {
     let mut v: Vec<(u64, f64)> = rs
         .iter()
         .zip(&j.requests)
-        .filter(|(_, p)| p.stream.is_some())
+        .filter(|(_, p)| p.stream.is_some() && keep(p))
         .map(|(r, p)| (part(p), r.weight.max(0.0)))
         .collect();
     v.sort_unstable_by_key(|x| x.0);
@@ -223,13 +228,17 @@ fn late_first(rs: &[RequestRecord], j: &RequestJoin, qdisc: bool) -> Vec<Late> {
     // The server's own time: a wait on its upstream (the request's exchange behind it,
     // from the upstream join) is no segment of its own held at a timer — a drop on the hop
     // shows on the front as a late response all the same, and is the hop's.
+    // Where the hops were joined, a request left unjoined may have waited on an exchange
+    // the join could not place: its server time says nothing of the server's own segments.
     let own = |p: &RequestParts| p.server_us.saturating_sub(p.upstream_us);
-    let (server, server90) = spread_us(rs, j, own);
-    let (delivery, delivery90) = spread_us(rs, j, |p| p.delivery_us);
+    let joined = j.requests.iter().any(|p| p.upstream.is_some());
+    let keep = |p: &RequestParts| !joined || p.upstream.is_some();
+    let (server, server90) = spread_us(rs, j, own, &keep);
+    let (delivery, delivery90) = spread_us(rs, j, |p| p.delivery_us, &keep);
     j.requests
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.stream.is_some())
+        .filter(|(_, p)| p.stream.is_some() && keep(p))
         .filter_map(|(index, p)| {
             let s = probe_wait_us(own(p).saturating_sub(server), server90 - server, qdisc);
             let d = probe_wait_us(
