@@ -926,7 +926,12 @@ fn requests_at_c32_are_joined_to_the_upstream_exchange_they_caused() {
         .iter()
         .filter(|(g, (tp, _))| g.is_some_and(|(gp, _)| gp != *tp))
         .count();
-    eprintln!("not joined {unjoined}, joined to another connection {other_conn}");
+    eprintln!(
+        "not joined {unjoined}, joined to another connection {other_conn}; capture drops: front {} hop {}; front transactions {}",
+        j["layers"]["packets"]["data"]["dropped"],
+        j["layers"]["hops"][0]["packets"]["data"]["dropped"],
+        j["layers"]["packets"]["data"]["transactions"]
+    );
     let hop = j["layers"]["hops"]
         .as_array()
         .and_then(|h| h.iter().find(|h| h["peer"] == "127.0.0.1:9541"))

@@ -32,7 +32,8 @@
 //! ## The wait on the upstream
 //! A joined request's wait on its upstreams is the union of its exchanges' spans inside its
 //! server time (its request's last byte to its response's first byte): from the exchange's
-//! start (its SYN, when it opened its connection after the request began) to its response's
+//! start (its SYN, when it opened its connection: its request followed the handshake at
+//! once, within [`OPENED_FOR_US`]) to its response's
 //! last byte — or to its first byte, when the server answered before the upstream finished
 //! (a stream: the rest is the server's forwarding). Its own time is the rest.
 
@@ -72,8 +73,8 @@ pub struct UpstreamJoin {
 struct Span {
     /// The request's first byte.
     start: i64,
-    /// Downstream: the request's last byte, where the server's time begins. Upstream: the
-    /// exchange's SYN when it was its connection's first (else its start).
+    /// Downstream: the request's last byte, where the server's time begins. Upstream: its
+    /// start.
     ready: i64,
     /// The response's first byte.
     answer: i64,
@@ -99,17 +100,24 @@ fn down_span(base: i64, t: &TxnTiming) -> Option<Span> {
     })
 }
 
+/// At most this long (µs) from a connection's handshake to its first request for the
+/// exchange to have opened it itself: a server that connects for a request sends it as the
+/// handshake completes; a pool that opened the connection earlier does not.
+pub const OPENED_FOR_US: i64 = 10_000;
+
 fn up_span(base: i64, t: &TxnTiming) -> Option<Span> {
-    let start = base + t.request_first_at_us?;
-    // The exchange that opened its connection began with the connect (a pool may have
-    // opened it long before: whether it counts is the request's to say, in `wait_us`).
-    let opened = match t.syn_at_us {
-        Some(s) if t.index == 0 => base + s,
-        _ => start,
+    let first = base + t.request_first_at_us?;
+    // The exchange that opened its connection began with the connect: its SYN is where the
+    // server passed the request on (several requests arriving together each open one; the
+    // handshakes, not the SYNs, complete out of order).
+    let opened = match (t.syn_at_us, t.synack_at_us) {
+        (Some(s), Some(a)) if t.index == 0 && first - (base + a) <= OPENED_FOR_US => base + s,
+        _ => first,
     };
+    let start = opened.min(first);
     Some(Span {
         start,
-        ready: opened.min(start),
+        ready: start,
         answer: base + t.response_first_at_us?,
         end: base + t.response_last_at_us.unwrap_or(t.response_first_at_us?),
     })
@@ -446,8 +454,7 @@ impl UpstreamJoin {
             .filter_map(|c| {
                 let up = ups.get(c.hop)?;
                 let u = up_span(up.base_us, up.timings.get(c.timing)?)?;
-                // From its connect when it opened its connection for this request.
-                let from = if u.ready >= s.start { u.ready } else { u.start };
+                let from = u.start;
                 // To its last byte, or its first when the server answered before the
                 // upstream finished (a stream: the rest is the server's forwarding).
                 let to = if u.end <= s.answer { u.end } else { u.answer };
@@ -677,6 +684,7 @@ mod tests {
         let down = vec![t(0, 0, (0, 0), (2_000, 2_000))];
         let mut first = t(7, 0, (200, 200), (500, 500));
         first.syn_at_us = Some(150);
+        first.synack_at_us = Some(160);
         let up = vec![
             first,
             t(7, 1, (600, 600), (900, 900)),
