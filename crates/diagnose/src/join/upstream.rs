@@ -585,6 +585,14 @@ impl UpstreamJoin {
 mod tests {
     use super::*;
 
+    /// Timings on the clock the test writes them in.
+    fn on_one_clock(timings: &[TxnTiming]) -> Timed<'_> {
+        Timed {
+            base_us: 0,
+            timings,
+        }
+    }
+
     /// A timing on stream `stream` (index `index`): request first..last, response first..last
     /// (µs on its capture's clock).
     fn t(stream: u32, index: u32, req: (i64, i64), resp: (i64, i64)) -> TxnTiming {
@@ -622,10 +630,7 @@ mod tests {
             t(5, 0, (150, 150), (650, 650)),
             t(6, 0, (60, 60), (950, 950)),
         ];
-        let d = Timed {
-            base_us: 0,
-            timings: &down,
-        };
+        let d = on_one_clock(&down);
         // The hop's capture started 10 µs later: its clock is shifted.
         let shifted: Vec<TxnTiming> = up
             .iter()
@@ -663,14 +668,8 @@ mod tests {
             t(5, 0, (50, 50), (200, 200)),
             t(5, 1, (200, 200), (600, 600)),
         ];
-        let d = Timed {
-            base_us: 0,
-            timings: &down,
-        };
-        let u = [Timed {
-            base_us: 0,
-            timings: &up,
-        }];
+        let d = on_one_clock(&down);
+        let u = [on_one_clock(&up)];
         let j = join(d, &u);
         assert!(j.caused[0].is_empty());
         assert_eq!(j.per_hop, vec![(2, 0)]);
@@ -690,14 +689,8 @@ mod tests {
             t(7, 1, (600, 600), (900, 900)),
             t(7, 2, (1_000, 1_000), (1_900, 1_900)),
         ];
-        let d = Timed {
-            base_us: 0,
-            timings: &down,
-        };
-        let u = [Timed {
-            base_us: 0,
-            timings: &up,
-        }];
+        let d = on_one_clock(&down);
+        let u = [on_one_clock(&up)];
         let j = join(d, &u);
         assert_eq!(j.caused[0].len(), 3);
         assert_eq!(j.per_hop, vec![(3, 3)]);
@@ -715,14 +708,8 @@ mod tests {
             t(1, 0, (100, 100), (1_000, 1_000)),
         ];
         let up = vec![t(5, 0, (150, 150), (900, 900))];
-        let d = Timed {
-            base_us: 0,
-            timings: &down,
-        };
-        let u = [Timed {
-            base_us: 0,
-            timings: &up,
-        }];
+        let d = on_one_clock(&down);
+        let u = [on_one_clock(&up)];
         let j = join(d, &u);
         assert!(j.caused[0].is_empty());
         assert_eq!(j.caused[1], vec![Caused { hop: 0, timing: 0 }]);
@@ -746,14 +733,8 @@ mod tests {
             t(7, 0, (120, 120), (1_020, 1_020)),
             t(8, 0, (160, 160), (1_030, 1_030)),
         ];
-        let d = Timed {
-            base_us: 0,
-            timings: &down,
-        };
-        let u = [Timed {
-            base_us: 0,
-            timings: &up,
-        }];
+        let d = on_one_clock(&down);
+        let u = [on_one_clock(&up)];
         let j = join(d, &u);
         for (i, c) in j.caused.iter().enumerate() {
             assert_eq!(c, &vec![Caused { hop: 0, timing: i }], "request {i}: {j:?}");
@@ -777,14 +758,8 @@ mod tests {
             t(6, 1, (1_100, 1_100), (1_400, 1_400)),
             t(6, 2, (2_100, 2_100), (2_400, 2_400)),
         ];
-        let d = Timed {
-            base_us: 0,
-            timings: &down,
-        };
-        let u = [Timed {
-            base_us: 0,
-            timings: &up,
-        }];
+        let d = on_one_clock(&down);
+        let u = [on_one_clock(&up)];
         let j = join(d, &u);
         // Stream 5 is request 0's connection, stream 6 request 1's.
         for (r, c) in j.caused.iter().enumerate() {
@@ -809,14 +784,8 @@ mod tests {
             t(6, 0, (60, 60), (700, 700)),
             t(5, 1, (1_150, 1_150), (1_900, 1_900)),
         ];
-        let d = Timed {
-            base_us: 0,
-            timings: &down,
-        };
-        let u = [Timed {
-            base_us: 0,
-            timings: &up,
-        }];
+        let d = on_one_clock(&down);
+        let u = [on_one_clock(&up)];
         let j = join(d, &u);
         assert_eq!(j.caused[0], vec![Caused { hop: 0, timing: 0 }]);
         assert_eq!(j.caused[1], vec![Caused { hop: 0, timing: 2 }]);
