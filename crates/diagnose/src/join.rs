@@ -90,6 +90,8 @@ pub struct Join {
     pub offset: Option<Offset>,
     /// Records matched to a transaction.
     pub matched: usize,
+    /// The capture's last packet on the records' clock (µs), when an offset was estimated.
+    pub captured_until_us: Option<u64>,
     /// One per record, in the records' order.
     pub requests: Vec<Joined>,
 }
@@ -190,6 +192,17 @@ fn estimate(b: &[(Option<i64>, Option<i64>)]) -> Option<Offset> {
 /// Joins a run's records with a capture's timings (`first_ts_ns`: the capture's first
 /// packet on its clock, ns since the epoch).
 pub fn join(records: &RequestRecords, first_ts_ns: i64, timings: &[TxnTiming]) -> Join {
+    join_until(records, first_ts_ns, None, timings)
+}
+
+/// [`join`], with the capture's length (`duration_us`: its last packet less its first) so
+/// the join says until when the capture saw the records ([`Join::captured_until_us`]).
+pub fn join_until(
+    records: &RequestRecords,
+    first_ts_ns: i64,
+    duration_us: Option<u64>,
+    timings: &[TxnTiming],
+) -> Join {
     let by_tuple = streams(timings);
     // Record times on the capture's µs time line at θ = 0.
     let base = i64::try_from(records.start_unix_us).unwrap_or(0) - first_ts_ns / 1000;
@@ -242,9 +255,14 @@ pub fn join(records: &RequestRecords, first_ts_ns: i64, timings: &[TxnTiming]) -
         .enumerate()
         .map(|(k, r)| decompose(k, r, pick[k].map(|i| (i, &timings[i])), base + theta))
         .collect();
+    // The capture's last packet on the records' clock: capture time less θ less `base`.
+    let captured_until_us = offset
+        .zip(duration_us)
+        .and_then(|(o, d)| u64::try_from(i64::try_from(d).ok()? - o.theta_us - base).ok());
     Join {
         offset,
         matched: pick.iter().filter(|p| p.is_some()).count(),
+        captured_until_us,
         requests,
     }
 }
@@ -338,6 +356,7 @@ impl Join {
             offset_uncertainty_us: self.offset.map_or(0, |o| o.uncertainty_us.unsigned_abs()),
             offset_consistent: self.offset.is_some_and(|o| o.consistent),
             matched: self.matched as u64,
+            captured_until_us: self.captured_until_us,
             requests: self.parts(),
         }
     }

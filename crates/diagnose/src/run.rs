@@ -1166,7 +1166,7 @@ fn analyse_windows(
     if let Some(records) = &run.records
         && !a.timings.is_empty()
     {
-        let j = crate::join::join(records, a.first_ts_ns, &a.timings);
+        let j = crate::join::join_until(records, a.first_ts_ns, Some(a.duration_us), &a.timings);
         of_record = j.requests.iter().map(|r| r.timing).collect();
         ev.joins.push(j.evidence(run.concurrency));
     }

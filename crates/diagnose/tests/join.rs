@@ -150,7 +150,7 @@ fn every_request_joins_its_packets_and_the_slow_ones_are_server_time() {
     assert!(slow >= 10, "{slow} slow requests");
 
     // The tail: server time, on every EVERY-th request of a connection; no pause.
-    let t = split(&recs.records, &j.parts(), &j.seen(), 99.0).expect("a split");
+    let t = split(&recs.records, &j.parts(), &j.seen(), 99.0, None).expect("a split");
     eprintln!("{t:?}");
     assert_eq!(t.parts[0].component, Component::Server, "{t:?}");
     assert!(t.parts[0].share > 0.9, "{t:?}");
@@ -186,7 +186,7 @@ fn a_server_stopped_periodically_is_server_time_in_periodic_pauses() {
     let (recs, j) = load_and_join(&g, addr, 6, 2_000);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     pauser.join().unwrap();
-    let t = split(&recs.records, &j.parts(), &j.seen(), 99.0).expect("a split");
+    let t = split(&recs.records, &j.parts(), &j.seen(), 99.0, None).expect("a split");
     eprintln!("{t:?}");
     // At the p99 the pause's requests (one per connection per pause, ~0.2 % here) share the
     // tail with the loaded machine's scheduling of the client; server time still names it.

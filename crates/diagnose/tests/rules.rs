@@ -1315,3 +1315,45 @@ fn a_capture_cut_at_its_packet_limit_says_how_much_of_the_run_it_holds() {
     l.packets.data.as_mut().unwrap().packets = lagtrace_diagnose::run::MAX_CAPTURE_PACKETS;
     assert!(!texts(&judge(&target(), &l)).contains("packet limit"));
 }
+
+/// A fast server whose p99 is healthy but whose slowest 0.1 % wait 150 ms (a pause once a
+/// second meets one request per connection): a deep tail, never `healthy` (issue 28). Without
+/// the records and their join nothing names it: `unexplained-tail`, with the percentile the
+/// line is about. Controls: a p99.9 within 20× the p50 and under 100 ms, and a deep tail of
+/// fewer than ten requests, are not named.
+#[test]
+fn a_deep_tail_past_a_healthy_p99_is_never_healthy() {
+    let deep = |count_rps: f64, p999: u64| {
+        let mut l = healthy_layers();
+        let mut cn = run(32, 1_000, 2_500, count_rps);
+        cn.latency.p999_us = p999;
+        cn.latency.max_us = p999 + 2_000;
+        l.app = Layer::ran(AppEvidence {
+            c1: Some(run(1, 110, 300, 8000.0)),
+            cn: Some(cn),
+        });
+        judge(&target(), &l)
+    };
+    let j = deep(20_000.0, 150_000);
+    let v = &j.verdict;
+    assert_eq!(v.cause, Cause::UnexplainedTail, "{}", texts(&j));
+    let t = v.tail.as_ref().expect("tail");
+    assert_eq!(t.percentile, 99.9);
+    assert!(
+        t.text
+            .contains("(the p99.9 and up) wait 150.00ms to 152.00ms"),
+        "{}",
+        t.text
+    );
+    assert!(
+        texts(&j).contains("past the p99, where a client's timeout"),
+        "{}",
+        texts(&j)
+    );
+    // 15 ms at the p99.9: 15× the p50, no deep tail.
+    let j = deep(20_000.0, 15_000);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+    // 1 000 requests in the run: its p99.9 is one request.
+    let j = deep(200.0, 150_000);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+}

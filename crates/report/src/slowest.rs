@@ -257,6 +257,7 @@ mod tests {
             offset_uncertainty_us: 40,
             offset_consistent: true,
             matched: 2,
+            captured_until_us: None,
             requests,
         };
         let why = "after the capture stopped at its 200000 packet limit, so no packets";

@@ -245,11 +245,14 @@ fn slow_set(rs: &[RequestRecord], at_us: u64) -> (Vec<usize>, u64) {
 
 /// The split of the tail at `percentile` (99.0 for the p99) of a run's records, with each
 /// record's parts and whether the capture saw it (the same order); `None` without records.
+/// `from_us`: where the slow set starts when the caller knows it (a deep tail's bound),
+/// else the weighted quantile at `percentile`.
 pub fn split(
     rs: &[RequestRecord],
     parts: &[Parts],
     seen: &[bool],
     percentile: f64,
+    from_us: Option<u64>,
 ) -> Option<TailSplit> {
     let n = rs.len().min(parts.len()).min(seen.len());
     if n == 0 {
@@ -260,7 +263,7 @@ pub fn split(
     sorted.sort_by_key(|x| x.0);
     let q = |p: f64| quantile(&sorted, p);
     let (p50_us, lo, hi) = (q(0.5), q(0.4), q(0.6));
-    let (slow, at_us) = slow_set(rs, q(percentile / 100.0));
+    let (slow, at_us) = slow_set(rs, from_us.unwrap_or_else(|| q(percentile / 100.0)));
     let typical: Vec<usize> = (0..n)
         .filter(|&k| (lo..=hi).contains(&rs[k].wait_us))
         .collect();

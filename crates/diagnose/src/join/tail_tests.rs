@@ -65,6 +65,7 @@ fn build(rs: &[R]) -> (RequestRecords, Join) {
     let j = Join {
         offset: None,
         matched: requests.len(),
+        captured_until_us: None,
         requests,
     };
     (recs, j)
@@ -101,7 +102,7 @@ fn every_tenth_request_of_a_connection_is_server_time_on_every_nth() {
         if i % 10 == 9 { 40_000 } else { FAST }
     });
     let (recs, j) = build(&rs);
-    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0).unwrap();
+    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0, None).unwrap();
     assert_eq!(s.parts[0].component, Component::Server);
     assert!(s.parts[0].share > 0.95, "{s:?}");
     assert!((39_000..=40_000).contains(&s.excess_us), "{s:?}");
@@ -125,7 +126,7 @@ fn a_process_wide_pause_every_300_ms_is_periodic_with_its_period() {
     };
     let rs = closed_loop(8, 3_000_000, &|_, _, t| pause(t));
     let (recs, j) = build(&rs);
-    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0).unwrap();
+    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0, None).unwrap();
     assert_eq!(s.parts[0].component, Component::Server);
     let p = s.pause.expect("a pause");
     assert!((290_000..=310_000).contains(&p.period_us), "{p:?}");
@@ -147,7 +148,7 @@ fn three_stalls_in_one_burst_of_a_long_run_are_no_periodic_pause() {
     };
     let rs = closed_loop(8, 3_000_000, &|_, _, t| pause(t));
     let (recs, j) = build(&rs);
-    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0).unwrap();
+    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0, None).unwrap();
     assert_eq!(s.parts[0].component, Component::Server);
     assert!(s.pause.is_none(), "{:?}", s.pause);
 }
@@ -170,7 +171,7 @@ fn random_losses_show_as_loss_recovery_with_no_mechanism() {
         }
     }
     let (recs, j) = build(&rs);
-    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0).unwrap();
+    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0, None).unwrap();
     assert_eq!(s.parts[0].component, Component::Loss);
     assert!(s.parts[0].share > 0.95, "{s:?}");
     assert!(s.every_nth.is_none(), "{:?}", s.every_nth);
@@ -187,7 +188,7 @@ fn slow_requests_at_random_on_one_connection_at_a_time_are_no_pause() {
         }
     }
     let (recs, j) = build(&rs);
-    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0).unwrap();
+    let s = split(&recs.records, &j.parts(), &j.seen(), 99.0, None).unwrap();
     assert_eq!(s.parts[0].component, Component::Server);
     assert!(s.pause.is_none(), "{:?}", s.pause);
     assert!(s.every_nth.is_none(), "{:?}", s.every_nth);
@@ -217,7 +218,7 @@ fn the_kept_records_split_like_the_whole_run_however_long_it_is() {
             }
         }
         let (all, j) = build(&rs);
-        let whole = split(&all.records, &j.parts(), &j.seen(), 99.0).unwrap();
+        let whole = split(&all.records, &j.parts(), &j.seen(), 99.0, None).unwrap();
         let by_key: std::collections::HashMap<(u64, u32), Parts> = all
             .records
             .iter()
@@ -237,7 +238,7 @@ fn the_kept_records_split_like_the_whole_run_however_long_it_is() {
             .map(|r| by_key[&(r.conn, r.index)])
             .collect();
         let seen = vec![true; parts.len()];
-        let s = split(&kept.records, &parts, &seen, 99.0).unwrap();
+        let s = split(&kept.records, &parts, &seen, 99.0, None).unwrap();
         assert_eq!(s.parts[0].component, Component::Loss, "{s:?}");
         assert!(s.parts[0].share > 0.95, "{s:?}");
         // The slowest 1 % waited ~210 ms for their retransmission, each of them.
@@ -286,7 +287,7 @@ fn a_heavy_sampled_record_at_the_percentile_is_not_part_of_the_tail() {
         r.weight = 100.0;
     }
     all.records[100].weight = 600.0;
-    let s = split(&all.records, &j.parts(), &j.seen(), 99.0).unwrap();
+    let s = split(&all.records, &j.parts(), &j.seen(), 99.0, None).unwrap();
     assert_eq!(s.slow, 10, "{s:?}");
     assert_eq!(s.parts[0].component, Component::Loss, "{s:?}");
     assert!(s.parts[0].added_us > 200_000, "{s:?}");

@@ -250,6 +250,18 @@ fn pct(share: f64) -> String {
     }
 }
 
+/// "p99", "p99.9", "p99.93": a percentile to two decimals at most, rounded down (the
+/// requests above it are never fewer than said).
+fn percentile_label(p: f64) -> String {
+    format!("p{}", two_decimals_down(p))
+}
+
+/// `p` rounded down to two decimals (99.929 → 99.92; 99.9 stays 99.9 whatever its binary
+/// form).
+fn two_decimals_down(p: f64) -> f64 {
+    (p * 100.0 + 1e-6).floor() / 100.0
+}
+
 fn rate_text(bps: f64) -> String {
     if bps >= 1e6 {
         format!("{:.1} Mbit/s", bps / 1e6)

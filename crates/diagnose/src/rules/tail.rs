@@ -132,8 +132,14 @@ pub fn is_finding(p50_us: u64, p99_us: u64, rtt_us: u64) -> bool {
 /// A tail that is a finding, and what the layers say it is made of.
 pub(super) struct TailFinding<'a> {
     run: &'a AppRun,
-    /// The percentile judged (99.0, or 99.9 for a rare cost: [`rare`]).
+    /// The percentile judged (99.0, 99.9 for a rare cost: [`rare`], or where a deep tail
+    /// starts: [`deep`]).
     percentile: f64,
+    /// The run's wait at the percentile, µs.
+    at_us: u64,
+    /// A deep tail ([`deep`]): the floor it was cut at (with [`DEEP_SPREAD`] × p50) and
+    /// its mean wait, µs.
+    deep: Option<(u64, u64)>,
     excess_us: u64,
     parts: Vec<TailPart>,
     /// The part that explains at least half the excess.
@@ -182,7 +188,7 @@ pub(super) fn assess<'a>(
             )
         });
     let Some(run) = found else {
-        return rare(x, reattribute);
+        return beyond_p99(x, reattribute);
     };
     let excess_us = run.waited().p99_us - run.waited().p50_us;
     let join = join_of(x, run).map(|j| reattribute(run, j));
@@ -194,15 +200,41 @@ pub(super) fn assess<'a>(
             None => parts(x, run, excess_us),
         },
     );
-    let f = finding(x, run, PERCENTILE, excess_us, parts, joined);
+    let at_us = run.waited().p99_us;
+    let f = finding(x, run, PERCENTILE, at_us, excess_us, parts, joined);
     // A p99 nothing names (or the client's own scheduling) may hide a rarer cost the join
     // names with its mechanism.
     if (f.explained.is_none() || f.client.is_some())
-        && let Some(r) = rare(x, reattribute)
+        && let Some(r) = beyond_p99(x, reattribute)
+            // The client's own scheduling at the p99 does not excuse a deep tail past it
+            // that is not the client's too.
+            .filter(|r| r.explained.is_some() || r.client.is_none())
     {
         return Some(r);
     }
     Some(f)
+}
+
+/// The tail past the p99 ([`deep`], [`rare`]): a deep tail whose cause the layers name
+/// first (the requests a timeout meets, with what they waited for), then a p99.9 the join
+/// names with its mechanism, then a deep tail nothing names (`unexplained-tail`).
+fn beyond_p99<'a>(x: &Facts<'a>, reattribute: Reattribute<'_, 'a>) -> Option<TailFinding<'a>> {
+    let d = deep(x, reattribute, DEEP_MIN_US);
+    if d.as_ref().is_some_and(|d| d.explained.is_some()) {
+        return d;
+    }
+    rare(x, reattribute)
+        .or_else(|| {
+            // Shorter than a deep tail but as rare and as far from the p50 (a 50 ms pause
+            // once a second at tens of thousands of requests a second lies past the p99.9):
+            // named only with its mechanism, like the p99.9.
+            deep(x, reattribute, noise_us(x.rtt_us)).filter(|f| {
+                f.explained
+                    .as_ref()
+                    .is_some_and(|p| p.mechanism.is_some() && p.share >= EXPLAINS)
+            })
+        })
+        .or(d)
 }
 
 /// Requests a run needs before its p99.9 is judged (at least 10 requests above it).
@@ -226,7 +258,99 @@ fn rare<'a>(x: &Facts<'a>, reattribute: Reattribute<'_, 'a>) -> Option<TailFindi
     })?;
     let excess_us = run.waited().p999_us - run.waited().p50_us;
     let parts = joined.parts.clone();
-    Some(finding(x, run, P999, excess_us, parts, Some(joined)))
+    let at_us = run.waited().p999_us;
+    Some(finding(x, run, P999, at_us, excess_us, parts, Some(joined)))
+}
+
+/// A deep tail starts at this wait (µs): a client's timeout, a user's patience, a page's
+/// budget are counted in hundreds of milliseconds.
+pub const DEEP_MIN_US: u64 = 100_000;
+/// ... and at this many times the p50: beyond any contention spread (an exponential wait's
+/// p99.99 is 13 × its median).
+pub const DEEP_SPREAD: f64 = 20.0;
+/// Requests a deep tail needs: fewer are single events (one lost SYN, one slow request).
+pub const DEEP_MIN_REQUESTS: f64 = 10.0;
+/// ... and this share of the run (0.05 %).
+pub const DEEP_MIN_SHARE: f64 = 0.0005;
+
+/// Where a run's deep tail starts, and the share of its requests there: the requests that
+/// waited at least `floor_us` ([`DEEP_MIN_US`] for a deep tail) and [`DEEP_SPREAD`] × the
+/// p50, when there are at least
+/// [`DEEP_MIN_REQUESTS`] of them and [`DEEP_MIN_SHARE`] of the run. From the kept records
+/// (every slow request is kept exactly, sampled ones stand for their weight); without
+/// records, from the percentiles: a p99.9 there is a deep tail of at least 0.1 %.
+pub fn deep_tail(run: &AppRun, floor_us: u64) -> Option<DeepTail> {
+    let w = run.waited();
+    let from_us = floor_us.max((DEEP_SPREAD * w.p50_us as f64) as u64);
+    let total = w.count.max(1) as f64;
+    let (n, least, sum) = match run_records(run).filter(|r| !r.is_empty()) {
+        Some(rs) => {
+            rs.iter()
+                .filter(|r| r.wait_us >= from_us)
+                .fold((0.0, u64::MAX, 0.0), |(n, l, s), r| {
+                    (
+                        n + r.weight,
+                        l.min(r.wait_us),
+                        s + r.weight * r.wait_us as f64,
+                    )
+                })
+        }
+        // Between the p99.9 and the max: their middle stands for the set's mean.
+        None if w.p999_us >= from_us => (
+            total * 0.001,
+            w.p999_us,
+            total * 0.001 * (w.p999_us + w.max_us) as f64 / 2.0,
+        ),
+        None => return None,
+    };
+    (n >= DEEP_MIN_REQUESTS && n / total >= DEEP_MIN_SHARE).then(|| DeepTail {
+        from_us: least,
+        share: (n / total).min(1.0),
+        mean_us: (sum / n) as u64,
+    })
+}
+
+/// A run's deep tail ([`deep_tail`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeepTail {
+    /// The least wait in it, µs.
+    pub from_us: u64,
+    /// Its share of the run's requests.
+    pub share: f64,
+    /// Its mean wait, µs.
+    pub mean_us: u64,
+}
+
+/// The deep tail beyond the p99 (issue 28): at least ten requests and 0.05 % of a run
+/// waiting ≥ `floor_us` and ≥ 20 × the p50 ([`deep_tail`]). With the floor at
+/// [`DEEP_MIN_US`] it is a finding even where the p99 and p99.9 are not — the requests a
+/// client's timeout or an SLO at p99.9 meets — never `healthy` over it; with the noise bound
+/// as the floor, the caller names it only with a mechanism. Split by the join when the run
+/// was joined (the set exactly: its percentile is `100 × (1 − share)`), else by the layers'
+/// summaries.
+fn deep<'a>(
+    x: &Facts<'a>,
+    reattribute: Reattribute<'_, 'a>,
+    floor_us: u64,
+) -> Option<TailFinding<'a>> {
+    let (run, t) = [x.cn, x.c1]
+        .into_iter()
+        .flatten()
+        .find_map(|r| Some((r, deep_tail(r, floor_us)?)))?;
+    let (at_us, percentile) = (t.from_us, 100.0 * (1.0 - t.share));
+    let excess_us = at_us.saturating_sub(run.waited().p50_us);
+    let join = join_of(x, run).map(|j| reattribute(run, j));
+    let joined = tail_join::joined_from(run_records(run), join.as_deref(), percentile, Some(at_us));
+    let parts = uncork(
+        x,
+        match &joined {
+            Some(j) => j.parts.clone(),
+            None => parts(x, run, excess_us),
+        },
+    );
+    let mut f = finding(x, run, percentile, at_us, excess_us, parts, joined);
+    f.deep = Some((floor_us, t.mean_us));
+    Some(f)
 }
 
 /// The finding at `percentile` from its parts.
@@ -234,6 +358,7 @@ fn finding<'a>(
     x: &Facts<'a>,
     run: &'a AppRun,
     percentile: f64,
+    at_us: u64,
     excess_us: u64,
     parts: Vec<TailPart>,
     joined: Option<JoinedTail>,
@@ -246,6 +371,8 @@ fn finding<'a>(
     TailFinding {
         run,
         percentile,
+        at_us,
+        deep: None,
         excess_us,
         parts,
         explained,
@@ -384,25 +511,39 @@ impl TailFinding<'_> {
 
     /// The run's wait at the percentile, µs.
     fn at_us(&self) -> u64 {
-        let w = self.run.waited();
-        if self.percentile > 99.0 {
-            w.p999_us
-        } else {
-            w.p99_us
-        }
+        self.at_us
+    }
+
+    /// The percentile as the text names it: "p99", "p99.9", "p99.93".
+    fn label(&self) -> String {
+        super::percentile_label(self.percentile)
     }
 
     /// The verdict's `tail`.
     pub(super) fn tail(&self) -> Tail {
-        let mut text = format!(
-            "the slowest {} wait +{} over the p50 ({} at c={}, p{} {})",
-            pct(self.above()),
-            ms(self.excess_us),
-            ms(self.run.waited().p50_us),
-            self.run.concurrency,
-            self.percentile,
-            ms(self.at_us())
-        );
+        let w = self.run.waited();
+        let mut text = match self.deep {
+            Some((_, mean_us)) => format!(
+                "the slowest {} (the {} and up) wait {} to {}, +{} over the p50 on average \
+                 ({} at c={})",
+                share_text(self.above()),
+                self.label(),
+                ms(self.at_us()),
+                ms(w.max_us),
+                ms(mean_us.saturating_sub(w.p50_us)),
+                ms(w.p50_us),
+                self.run.concurrency
+            ),
+            None => format!(
+                "the slowest {} wait +{} over the p50 ({} at c={}, {} {})",
+                share_text(self.above()),
+                ms(self.excess_us),
+                ms(w.p50_us),
+                self.run.concurrency,
+                self.label(),
+                ms(self.at_us())
+            ),
+        };
         match (&self.explained, &self.joined) {
             (_, Some(j)) => {
                 text.push_str(": ");
@@ -420,7 +561,7 @@ impl TailFinding<'_> {
             (None, None) => text.push_str(": no layer shows what they wait for"),
         }
         Tail {
-            percentile: self.percentile,
+            percentile: super::two_decimals_down(self.percentile),
             latency_us: self.at_us(),
             excess_us: self.excess_us,
             parts: self.parts.clone(),
@@ -468,21 +609,32 @@ impl TailFinding<'_> {
     /// The app layer's line stating the tail.
     pub(super) fn app_line(&self, x: &Facts<'_>, cause: Cause) -> crate::verdict::EvidenceLine {
         let l = self.run.waited();
-        sup(
-            LayerName::App,
-            cause,
+        let head = format!(
+            "c={}: {} requests, p50 {}, p90 {}, p99 {}, p99.9 {}, max {}",
+            self.run.concurrency,
+            self.run.requests,
+            ms(l.p50_us),
+            ms(l.p90_us),
+            ms(l.p99_us),
+            ms(l.p999_us),
+            ms(l.max_us),
+        );
+        let text = if let Some((floor_us, _)) = self.deep {
             format!(
-                "c={}: {} requests, p50 {}, p90 {}, p99 {}, p99.9 {}, max {}: the p{} is \
-                 {:.0}× the p50 and {} above it, beyond what contention ({:.1}× the p50) and \
-                 the path and scheduler ({}) explain",
-                self.run.concurrency,
-                self.run.requests,
-                ms(l.p50_us),
-                ms(l.p90_us),
-                ms(l.p99_us),
-                ms(l.p999_us),
-                ms(l.max_us),
-                self.percentile,
+                "{head}: {} of the requests (the {} and up) waited {} or more, at least {} \
+                 and {:.0}× the p50 — past the p99, where a client's timeout or an SLO at \
+                 p99.9 meets them",
+                share_text(self.above()),
+                self.label(),
+                ms(self.at_us()),
+                ms(floor_us),
+                DEEP_SPREAD
+            )
+        } else {
+            format!(
+                "{head}: the {} is {:.0}× the p50 and {} above it, beyond what contention \
+                 ({:.1}× the p50) and the path and scheduler ({}) explain",
+                self.label(),
                 self.at_us() as f64 / l.p50_us.max(1) as f64,
                 ms(self.excess_us),
                 if self.percentile > 99.0 {
@@ -491,8 +643,20 @@ impl TailFinding<'_> {
                     spread()
                 },
                 ms(noise_us(x.rtt_us))
-            ),
-        )
+            )
+        };
+        sup(LayerName::App, cause, text)
+    }
+}
+
+/// A share of requests to two significant digits below 1 % ("0.07%"), as [`pct`] above.
+fn share_text(share: f64) -> String {
+    let p = share * 100.0;
+    if p < 1.0 {
+        let t = format!("{p:.2}");
+        format!("{}%", t.trim_end_matches('0').trim_end_matches('.'))
+    } else {
+        pct(share)
     }
 }
 
@@ -591,7 +755,7 @@ pub(super) fn judge(
                 change: format!(
                     "the slowest {} of requests wait +{} and neither the path nor the packets \
                      show why: look inside {} (per-request timings, pauses, locks, CPU quota)",
-                    pct(t.above()),
+                    share_text(t.above()),
                     ms(t.excess_us),
                     x.server_name()
                 ),

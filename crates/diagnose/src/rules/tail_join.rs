@@ -30,6 +30,11 @@ pub(super) struct JoinedTail {
     pub split: TailSplit,
     /// How the largest part works, with its evidence in words.
     pub mechanism: Option<(Mechanism, String)>,
+    /// Slow requests left out of the split: they started after the capture had stopped.
+    pub after_capture: usize,
+    /// The pause's stalls were read from the load's own records, past the capture's end
+    /// (the split's component from the captured part).
+    pub pause_from_records: bool,
 }
 
 /// The cause a component names, given the slow requests' hold kinds and whether their
@@ -117,12 +122,86 @@ pub(super) fn joined(
     join: Option<&RequestJoin>,
     percentile: f64,
 ) -> Option<JoinedTail> {
+    joined_from(records, join, percentile, None)
+}
+
+/// [`joined`] with the slow set starting at `from_us` when the caller knows where (a deep
+/// tail's bound). Requests that started after the capture's last packet
+/// ([`RequestJoin::captured_until_us`]: the capture stopped at its packet limit while the
+/// load went on) carry no packets to split: the split reads the requests the capture
+/// covered, and says how many slow ones it left out ([`JoinedTail::after_capture`]).
+pub(super) fn joined_from(
+    records: Option<&[RequestRecord]>,
+    join: Option<&RequestJoin>,
+    percentile: f64,
+    from_us: Option<u64>,
+) -> Option<JoinedTail> {
     let (rs, j) = (records?, join?);
     if rs.len() != j.requests.len() || j.matched == 0 {
         return None;
     }
+    let covered = |r: &RequestRecord| j.captured_until_us.is_none_or(|u| r.start_us <= u);
+    let (all_rs, all_j) = (rs, j);
+    let (rs, j, after_capture) = if rs.iter().all(covered) {
+        (
+            std::borrow::Cow::Borrowed(rs),
+            std::borrow::Cow::Borrowed(j),
+            0,
+        )
+    } else {
+        let keep: Vec<usize> = (0..rs.len()).filter(|&k| covered(&rs[k])).collect();
+        let slow_from = from_us.unwrap_or_else(|| weighted_at(rs, percentile));
+        let left = (0..rs.len())
+            .filter(|&k| !covered(&rs[k]) && rs[k].wait_us >= slow_from)
+            .count();
+        let mut j2 = j.clone();
+        j2.requests = keep.iter().map(|&k| j.requests[k]).collect();
+        let rs2: Vec<RequestRecord> = keep.iter().map(|&k| rs[k].clone()).collect();
+        (
+            std::borrow::Cow::Owned(rs2),
+            std::borrow::Cow::Owned(j2),
+            left,
+        )
+    };
+    let (rs, j) = (rs.as_ref(), j.as_ref());
     let seen: Vec<bool> = j.requests.iter().map(|p| p.stream.is_some()).collect();
-    let s = split(rs, &j.requests, &seen, percentile)?;
+    let mut s = split(rs, &j.requests, &seen, percentile, from_us)?;
+    // The run's own percentile, not the covered part's.
+    s.percentile = percentile;
+    // A pause the covered part shows as server time but too few times to call periodic:
+    // the load's own records show whether the same stalls recur after the capture stopped
+    // (every connection released at one instant, on a period). The component is the
+    // capture's; only the pattern is read from the records (said so in the line).
+    let mut pause_from_records = false;
+    if after_capture > 0
+        && s.pause.is_none()
+        && s.every_nth.is_none()
+        && s.parts
+            .first()
+            .is_some_and(|p| p.component == Component::Server)
+    {
+        let parts: Vec<_> = all_rs
+            .iter()
+            .zip(&all_j.requests)
+            .map(|(r, p)| {
+                let mut p = *p;
+                if !covered(r) {
+                    p.server_us += u64::try_from(p.unexplained_us).unwrap_or(0);
+                    p.unexplained_us = 0;
+                }
+                p
+            })
+            .collect();
+        let seen: Vec<bool> = all_rs
+            .iter()
+            .zip(&all_j.requests)
+            .map(|(r, p)| p.stream.is_some() || !covered(r))
+            .collect();
+        if let Some(p) = split(all_rs, &parts, &seen, percentile, from_us).and_then(|w| w.pause) {
+            s.pause = Some(p);
+            pause_from_records = true;
+        }
+    }
     let hold = hold_kind(rs, j, s.at_us);
     // The slow set's connects that waited for a SYN retransmission: two at least (or the one
     // of a set under 20) — one such connect among hundreds adds its second to their mean but
@@ -158,7 +237,24 @@ pub(super) fn joined(
         parts,
         split: s,
         mechanism: mech,
+        after_capture,
+        pause_from_records,
     })
+}
+
+/// The weighted wait at `percentile` of the records.
+fn weighted_at(rs: &[RequestRecord], percentile: f64) -> u64 {
+    let mut v: Vec<(u64, f64)> = rs.iter().map(|r| (r.wait_us, r.weight)).collect();
+    v.sort_by_key(|x| x.0);
+    let total: f64 = v.iter().map(|x| x.1).sum();
+    let mut acc = 0.0;
+    for &(w, n) in &v {
+        acc += n;
+        if acc >= percentile / 100.0 * total {
+            return w;
+        }
+    }
+    v.last().map_or(0, |x| x.0)
 }
 
 impl JoinedTail {
@@ -196,11 +292,19 @@ impl JoinedTail {
                 )
             })
             .collect();
+        let after = if self.after_capture > 0 {
+            format!(
+                " ({} more started after the capture stopped and are left out)",
+                self.after_capture
+            )
+        } else {
+            String::new()
+        };
         let mut t = format!(
-            "per request: the {} requests at or above the p{} ({}) were seen in the capture \
-             {} times; over the typical request they wait +{}: {}",
+            "per request: {} requests at or above the {} ({}), {} of them seen in the \
+             capture{after}; over the typical request they wait +{}: {}",
             s.slow,
-            s.percentile,
+            super::percentile_label(s.percentile),
             ms(s.at_us),
             s.slow_matched,
             ms(s.excess_us),
@@ -209,6 +313,12 @@ impl JoinedTail {
         if let Some((_, m)) = &self.mechanism {
             t.push_str("; ");
             t.push_str(m);
+            if self.pause_from_records {
+                t.push_str(
+                    " — the stalls read from the load's own records over the whole run, \
+                     the capture having stopped before enough of them",
+                );
+            }
         }
         t
     }

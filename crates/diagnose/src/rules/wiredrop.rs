@@ -674,6 +674,7 @@ mod tests {
             offset_uncertainty_us: 0,
             offset_consistent: true,
             matched: 24,
+            captured_until_us: None,
             requests,
         };
         let late = |index, delivery| Late {

@@ -632,6 +632,11 @@ pub struct RequestJoin {
     pub offset_consistent: bool,
     /// Records matched to a transaction.
     pub matched: u64,
+    /// The capture's last packet on the records' clock (µs from their start), when an
+    /// offset was estimated: a request that started after it has no packets because the
+    /// capture had stopped (its packet limit), not because something hid them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub captured_until_us: Option<u64>,
     /// One per record.
     pub requests: Vec<RequestParts>,
 }
