@@ -327,11 +327,31 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
         } else {
             "no request completed at c=1 on the connections it made".into()
         };
-        (
-            Layer::skipped(why.clone()),
-            Layer::skipped(why.clone()),
-            Layer::skipped(why),
-        )
+        // No connection at all to a server on this machine: a short look at its host says
+        // whether its listener turns clients away (a SYN queue full of a flood) — the
+        // difference between `unreachable` and a server that is there but answers no one.
+        let host = if !stop.load(Ordering::Relaxed)
+            && (quick_fail || c1 == C1::NoConnection)
+            && matches!(
+                location,
+                ServerLocation::Here | ServerLocation::Namespace(_)
+            ) {
+            progress(Step::Start(
+                "host: the listener's queues, as no connection was made".into(),
+            ));
+            let host = adapters::host::measure(
+                &location,
+                sa.port(),
+                sa.is_ipv6(),
+                opts.server_pid,
+                NO_CONNECTION_HOST_WINDOW,
+            );
+            progress(ended(&host, format!("host: {}", host.status.name())));
+            host
+        } else {
+            Layer::skipped(why.clone())
+        };
+        (Layer::skipped(why.clone()), Layer::skipped(why), host)
     } else {
         let u = under_load(opts, &lo, budget.cn, &location, sa, discovery, progress);
         hops = u.hops;
@@ -362,6 +382,9 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     };
     Ok(assemble(opts, target, layers, t0))
 }
+
+/// How long the host layer looks at a local server's host when no connection could be made.
+const NO_CONNECTION_HOST_WINDOW: Duration = Duration::from_secs(1);
 
 /// The reason a layer gives when Ctrl-C ended the run before it measured.
 pub(crate) const INTERRUPTED: &str = "interrupted";

@@ -273,6 +273,8 @@ fn listener(drops: u64) -> lagtrace_model::host::ListenerQueue {
         samples: 40,
         full_samples: 3,
         drops: Some(drops),
+        half_open_peak: None,
+        half_open_sources: None,
     }
 }
 

@@ -832,6 +832,15 @@ fn conntrack_drops_that_account_for_the_syn_waits_are_kernel_stack_conntrack() {
         "{:#?}",
         j.evidence
     );
+    // Sentences, not source indentation: no run of spaces in what the user reads.
+    for t in j
+        .evidence
+        .iter()
+        .map(|e| &e.text)
+        .chain([&f.change, f.tradeoff.as_ref().unwrap_or(&String::new())])
+    {
+        assert!(!t.contains("  "), "{t:?}");
+    }
     for (lost, waited) in [(4, 20), (0, 20)] {
         let j = mk(lost, waited);
         assert_ne!(
@@ -841,4 +850,92 @@ fn conntrack_drops_that_account_for_the_syn_waits_are_kernel_stack_conntrack() {
         );
         assert_eq!(j.verdict.cause, Cause::SynDrop, "{lost}: {j:#?}");
     }
+}
+
+/// A SYN flood from spoofed sources against a listener with syncookies off: its SYN queue
+/// full of half-open connections from hundreds of sources, `TCPReqQFullDrop` enough for the
+/// connects that waited → `syn-drop` / `syn-flood` with syncookies in the fix. Controls: the
+/// same drops with the half-open connections from one source (the load's own burst), or
+/// with too few drops, name no flood. With syncookies on (cookies sent, no connect waited)
+/// the verdict stays healthy and a note says the flood was absorbed.
+#[test]
+fn a_full_syn_queue_of_many_sources_with_syncookies_off_is_syn_flood() {
+    let mk = |waited: u64, counters: serde_json::Value, peak: u32, sources: u32| {
+        let mut l = Synth::RULES.healthy_layers();
+        let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+        cn.waits = Some(cn.latency.clone());
+        cn.connects = Some(ConnectStats {
+            attempts: 64,
+            syn_retransmitted: waited,
+            failed: 0,
+            pending: 0,
+            time: Synth::RULES.pct(64, 200, if waited > 0 { 1_030_000 } else { 300 }),
+        });
+        let mut h = host_throttled(&[]);
+        h.counters = Layer::ran(serde_json::from_value(counters).unwrap());
+        h.listeners = Layer::ran(
+            serde_json::from_value(json!([{
+                "local": "0.0.0.0:8080", "inode": 7, "owners": [], "max": 511,
+                "current": 0, "peak": 0, "samples": 40, "full_samples": 0, "drops": 4000,
+                "half_open_peak": peak, "half_open_sources": sources}]))
+            .unwrap(),
+        );
+        l.host = Layer::ran(h);
+        judge(&target(), &l)
+    };
+    let dropped = |n: u64| {
+        json!([
+            {"name": "TcpExt.TCPReqQFullDrop", "before": 0, "after": n, "delta": n},
+            {"name": "TcpExt.ListenDrops", "before": 0, "after": n, "delta": n}
+        ])
+    };
+    let j = mk(20, dropped(4000), 511, 498);
+    assert_eq!(j.verdict.cause, Cause::SynDrop, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::SynFlood), "{j:#?}");
+    let f = &j.verdict.fix[0];
+    assert!(f.change.contains("net.ipv4.tcp_syncookies=1"), "{f:?}");
+    assert!(
+        j.evidence.iter().any(|e| e
+            .text
+            .contains("511 half-open connections (it holds 511) from 498")),
+        "{:#?}",
+        j.evidence
+    );
+    // None of this run's connects waited (they landed as the queue freed), but the flood
+    // dropped thousands of SYNs: still the flood, its cost said as such.
+    let j = mk(0, dropped(4000), 511, 498);
+    assert_eq!(j.verdict.mechanism, Some(Mechanism::SynFlood), "{j:#?}");
+    assert!(
+        j.verdict
+            .cost
+            .text
+            .contains("none of this run's 64 connects waited"),
+        "{}",
+        j.verdict.cost.text
+    );
+    for (why, waited, counters, peak, sources) in [
+        ("one source", 20, dropped(4000), 511, 1),
+        ("too few drops", 20, dropped(5), 511, 498),
+        ("a few drops and no wait", 0, dropped(20), 511, 498),
+        ("a queue far from full", 20, dropped(4000), 40, 40),
+    ] {
+        let j = mk(waited, counters, peak, sources);
+        assert_ne!(
+            j.verdict.mechanism,
+            Some(Mechanism::SynFlood),
+            "{why}: {j:#?}"
+        );
+    }
+    // Syncookies on: the kernel answered the flood with cookies, no connect waited.
+    let cookies = json!([{"name": "TcpExt.TCPReqQFullDoCookies", "before": 0,
+                          "after": 90_000, "delta": 90_000}]);
+    let j = mk(0, cookies, 511, 498);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("the cookies kept connection setup quick")),
+        "{:#?}",
+        j.evidence
+    );
 }

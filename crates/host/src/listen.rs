@@ -1,6 +1,9 @@
 //! Listening sockets sampled over the window through sock_diag: accept-queue length
-//! (`recv_q` of a listener) against its limit (`send_q`), and the listener's own drop count
-//! (`sk_drops`, which `tcp_listendrop` raises on every accept-queue overflow and listen drop).
+//! (`recv_q` of a listener) against its limit (`send_q`), the listener's own drop count
+//! (`sk_drops`, which `tcp_listendrop` raises on every accept-queue overflow and listen drop),
+//! and its SYN queue: the half-open request sockets (`NEW_SYN_RECV`) to its port, counted with
+//! their distinct source addresses (a SYN flood from spoofed sources fills the queue from as
+//! many addresses as it has entries; a client's burst of connects from one).
 
 use std::collections::{BTreeMap, HashSet};
 use std::io;
@@ -9,6 +12,10 @@ use lagtrace_model::host::ListenerQueue;
 use lagtrace_sockets::diag::{self, DiagSocket};
 
 const TCP_LISTEN: u32 = 10;
+/// A request socket of a listener's SYN queue; older kernels (before 4.4) listed them as
+/// `SYN_RECV` (3).
+const TCP_NEW_SYN_RECV: u32 = 12;
+const TCP_SYN_RECV: u32 = 3;
 
 #[derive(Debug, Clone)]
 struct Track {
@@ -20,6 +27,8 @@ struct Track {
     full: u32,
     drops_first: Option<u32>,
     drops_last: Option<u32>,
+    /// The most half-open connections to it in one sample, and their distinct sources.
+    half_open: Option<(u32, u32)>,
 }
 
 /// Listeners seen over the window, by inode.
@@ -43,7 +52,8 @@ impl ListenTrack {
 
     /// One sock_diag reading of the calling thread's namespace.
     pub fn sample(&mut self) -> io::Result<()> {
-        let socks = diag::dump_tcp(1 << TCP_LISTEN)?;
+        let socks =
+            diag::dump_tcp((1 << TCP_LISTEN) | (1 << TCP_SYN_RECV) | (1 << TCP_NEW_SYN_RECV))?;
         if let Some(pid) = self.pid {
             // A listener not seen before (the process may open it during the window):
             // look at the process's descriptors again.
@@ -65,6 +75,12 @@ impl ListenTrack {
 
     /// Adds one reading.
     pub fn add(&mut self, socks: &[DiagSocket]) {
+        let half_open: Vec<&DiagSocket> = socks
+            .iter()
+            .filter(|s| {
+                u32::from(s.state) == TCP_NEW_SYN_RECV || u32::from(s.state) == TCP_SYN_RECV
+            })
+            .collect();
         for s in socks {
             if s.state != TCP_LISTEN as u8 || (self.pid.is_some() && !self.mine.contains(&s.inode))
             {
@@ -80,6 +96,7 @@ impl ListenTrack {
                 full: 0,
                 drops_first: drops,
                 drops_last: drops,
+                half_open: None,
             });
             t.max = s.send_q;
             t.current = s.recv_q;
@@ -89,6 +106,22 @@ impl ListenTrack {
                 t.full += 1;
             }
             t.drops_last = drops;
+            // The listener's half-open connections: to its port, on its address (any, for a
+            // wildcard listener).
+            let mine = half_open.iter().filter(|h| {
+                h.local.port() == s.local.port()
+                    && (s.local.ip().is_unspecified()
+                        || h.local.ip().to_canonical() == s.local.ip().to_canonical())
+            });
+            let (mut n, mut sources) = (0u32, HashSet::new());
+            for h in mine {
+                n += 1;
+                sources.insert(h.remote.ip().to_canonical());
+            }
+            let sources = u32::try_from(sources.len()).unwrap_or(u32::MAX);
+            if t.half_open.is_none_or(|(peak, _)| n > peak) {
+                t.half_open = Some((n, sources));
+            }
         }
     }
 
@@ -109,6 +142,8 @@ impl ListenTrack {
                     .drops_last
                     .zip(t.drops_first)
                     .map(|(a, b)| u64::from(a.wrapping_sub(b))),
+                half_open_peak: t.half_open.map(|h| h.0),
+                half_open_sources: t.half_open.map(|h| h.1),
             })
             .collect()
     }
@@ -156,5 +191,76 @@ mod tests {
         let mut none = ListenTrack::new(Some(1));
         none.sample().unwrap();
         assert!(none.finish(&mine).is_empty());
+    }
+
+    fn sock(state: u32, local: &str, remote: &str, inode: u64) -> DiagSocket {
+        DiagSocket {
+            state: state as u8,
+            local: local.parse().unwrap(),
+            remote: remote.parse().unwrap(),
+            inode,
+            uid: 0,
+            recv_q: 0,
+            send_q: 511,
+            tcp_info: None,
+            congestion: None,
+            skmem: None,
+        }
+    }
+
+    /// A wildcard listener's SYN queue is every half-open connection to its port; another
+    /// port's are not its, and the fullest sample is kept with its distinct sources.
+    #[test]
+    fn half_open_connections_are_counted_per_listener_with_their_sources() {
+        let mut t = ListenTrack::new(None);
+        let listener = sock(TCP_LISTEN, "0.0.0.0:8080", "0.0.0.0:0", 9);
+        let mut first = vec![listener.clone()];
+        for k in 0..3 {
+            first.push(sock(
+                TCP_NEW_SYN_RECV,
+                "10.0.0.2:8080",
+                &format!("10.0.0.1:{}", 40_000 + k),
+                0,
+            ));
+        }
+        t.add(&first);
+        let mut flood = vec![listener];
+        for k in 0..40u32 {
+            flood.push(sock(
+                TCP_SYN_RECV,
+                "10.0.0.2:8080",
+                &format!("198.18.{}.{}:1234", k / 200, k % 200 + 1),
+                0,
+            ));
+        }
+        flood.push(sock(TCP_NEW_SYN_RECV, "10.0.0.2:9090", "10.0.0.1:5000", 0));
+        t.add(&flood);
+        // A later, emptier sample does not lower the peak.
+        t.add(&[sock(TCP_LISTEN, "0.0.0.0:8080", "0.0.0.0:0", 9)]);
+        let got = t.finish(&BTreeMap::new());
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            (got[0].half_open_peak, got[0].half_open_sources),
+            (Some(40), Some(40))
+        );
+        // One client's burst: many half-open, one source.
+        let mut t = ListenTrack::new(None);
+        let mut burst = vec![sock(TCP_LISTEN, "10.0.0.2:8080", "0.0.0.0:0", 9)];
+        for k in 0..30 {
+            burst.push(sock(
+                TCP_NEW_SYN_RECV,
+                "10.0.0.2:8080",
+                &format!("10.0.0.1:{}", 40_000 + k),
+                0,
+            ));
+        }
+        // Not this listener's address.
+        burst.push(sock(TCP_NEW_SYN_RECV, "10.0.0.3:8080", "10.0.0.9:1", 0));
+        t.add(&burst);
+        let got = t.finish(&BTreeMap::new());
+        assert_eq!(
+            (got[0].half_open_peak, got[0].half_open_sources),
+            (Some(30), Some(1))
+        );
     }
 }

@@ -718,6 +718,29 @@ pub struct ListenerQueue {
     /// connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drops: Option<u64>,
+    /// Half-open connections to it (SYN received, SYN-ACK sent, handshake not completed: its
+    /// SYN queue) at the sample that held the most, where they were read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_open_peak: Option<u32>,
+    /// Distinct source addresses of those half-open connections at that sample: one
+    /// client's burst of connects comes from one or a few, a flood from spoofed sources from
+    /// as many as it has entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_open_sources: Option<u32>,
+}
+
+/// Half-open connections from at least this many distinct sources in one sample make a
+/// flood: a client's burst of connects comes from one address (or a few behind a balancer).
+pub const FLOOD_SOURCES: u32 = 16;
+
+impl ListenerQueue {
+    /// The SYN queue flooded: at least half full of half-open connections from
+    /// [`FLOOD_SOURCES`] or more distinct sources (handshakes that never complete: spoofed
+    /// sources); the peak and the sources when so.
+    pub fn flooded(&self) -> Option<(u32, u32)> {
+        let (n, k) = (self.half_open_peak?, self.half_open_sources?);
+        (k >= FLOOD_SOURCES && u64::from(n) * 2 >= u64::from(self.max)).then_some((n, k))
+    }
 }
 
 /// A cgroup's CPU bandwidth accounting over the window.

@@ -29,7 +29,80 @@ pub(super) struct Facts<'a> {
     pub(super) hops: &'a [lagtrace_model::diagnosis::evidence::HopEvidence],
 }
 
+/// A SYN flood at the target's listener, as the host layer read it: its SYN queue flooded
+/// ([`lagtrace_model::host::ListenerQueue::flooded`]), with the namespace's counters of SYNs
+/// the kernel dropped (`TcpExt.TCPReqQFullDrop`: syncookies off) or answered with a cookie
+/// (`TCPReqQFullDoCookies`) with the queue full.
+pub(super) struct Flood<'a> {
+    pub(super) listener: &'a lagtrace_model::host::ListenerQueue,
+    pub(super) peak: u32,
+    pub(super) sources: u32,
+    pub(super) dropped: u64,
+    pub(super) cookies: u64,
+}
+
+impl Flood<'_> {
+    /// The host's line: the queue, its sources and the drops.
+    pub(super) fn line(&self, during: &str) -> String {
+        format!(
+            "listener {}: its SYN queue held {} half-open connections (it holds {}) from {} \
+             distinct source addresses at the fullest sample — handshakes that never \
+             complete, a SYN flood — and the kernel dropped {} SYNs with it full and \
+             syncookies off (namespace TcpExt.TCPReqQFullDrop +{}) {during}",
+            self.listener.local,
+            self.peak,
+            self.listener.max,
+            self.sources,
+            self.dropped,
+            self.dropped
+        )
+    }
+
+    /// The fix: syncookies first.
+    pub(super) fn fix(&self) -> crate::verdict::Fix {
+        crate::verdict::Fix {
+            side: crate::verdict::FixSide::Server,
+            location: Some("net.ipv4.tcp_syncookies".into()),
+            change: format!(
+                "a SYN flood fills the SYN queue of {} and syncookies are off, so real \
+                 clients' SYNs are dropped: set net.ipv4.tcp_syncookies=1 (the kernel answers \
+                 with a cookie when the queue is full and keeps no state), raise the backlog \
+                 and net.ipv4.tcp_max_syn_backlog, shorten net.ipv4.tcp_synack_retries, and \
+                 filter the flood before the host (SYN proxy, scrubbing)",
+                self.listener.local
+            ),
+            tradeoff: Some(
+                "a connection made with a cookie keeps window scaling and SACK only when \
+                 TCP timestamps carry them"
+                    .into(),
+            ),
+        }
+    }
+}
+
 impl<'a> Facts<'a> {
+    /// The SYN flood at the listener on `port`, when the host layer shows one
+    /// ([`Flood`]).
+    pub(super) fn flood(&self, port: u16) -> Option<Flood<'a>> {
+        let host = self.host?;
+        let suffix = format!(":{port}");
+        let l = host
+            .listeners
+            .get()?
+            .iter()
+            .filter(|l| l.local.ends_with(&suffix))
+            .max_by_key(|l| l.half_open_peak.unwrap_or(0))?;
+        let (peak, sources) = l.flooded()?;
+        let count = |n: &str| u64::try_from(host.counter(n)).unwrap_or(0);
+        Some(Flood {
+            listener: l,
+            peak,
+            sources,
+            dropped: count("TcpExt.TCPReqQFullDrop"),
+            cookies: count("TcpExt.TCPReqQFullDoCookies"),
+        })
+    }
+
     pub(super) fn new(layers: &'a Layers) -> Self {
         let path = layers.path.get();
         let app = layers.app.get();

@@ -439,6 +439,93 @@ pub(super) fn overflow(x: &Facts<'_>, host: &HostReport, target: &Target) -> Opt
     })
 }
 
+/// SYNs a flood must have had dropped for `syn-flood` when none of the load's own connects
+/// waited: the queue frees in bursts (half-open connections created together expire
+/// together) and a run's few connects, made at once, may all land in one — a run-to-run
+/// coin toss that must not flip the verdict while the host shows the flood dropping SYNs.
+pub(super) const FLOOD_DROPS: u64 = 100;
+
+/// `syn-drop` / `syn-flood`: the target's listener held a SYN queue flooded from many
+/// sources ([`Facts::flood`]) and the kernel dropped SYNs with it full, syncookies off — as
+/// many as half the connects that waited for a SYN retransmission or failed, or, when none
+/// of this run's connects waited, at least [`FLOOD_DROPS`]: real clients' SYNs are among
+/// them. A listener overflowing under one client's own burst (one source) is
+/// `accept-queue-overflow` or plain `syn-drop`, not this.
+pub(super) fn syn_flood(x: &Facts<'_>, target: &Target) -> Option<Direct> {
+    let f = x.flood(target.port)?;
+    // The c=N run (last), whether or not a request completed: a flood may leave every
+    // connect waiting.
+    let run = x
+        .runs
+        .iter()
+        .copied()
+        .rev()
+        .find(|r| r.connects.is_some())?;
+    let c = run.connects.as_ref()?;
+    let waited = c.syn_retransmitted + c.failed;
+    let enough = if waited == 0 {
+        f.dropped >= FLOOD_DROPS
+    } else {
+        f.dropped * 2 >= waited
+    };
+    if !enough {
+        return None;
+    }
+    let text = f.line(&if waited > 0 {
+        format!(
+            "during the c={} run: enough for the {waited} connects that waited for a SYN \
+             retransmission or failed",
+            run.concurrency
+        )
+    } else {
+        format!(
+            "during the c={} run; its {} connects found room as the queue freed, but a \
+             client whose SYN is dropped waits at least 1 s for its retransmission",
+            run.concurrency, c.attempts
+        )
+    });
+    Some(Direct {
+        cause: Cause::SynDrop,
+        mechanism: Mechanism::SynFlood,
+        evidence: vec![sup(LayerName::Host, Cause::SynDrop, text)],
+        fix: f.fix(),
+        // A dropped SYN's client waits for the first retransmission (1 s) at least.
+        added_us: if waited > 0 { c.time.p99_us } else { 1_000_000 },
+        // Weighed by requests, like the records' SYN waits: a connect is one request.
+        share: waited as f64 / run.waits.as_ref().map_or(c.attempts, |w| w.count).max(1) as f64,
+        counted: Some((waited, Some(c.attempts))),
+    })
+}
+
+/// A SYN flood at the listener on a healthy verdict (a note): absorbed with syncookies
+/// (`TcpExt.TCPReqQFullDoCookies` moved: cookies kept connection setup quick), or with
+/// cookies off dropping fewer SYNs than [`FLOOD_DROPS`] over the window.
+pub(super) fn flood_note(x: &Facts<'_>, target: &Target) -> Option<EvidenceLine> {
+    let f = x.flood(target.port)?;
+    let head = format!(
+        "listener {}: {} half-open connections from {} distinct sources at the fullest sample \
+         (a SYN flood)",
+        f.listener.local, f.peak, f.sources
+    );
+    let text = if f.cookies > 0 {
+        format!(
+            "{head} and {} SYNs answered with syncookies (TcpExt.TCPReqQFullDoCookies) with the \
+             queue full: the cookies kept connection setup quick",
+            f.cookies
+        )
+    } else if f.dropped > 0 {
+        format!(
+            "{head} and {} SYNs dropped with the queue full and syncookies off \
+             (TcpExt.TCPReqQFullDrop): few, but real clients' may be among them — set \
+             net.ipv4.tcp_syncookies=1",
+            f.dropped
+        )
+    } else {
+        return None;
+    };
+    Some(note(LayerName::Host, text))
+}
+
 /// `kernel-stack` / `conntrack`: the namespace's connection tracking lost packets of new
 /// connections in the window (dropped with its table full, or not inserted), as many as
 /// half the connects that waited for a SYN retransmission or failed. Each such SYN is
@@ -459,7 +546,10 @@ pub(super) fn conntrack(x: &Facts<'_>, host: &HostReport, target: &Target) -> Op
         _ => "its fill unknown".into(),
     };
     let text = format!(
-        "connection tracking in the server's namespace lost {lost} packets of new connections          during the c={} run (`conntrack -S`: drop +{}, insert_failed +{}, early_drop +{}; the          table {fill}): enough for the {waited} connects that waited for a SYN          retransmission or failed",
+        "connection tracking in the server's namespace lost {lost} packets of new connections \
+         during the c={} run (`conntrack -S`: drop +{}, insert_failed +{}, early_drop +{}; the \
+         table {fill}): enough for the {waited} connects that waited for a SYN \
+         retransmission or failed",
         run.concurrency, ct.drop, ct.insert_failed, ct.early_drop
     );
     let max = ct
@@ -473,11 +563,16 @@ pub(super) fn conntrack(x: &Facts<'_>, host: &HostReport, target: &Target) -> Op
             side: FixSide::Server,
             location: Some("net.netfilter.nf_conntrack_max".into()),
             change: format!(
-                "the connection tracking table ({max}) drops new connections: raise                  net.netfilter.nf_conntrack_max (and nf_conntrack_buckets) on the server's                  host, shorten how long closed connections stay tracked                  (net.netfilter.nf_conntrack_tcp_timeout_time_wait), or stop tracking the                  server's port: `tcp dport {} notrack` in a prerouting chain at priority raw",
+                "the connection tracking table ({max}) drops new connections: raise \
+                 net.netfilter.nf_conntrack_max (and nf_conntrack_buckets) on the server's \
+                 host, shorten how long closed connections stay tracked \
+                 (net.netfilter.nf_conntrack_tcp_timeout_time_wait), or stop tracking the \
+                 server's port: `tcp dport {} notrack` in a prerouting chain at priority raw",
                 target.port
             ),
             tradeoff: Some(
-                "untracked traffic no longer matches `ct state` rules (stateful firewalling,                  NAT) on that port"
+                "untracked traffic no longer matches `ct state` rules (stateful firewalling, \
+                 NAT) on that port"
                     .into(),
             ),
         },
@@ -524,6 +619,9 @@ pub(super) fn adopt(
     let direct = [
         throttled(x, host),
         overflow(x, host, target),
+        // After the overflow: with a flood's evidence (many sources) it is the more
+        // specific account of the same drops.
+        syn_flood(x, target),
         conntrack(x, host, target),
         dropped,
     ];
@@ -674,6 +772,17 @@ pub(super) fn cost_text(c: &Candidate) -> Option<String> {
         Mechanism::AcceptQueueOverflow => format!(
             "{n} of {} connects wait for a SYN retransmission or fail: the accept queue \
              overflows (p99 connect {})",
+            of.unwrap_or(0),
+            ms(c.added_us)
+        ),
+        Mechanism::SynFlood if n == 0 => format!(
+            "none of this run's {} connects waited, but a SYN flood fills the SYN queue and \
+             its dropped SYNs include real clients': each waits at least 1 s",
+            of.unwrap_or(0)
+        ),
+        Mechanism::SynFlood => format!(
+            "{n} of {} connects wait for a SYN retransmission or fail: a SYN flood fills the \
+             SYN queue (p99 connect {})",
             of.unwrap_or(0),
             ms(c.added_us)
         ),

@@ -139,7 +139,11 @@ fn judge_here(target: &Target, layers: &Layers) -> Judgement {
         return match &tail {
             Some(t) if t.client.is_some() => judge_client(layers, &x, t),
             Some(t) => tail::judge(layers, &x, target, t),
-            None => healthy::judge(layers, &x),
+            None => {
+                let mut j = healthy::judge(layers, &x);
+                j.evidence.extend(host::flood_note(&x, target));
+                j
+            }
         };
     };
     let mut evidence: Vec<EvidenceLine> = cands

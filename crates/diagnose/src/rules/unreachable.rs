@@ -1,13 +1,16 @@
 //! `unreachable`: no request succeeded and no connection could be made. Decided before any
 //! other cause, from what the path layer saw: RST (nothing listens), silence (nothing
-//! answers), or a TLS handshake that fails on a port that accepts TCP.
+//! answers), or a TLS handshake that fails on a port that accepts TCP — unless the server's
+//! host shows why its listener answers no one: a SYN flood filling its SYN queue with
+//! syncookies off is `syn-drop` / `syn-flood` (the server is there; real clients' SYNs are
+//! dropped), not an address or a route to check.
 
 use lagtrace_model::Cause;
 
-use super::facts::Facts;
+use super::facts::{Facts, Flood};
 use super::{Judgement, ms, sup};
 use crate::evidence::{LayerName, LayerStatus, Layers, PathEvidence, Target};
-use crate::verdict::{Confidence, Cost, EvidenceLine, Fix, FixSide, Verdict};
+use crate::verdict::{Confidence, Cost, EvidenceLine, Fix, FixSide, Mechanism, Verdict};
 
 const CAUSE: Cause = Cause::Unreachable;
 
@@ -200,6 +203,9 @@ pub(super) fn judge(target: &Target, layers: &Layers, x: &Facts<'_>) -> Option<J
     if x.path.is_some_and(|p| p.port_open) && !tls && syn_waits(layers) > 0 {
         return None;
     }
+    if let Some(f) = x.flood(target.port).filter(|f| f.dropped > 0) {
+        return Some(flooded(layers, x, &f, connect_errors));
+    }
     let (path_line, summary, fix) = where_it_stops(target, layers, x);
     let mut ev: Vec<EvidenceLine> = path_line.into_iter().collect();
     if connect_errors > 0 {
@@ -246,4 +252,59 @@ pub(super) fn judge(target: &Target, layers: &Layers, x: &Facts<'_>) -> Option<J
             .filter(|l| layers.status(*l) != LayerStatus::Unavailable)
             .collect(),
     })
+}
+
+/// No connection could be made because a SYN flood fills the listener's SYN queue with
+/// syncookies off: `syn-drop` / `syn-flood`, every connect lost to it.
+fn flooded(layers: &Layers, x: &Facts<'_>, f: &Flood<'_>, connect_errors: u64) -> Judgement {
+    const SYN: Cause = Cause::SynDrop;
+    let mut ev = vec![sup(
+        LayerName::Host,
+        SYN,
+        f.line("while no connection could be made: every real client's SYN meets the full queue"),
+    )];
+    if let Some(p) = x.path.and_then(|p| p.idle.as_ref()) {
+        ev.push(sup(
+            LayerName::Path,
+            SYN,
+            format!(
+                "{} of {} SYN probes answered: the full queue drops them like the clients' \
+                 SYNs",
+                p.received, p.sent
+            ),
+        ));
+    }
+    if connect_errors > 0 {
+        ev.push(sup(
+            LayerName::App,
+            SYN,
+            format!("{connect_errors} connection attempt(s) failed, no request completed"),
+        ));
+    }
+    let summary =
+        "a SYN flood fills the listener's SYN queue: real clients' SYNs are dropped".to_string();
+    Judgement {
+        verdict: Verdict {
+            cause: SYN,
+            secondary: Vec::new(),
+            confidence: Confidence::High,
+            summary: summary.clone(),
+            cost: Cost {
+                share: 1.0,
+                affected: (connect_errors > 0).then_some(connect_errors),
+                of: (connect_errors > 0).then_some(connect_errors),
+                text: format!("every connect fails: {summary}"),
+                ..Cost::default()
+            },
+            mechanism: Some(Mechanism::SynFlood),
+            tail: None,
+            fix: vec![f.fix()],
+            hop: None,
+        },
+        evidence: ev,
+        finding_layers: [LayerName::Host, LayerName::Path, LayerName::App]
+            .into_iter()
+            .filter(|l| layers.status(*l) != LayerStatus::Unavailable)
+            .collect(),
+    }
 }

@@ -37,6 +37,9 @@ use lagtrace_model::host::{
 What the usual suspects look like:
   accept-queue overflow   TcpExt.ListenOverflows rises, a listener's queue peaks at its limit
                           with drops; clients wait for SYN retransmits (>= 1 s each)
+  SYN flood               a listener's SYN queue full of half-open connections from many
+                          sources; TcpExt.TCPReqQFullDrop rises with syncookies off
+                          (TCPReqQFullDoCookies with them on: absorbed)
   CPU quota               the cgroup is throttled in many periods: requests stall up to
                           period - quota (e.g. 80 ms of a 100 ms period)
   busy host               threads wait in the run queue a large share of their runnable time
@@ -405,6 +408,11 @@ fn listener_line(r: &HostReport, q: &ListenerQueue) -> String {
     if q.full_samples > 0 {
         let _ = write!(l, ", full in {} of {} samples", q.full_samples, q.samples);
     }
+    if let (Some(n), Some(k)) = (q.half_open_peak, q.half_open_sources)
+        && n > 0
+    {
+        let _ = write!(l, ", SYN queue peak {n} half-open from {k} sources");
+    }
     let dropped = r.listen_drops(q);
     if dropped > 0 {
         let _ = write!(
@@ -433,11 +441,20 @@ fn listeners_text(s: &mut String, r: &HostReport) -> bool {
     };
     let moved: Vec<_> = qs
         .iter()
-        .filter(|q| q.peak > 0 || q.drops.is_some_and(|d| d > 0))
+        .filter(|q| {
+            q.peak > 0 || q.drops.is_some_and(|d| d > 0) || q.half_open_peak.is_some_and(|n| n > 0)
+        })
         .collect();
     for q in &moved {
         let _ = writeln!(s, "{}", listener_line(r, q));
-        if q.full_samples > 0 || r.listen_drops(q) > 0 {
+        // Half-open connections from many sources filling the SYN queue: a flood, whose
+        // dropped SYNs count as listen drops too.
+        if q.flooded().is_some() {
+            let _ = writeln!(
+                s,
+                "  the SYN queue is full of half-open connections from many sources: a SYN flood; with net.ipv4.tcp_syncookies=1 the kernel answers it with cookies (TcpExt.TCPReqQFullDrop: SYNs dropped with cookies off)"
+            );
+        } else if q.full_samples > 0 || r.listen_drops(q) > 0 {
             let _ = writeln!(
                 s,
                 "  the accept queue overflowed: the application accepts slower than connections complete (raise the backlog / somaxconn, or accept faster)"

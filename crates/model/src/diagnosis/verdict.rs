@@ -248,6 +248,9 @@ pub enum Mechanism {
     /// (`nf_conntrack_max`) or entries fail to insert, so their SYNs wait for a
     /// retransmission.
     Conntrack,
+    /// A SYN flood fills the listener's SYN queue with half-open connections from many
+    /// (spoofed) sources, and with syncookies off real clients' SYNs are dropped.
+    SynFlood,
 }
 
 impl Mechanism {
@@ -268,6 +271,7 @@ impl Mechanism {
             Mechanism::SoftirqSaturated => "softirq-saturated",
             Mechanism::UpstreamWait => "upstream-wait",
             Mechanism::Conntrack => "conntrack",
+            Mechanism::SynFlood => "syn-flood",
         }
     }
 }
@@ -321,6 +325,8 @@ mod mechanism_names {
             Mechanism::NetfilterRules,
             Mechanism::SoftirqSaturated,
             Mechanism::UpstreamWait,
+            Mechanism::Conntrack,
+            Mechanism::SynFlood,
         ] {
             assert_eq!(serde_json::to_value(m).unwrap(), m.name());
         }
