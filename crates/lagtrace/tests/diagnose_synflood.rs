@@ -21,9 +21,8 @@ mod common;
 /// The lab: the server in a namespace with syncookies `cookies`, half-open connections
 /// given up after one SYN-ACK retransmission (~3 s, so a modest flood keeps the queue
 /// full), a dead-end default route for the spoofed sources' SYN-ACKs, and hping3 flooding
-/// it from here every `every` (hping3's `-i`), bounded by `timeout` to 150 s and owned by the
-/// guard, which stops it with the test.
-fn flooded(tag: &str, cookies: bool, every: &str) -> (VethNs, SocketAddr) {
+/// it from here, one SYN every `every_us` µs.
+fn flooded(tag: &str, cookies: bool, every_us: u32) -> (VethNs, SocketAddr) {
     let pid = std::process::id();
     let k = lagtrace_testkit::unique();
     let net = format!("10.{}.{}", 200 + pid % 40, (pid / 40 + k) % 250 + 1);
@@ -65,18 +64,14 @@ fn flooded(tag: &str, cookies: bool, every: &str) -> (VethNs, SocketAddr) {
     let port: u16 = 20_000 + ((pid + k) % 5000) as u16;
     let addr: SocketAddr = format!("{net}.2:{port}").parse().unwrap();
     every_nth(&mut g, addr, 1_000_000_000, 0);
-    let flood = Command::new("timeout")
-        .args([
-            "150",
-            "hping3",
-            "-q",
-            "-S",
-            "--rand-source",
-            "-i",
-            every,
-            "-c",
-            "2000000",
-        ])
+    // hping3 itself is the guard's child (killed before the namespace goes, so no SYN of it
+    // outlives the lab's route), dies with the thread that started it (setpriv execs it
+    // with a parent-death signal), and stops by itself after ~150 s at the asked rate. Not
+    // under `timeout`: killing that would orphan the flood.
+    let count = (150_000_000 / every_us).to_string();
+    let flood = Command::new("setpriv")
+        .args(["--pdeathsig", "KILL", "hping3", "-q", "-S", "--rand-source"])
+        .args(["-i", &format!("u{every_us}"), "-c", &count])
         .args(["-p", &port.to_string(), &format!("{net}.2")])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -109,7 +104,7 @@ fn a_syn_flood_without_syncookies_is_syn_drop_syn_flood() {
     // retransmission, ~3 s) and the flood refills the freed queue within a quarter second,
     // so most of the load's connects meet it full (at 500 a second a run's 45 connects all
     // landed in a refill and none waited: healthy, with the flood in a note).
-    let (_g, addr) = flooded("sflood", false, "u500");
+    let (_g, addr) = flooded("sflood", false, 500);
     for run in 0..3 {
         let j = diagnose(addr);
         let v = &j["verdict"];
@@ -128,7 +123,7 @@ fn a_syn_flood_without_syncookies_is_syn_drop_syn_flood() {
 #[test]
 #[ignore = "needs root"]
 fn the_same_flood_with_syncookies_is_healthy_and_said_absorbed() {
-    let (_g, addr) = flooded("scook", true, "u500");
+    let (_g, addr) = flooded("scook", true, 500);
     let j = diagnose(addr);
     assert_eq!(j["verdict"]["cause"], "healthy", "{}", show(&j));
     assert!(
@@ -144,7 +139,7 @@ fn the_same_flood_with_syncookies_is_healthy_and_said_absorbed() {
 #[test]
 #[ignore = "needs root"]
 fn a_syn_flood_that_lets_no_connection_through_is_syn_flood_not_unreachable() {
-    let (_g, addr) = flooded("sfull", false, "u200");
+    let (_g, addr) = flooded("sfull", false, 200);
     for run in 0..2 {
         let j = diagnose(addr);
         let v = &j["verdict"];
