@@ -195,7 +195,7 @@ pub struct TailSplit {
 }
 
 /// The weighted `q` quantile of `(value, weight)` sorted by value.
-fn quantile(sorted: &[(u64, f64)], q: f64) -> u64 {
+pub fn quantile(sorted: &[(u64, f64)], q: f64) -> u64 {
     let total: f64 = sorted.iter().map(|x| x.1).sum();
     let mut acc = 0.0;
     for &(v, w) in sorted {

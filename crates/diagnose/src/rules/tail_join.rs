@@ -18,7 +18,7 @@ use lagtrace_model::diagnosis::evidence::RequestJoin;
 use lagtrace_model::{Cause, FindingKind, RequestRecord};
 
 use super::{ms, pct};
-use crate::join::tail::{Component, TailSplit, split};
+use crate::join::tail::{Component, TailSplit, quantile, split};
 use crate::verdict::{Mechanism, TailPart};
 
 /// What the join says about a run's tail.
@@ -246,15 +246,7 @@ pub(super) fn joined_from(
 fn weighted_at(rs: &[RequestRecord], percentile: f64) -> u64 {
     let mut v: Vec<(u64, f64)> = rs.iter().map(|r| (r.wait_us, r.weight)).collect();
     v.sort_by_key(|x| x.0);
-    let total: f64 = v.iter().map(|x| x.1).sum();
-    let mut acc = 0.0;
-    for &(w, n) in &v {
-        acc += n;
-        if acc >= percentile / 100.0 * total {
-            return w;
-        }
-    }
-    v.last().map_or(0, |x| x.0)
+    quantile(&v, percentile / 100.0)
 }
 
 impl JoinedTail {
