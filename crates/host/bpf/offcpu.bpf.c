@@ -89,6 +89,19 @@ struct {
 	__uint(value_size, STACK_DEPTH * sizeof(__u64));
 } STACKS SEC(".maps");
 
+// A stack map keeps one stack per bucket and refuses (-EEXIST) a second stack hashing to a
+// taken one: that stack goes here instead (same hash, a smaller table whose bucket is free
+// unless a third stack collided there too), its id marked with SPILL_BIT.
+#define EEXIST 17
+#define SPILL_BIT (1 << 24)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 1024);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, STACK_DEPTH * sizeof(__u64));
+} SPILL SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
@@ -124,6 +137,16 @@ static __always_inline void missed(__u32 i)
 		__sync_fetch_and_add(m, 1);
 }
 
+// The id of the switching-out thread's kernel stack, spilled when STACKS refuses it.
+static __always_inline __s32 kstack_id(void *ctx)
+{
+	__s32 id = bpf_get_stackid(ctx, &STACKS, 0);
+	if (id != -EEXIST)
+		return id;
+	id = bpf_get_stackid(ctx, &SPILL, 0);
+	return id < 0 ? id : id | SPILL_BIT;
+}
+
 SEC("tracepoint/sched/sched_switch")
 int sched_switch(void *ctx)
 {
@@ -144,7 +167,7 @@ int sched_switch(void *ctx)
 		} else {
 			struct start s = {};
 			s.ts = now;
-			s.kstack = bpf_get_stackid(ctx, &STACKS, 0);
+			s.kstack = kstack_id(ctx);
 			s.state = state;
 			s.tgid = tgid;
 			if (bpf_map_update_elem(&START, &prev, &s, BPF_ANY))

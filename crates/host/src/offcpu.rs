@@ -640,15 +640,19 @@ mod imp {
     const RING_BYTES: u32 = 1 << 20;
 
     /// The program's maps (as offcpu.bpf.c declares them).
-    const MAPS: [MapSpec; 7] = [
+    const MAPS: [MapSpec; 8] = [
         ("CONF", MAP_ARRAY, 4, 24, 1),
         ("WATCH", MAP_HASH, 4, 1, 256),
         ("START", MAP_LRU_HASH, 4, 24, 16384),
         ("STACKS", MAP_STACK_TRACE, 4, DEPTH * 8, 4096),
+        ("SPILL", MAP_STACK_TRACE, 4, DEPTH * 8, 1024),
         ("TOTALS", MAP_HASH, 16, 16, 8192),
         ("EVENTS", MAP_RINGBUF, 0, 0, RING_BYTES),
         ("MISSED", MAP_ARRAY, 4, 8, 2),
     ];
+
+    /// The mark on a stack id that lives in SPILL, not STACKS (offcpu.bpf.c).
+    const SPILL_BIT: i32 = 1 << 24;
 
     /// What the tracer's maps held at the end of the window.
     struct Collected {
@@ -790,9 +794,12 @@ mod imp {
 
         fn read_maps(&self) -> Result<Collected, BpfError> {
             let kernel = |e: std::io::Error| BpfError::Kernel(format!("reading its maps: {e}"));
-            let (Some(tot), Some(stk), Some(mis)) =
-                (self.map("TOTALS"), self.map("STACKS"), self.map("MISSED"))
-            else {
+            let (Some(tot), Some(stk), Some(spill), Some(mis)) = (
+                self.map("TOTALS"),
+                self.map("STACKS"),
+                self.map("SPILL"),
+                self.map("MISSED"),
+            ) else {
                 return Err(BpfError::Kernel("a map is missing".into()));
             };
             let mut totals = Totals::new();
@@ -813,7 +820,14 @@ mod imp {
                 .collect();
             let raw_stacks: Vec<(i32, Vec<u64>)> = ids
                 .into_iter()
-                .filter_map(|id| Some((id, stack_addrs(stk, id, DEPTH as usize)?)))
+                .filter_map(|id| {
+                    let addrs = if id & SPILL_BIT != 0 {
+                        stack_addrs(spill, id & !SPILL_BIT, DEPTH as usize)
+                    } else {
+                        stack_addrs(stk, id, DEPTH as usize)
+                    };
+                    Some((id, addrs?))
+                })
                 .collect();
             Ok(Collected {
                 totals,

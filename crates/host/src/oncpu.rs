@@ -416,12 +416,16 @@ mod imp {
     static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/oncpu.bpf.o"));
 
     /// The program's maps (as oncpu.bpf.c declares them).
-    const MAPS: [MapSpec; 4] = [
+    const MAPS: [MapSpec; 5] = [
         ("WATCH", MAP_HASH, 4, 1, 256),
         ("STACKS", MAP_STACK_TRACE, 4, (DEPTH * 8) as u32, 16384),
+        ("SPILL", MAP_STACK_TRACE, 4, (DEPTH * 8) as u32, 4096),
         ("COUNTS", MAP_HASH, 16, 8, 16384),
         ("MISSED", MAP_ARRAY, 4, 8, 2),
     ];
+
+    /// The mark on a stack id that lives in SPILL, not STACKS (oncpu.bpf.c).
+    const SPILL_BIT: i32 = 1 << 24;
 
     /// What the sampler's maps held at the end of the window.
     struct Collected {
@@ -501,9 +505,12 @@ mod imp {
 
         fn read_maps(&self) -> Result<Collected, BpfError> {
             let kernel = |e: std::io::Error| BpfError::Kernel(format!("reading its maps: {e}"));
-            let (Some(cnt), Some(stk), Some(mis)) =
-                (self.map("COUNTS"), self.map("STACKS"), self.map("MISSED"))
-            else {
+            let (Some(cnt), Some(stk), Some(spill), Some(mis)) = (
+                self.map("COUNTS"),
+                self.map("STACKS"),
+                self.map("SPILL"),
+                self.map("MISSED"),
+            ) else {
                 return Err(BpfError::Kernel("a map is missing".into()));
             };
             let mut counts = Vec::new();
@@ -524,7 +531,14 @@ mod imp {
                 .collect();
             let stacks: HashMap<i32, Vec<u64>> = ids
                 .into_iter()
-                .filter_map(|id| Some((id, stack_addrs(stk, id, DEPTH)?)))
+                .filter_map(|id| {
+                    let addrs = if id & SPILL_BIT != 0 {
+                        stack_addrs(spill, id & !SPILL_BIT, DEPTH)
+                    } else {
+                        stack_addrs(stk, id, DEPTH)
+                    };
+                    Some((id, addrs?))
+                })
                 .collect();
             Ok(Collected {
                 counts,
