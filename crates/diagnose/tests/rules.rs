@@ -3,6 +3,7 @@
 
 use lagtrace_diagnose::Assemble;
 use lagtrace_diagnose::evidence::*;
+use lagtrace_diagnose::rules::tail;
 use lagtrace_diagnose::{Confidence, Diagnosis, FixSide, Settings, Stance, judge};
 use lagtrace_model::Cause;
 use lagtrace_testkit::layers::{Synth, finding, rtt, target};
@@ -1356,4 +1357,90 @@ fn a_deep_tail_past_a_healthy_p99_is_never_healthy() {
     // 1 000 requests in the run: its p99.9 is one request.
     let j = deep(200.0, 150_000);
     assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+}
+
+/// A c=32 keep-alive run of 40 000 requests over 4 s from the load's own records (waits ~1 ms),
+/// with `deep` requests of the given waits released at the given times (µs), and the
+/// summaries and trimmed records the adapter makes of it; `sampled`: one more slow record
+/// that stands for 200 (a sampled record, not one of the slow set).
+fn records_run(deep: &[(u64, u64)], sampled: Option<u64>) -> AppRun {
+    let mut r = run(32, 1_000, 2_500, 10_000.0);
+    let mut recs: Vec<_> = Vec::new();
+    for k in 0..40_000u64 {
+        let mut rec = connect_record(k % 32, k * 100, 0, 0);
+        rec.index = (k / 32) as u32;
+        rec.wait_us = 900 + (k * 7919) % 400;
+        rec.last_byte_us = Some(rec.start_us + rec.wait_us);
+        recs.push(rec);
+    }
+    for (i, &(end_us, wait_us)) in deep.iter().enumerate() {
+        let mut rec = connect_record(i as u64 % 32, end_us - wait_us, 0, 0);
+        rec.wait_us = wait_us;
+        rec.last_byte_us = Some(end_us);
+        recs.push(rec);
+    }
+    if let Some(wait_us) = sampled {
+        let mut rec = connect_record(0, 2_000_000, 0, 0);
+        rec.wait_us = wait_us;
+        rec.slow = false;
+        rec.weight = 200.0;
+        recs.push(rec);
+    }
+    recs.sort_by_key(|r| r.start_us);
+    let all = lagtrace_model::RequestRecords {
+        seen: recs.iter().map(|r| r.weight).sum::<f64>() as u64,
+        records: recs,
+        ..Default::default()
+    };
+    let waits = lagtrace_diagnose::adapters::app::waits(&all.records);
+    r.records = Some(lagtrace_diagnose::adapters::app::trim(&all, waits.p99_us));
+    r.requests = waits.count;
+    r.waits = Some(waits);
+    r
+}
+
+/// The deep tail counts stall moments, not requests: one hiccup of the host releasing all
+/// 32 requests in flight at once is one event (healthy stays healthy, though 32 requests
+/// are 0.08 % of the run), three are a tail.
+/// A sampled record standing for 200 requests is one request, never a deep tail of 200.
+#[test]
+fn a_deep_tail_is_several_moments_of_requests_that_stand_for_themselves() {
+    let judged = |cn: AppRun| {
+        let mut l = healthy_layers();
+        l.app = Layer::ran(AppEvidence {
+            c1: Some(run(1, 110, 300, 8000.0)),
+            cn: Some(cn),
+        });
+        judge(&target(), &l)
+    };
+    let hiccup = |end_us: u64| (0..32).map(move |i| (end_us + i * 20, 150_000 + i * 500));
+    let once: Vec<_> = hiccup(2_000_000).collect();
+    let cn = records_run(&once, None);
+    assert!(cn.waited().p99_us < 10_000, "{:?}", cn.waited());
+    assert!(tail::deep_tail(&cn, tail::DEEP_MIN_US).is_none());
+    let j = judged(cn);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{}", texts(&j));
+    let thrice: Vec<_> = [500_000, 2_000_000, 3_500_000]
+        .into_iter()
+        .flat_map(hiccup)
+        .collect();
+    let cn = records_run(&thrice, None);
+    let d = tail::deep_tail(&cn, tail::DEEP_MIN_US).expect("a deep tail");
+    assert_eq!(d.moments, 3, "{d:?}");
+    assert_eq!(d.from_us, 150_000, "{d:?}");
+    assert!(d.from_us > cn.waited().p99_us);
+    let j = judged(cn);
+    assert_eq!(j.verdict.cause, Cause::UnexplainedTail, "{}", texts(&j));
+    // Its fix states the mean and the least of the slow requests' waits over the p50.
+    let fix = &j.verdict.fix[0].change;
+    assert!(fix.contains("on average, at least +"), "{fix}");
+    // One sampled record of 150 ms (weight 200) among three moments of one request each.
+    let few = [
+        (500_000, 150_000),
+        (2_000_000, 150_000),
+        (3_500_000, 150_000),
+    ];
+    let cn = records_run(&few, Some(150_000));
+    assert!(tail::deep_tail(&cn, tail::DEEP_MIN_US).is_none());
+    assert_eq!(judged(cn).verdict.cause, Cause::Healthy);
 }

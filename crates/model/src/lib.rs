@@ -141,7 +141,8 @@ impl fmt::Display for Micros {
         let us = self.0;
         if us < 1_000 {
             write!(f, "{us}µs")
-        } else if us < 1_000_000 {
+        } else if us < 999_995 {
+            // From 999.995 ms the two decimals would read "1000.00ms": seconds.
             write!(f, "{:.2}ms", us as f64 / 1e3)
         } else {
             write!(f, "{:.2}s", us as f64 / 1e6)
@@ -152,6 +153,16 @@ impl fmt::Display for Micros {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn micros_change_unit_where_the_rounding_would_reach_the_next() {
+        let t = |us| Micros(us).to_string();
+        assert_eq!(t(999), "999µs");
+        assert_eq!(t(1_000), "1.00ms");
+        assert_eq!(t(999_994), "999.99ms");
+        assert_eq!(t(999_995), "1.00s");
+        assert_eq!(t(1_500_000), "1.50s");
+    }
 
     #[test]
     fn cause_codes_round_trip_through_json_and_strings() {

@@ -125,6 +125,9 @@ fn judge_here(target: &Target, layers: &Layers) -> Judgement {
         match tail.as_mut() {
             // A slow-server candidate from the typical request's server time stays: the
             // contention explains the tail, not a slow typical request.
+            // A deep tail (≥ 100 ms past the p99) is more than the measurement's own
+            // contention adds (a slice per runnable task): it stays a finding.
+            Some(t) if c.own && t.is_deep() => {}
             Some(t) if c.own => t.measurement_contention(&c.text),
             // The measurement's own contention with no tail to explain: nothing to say.
             None if c.own => {}

@@ -203,12 +203,13 @@ pub(super) fn assess<'a>(
     let at_us = run.waited().p99_us;
     let f = finding(x, run, PERCENTILE, at_us, excess_us, parts, joined);
     // A p99 nothing names (or the client's own scheduling) may hide a rarer cost the join
-    // names with its mechanism.
+    // names with its mechanism. A deep tail nothing names past an unexplained p99 adds
+    // nothing to it: the p99 stays.
     if (f.explained.is_none() || f.client.is_some())
         && let Some(r) = beyond_p99(x, reattribute)
             // The client's own scheduling at the p99 does not excuse a deep tail past it
             // that is not the client's too.
-            .filter(|r| r.explained.is_some() || r.client.is_none())
+            .filter(|r| r.explained.is_some() || (f.client.is_some() && r.client.is_none()))
     {
         return Some(r);
     }
@@ -272,42 +273,68 @@ pub const DEEP_SPREAD: f64 = 20.0;
 pub const DEEP_MIN_REQUESTS: f64 = 10.0;
 /// ... and this share of the run (0.05 %).
 pub const DEEP_MIN_SHARE: f64 = 0.0005;
+/// ... and this many distinct moments they were released at: one hiccup of the host (a
+/// stall of the client, the server or the machine) releases every request in flight at
+/// once — 32 of them at c=32 — and is one event, not a tail.
+pub const DEEP_MIN_MOMENTS: usize = 3;
+/// Requests whose waits end within this of each other were released at one moment (µs).
+pub const MOMENT_US: u64 = 10_000;
 
 /// Where a run's deep tail starts, and the share of its requests there: the requests that
-/// waited at least `floor_us` ([`DEEP_MIN_US`] for a deep tail) and [`DEEP_SPREAD`] × the
-/// p50, when there are at least
-/// [`DEEP_MIN_REQUESTS`] of them and [`DEEP_MIN_SHARE`] of the run. From the kept records
-/// (every slow request is kept exactly, sampled ones stand for their weight); without
-/// records, from the percentiles: a p99.9 there is a deep tail of at least 0.1 %.
+/// waited at least `floor_us` ([`DEEP_MIN_US`] for a deep tail), [`DEEP_SPREAD`] × the p50
+/// and more than the p99 (the tail *past* it), when there are at least
+/// [`DEEP_MIN_REQUESTS`] of them and [`DEEP_MIN_SHARE`] of the run, released at
+/// [`DEEP_MIN_MOMENTS`] distinct moments or more.
+///
+/// From the kept records that stand for themselves (every slow one is kept exactly, weight
+/// 1; a sampled record standing for hundreds would make a deep tail of one request): when
+/// more are slow than were kept, the count is a lower bound. Without records, from the
+/// percentiles: a p99.9 there is a deep tail of 0.1 %, whose moments are unknown — so it
+/// must hold [`DEEP_MIN_MOMENTS`] × the concurrency requests (more than one stall of every
+/// connection).
 pub fn deep_tail(run: &AppRun, floor_us: u64) -> Option<DeepTail> {
     let w = run.waited();
-    let from_us = floor_us.max((DEEP_SPREAD * w.p50_us as f64) as u64);
+    let from_us = floor_us
+        .max((DEEP_SPREAD * w.p50_us as f64) as u64)
+        .max(w.p99_us + 1);
     let total = w.count.max(1) as f64;
-    let (n, least, sum) = match run_records(run).filter(|r| !r.is_empty()) {
+    let (n, least, sum, moments) = match run_records(run).filter(|r| !r.is_empty()) {
         Some(rs) => {
-            rs.iter()
-                .filter(|r| r.wait_us >= from_us)
-                .fold((0.0, u64::MAX, 0.0), |(n, l, s), r| {
-                    (
-                        n + r.weight,
-                        l.min(r.wait_us),
-                        s + r.weight * r.wait_us as f64,
-                    )
-                })
+            let exact: Vec<&RequestRecord> = rs
+                .iter()
+                .filter(|r| r.wait_us >= from_us && (r.slow || r.weight < 1.5))
+                .collect();
+            let n = exact.len() as f64;
+            let least = exact.iter().map(|r| r.wait_us).min().unwrap_or(u64::MAX);
+            let sum: f64 = exact.iter().map(|r| r.wait_us as f64).sum();
+            let mut ends: Vec<u64> = exact.iter().map(|r| r.start_us + r.wait_us).collect();
+            ends.sort_unstable();
+            let moments = ends.windows(2).filter(|p| p[1] - p[0] > MOMENT_US).count()
+                + usize::from(!ends.is_empty());
+            (n, least, sum, moments)
         }
         // Between the p99.9 and the max: their middle stands for the set's mean.
-        None if w.p999_us >= from_us => (
-            total * 0.001,
-            w.p999_us,
-            total * 0.001 * (w.p999_us + w.max_us) as f64 / 2.0,
-        ),
+        None if w.p999_us >= from_us
+            && total * 0.001
+                >= (DEEP_MIN_MOMENTS as u64 * u64::from(run.concurrency.max(1))) as f64 =>
+        {
+            (
+                total * 0.001,
+                w.p999_us,
+                total * 0.001 * (w.p999_us + w.max_us) as f64 / 2.0,
+                DEEP_MIN_MOMENTS,
+            )
+        }
         None => return None,
     };
-    (n >= DEEP_MIN_REQUESTS && n / total >= DEEP_MIN_SHARE).then(|| DeepTail {
-        from_us: least,
-        share: (n / total).min(1.0),
-        mean_us: (sum / n) as u64,
-    })
+    (n >= DEEP_MIN_REQUESTS && n / total >= DEEP_MIN_SHARE && moments >= DEEP_MIN_MOMENTS).then(
+        || DeepTail {
+            from_us: least,
+            share: (n / total).min(1.0),
+            mean_us: (sum / n) as u64,
+            moments,
+        },
+    )
 }
 
 /// A run's deep tail ([`deep_tail`]).
@@ -319,6 +346,8 @@ pub struct DeepTail {
     pub share: f64,
     /// Its mean wait, µs.
     pub mean_us: u64,
+    /// The distinct moments its requests were released at ([`MOMENT_US`] apart or more).
+    pub moments: usize,
 }
 
 /// The deep tail beyond the p99 (issue 28): at least ten requests and 0.05 % of a run
@@ -592,6 +621,25 @@ impl TailFinding<'_> {
         });
     }
 
+    /// What the slow requests wait over the p50: "+40 ms"; for a deep tail, its mean and
+    /// its least ("+250 ms on average, at least +100 ms").
+    fn wait_text(&self) -> String {
+        match self.deep {
+            Some((_, mean_us)) => format!(
+                "+{} on average, at least +{}",
+                ms(mean_us.saturating_sub(self.run.waited().p50_us)),
+                ms(self.excess_us)
+            ),
+            None => format!("+{}", ms(self.excess_us)),
+        }
+    }
+
+    /// Whether this is a deep tail ([`deep`] at [`DEEP_MIN_US`]): never `healthy`.
+    pub(super) fn is_deep(&self) -> bool {
+        self.deep
+            .is_some_and(|(floor_us, _)| floor_us >= DEEP_MIN_US)
+    }
+
     /// The cause of the part that explains the tail, when one does.
     pub(super) fn explained_cause(&self) -> Option<Cause> {
         self.explained.as_ref().map(|p| p.cause)
@@ -730,7 +778,7 @@ pub(super) fn judge(
             // The slow requests' own packets, every one of them seen: high. Summaries of the
             // same run rather than the slow requests' own packets: medium.
             let confidence = match &t.joined {
-                Some(j) if j.split.slow_matched == j.split.slow => Confidence::High,
+                Some(j) if j.complete() => Confidence::High,
                 _ => Confidence::Medium,
             };
             (summary, confidence, p.added_us, fix)
@@ -744,7 +792,10 @@ pub(super) fn judge(
                     }
                 }
             }
-            let confidence = if x.packets.is_some() {
+            // The packets were looked at and show no cause: medium — unless the capture
+            // stopped before most of the slow requests (it could not show one).
+            let uncaptured = t.joined.as_ref().is_some_and(JoinedTail::mostly_uncaptured);
+            let confidence = if x.packets.is_some() && !uncaptured {
                 Confidence::Medium
             } else {
                 Confidence::Low
@@ -753,10 +804,10 @@ pub(super) fn judge(
                 side: FixSide::Server,
                 location: None,
                 change: format!(
-                    "the slowest {} of requests wait +{} and neither the path nor the packets \
+                    "the slowest {} of requests wait {} and neither the path nor the packets \
                      show why: look inside {} (per-request timings, pauses, locks, CPU quota)",
                     share_text(t.above()),
-                    ms(t.excess_us),
+                    t.wait_text(),
                     x.server_name()
                 ),
                 tradeoff: None,

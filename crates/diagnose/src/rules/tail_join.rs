@@ -140,16 +140,23 @@ pub(super) fn joined_from(
     if rs.len() != j.requests.len() || j.matched == 0 {
         return None;
     }
-    let covered = |r: &RequestRecord| j.captured_until_us.is_none_or(|u| r.start_us <= u);
+    // A request whose response had not ended by the capture's last packet has part of its
+    // wait unseen (a missing response would read as server time): not covered.
+    let covered = |r: &RequestRecord| {
+        j.captured_until_us
+            .is_none_or(|u| r.start_us + r.wait_us <= u)
+    };
     let (all_rs, all_j) = (rs, j);
-    let (rs, j, after_capture) = if rs.iter().all(covered) {
+    let (rs, j, after_capture, from_us) = if rs.iter().all(covered) {
         (
             std::borrow::Cow::Borrowed(rs),
             std::borrow::Cow::Borrowed(j),
             0,
+            from_us,
         )
     } else {
         let keep: Vec<usize> = (0..rs.len()).filter(|&k| covered(&rs[k])).collect();
+        // The run's bound, not the covered part's own percentile.
         let slow_from = from_us.unwrap_or_else(|| weighted_at(rs, percentile));
         let left = (0..rs.len())
             .filter(|&k| !covered(&rs[k]) && rs[k].wait_us >= slow_from)
@@ -161,6 +168,7 @@ pub(super) fn joined_from(
             std::borrow::Cow::Owned(rs2),
             std::borrow::Cow::Owned(j2),
             left,
+            Some(slow_from),
         )
     };
     let (rs, j) = (rs.as_ref(), j.as_ref());
@@ -197,7 +205,19 @@ pub(super) fn joined_from(
             .zip(&all_j.requests)
             .map(|(r, p)| p.stream.is_some() || !covered(r))
             .collect();
-        if let Some(p) = split(all_rs, &parts, &seen, percentile, from_us).and_then(|w| w.pause) {
+        // The whole run's top part must be the server's time too, and at least one of its
+        // stalls must lie in the captured part (where the packets show that stall as the
+        // server's): a periodic stall only after the capture could be the client's own.
+        let until = j.captured_until_us.unwrap_or(u64::MAX);
+        if let Some(p) = split(all_rs, &parts, &seen, percentile, from_us)
+            .filter(|w| {
+                w.parts
+                    .first()
+                    .is_some_and(|p| p.component == Component::Server)
+            })
+            .and_then(|w| w.pause)
+            .filter(|p| p.ends_us.iter().any(|&e| e <= until))
+        {
             s.pause = Some(p);
             pause_from_records = true;
         }
@@ -250,6 +270,20 @@ fn weighted_at(rs: &[RequestRecord], percentile: f64) -> u64 {
 }
 
 impl JoinedTail {
+    /// Whether the capture saw every slow request whole: no slow one after it stopped, none
+    /// missing from it, and no pattern read from the records instead of the packets.
+    pub(super) fn complete(&self) -> bool {
+        self.split.slow_matched == self.split.slow
+            && self.after_capture == 0
+            && !self.pause_from_records
+    }
+
+    /// Whether most of the slow requests came after the capture stopped: what it shows of
+    /// them is too little to rule a cause out.
+    pub(super) fn mostly_uncaptured(&self) -> bool {
+        self.after_capture > 0 && self.after_capture >= self.split.slow
+    }
+
     /// The tail line's explanation: "100% server time (+40.1 ms), on every 7th request of a
     /// connection".
     pub(super) fn text(&self) -> String {
@@ -284,7 +318,12 @@ impl JoinedTail {
                 )
             })
             .collect();
-        let after = if self.after_capture > 0 {
+        let after = if self.after_capture > 0 && s.slow == 0 {
+            format!(
+                " (all {} of them started after the capture stopped: it saw none)",
+                self.after_capture
+            )
+        } else if self.after_capture > 0 {
             format!(
                 " ({} more started after the capture stopped and are left out)",
                 self.after_capture

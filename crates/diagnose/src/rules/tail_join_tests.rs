@@ -272,3 +272,62 @@ fn a_pause_the_capture_saw_too_few_times_is_read_from_the_records_after_it() {
     assert_eq!(t.parts[0].mechanism, None, "{}", t.line());
     assert!(!t.pause_from_records);
 }
+
+/// The capture stopped at 0.4 s; the covered part's slow requests are server time at
+/// random, and a periodic stall shows in the records only after the capture: that pattern
+/// is not the captured server time's (it could be the client's own), so no mechanism is
+/// read from the records. A request that started before the capture's end but ended after
+/// it is not covered. And when every slow request came after the capture, the line says the
+/// capture saw none of them.
+#[test]
+fn the_records_name_a_pause_only_when_the_capture_saw_one_of_its_stalls() {
+    const UNTIL: u64 = 400_000;
+    let cut = |rs: &[RequestRecord], j: &mut RequestJoin| {
+        for (r, p) in rs.iter().zip(j.requests.iter_mut()) {
+            if r.start_us + r.wait_us > UNTIL {
+                *p = RequestParts {
+                    unexplained_us: r.wait_us as i64,
+                    ..RequestParts::default()
+                };
+            }
+        }
+        j.captured_until_us = Some(UNTIL);
+    };
+    let pause_after = |t: u64| {
+        let k = t % 250_000;
+        if t > UNTIL + 100_000 && (50_000..100_000).contains(&k) {
+            100_000 - k + 100
+        } else {
+            100
+        }
+    };
+    let random_slow = |c: u64, i: u32| {
+        let h = (c.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ u64::from(i).wrapping_mul(0xBF58_476D_1CE4_E5B9))
+        .wrapping_mul(0x94D0_49BB_1331_11EB);
+        (h >> 40).is_multiple_of(1999)
+    };
+    let (rs, mut j) = run(6, &|c, i, t| {
+        server(if t <= UNTIL && random_slow(c, i) {
+            60_000
+        } else {
+            pause_after(t)
+        })
+    });
+    cut(&rs, &mut j);
+    let t = joined(Some(&rs), Some(&j), 99.0).unwrap();
+    assert_eq!(t.parts[0].cause, Cause::SlowServer, "{}", t.line());
+    assert!(t.after_capture > 0, "{t:?}");
+    assert!(!t.pause_from_records, "{}", t.line());
+    assert_eq!(t.parts[0].mechanism, None, "{}", t.line());
+    assert!(!t.complete());
+    // Every slow request after the capture (a deep tail's set, from 10 ms): none in the
+    // split, most uncaptured.
+    let (rs, mut j) = run(6, &|_, _, t| server(pause_after(t)));
+    cut(&rs, &mut j);
+    let t = joined_from(Some(&rs), Some(&j), 99.9, Some(10_000)).unwrap();
+    assert_eq!(t.split.slow, 0, "{}", t.line());
+    assert!(t.mostly_uncaptured(), "{t:?}");
+    assert!(t.line().contains("it saw none"), "{}", t.line());
+    assert!(t.parts.is_empty(), "{}", t.line());
+}
