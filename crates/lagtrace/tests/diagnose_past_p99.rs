@@ -18,7 +18,10 @@ mod common;
 
 const SERVERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/servers");
 
-/// A pausing server on loopback, owned by the returned guard; its address.
+/// A pausing server on loopback, owned by the returned guard (and killed with the test's
+/// thread: `setpriv --pdeathsig`); its address. Its start (a JVM compiles its source) and its
+/// pauses burn CPU: the caller holds the measuring turn first, so no other test measures
+/// beside it.
 fn pausing(kind: &str, pause_ms: u32) -> (NetGuard, SocketAddr) {
     let port = free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -27,21 +30,20 @@ fn pausing(kind: &str, pause_ms: u32) -> (NetGuard, SocketAddr) {
         port.to_string(),
         pause_ms.to_string(),
     );
-    let mut cmd = match kind {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--pdeathsig", "KILL"]);
+    match kind {
         "node" => {
-            let mut c = Command::new("node");
-            c.arg(format!("{SERVERS}/pause.js"));
-            c
+            cmd.arg("node").arg(format!("{SERVERS}/pause.js"));
         }
         _ => {
-            let mut c = Command::new("java");
+            cmd.arg("java");
             // The JDK's server leaves Nagle on (headers and body go in two writes): this
             // test is about the pause, not that (which lagtrace names too).
-            c.args(["-Dsun.net.httpserver.nodelay=true", "-Xmx256m"])
+            cmd.args(["-Dsun.net.httpserver.nodelay=true", "-Xmx256m"])
                 .arg(format!("{SERVERS}/Pause.java"));
-            c
         }
-    };
+    }
     let child = cmd
         .args([host, port, pause])
         .stdout(Stdio::null())
@@ -72,6 +74,7 @@ fn show(j: &Value) -> String {
 /// periodic-pause every time, the period measured near 1 s, the pause near its length, and
 /// the tail line about a percentile past the p99.
 fn pauses_are_named(kind: &str, pause_ms: u32, runs: usize) {
+    let _turn = lagtrace_testkit::measuring();
     let (_g, addr) = pausing(kind, pause_ms);
     for run in 0..runs {
         let j = diagnose(addr, "32");
@@ -81,12 +84,14 @@ fn pauses_are_named(kind: &str, pause_ms: u32, runs: usize) {
         assert_eq!(v["mechanism"], "periodic-pause", "{why}");
         let tail = &v["tail"];
         let p = tail["percentile"].as_f64().unwrap_or(0.0);
-        assert!(p > 99.0, "the tail line is past the p99: {why}");
+        // At the p99 itself on a slow box (a long pause there), never below it.
+        assert!(p >= 99.0, "the tail line is past the p99: {why}");
         let text = tail["text"].as_str().unwrap_or_default();
         assert!(text.contains(&format!("p{p}")), "{why}");
+        let period = period_ms(text).unwrap_or_else(|| panic!("no period: {why}"));
         assert!(
-            text.contains("pauses every 1.00s") || text.contains("pauses every 99"),
-            "{why}"
+            (900.0..=1100.0).contains(&period),
+            "period {period} ms: {why}"
         );
         // The slow requests' server time is the pause (a request may arrive mid-pause).
         let added = tail["parts"][0]["added_us"].as_u64().unwrap_or(0);
@@ -96,6 +101,26 @@ fn pauses_are_named(kind: &str, pause_ms: u32, runs: usize) {
             "server time +{added} µs for a {pause_us} µs pause: {why}"
         );
         eprintln!("{kind} {pause_ms} ms run {run}: {text}");
+    }
+}
+
+/// The period of "pauses every 1.00s" / "pauses every 998.20ms" in a tail's text, in ms.
+fn period_ms(text: &str) -> Option<f64> {
+    let rest = text.split("pauses every ").nth(1)?;
+    let num: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let v: f64 = num.parse().ok()?;
+    let unit = &rest[num.len()..];
+    if unit.starts_with("ms") {
+        Some(v)
+    } else if unit.starts_with("µs") {
+        Some(v / 1000.0)
+    } else if unit.starts_with('s') {
+        Some(v * 1000.0)
+    } else {
+        None
     }
 }
 
