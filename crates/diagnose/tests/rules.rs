@@ -347,6 +347,54 @@ fn retransmissions_are_packet_loss() {
         j.verdict.cost.text
     );
     assert_eq!(j.verdict.fix[0].side, FixSide::Path);
+    assert_eq!(j.verdict.mechanism, None, "{}", texts(&j));
+    assert!(!texts(&j).contains("black hole"), "{}", texts(&j));
+}
+
+/// The same loss with the packets' black hole (full-size segments lost on many
+/// connections, small ones passing after them): packet-loss / pmtu-black-hole, its line
+/// with the frames, and the path MTU's fixes instead of "find where packets drop".
+#[test]
+fn a_black_hole_in_the_packets_is_pmtu_black_hole_with_its_fixes() {
+    let mut l = healthy_layers();
+    let mut cn = run(32, 1_100, 215_000, 15_000.0);
+    cn.errors.timeout = 0;
+    l.app.data.as_mut().unwrap().cn = Some(cn);
+    let p = l.packets.data.as_mut().unwrap();
+    p.transactions = 75_000;
+    p.findings = vec![finding("retransmission", 2_600, 75_000, 208_000)];
+    p.black_hole = Some(lagtrace_model::analyze::BlackHole {
+        sender: "10.0.0.2".into(),
+        lost: 23,
+        streams: 23,
+        lost_min_len: 1448,
+        passed_max_len: 203,
+        passed: 40,
+        max_copies: 4,
+        stream: 0,
+        frames: vec![47, 113, 128, 395],
+        first_us: 884,
+    });
+    let j = judge(&target(), &l);
+    let v = &j.verdict;
+    assert_eq!(v.cause, Cause::PacketLoss, "{}", texts(&j));
+    assert_eq!(
+        v.mechanism,
+        Some(lagtrace_diagnose::verdict::Mechanism::PmtuBlackHole),
+        "{}",
+        texts(&j)
+    );
+    let t = texts(&j);
+    assert!(
+        t.contains("PMTU black hole: 23 segments of 1448 B or more")
+            && t.contains("frames 47, 113, 128, 395"),
+        "{t}"
+    );
+    let fixes: Vec<&str> = v.fix.iter().map(|f| f.change.as_str()).collect();
+    assert_eq!(fixes.len(), 3, "{fixes:?}");
+    assert!(fixes[0].contains("fragmentation needed"), "{fixes:?}");
+    assert!(fixes[1].contains("maxseg size set rt mtu"), "{fixes:?}");
+    assert!(fixes[2].contains("tcp_mtu_probing=1"), "{fixes:?}");
 }
 
 #[test]

@@ -161,7 +161,8 @@ fn a_queue_kept_full_by_another_clients_download_is_path_queueing_from_the_host(
 /// connection is made. An expert's capture shows the server resending the same 1448 B
 /// segments on its retransmission timer, never acknowledged. diagnose said `healthy`
 /// (no request completed at c=1, so nothing else was measured); it now measures the c=N
-/// run and says packet-loss with that retransmission, three runs of three.
+/// run and says packet-loss / pmtu-black-hole (the 1448 B segments lost on many connections
+/// while the 200 B heads pass) with the path MTU's fixes, three runs of three.
 #[test]
 #[ignore = "needs root"]
 fn a_pmtu_black_hole_is_packet_loss_from_the_resent_segments() {
@@ -219,7 +220,23 @@ fn a_pmtu_black_hole_is_packet_loss_from_the_resent_segments() {
         let (code, j, err) = common::diagnose_json_via(&via, &url, &["-d", "4s"]);
         let v = &j["verdict"];
         assert_eq!(v["cause"], "packet-loss", "run {run}: {err}\n{}", show(&j));
+        assert_eq!(v["mechanism"], "pmtu-black-hole", "run {run}: {}", show(&j));
         assert_eq!(code, 1, "run {run}");
+        // Its direct evidence: the full-size segments lost, the small ones passing.
+        let h = &j["layers"]["packets"]["data"]["black_hole"];
+        assert!(h["lost_min_len"].as_u64().unwrap_or(0) > 1200, "{h}");
+        assert!(
+            h["passed_max_len"].as_u64().unwrap_or(u64::MAX) < 1200,
+            "{h}"
+        );
+        assert!(h["streams"].as_u64().unwrap_or(0) >= 2, "{h}");
+        let fixes = v["fix"].to_string();
+        assert!(
+            fixes.contains("fragmentation needed")
+                && fixes.contains("maxseg")
+                && fixes.contains("tcp_mtu_probing"),
+            "run {run}: {fixes}"
+        );
         let ev = common::evidence_lines(&j);
         // The capture's retransmissions name it (the example is often the resent 1448 B
         // segment, sometimes the tail-loss probe of the short last one, which passes).

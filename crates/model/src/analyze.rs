@@ -329,6 +329,35 @@ pub struct TransactionStats {
     pub median_server_us: u64,
 }
 
+/// A PMTU black hole: one sender's segments above a size never acknowledged however often
+/// resent, while its smaller segments pass after them (a link on the path carries less than
+/// its MSS, and the ICMP "fragmentation needed" that would say so does not come back).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct BlackHole {
+    /// The sender's address.
+    pub sender: String,
+    /// Its segments lost: sent three times or more, never acknowledged before their stream
+    /// ended.
+    pub lost: u64,
+    /// Streams they were on.
+    pub streams: u64,
+    /// The smallest lost segment's payload, bytes (a super-segment counts as its MSS-sized
+    /// packets).
+    pub lost_min_len: u32,
+    /// The largest segment of the same sender acknowledged after the first loss, bytes.
+    pub passed_max_len: u32,
+    /// Its segments acknowledged after the first loss.
+    pub passed: u64,
+    /// Times the most-sent lost segment was sent (its original and resends).
+    pub max_copies: u32,
+    /// An example: the stream of the most-sent lost segment...
+    pub stream: u32,
+    /// ... its frames (the original when seen, then the resends; up to 8).
+    pub frames: Vec<u64>,
+    /// When the first lost segment was first sent, µs from the capture's start.
+    pub first_us: u64,
+}
+
 /// Everything `analyze` found.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Analysis {
@@ -375,6 +404,9 @@ pub struct Analysis {
     /// `timings` holds the kept ones, each with its weight).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing_keep: Option<TimingKeep>,
+    /// A PMTU black hole, when the segments show one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub black_hole: Option<BlackHole>,
 }
 
 impl Analysis {

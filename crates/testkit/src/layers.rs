@@ -129,6 +129,7 @@ impl Synth {
                 findings: vec![],
                 example_flow: None,
                 joins: Vec::new(),
+                black_hole: None,
                 limits: Vec::new(),
             }),
             sockets: Layer::ran(SocketEvidence {

@@ -77,6 +77,7 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
         findings,
         example_flow: None,
         joins: Vec::new(),
+        black_hole: a.black_hole.clone(),
         limits: limits(a),
     }
 }

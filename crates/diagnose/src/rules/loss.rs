@@ -1,13 +1,20 @@
 //! `packet-loss`: segments lost (on the path or before the wire) and recovered by
 //! retransmission. Shown by the packets' retransmissions; the application's tail and lost
 //! SYN probes under load corroborate.
+//!
+//! `pmtu-black-hole` when the packets show one (`analyze`'s `black_hole`): the same
+//! full-size segments resent and never acknowledged on several connections while the
+//! sender's smaller segments pass after them. A random loss lets a resend through; a link
+//! that is down passes nothing; only a size limit passes the small and never the large.
+//! The fixes are then the path MTU's: let the ICMP through, clamp the MSS, or probe.
 
+use lagtrace_model::analyze::BlackHole;
 use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
 use super::{Candidate, CauseRule, MATERIAL_LOSS_SHARE, finding_text, has, ms, out, pct, sup};
 use crate::evidence::{FindingSummary, LayerName, Target};
-use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
+use crate::verdict::{Cost, EvidenceLine, Fix, FixSide, Mechanism};
 
 pub(super) struct Loss;
 
@@ -104,6 +111,11 @@ impl CauseRule for Loss {
             CAUSE,
             finding_text(f, x.transactions()),
         ));
+        if let Some(h) = black_hole(x) {
+            c.mechanism = Some(Mechanism::PmtuBlackHole);
+            c.evidence
+                .push(sup(LayerName::Packets, CAUSE, hole_line(h)));
+        }
         if let Some(l) = app_line(x, f) {
             c.evidence.push(l);
             c.layers.push(LayerName::App);
@@ -156,7 +168,10 @@ impl CauseRule for Loss {
         c.cost(x, cost_text(c, x))
     }
 
-    fn fixes(&self, _c: &Candidate, _x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
+    fn fixes(&self, _c: &Candidate, x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
+        if let Some(h) = black_hole(x) {
+            return hole_fixes(h);
+        }
         vec![Fix {
             side: FixSide::Path,
             location: None,
@@ -189,4 +204,73 @@ fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
         run.map(|r| r.concurrency).unwrap_or(1),
         ms(run.map(|r| r.latency.p50_us).unwrap_or(0))
     )
+}
+
+/// The packets' black hole, when they show one.
+fn black_hole<'a>(x: &Facts<'a>) -> Option<&'a BlackHole> {
+    x.packets.and_then(|p| p.black_hole.as_ref())
+}
+
+/// The black hole's direct evidence, with the frames to check it.
+fn hole_line(h: &BlackHole) -> String {
+    format!(
+        "PMTU black hole: {} segments of {} B or more from {} were resent (up to {} times) \
+         and never acknowledged on {} connections, while {} of its segments up to {} B were \
+         acknowledged after the first of them — a link on the path carries smaller packets \
+         than these, and the ICMP \"fragmentation needed\" that would say so never reaches \
+         the sender (e.g. stream {}, frames {})",
+        h.lost,
+        h.lost_min_len,
+        h.sender,
+        h.max_copies,
+        h.streams,
+        h.passed,
+        h.passed_max_len,
+        h.stream,
+        h.frames
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// The path MTU's fixes, the durable first.
+fn hole_fixes(h: &BlackHole) -> Vec<Fix> {
+    vec![
+        Fix {
+            side: FixSide::Path,
+            location: None,
+            change: format!(
+                "let ICMP \"fragmentation needed\" (IPv4 type 3 code 4; ICMPv6 type 2 \"packet \
+                 too big\") through every firewall between {} and the clients: path MTU \
+                 discovery needs it (`nft list ruleset` on the routers and hosts on the way; \
+                 the router before the smaller link sends it)",
+                h.sender
+            ),
+            tradeoff: None,
+        },
+        Fix {
+            side: FixSide::Path,
+            location: None,
+            change: "clamp the MSS where the MTU shrinks: on that router `nft add rule inet \
+                     filter forward tcp flags syn tcp option maxseg size set rt mtu` \
+                     (iptables: `-t mangle -A FORWARD -p tcp --tcp-flags SYN,RST SYN -j TCPMSS \
+                     --clamp-mss-to-pmtu`)"
+                .into(),
+            tradeoff: Some("covers TCP only; other protocols still need the ICMP".into()),
+        },
+        Fix {
+            side: FixSide::Server,
+            location: None,
+            change: format!(
+                "on {}: `sysctl -w net.ipv4.tcp_mtu_probing=1` — after a retransmission \
+                 timeout TCP tries smaller segments and finds what the path carries",
+                h.sender
+            ),
+            tradeoff: Some(
+                "a workaround: each connection still waits one timeout before it shrinks".into(),
+            ),
+        },
+    ]
 }

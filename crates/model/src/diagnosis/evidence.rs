@@ -609,6 +609,9 @@ pub struct PacketEvidence {
     /// (empty without records).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub joins: Vec<RequestJoin>,
+    /// A PMTU black hole the segments show (`analyze`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub black_hole: Option<crate::analyze::BlackHole>,
     /// What this capture cannot show, one line each: a file cut short, records the reader
     /// could not read, headers cut by the snap length. A `healthy` verdict read from such a
     /// capture is never above low confidence.

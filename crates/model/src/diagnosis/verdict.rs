@@ -251,6 +251,10 @@ pub enum Mechanism {
     /// A SYN flood fills the listener's SYN queue with half-open connections from many
     /// (spoofed) sources, and with syncookies off real clients' SYNs are dropped.
     SynFlood,
+    /// A link on the path carries less than the sender's MSS, and the ICMP "fragmentation
+    /// needed" (IPv6 "packet too big") that would say so does not come back: full-size
+    /// segments are resent and never acknowledged while smaller ones pass.
+    PmtuBlackHole,
 }
 
 impl Mechanism {
@@ -272,6 +276,7 @@ impl Mechanism {
             Mechanism::UpstreamWait => "upstream-wait",
             Mechanism::Conntrack => "conntrack",
             Mechanism::SynFlood => "syn-flood",
+            Mechanism::PmtuBlackHole => "pmtu-black-hole",
         }
     }
 }

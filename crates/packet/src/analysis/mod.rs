@@ -22,6 +22,7 @@ mod copies;
 mod cork;
 mod dsack;
 mod event;
+mod hole;
 mod http;
 mod keep;
 mod loss;
@@ -107,6 +108,7 @@ struct Detectors {
     nagle: nagle::Nagle,
     http: http::Transactions,
     conn: timing::ConnTimes,
+    hole: hole::Stream,
 }
 
 /// Frames that were not analyzed, by reason.
@@ -175,6 +177,8 @@ pub struct Analyzer {
     retrans_frames: Vec<u64>,
     /// Retransmissions the receiver may yet report as received twice.
     dsack: dsack::Dsack,
+    /// Segments lost however often resent, and what passed (a PMTU black hole).
+    holes: hole::Holes,
     /// `(frame, ack_rtt_us)` (Wireshark's `tcp.analysis.ack_rtt`, whole µs).
     ack_rtts_us: Vec<(u64, u64)>,
     /// Per sender: when it last sent data, on which streams (see [`Busy`]).
@@ -218,6 +222,7 @@ impl Analyzer {
             servers: ServerTimes::default(),
             retrans_frames: Vec::new(),
             dsack: dsack::Dsack::default(),
+            holes: hole::Holes::default(),
             ack_rtts_us: Vec::new(),
             busy: HashMap::new(),
             stream_packets: Vec::new(),
@@ -281,7 +286,7 @@ impl Analyzer {
         // the capture, not its length.
         while let Some(i) = self.table.pop_expired(self.max_ts) {
             self.close_txn(i);
-            self.table.lives[i] = None;
+            self.retire(i);
         }
         match wire::decode(linktype, data) {
             Ok(seg) => {
@@ -326,6 +331,7 @@ impl Analyzer {
             return;
         };
         det.conn.on_segment(&ev);
+        det.hole.on_segment(&ev);
         let txn = det.http.open_index();
         let mut found: Vec<Finding> = Vec::new();
         let d = detect(det, &ev, txn, first_ts, &mut found);
@@ -458,6 +464,16 @@ impl Analyzer {
         }
     }
 
+    /// Frees stream `i`'s tracking state, its lost segments counted.
+    fn retire(&mut self, i: usize) {
+        let Some(live) = self.table.lives[i].take() else {
+            return;
+        };
+        let st = &self.table.streams[i];
+        let senders = [st.a.ip(), st.b.ip()];
+        live.det.hole.finish(st.stream, senders, &mut self.holes);
+    }
+
     fn record(&mut self, i: usize, f: Finding) {
         let open = self.table.det_mut(i).and_then(|d| d.http.open.as_mut());
         self.rec.record(i, f, open);
@@ -515,6 +531,10 @@ impl Analyzer {
         let (mid_connection, line) = mid_connection(&self.table.streams);
         warnings.extend(line);
         let first = self.first_ts.unwrap_or(0);
+        for i in 0..self.table.lives.len() {
+            self.retire(i);
+        }
+        let black_hole = std::mem::take(&mut self.holes).finish(first);
         Analysis {
             frames: self.frames,
             tcp_frames: self.tcp_frames,
@@ -533,6 +553,7 @@ impl Analyzer {
             warnings,
             timings: self.timings,
             timing_keep,
+            black_hole,
         }
     }
 

@@ -55,6 +55,23 @@ impl Script {
         self
     }
 
+    /// Another connection on client port `port`: its SYN, SYN-ACK and ACK at `t_us` (as
+    /// [`Script::handshake`], 100 µs RTT), its sequence numbers starting over.
+    pub fn connect(&mut self, t_us: u64, port: u16) {
+        self.client_port = port;
+        self.next = [1_000, 5_000];
+        self.raw(t_us, true, flags::SYN, 999, 0, &[]);
+        self.raw(
+            t_us + 100,
+            false,
+            flags::SYN | flags::ACK,
+            4_999,
+            1_000,
+            &[],
+        );
+        self.raw(t_us + 110, true, flags::ACK, 1_000, 5_000, &[]);
+    }
+
     /// One segment; `client`: sent by the client.
     pub fn raw(&mut self, t_us: u64, client: bool, fl: u8, seq: u32, ack: u32, payload: &[u8]) {
         let id = self.ip_id;
