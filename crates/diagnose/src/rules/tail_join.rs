@@ -140,12 +140,14 @@ pub(super) fn joined_from(
     if rs.len() != j.requests.len() || j.matched == 0 {
         return None;
     }
-    // A request whose response had not ended by the capture's last packet has part of its
-    // wait unseen (a missing response would read as server time): not covered.
-    let covered = |r: &RequestRecord| {
-        j.captured_until_us
-            .is_none_or(|u| r.start_us + r.wait_us <= u)
-    };
+    // The capture was cut when requests started after its last packet (its packet limit;
+    // a capture stopping with the run ends a hair before the run's last records). Then a
+    // request whose wait had not ended by its last packet has part of its wait unseen (a
+    // missing response would read as server time): not covered either.
+    let cut = j
+        .captured_until_us
+        .filter(|&u| rs.iter().any(|r| r.start_us > u));
+    let covered = |r: &RequestRecord| cut.is_none_or(|u| r.start_us + r.wait_us <= u);
     let (all_rs, all_j) = (rs, j);
     let (rs, j, after_capture, from_us) = if rs.iter().all(covered) {
         (
@@ -208,7 +210,7 @@ pub(super) fn joined_from(
         // The whole run's top part must be the server's time too, and at least one of its
         // stalls must lie in the captured part (where the packets show that stall as the
         // server's): a periodic stall only after the capture could be the client's own.
-        let until = j.captured_until_us.unwrap_or(u64::MAX);
+        let until = cut.unwrap_or(u64::MAX);
         if let Some(p) = split(all_rs, &parts, &seen, percentile, from_us)
             .filter(|w| {
                 w.parts

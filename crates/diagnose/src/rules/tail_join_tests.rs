@@ -331,3 +331,20 @@ fn the_records_name_a_pause_only_when_the_capture_saw_one_of_its_stalls() {
     assert!(t.line().contains("it saw none"), "{}", t.line());
     assert!(t.parts.is_empty(), "{}", t.line());
 }
+
+/// A capture that stopped with the run (its last packet a hair before the last records'
+/// ends, no request started after it) was not cut: every request is covered, the slowest
+/// too — a connect still pending at the run's end is no request "after the capture".
+#[test]
+fn a_capture_that_ends_with_the_run_cuts_nothing() {
+    // The slow requests are the last: they end after the capture's last packet.
+    let (rs, mut j) = run(6, &|c, _, t| {
+        server(if t > 1_900_000 && c < 3 { 80_000 } else { 100 })
+    });
+    let last_start = rs.iter().map(|r| r.start_us).max().unwrap();
+    j.captured_until_us = Some(last_start);
+    let t = joined_from(Some(&rs), Some(&j), 99.99, Some(10_000)).unwrap();
+    assert_eq!(t.after_capture, 0, "{}", t.line());
+    assert!(t.split.slow >= 3, "{}", t.line());
+    assert_eq!(t.parts[0].cause, Cause::SlowServer, "{}", t.line());
+}
