@@ -939,3 +939,54 @@ fn a_full_syn_queue_of_many_sources_with_syncookies_off_is_syn_flood() {
         j.evidence
     );
 }
+
+/// Connects waiting for SYN retransmissions while netfilter in the server's namespace
+/// dropped at least half as many packets: `syn-drop` / `dropped-by-netfilter`, its line with
+/// the count and a fix that says where to look. Controls: too few drops, or a machine-wide
+/// count (another namespace's rule as likely): plain `syn-drop`.
+#[test]
+fn syn_waits_with_the_namespaces_netfilter_drops_are_dropped_by_netfilter() {
+    let mk = |nf: u64, scope: &str| {
+        let mut l = Synth::RULES.healthy_layers();
+        let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+        cn.waits = Some(cn.latency.clone());
+        cn.connects = Some(ConnectStats {
+            attempts: 64,
+            syn_retransmitted: 20,
+            failed: 0,
+            pending: 0,
+            time: Synth::RULES.pct(64, 200, 1_030_000),
+        });
+        l.packets.data.as_mut().unwrap().findings =
+            vec![finding("syn-retransmit", 20, 64, 1_000_000)];
+        l.host = Layer::ran(host_drops(nf, scope, 0));
+        judge(&target(), &l)
+    };
+    let j = mk(22, "namespace");
+    assert_eq!(j.verdict.cause, Cause::SynDrop, "{j:#?}");
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::DroppedByNetfilter),
+        "{j:#?}"
+    );
+    assert!(
+        j.evidence.iter().any(|e| e
+            .text
+            .contains("netfilter dropped 22 packets in the server's namespace")),
+        "{:#?}",
+        j.evidence
+    );
+    let f = &j.verdict.fix[0];
+    assert!(
+        f.change.contains("nft list ruleset") && f.change.contains("port 8080"),
+        "{f:?}"
+    );
+    for t in j.evidence.iter().map(|e| &e.text).chain([&f.change]) {
+        assert!(!t.contains("  "), "{t:?}");
+    }
+    for (nf, scope) in [(9, "namespace"), (22, "machine"), (0, "namespace")] {
+        let j = mk(nf, scope);
+        assert_eq!(j.verdict.cause, Cause::SynDrop, "{nf} {scope}: {j:#?}");
+        assert_eq!(j.verdict.mechanism, None, "{nf} {scope}: {j:#?}");
+    }
+}

@@ -142,7 +142,8 @@ fn python_listen_backlog_overflow_at_c32_is_syn_drop_on_three_runs() {
 
 /// nftables drops 25 % of the SYNs to a server with room in its backlog (128): a quarter of
 /// the connects wait 1 s (or 2 s) for a retransmission, the slowest requests are those
-/// connects, and the verdict says so: syn-drop, the tail made of connection setup.
+/// connects, and the verdict says so: syn-drop, the tail made of connection setup, and
+/// `dropped-by-netfilter` from the host layer's count of the namespace's drops.
 #[test]
 #[ignore = "needs root"]
 fn nft_dropping_a_share_of_syns_is_syn_drop_with_the_connects_in_the_tail() {
@@ -178,6 +179,21 @@ fn nft_dropping_a_share_of_syns_is_syn_drop_with_the_connects_in_the_tail() {
             "{}",
             show(&j)
         );
+        // With the namespace's own drop count (the host layer's BPF counter), the rule that
+        // drops them is named: dropped-by-netfilter, the fix pointing at the ruleset.
+        let scope = &j["layers"]["host"]["data"]["drops"]["data"]["scope"];
+        if scope == "namespace" {
+            assert_eq!(
+                j["verdict"]["mechanism"],
+                "dropped-by-netfilter",
+                "run {run}: {}",
+                show(&j)
+            );
+            let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap_or("");
+            assert!(fix.contains("nft list ruleset"), "run {run}: {}", show(&j));
+        } else {
+            eprintln!("run {run}: host drops scope {scope}: no mechanism asserted");
+        }
         assert!(wall < Duration::from_secs(20), "run {run}: {wall:?}");
     }
 }

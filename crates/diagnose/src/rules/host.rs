@@ -629,6 +629,7 @@ pub(super) fn adopt(
         merge(cands, d);
     }
     yield_syn_waits_to_conntrack(cands);
+    netfilter_syns(x, host, target, cands);
     yield_inferred_cork(cands);
     cands.sort_by(|a, b| b.impact_us.total_cmp(&a.impact_us));
 }
@@ -662,6 +663,86 @@ pub(super) fn merge(cands: &mut Vec<Candidate>, d: Direct) {
             cands.push(c);
         }
     }
+}
+
+/// Netfilter drops in the server's namespace a `syn-drop` needs before they name it: as
+/// many as half the connects that waited for a SYN retransmission or failed.
+const NETFILTER_SHARE_OF_WAITS: u64 = 2;
+
+/// `syn-drop` / `dropped-by-netfilter`: the connects waited for SYN retransmissions (a
+/// `syn-drop` candidate with no mechanism: no listener overflowed, no flood, no conntrack
+/// table) and netfilter in the server's own namespace dropped at least half as many packets
+/// over the window (`skb:kfree_skb` reason `NETFILTER_DROP`, counted per namespace). A
+/// machine-wide count is another namespace's as likely, and names nothing.
+fn netfilter_syns(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mut [Candidate]) {
+    let Some(c) = cands
+        .iter_mut()
+        .find(|c| c.cause == Cause::SynDrop && c.mechanism.is_none())
+    else {
+        return;
+    };
+    let Some(d) = host.drops.get().filter(|d| d.scope == "namespace") else {
+        return;
+    };
+    let dropped: u64 = d
+        .reasons
+        .iter()
+        .filter(|r| r.reason == "NETFILTER_DROP")
+        .map(|r| r.count)
+        .sum();
+    let Some(run) = x.runs.iter().copied().rev().find(|r| r.connects.is_some()) else {
+        return;
+    };
+    let Some(conn) = run.connects.as_ref() else {
+        return;
+    };
+    let waited = conn.syn_retransmitted + conn.failed;
+    if waited == 0 || dropped == 0 || dropped * NETFILTER_SHARE_OF_WAITS < waited {
+        return;
+    }
+    let devices: Vec<String> = d
+        .devices
+        .iter()
+        .filter(|v| v.reasons.iter().any(|r| r.reason == "NETFILTER_DROP"))
+        .filter_map(|v| v.device.clone())
+        .collect();
+    let on = if devices.is_empty() {
+        String::new()
+    } else {
+        format!(", on {}", devices.join(", "))
+    };
+    c.evidence.push(sup(
+        LayerName::Host,
+        Cause::SynDrop,
+        format!(
+            "netfilter dropped {dropped} packets in the server's namespace (skb:kfree_skb \
+             reason NETFILTER_DROP{on}) while {waited} of the c={} run's {} connects waited \
+             for a SYN retransmission or failed: a firewall rule on the server's host drops \
+             connection attempts",
+            run.concurrency, conn.attempts
+        ),
+    ));
+    if !c.layers.contains(&LayerName::Host) {
+        c.layers.push(LayerName::Host);
+    }
+    c.direct = true;
+    c.mechanism = Some(Mechanism::DroppedByNetfilter);
+    c.host_fix = Some(Fix {
+        side: FixSide::Server,
+        location: None,
+        change: format!(
+            "a netfilter rule on the server's host drops connection attempts to port {}: find \
+             it (`nft list ruleset`, `iptables -S`; rate limits such as `limit rate`, \
+             `hashlimit`, `connlimit`, or a drop matching the port or SYN flags) and let the \
+             clients' SYNs through, or raise its limit above their rate",
+            target.port
+        ),
+        tradeoff: Some(
+            "a rate limit that protects the server from floods: raise it rather than remove \
+             it, and keep syncookies on"
+                .into(),
+        ),
+    });
 }
 
 /// SYN waits that connection tracking's drops explain are its symptom, not a cause of their

@@ -255,6 +255,10 @@ pub enum Mechanism {
     /// needed" (IPv6 "packet too big") that would say so does not come back: full-size
     /// segments are resent and never acknowledged while smaller ones pass.
     PmtuBlackHole,
+    /// A netfilter rule on the server's host drops connection attempts (a rate limit, a
+    /// filter on the port): the kernel counted the drops (`NETFILTER_DROP`) as the
+    /// connects waited for SYN retransmissions.
+    DroppedByNetfilter,
 }
 
 impl Mechanism {
@@ -277,6 +281,7 @@ impl Mechanism {
             Mechanism::Conntrack => "conntrack",
             Mechanism::SynFlood => "syn-flood",
             Mechanism::PmtuBlackHole => "pmtu-black-hole",
+            Mechanism::DroppedByNetfilter => "dropped-by-netfilter",
         }
     }
 }
