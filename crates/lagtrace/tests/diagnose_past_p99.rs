@@ -143,6 +143,13 @@ fn a_jvm_whose_handlers_wait_150ms_for_a_lock_once_a_second_is_periodic_pause() 
     pauses_are_named("java", 150, 2);
 }
 
+#[test]
+#[ignore = "needs root"]
+fn a_jvm_whose_handlers_wait_50ms_and_400ms_for_a_lock_once_a_second_is_periodic_pause() {
+    pauses_are_named("java", 50, 1);
+    pauses_are_named("java", 400, 1);
+}
+
 /// A healthy nginx at c=32 and c=256: no tail past the p99 is named, no cause.
 #[test]
 #[ignore = "needs root"]
