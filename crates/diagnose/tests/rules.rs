@@ -365,6 +365,7 @@ fn a_black_hole_in_the_packets_is_pmtu_black_hole_with_its_fixes() {
     p.findings = vec![finding("retransmission", 2_600, 75_000, 208_000)];
     p.black_hole = Some(lagtrace_model::analyze::BlackHole {
         sender: "10.0.0.2".into(),
+        receiver: "10.0.0.1".into(),
         lost: 23,
         streams: 23,
         lost_min_len: 1448,
@@ -395,6 +396,10 @@ fn a_black_hole_in_the_packets_is_pmtu_black_hole_with_its_fixes() {
     assert!(fixes[0].contains("fragmentation needed"), "{fixes:?}");
     assert!(fixes[1].contains("maxseg size set rt mtu"), "{fixes:?}");
     assert!(fixes[2].contains("tcp_mtu_probing=1"), "{fixes:?}");
+    // Sentences, not source indentation.
+    for t in j.evidence.iter().map(|e| e.text.as_str()).chain(fixes) {
+        assert!(!t.contains("  ") && !t.contains('\n'), "{t:?}");
+    }
 }
 
 #[test]

@@ -329,13 +329,16 @@ pub struct TransactionStats {
     pub median_server_us: u64,
 }
 
-/// A PMTU black hole: one sender's segments above a size never acknowledged however often
-/// resent, while its smaller segments pass after them (a link on the path carries less than
+/// A PMTU black hole: one sender's segments to one receiver above a size never acknowledged
+/// however often resent, while its smaller segments pass after them (a link on the path carries less than
 /// its MSS, and the ICMP "fragmentation needed" that would say so does not come back).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct BlackHole {
     /// The sender's address.
     pub sender: String,
+    /// The receiver's: the hole lies on the path between them (other receivers' paths may
+    /// carry the large segments).
+    pub receiver: String,
     /// Its segments lost: sent three times or more, never acknowledged before their stream
     /// ended.
     pub lost: u64,

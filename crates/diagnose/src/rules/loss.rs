@@ -214,14 +214,15 @@ fn black_hole<'a>(x: &Facts<'a>) -> Option<&'a BlackHole> {
 /// The black hole's direct evidence, with the frames to check it.
 fn hole_line(h: &BlackHole) -> String {
     format!(
-        "PMTU black hole: {} segments of {} B or more from {} were resent (up to {} times) \
-         and never acknowledged on {} connections, while {} of its segments up to {} B were \
-         acknowledged after the first of them — a link on the path carries smaller packets \
+        "PMTU black hole: {} segments of {} B or more from {} to {} were resent (up to {} \
+         times) and never acknowledged on {} connections, while {} of its segments up to {} B \
+         were acknowledged after the first of them — a link on the path carries smaller packets \
          than these, and the ICMP \"fragmentation needed\" that would say so never reaches \
          the sender (e.g. stream {}, frames {})",
         h.lost,
         h.lost_min_len,
         h.sender,
+        h.receiver,
         h.max_copies,
         h.streams,
         h.passed,
@@ -243,10 +244,10 @@ fn hole_fixes(h: &BlackHole) -> Vec<Fix> {
             location: None,
             change: format!(
                 "let ICMP \"fragmentation needed\" (IPv4 type 3 code 4; ICMPv6 type 2 \"packet \
-                 too big\") through every firewall between {} and the clients: path MTU \
+                 too big\") through every firewall between {} and {}: path MTU \
                  discovery needs it (`nft list ruleset` on the routers and hosts on the way; \
                  the router before the smaller link sends it)",
-                h.sender
+                h.sender, h.receiver
             ),
             tradeoff: None,
         },

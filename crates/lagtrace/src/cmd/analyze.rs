@@ -204,10 +204,11 @@ fn render_summary(out: &mut String, an: &Analysis, verbose: bool) {
         let frames: Vec<String> = h.frames.iter().map(u64::to_string).collect();
         let _ = writeln!(
             out,
-            "PMTU black hole: {} segments of {} B or more from {} resent up to {} times and never acknowledged on {} streams, while {} of its segments up to {} B were acknowledged after the first (at {:.6} s); e.g. stream {}, frames {}",
+            "PMTU black hole: {} segments of {} B or more from {} to {} resent up to {} times and never acknowledged on {} streams, while {} of its segments up to {} B were acknowledged after the first (at {:.6} s); e.g. stream {}, frames {}",
             h.lost,
             h.lost_min_len,
             h.sender,
+            h.receiver,
             h.max_copies,
             h.streams,
             h.passed,

@@ -6,7 +6,8 @@
 //! connection dies. The capture must see the sender's side of the hole (near the server for
 //! responses); near the receiver only the small segments ever arrive.
 //!
-//! The evidence, per sender address: segments sent [`MIN_COPIES`] times or more and never
+//! The evidence, per path (sender and receiver addresses: a hole lies on some clients'
+//! paths, and the others' large segments pass): segments sent [`MIN_COPIES`] times or more and never
 //! acknowledged by the time their stream ended, on [`MIN_STREAMS`] streams or more; every
 //! such segment larger than any of the sender's segments acknowledged after the first of
 //! them was sent; and some were acknowledged then (a path that carries nothing is down, not
@@ -78,18 +79,18 @@ struct Lost {
     frames: Vec<u64>,
 }
 
-/// Per sender address: what was lost, and the largest segment acknowledged per time bucket.
+/// Per path: what was lost, and the largest segment acknowledged per time bucket.
 #[derive(Debug, Default)]
-struct Sender {
+struct Path {
     lost: Vec<Lost>,
     /// Per time bucket: the largest segment acknowledged of those sent in it, how many.
     passed: HashMap<i64, (u32, u64)>,
 }
 
-/// Every sender's account.
+/// Every path's account, by (sender, receiver).
 #[derive(Debug, Default)]
 pub(super) struct Holes {
-    senders: HashMap<IpAddr, Sender>,
+    paths: HashMap<(IpAddr, IpAddr), Path>,
 }
 
 impl Stream {
@@ -169,7 +170,7 @@ impl Stream {
             if dir.passed.is_empty() && dir.resent.is_empty() {
                 continue;
             }
-            let s = holes.senders.entry(senders[d]).or_default();
+            let s = holes.paths.entry((senders[d], senders[1 - d])).or_default();
             for (b, len, n) in dir.passed {
                 let p = s.passed.entry(b).or_default();
                 p.0 = p.0.max(len);
@@ -195,18 +196,18 @@ impl Stream {
 }
 
 impl Holes {
-    /// The black hole the evidence shows, if any (the sender with the most lost segments).
+    /// The black hole the evidence shows, if any (the path with the most lost segments).
     /// `first_ts`: the capture's first timestamp (frames' times are relative to it).
     pub fn finish(self, first_ts: i64) -> Option<BlackHole> {
-        self.senders
+        self.paths
             .into_iter()
-            .filter_map(|(ip, s)| judge(ip, s, first_ts))
+            .filter_map(|(ends, s)| judge(ends, s, first_ts))
             .max_by_key(|h| (h.lost, h.sender.clone()))
     }
 }
 
-/// A sender's black hole, when its evidence holds (see the module docs).
-fn judge(ip: IpAddr, s: Sender, first_ts: i64) -> Option<BlackHole> {
+/// A path's black hole, when its evidence holds (see the module docs).
+fn judge((ip, to): (IpAddr, IpAddr), s: Path, first_ts: i64) -> Option<BlackHole> {
     let mut streams: Vec<u32> = s.lost.iter().map(|l| l.stream).collect();
     streams.sort_unstable();
     streams.dedup();
@@ -230,6 +231,7 @@ fn judge(ip: IpAddr, s: Sender, first_ts: i64) -> Option<BlackHole> {
         .max_by_key(|l| (l.copies, std::cmp::Reverse(l.stream)))?;
     Some(BlackHole {
         sender: ip.to_string(),
+        receiver: to.to_string(),
         lost: s.lost.len() as u64,
         streams: streams.len() as u64,
         lost_min_len: lost_min,
@@ -284,6 +286,10 @@ mod tests {
     fn full_size_segments_never_acknowledged_while_small_ones_pass_are_a_black_hole() {
         let h = hole(&[(3, true, false), (4, true, false), (3, true, false)]).expect("a hole");
         assert_eq!((h.lost, h.streams), (3, 3), "{h:?}");
+        assert_eq!(
+            (h.sender.as_str(), h.receiver.as_str()),
+            ("10.0.0.2", "10.0.0.1")
+        );
         assert_eq!((h.lost_min_len, h.passed_max_len), (1448, 200), "{h:?}");
         assert_eq!(h.max_copies, 4, "{h:?}");
         // The example is the most-sent segment: stream 1, its original and three resends.
