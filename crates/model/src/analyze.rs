@@ -361,6 +361,27 @@ pub struct BlackHole {
     pub first_us: u64,
 }
 
+impl BlackHole {
+    /// What the segments show, in one clause: "23 segments of 1448 B or more from A to B
+    /// were resent (up to 4 times) and never acknowledged on 23 connections, while 40 of its
+    /// segments up to 203 B were acknowledged after the first of them".
+    pub fn what(&self) -> String {
+        format!(
+            "{} segments of {} B or more from {} to {} were resent (up to {} times) and never \
+             acknowledged on {} connections, while {} of its segments up to {} B were \
+             acknowledged after the first of them",
+            self.lost,
+            self.lost_min_len,
+            self.sender,
+            self.receiver,
+            self.max_copies,
+            self.streams,
+            self.passed,
+            self.passed_max_len
+        )
+    }
+}
+
 /// Everything `analyze` found.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Analysis {

@@ -214,19 +214,10 @@ fn black_hole<'a>(x: &Facts<'a>) -> Option<&'a BlackHole> {
 /// The black hole's direct evidence, with the frames to check it.
 fn hole_line(h: &BlackHole) -> String {
     format!(
-        "PMTU black hole: {} segments of {} B or more from {} to {} were resent (up to {} \
-         times) and never acknowledged on {} connections, while {} of its segments up to {} B \
-         were acknowledged after the first of them — a link on the path carries smaller packets \
-         than these, and the ICMP \"fragmentation needed\" that would say so never reaches \
-         the sender (e.g. stream {}, frames {})",
-        h.lost,
-        h.lost_min_len,
-        h.sender,
-        h.receiver,
-        h.max_copies,
-        h.streams,
-        h.passed,
-        h.passed_max_len,
+        "PMTU black hole: {} — a link on the path carries smaller packets than these, and \
+         the ICMP \"fragmentation needed\" that would say so never reaches the sender (e.g. \
+         stream {}, frames {})",
+        h.what(),
         h.stream,
         h.frames
             .iter()

@@ -200,24 +200,6 @@ fn render_summary(out: &mut String, an: &Analysis, verbose: bool) {
         "{:<18} {:>8} {:>14} {:>7} {:>10} {:>10}",
         "finding", "count", "transactions", "share", "median", "p99"
     );
-    if let Some(h) = &an.black_hole {
-        let frames: Vec<String> = h.frames.iter().map(u64::to_string).collect();
-        let _ = writeln!(
-            out,
-            "PMTU black hole: {} segments of {} B or more from {} to {} resent up to {} times and never acknowledged on {} streams, while {} of its segments up to {} B were acknowledged after the first (at {:.6} s); e.g. stream {}, frames {}",
-            h.lost,
-            h.lost_min_len,
-            h.sender,
-            h.receiver,
-            h.max_copies,
-            h.streams,
-            h.passed,
-            h.passed_max_len,
-            h.first_us as f64 / 1e6,
-            h.stream,
-            frames.join(",")
-        );
-    }
     for s in &an.summary {
         let _ = writeln!(
             out,
@@ -228,6 +210,17 @@ fn render_summary(out: &mut String, an: &Analysis, verbose: bool) {
             s.share * 100.0,
             ms(s.median_us),
             ms(s.p99_us)
+        );
+    }
+    if let Some(h) = &an.black_hole {
+        let frames: Vec<String> = h.frames.iter().map(u64::to_string).collect();
+        let _ = writeln!(
+            out,
+            "PMTU black hole: {}, the first at {:.6} s; e.g. stream {}, frames {}",
+            h.what(),
+            h.first_us as f64 / 1e6,
+            h.stream,
+            frames.join(",")
         );
     }
     let shown: Vec<_> = if verbose {
