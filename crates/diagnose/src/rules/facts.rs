@@ -3,7 +3,8 @@
 //! queue's rise).
 
 use crate::evidence::{
-    AppRun, FindingKind, FindingSummary, Layers, PacketEvidence, PathEvidence, SocketEvidence,
+    AppRun, ConnectStats, FindingKind, FindingSummary, Layers, PacketEvidence, PathEvidence,
+    SocketEvidence,
 };
 
 use super::{DOMINANT_SERVER_SHARE, PACED_BPS, SLOW_SERVER_US};
@@ -138,6 +139,17 @@ impl<'a> Facts<'a> {
     /// The run whose p50 the user sees under concurrency (c=N, else c=1).
     pub(super) fn main_run(&self) -> Option<&'a AppRun> {
         self.cn.or(self.c1)
+    }
+
+    /// The last run that made connects (c=N before c=1), whether or not a request
+    /// completed (a flood or a dropping firewall may leave every connect waiting), with its
+    /// connect figures.
+    pub(super) fn connects_run(&self) -> Option<(&'a AppRun, &'a ConnectStats)> {
+        self.runs
+            .iter()
+            .copied()
+            .rev()
+            .find_map(|r| Some((r, r.connects.as_ref()?)))
     }
 
     pub(super) fn finding(&self, kind: FindingKind) -> Option<&'a FindingSummary> {

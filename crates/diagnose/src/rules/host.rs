@@ -453,15 +453,7 @@ pub(super) const FLOOD_DROPS: u64 = 100;
 /// `accept-queue-overflow` or plain `syn-drop`, not this.
 pub(super) fn syn_flood(x: &Facts<'_>, target: &Target) -> Option<Direct> {
     let f = x.flood(target.port)?;
-    // The c=N run (last), whether or not a request completed: a flood may leave every
-    // connect waiting.
-    let run = x
-        .runs
-        .iter()
-        .copied()
-        .rev()
-        .find(|r| r.connects.is_some())?;
-    let c = run.connects.as_ref()?;
+    let (run, c) = x.connects_run()?;
     let waited = c.syn_retransmitted + c.failed;
     let enough = if waited == 0 {
         f.dropped >= FLOOD_DROPS
@@ -690,10 +682,7 @@ fn netfilter_syns(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mut
         .filter(|r| r.reason == "NETFILTER_DROP")
         .map(|r| r.count)
         .sum();
-    let Some(run) = x.runs.iter().copied().rev().find(|r| r.connects.is_some()) else {
-        return;
-    };
-    let Some(conn) = run.connects.as_ref() else {
+    let Some((run, conn)) = x.connects_run() else {
         return;
     };
     let waited = conn.syn_retransmitted + conn.failed;
