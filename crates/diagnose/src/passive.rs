@@ -243,7 +243,7 @@ fn from_file(opts: &PassiveOptions, path: &Path, progress: &dyn Fn(Step)) -> Res
     }
     // Second pass, keeping the example stream's packets for its flow.
     if let Some(ev) = packets.data.as_mut()
-        && let Some(s) = adapters::packets::example_stream(&a)
+        && let Some(s) = adapters::packets::example_stream(&a, u64::MAX)
     {
         let o2 = AnalyzeOptions {
             keep_stream: Some(s),

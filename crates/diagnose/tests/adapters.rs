@@ -39,7 +39,7 @@ fn reference_capture_is_nagle_delayed_ack_with_a_ladder_showing_the_stall() {
     assert!((35_000..=50_000).contains(&nd.median_added_us), "{nd:?}");
     assert!(!nd.examples.is_empty() && nd.examples[0].frames.len() >= 3);
     // The flow of the example stream, from a second pass that keeps its packets.
-    let s = packets::example_stream(&a).expect("example stream");
+    let s = packets::example_stream(&a, u64::MAX).expect("example stream");
     let a2 = analyze_file(
         &f,
         &AnalyzeOptions {

@@ -60,6 +60,8 @@ pub(crate) struct Shared<'a> {
     pub start_unix_us: u64,
     /// Per-request records, when asked for.
     pub records: Option<RecordOptions>,
+    /// Where the slowest records' keys go ([`crate::LoadOptions::slow_keys`]).
+    pub slow_keys: Option<std::sync::Arc<lagtrace_model::request::WantedKeys>>,
 }
 
 /// Live counters of one thread, read by the progress loop.
@@ -342,7 +344,9 @@ pub(crate) fn run_thread(
             ended: now,
             records: None,
         },
-        rec: sh.records.map(|o| Recorder::new(o, id as u64 + 1)),
+        rec: sh
+            .records
+            .map(|o| Recorder::new(o, id as u64 + 1, sh.slow_keys.clone())),
         next_conn: id as u64,
     };
     for k in 0..count {

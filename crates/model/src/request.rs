@@ -153,14 +153,22 @@ impl std::fmt::Display for RequestError {
 }
 
 /// The keeping described above, for any item with a wait: the `slow_cap` items with the
-/// largest key exactly (a min-heap) and a uniform sample (algorithm R) of `sample_cap` of
-/// the others, each offered to the sample once (never slow enough, or pushed out of the
-/// slow set). Used for the load engine's records and for a capture's transactions.
+/// largest wait exactly (a min-heap) and a uniform sample of `sample_cap` of the others, each
+/// offered to the sample once (never slow enough, or pushed out of the slow set). The sample
+/// is the others with the smallest *sample keys* (bottom-k sampling): random keys
+/// ([`SlowestAndSample::offer`]) make it a uniform random sample; keys that are a hash of
+/// what identifies the item on both sides of a join ([`sample_key`],
+/// [`SlowestAndSample::offer_keyed`]) make two keepers of the same traffic — the load
+/// engine's records and a capture's transactions — sample the *same* requests, so every
+/// sampled record finds its transaction. Used for the load engine's records and for a
+/// capture's transactions.
 pub struct SlowestAndSample<T> {
     slow_cap: usize,
     sample_cap: usize,
-    slow: std::collections::BinaryHeap<std::cmp::Reverse<ByKey<T>>>,
-    sample: Vec<T>,
+    /// The slowest, by wait; each with its sample key, for when it is pushed out.
+    slow: std::collections::BinaryHeap<std::cmp::Reverse<ByKey<(u64, T)>>>,
+    /// The sample: a max-heap by sample key, so the largest goes first.
+    sample: std::collections::BinaryHeap<ByKey<T>>,
     /// Items offered to the sample.
     others: u64,
     rng: u64,
@@ -197,61 +205,129 @@ pub struct Kept<T> {
     pub weight: f64,
 }
 
+/// splitmix64's finaliser: a 64-bit mix with full avalanche.
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The sample key of a request as both ends of a join know it: the client's and the
+/// server's endpoints (IPv4-mapped addresses as IPv4) and the request's index on its
+/// connection. A fixed hash: the load engine and the capture's analyzer, keeping the same
+/// traffic with [`SlowestAndSample::offer_keyed`], sample the same requests.
+pub fn sample_key(client: std::net::SocketAddr, server: std::net::SocketAddr, index: u32) -> u64 {
+    let mut h = 0xCBF2_9CE4_8422_2325_u64;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3);
+        }
+    };
+    for a in [client, server] {
+        match a.ip().to_canonical() {
+            std::net::IpAddr::V4(v) => eat(&v.octets()),
+            std::net::IpAddr::V6(v) => eat(&v.octets()),
+        }
+        eat(&a.port().to_be_bytes());
+    }
+    eat(&index.to_be_bytes());
+    mix64(h)
+}
+
+/// The sample keys ([`sample_key`]) of the requests a load admitted to its slowest, shared
+/// with the analyzer of a capture of the same run so that it keeps their transactions too:
+/// a request slow at the client can be fast at the capture (its time spent in the client),
+/// and only the load knows it was slow. Admissions to a slowest-`k` set of `n` requests in
+/// random order number about `k·ln(n/k)`: the set stays small.
+#[derive(Debug, Default)]
+pub struct WantedKeys(std::sync::Mutex<std::collections::HashSet<u64>>);
+
+impl WantedKeys {
+    /// Adds a key.
+    pub fn insert(&self, key: u64) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+    }
+
+    /// Whether a key was added.
+    pub fn contains(&self, key: u64) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&key)
+    }
+
+    /// How many keys were added.
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl<T> SlowestAndSample<T> {
     /// Empty, with room for at most `prealloc` items of each store allocated up front (then
-    /// offering never allocates below that); `seed` picks the sample (the same seed and
-    /// items keep the same sample).
+    /// offering never allocates below that); `seed` picks the random sample keys of
+    /// [`SlowestAndSample::offer`] (the same seed and items keep the same sample).
     pub fn new(slow_cap: usize, sample_cap: usize, prealloc: usize, seed: u64) -> Self {
         SlowestAndSample {
             slow_cap,
             sample_cap,
             slow: std::collections::BinaryHeap::with_capacity(slow_cap.min(prealloc)),
-            sample: Vec::with_capacity(sample_cap.min(prealloc)),
+            sample: std::collections::BinaryHeap::with_capacity(sample_cap.min(prealloc)),
             others: 0,
             // splitmix64 must not start at a fixed point of the sequence; any seed works.
             rng: seed ^ 0x9E37_79B9_7F4A_7C15,
         }
     }
 
-    /// splitmix64: uniform enough for a reservoir, no dependency.
+    /// splitmix64: uniform enough for sample keys, no dependency.
     fn next_u64(&mut self) -> u64 {
         self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        mix64(self.rng)
     }
 
-    /// Offers `item` whose wait is `key`.
-    pub fn offer(&mut self, key: u64, item: T) {
+    /// Offers `item` whose wait is `wait`, with a random sample key.
+    pub fn offer(&mut self, wait: u64, item: T) {
+        let key = self.next_u64();
+        self.offer_keyed(wait, key, item);
+    }
+
+    /// Offers `item` whose wait is `wait`; should it go to the sample, it is kept when its
+    /// `sample_key` is among the `sample_cap` smallest offered there. Whether it went to the
+    /// slow set (it may be pushed out later).
+    pub fn offer_keyed(&mut self, wait: u64, sample_key: u64, item: T) -> bool {
         use std::cmp::Reverse;
         if self.slow.len() < self.slow_cap {
-            self.slow.push(Reverse(ByKey(key, item)));
-            return;
+            self.slow.push(Reverse(ByKey(wait, (sample_key, item))));
+            return true;
         }
         match self.slow.peek() {
-            Some(Reverse(fastest)) if key > fastest.0 => {
+            Some(Reverse(fastest)) if wait > fastest.0 => {
                 let out = self.slow.pop().map(|Reverse(b)| b.1);
-                self.slow.push(Reverse(ByKey(key, item)));
-                if let Some(out) = out {
-                    self.sample(out);
+                self.slow.push(Reverse(ByKey(wait, (sample_key, item))));
+                if let Some((k, out)) = out {
+                    self.sample(k, out);
                 }
+                true
             }
-            _ => self.sample(item),
+            _ => {
+                self.sample(sample_key, item);
+                false
+            }
         }
     }
 
-    /// Algorithm R: the k-th item offered replaces a random kept one with probability
-    /// cap / k, so every offered item is kept with the same probability.
-    fn sample(&mut self, item: T) {
+    /// Bottom-k: keeps the `sample_cap` items with the smallest keys offered here.
+    fn sample(&mut self, key: u64, item: T) {
         self.others += 1;
         if self.sample.len() < self.sample_cap {
-            self.sample.push(item);
-        } else if self.sample_cap > 0 {
-            let j = self.next_u64() % self.others;
-            if let Some(slot) = self.sample.get_mut(j as usize) {
-                *slot = item;
-            }
+            self.sample.push(ByKey(key, item));
+        } else if self.sample.peek().is_some_and(|largest| key < largest.0) {
+            self.sample.pop();
+            self.sample.push(ByKey(key, item));
         }
     }
 
@@ -266,9 +342,9 @@ impl<T> SlowestAndSample<T> {
             slow: self
                 .slow
                 .into_iter()
-                .map(|std::cmp::Reverse(b)| b.1)
+                .map(|std::cmp::Reverse(b)| b.1.1)
                 .collect(),
-            sample: self.sample,
+            sample: self.sample.into_iter().map(|b| b.1).collect(),
             weight,
         }
     }
@@ -319,5 +395,73 @@ mod tests {
         };
         let j = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<RequestRecord>(&j).unwrap(), r);
+    }
+
+    /// Two keepers of the same requests — one slow set by the client's waits, one by the
+    /// capture's, which disagree — sample the same requests when keyed by [`sample_key`]:
+    /// the denser sample holds the sparser one, so every sampled record finds its
+    /// transaction. Random keys (the control) would not.
+    #[test]
+    fn keyed_samples_of_the_same_requests_nest_whatever_each_side_calls_slow() {
+        let client: std::net::SocketAddr = "10.0.0.1:40000".parse().unwrap();
+        let server: std::net::SocketAddr = "10.0.0.2:80".parse().unwrap();
+        let mut load = SlowestAndSample::new(50, 100, usize::MAX, 1);
+        let mut capture = SlowestAndSample::new(200, 400, usize::MAX, 2);
+        let mut random = SlowestAndSample::new(200, 400, usize::MAX, 3);
+        for i in 0..50_000u32 {
+            let c = std::net::SocketAddr::new(client.ip(), 40_000 + (i % 64) as u16);
+            let key = sample_key(c, server, i / 64);
+            // The client's wait and the capture's are unrelated orders.
+            let at_client = u64::from(i.wrapping_mul(2_654_435_761) % 100_000);
+            let at_capture = u64::from(i.wrapping_mul(40_503) % 100_000);
+            load.offer_keyed(at_client, key, i);
+            capture.offer_keyed(at_capture, key, i);
+            random.offer(at_capture, i);
+        }
+        let load = load.finish();
+        let capture = capture.finish();
+        let kept: std::collections::HashSet<u32> = capture
+            .slow
+            .iter()
+            .chain(&capture.sample)
+            .copied()
+            .collect();
+        assert_eq!(load.sample.len(), 100);
+        assert!(load.sample.iter().all(|i| kept.contains(i)));
+        let random = random.finish();
+        let kept: std::collections::HashSet<u32> =
+            random.slow.iter().chain(&random.sample).copied().collect();
+        assert!(load.sample.iter().filter(|i| kept.contains(i)).count() < 20);
+        // The key is the request's, the address family's spelling aside.
+        let mapped: std::net::SocketAddr = "[::ffff:10.0.0.1]:40000".parse().unwrap();
+        assert_eq!(sample_key(mapped, server, 3), sample_key(client, server, 3));
+        assert_ne!(sample_key(client, server, 3), sample_key(client, server, 4));
+    }
+
+    /// Bottom-k by random keys is a uniform sample, and each offer says whether it went to
+    /// the slow set.
+    #[test]
+    fn offers_say_whether_they_were_admitted_to_the_slowest() {
+        let mut k = SlowestAndSample::new(2, 1000, usize::MAX, 9);
+        assert!(k.offer_keyed(10, 1, 0u32));
+        assert!(k.offer_keyed(5, 2, 1));
+        assert!(!k.offer_keyed(4, 3, 2));
+        assert!(k.offer_keyed(11, 4, 3));
+        let kept = k.finish();
+        let mut slow = kept.slow.clone();
+        slow.sort_unstable();
+        assert_eq!(slow, vec![0, 3]);
+        let mut sample = kept.sample.clone();
+        sample.sort_unstable();
+        assert_eq!(sample, vec![1, 2]);
+        let mut u = SlowestAndSample::new(0, 1000, usize::MAX, 9);
+        for i in 0..100_000u64 {
+            u.offer(i, i);
+        }
+        let u = u.finish();
+        let mean = u.sample.iter().sum::<u64>() as f64 / u.sample.len() as f64;
+        // σ of the mean of 1000 of U(0, 100 000) ≈ 913.
+        assert!((45_000.0..55_000.0).contains(&mean), "{mean}");
+        assert!((u.weight - 100.0).abs() < 1e-9);
     }
 }

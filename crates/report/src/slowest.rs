@@ -108,7 +108,9 @@ fn unexplained(p: &RequestParts) -> String {
 /// packets, or neither (their times matched no transaction).
 pub fn unmatched_reason(p: &lagtrace_model::diagnosis::evidence::PacketEvidence) -> String {
     use lagtrace_model::diagnosis::evidence::ACTIVE_CAPTURE_PACKETS;
-    if p.packets >= ACTIVE_CAPTURE_PACKETS {
+    // A capture stopped by its count holds exactly that many packets (an agent's, which
+    // sends its capture whole; a local run's capture takes the whole run).
+    if p.packets == ACTIVE_CAPTURE_PACKETS {
         format!(
             "after the capture stopped at its {} packet limit, so no packets",
             ACTIVE_CAPTURE_PACKETS

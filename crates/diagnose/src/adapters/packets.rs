@@ -97,11 +97,15 @@ pub fn limits(a: &Analysis) -> Vec<String> {
         .collect()
 }
 
-/// The stream worth drawing: the one with the most telling finding, else the busiest.
-pub fn example_stream(a: &Analysis) -> Option<u32> {
+/// The stream worth drawing: the one with the most telling finding, else the busiest —
+/// among what the first `frames` frames hold (the file the flow is read from).
+pub fn example_stream(a: &Analysis, frames: u64) -> Option<u32> {
     for k in PRIORITY {
         // Prefer a finding after the stream's first transaction (a steady-state example).
-        let mut of_kind = a.findings.iter().filter(|f| f.kind == k);
+        let mut of_kind = a
+            .findings
+            .iter()
+            .filter(|f| f.kind == k && f.frames.last().is_some_and(|&l| l <= frames));
         if let Some(f) = of_kind
             .clone()
             .find(|f| f.transaction.is_some_and(|t| t >= 1))
@@ -112,6 +116,7 @@ pub fn example_stream(a: &Analysis) -> Option<u32> {
     }
     a.streams
         .iter()
+        .filter(|s| s.first_frame <= frames)
         .max_by_key(|s| s.transactions)
         .map(|s| s.stream)
 }

@@ -82,6 +82,11 @@ pub struct AnalyzeOptions {
     /// uniform sample of the rest ([`Analysis::timing_keep`]).
     #[serde(default)]
     pub timing_keep: Option<KeepCaps>,
+    /// With `timing_keep`: the keys of the requests the load of the same run keeps as its
+    /// slowest, as it admits them; their transactions are kept too, whatever their wait at
+    /// the capture (a request slow in the client is fast here).
+    #[serde(skip)]
+    pub wanted: Option<std::sync::Arc<lagtrace_model::request::WantedKeys>>,
 }
 
 impl Default for AnalyzeOptions {
@@ -92,6 +97,7 @@ impl Default for AnalyzeOptions {
             max_findings: 100_000,
             timings: false,
             timing_keep: None,
+            wanted: None,
         }
     }
 }
@@ -203,7 +209,7 @@ impl Analyzer {
         let keep = opts
             .timing_keep
             .filter(|_| opts.timings)
-            .map(keep::Keep::new);
+            .map(|c| keep::Keep::new(c, opts.wanted.clone()));
         Analyzer {
             rec: Recorder::new(opts.max_findings),
             opts,
