@@ -683,9 +683,7 @@ fn under_load(
         );
     }
     let stop = &*opts.stop;
-    let mut lo = cn_options(opts, c1, cn_dur);
-    lo.slow_keys = Some(Arc::default());
-    let capture = start_capture(location, sa, live_options(&lo), progress);
+    let capture = start_capture(location, sa, progress);
     let hop_captures = discovery.as_ref().map(|d| {
         let c = d.start_captures();
         if c.peers() > 0 {
@@ -719,6 +717,8 @@ fn under_load(
         opts.concurrency,
         cn_dur.as_secs_f64()
     )));
+    let mut lo = cn_options(opts, c1, cn_dur);
+    lo.slow_keys = Some(Arc::default());
     let cn = app_cn(&lo, opts.concurrency, stop, progress);
     ping_stop.store(true, Ordering::Relaxed);
     let (ping, notes) = join_pinger(pinger);
@@ -729,7 +729,7 @@ fn under_load(
         .take()
         .unwrap_or_else(|| Layer::error("the inspection thread did not finish"));
     progress(Step::Start("packets: analysing the capture".into()));
-    let (mut packets, windows, front) = finish_capture(capture, &cn);
+    let (mut packets, windows, front) = finish_capture(capture, &cn, run_analysis(&lo));
     progress(ended(&packets, packets_line(&packets)));
     let (mut hops, hop_timed) = match (discovery, hop_captures) {
         (Some(d), Some(c)) => d.finish(c, front.is_some()),
@@ -911,20 +911,20 @@ fn assemble(opts: &DiagnoseOptions, target: Target, layers: Layers, t0: Instant)
 
 struct RunningCapture {
     handle: lagtrace_packet::capture::CaptureHandle,
-    /// The run's first [`MAX_CAPTURE_PACKETS`] packets, for the example flow's second look.
     file: tempfile_path::TempPath,
     point: String,
-    /// The whole run, analysed as it is captured.
-    analyzer: Arc<Mutex<Option<lagtrace_packet::Analyzer>>>,
 }
 
-/// The live analysis of a c=N run's capture, for the load `lo`: which transactions it
-/// keeps exactly. Four times as many as the load keeps of its requests, the sample keyed
-/// by the same hash of the request (so a sampled record's transaction is in the capture's
-/// denser sample), plus every transaction whose request the load admitted to its slowest
-/// (`lo.slow_keys`: slow at the client is not always slow at the capture). The capture's
+/// The most packets a c=N run's capture takes: the whole run, analysed after it.
+pub const MAX_RUN_PACKETS: u64 = lagtrace_model::diagnosis::evidence::RUN_CAPTURE_PACKETS;
+
+/// The analysis of a c=N run's capture, for the load `lo`: which transactions it keeps
+/// exactly. Four times as many as the load keeps of its requests, the sample keyed by the
+/// same hash of the request (so a sampled record's transaction is in the capture's denser
+/// sample), plus every transaction whose request the load admitted to its slowest
+/// (`lo.slow_keys`: slow at the client is not always slow at the capture). The analysis's
 /// memory is this, whatever the run's length.
-fn live_options(lo: &lagtrace_load::LoadOptions) -> lagtrace_packet::AnalyzeOptions {
+fn run_analysis(lo: &lagtrace_load::LoadOptions) -> lagtrace_packet::AnalyzeOptions {
     let r = lo.records.unwrap_or_default();
     let threads = lo.threads.max(1);
     lagtrace_packet::AnalyzeOptions {
@@ -984,11 +984,10 @@ mod tempfile_path {
 fn start_capture(
     loc: &ServerLocation,
     sa: SocketAddr,
-    analysis: lagtrace_packet::AnalyzeOptions,
     progress: &dyn Fn(Step),
 ) -> Result<RunningCapture, Box<Layer<PacketEvidence>>> {
     use lagtrace_model::Capability;
-    use lagtrace_packet::capture::{Capture, CaptureOptions, PacketCallback, route_iface};
+    use lagtrace_packet::capture::{Capture, CaptureOptions, route_iface};
     let (netns, label) = match loc {
         ServerLocation::Namespace(n) => (NetNs::Named(n.clone()), format!("namespace {n}")),
         _ => (NetNs::Current, "this namespace".to_string()),
@@ -1007,32 +1006,17 @@ fn start_capture(
         filter: Some(format!("tcp port {} and host {}", sa.port(), sa.ip())),
         snaplen: 160,
         netns,
-        // 64 MiB: the run's bursts wait in the kernel while the analyzer catches up.
-        buffer_bytes: 64 << 20,
+        count: Some(MAX_RUN_PACKETS),
         output: Some(file.0.clone()),
-        output_count: Some(MAX_CAPTURE_PACKETS),
         ..CaptureOptions::default()
     };
-    let analyzer = Arc::new(Mutex::new(Some(lagtrace_packet::Analyzer::new(analysis))));
-    let feed = analyzer.clone();
-    let cb: PacketCallback = Box::new(move |p| {
-        if let Some(an) = feed.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            an.push(
-                i64::try_from(p.ts_ns).unwrap_or(i64::MAX),
-                p.orig_len,
-                p.linktype,
-                p.data,
-            );
-        }
-    });
     let point = format!("{iface} in {label}");
     progress(Step::Start(format!("packets: capturing on {point}")));
-    match Capture::start(&o, Some(cb)) {
+    match Capture::start(&o, None) {
         Ok(handle) => Ok(RunningCapture {
             handle,
             file,
             point,
-            analyzer,
         }),
         Err(e) => {
             let msg = e.to_string();
@@ -1072,15 +1056,17 @@ fn our_source(sa: SocketAddr) -> Option<IpAddr> {
     s.local_addr().ok().map(|a| a.ip())
 }
 
-/// Stops the capture and finishes its live analysis of the whole run, with the timings of
-/// the transactions it kept so the c=N run's kept records (`run.records`) are joined with
-/// their packets (`joins`). The kept records are joined, not the run's every record: they
-/// hold every request at or above the p99 (the p99.9 set too, in runs of up to 200 000
+/// Stops the capture and analyses it — the whole run, after it, so that the analysis takes
+/// no CPU from the server and the load while they are measured — with the timings of the
+/// transactions `analysis` keeps, so the c=N run's kept records (`run.records`) are joined
+/// with their packets (`joins`). The kept records are joined, not the run's every record:
+/// they hold every request at or above the p99 (the p99.9 set too, in runs of up to 200 000
 /// requests) and a weighted sample of the rest, which is all the tail split reads, and the
 /// JSON's `joins` then follow its `records` one for one.
 fn finish_capture(
     c: Result<RunningCapture, Box<Layer<PacketEvidence>>>,
     run: &AppRun,
+    analysis: lagtrace_packet::AnalyzeOptions,
 ) -> (
     Layer<PacketEvidence>,
     Vec<lagtrace_host::offcpu::Window>,
@@ -1094,23 +1080,10 @@ fn finish_capture(
         Ok(s) => s,
         Err(e) => return (Layer::error(format!("capture: {e:#}")), Vec::new(), None),
     };
-    let an = c.analyzer.lock().unwrap_or_else(|e| e.into_inner()).take();
-    let Some(an) = an else {
-        return (
-            Layer::error("the capture's analyzer was lost"),
-            Vec::new(),
-            None,
-        );
-    };
-    let in_file = stats.captured.min(MAX_CAPTURE_PACKETS);
-    layers_of(
-        an.finish(),
-        (&c.file.0, in_file),
-        c.point,
-        stats.dropped_by_kernel,
-        run,
-        true,
-    )
+    match lagtrace_packet::analyze_file(&c.file.0, &analysis) {
+        Ok(a) => layers_of(a, &c.file.0, c.point, stats.dropped_by_kernel, run, true),
+        Err(e) => (Layer::error(format!("analysis: {e:#}")), Vec::new(), None),
+    }
 }
 
 /// Each timed transaction's server time (the request's last byte to the response's first
@@ -1237,16 +1210,19 @@ fn analyse_windows(
         ..lagtrace_packet::AnalyzeOptions::default()
     };
     match lagtrace_packet::analyze_file(path, &opts) {
-        Ok(a) => layers_of(a, (path, u64::MAX), point, dropped, run, opts.timings),
+        Ok(a) => layers_of(a, path, point, dropped, run, opts.timings),
         Err(e) => (Layer::error(format!("analysis: {e:#}")), Vec::new(), None),
     }
 }
 
-/// The packet layer of an analysis, its records joined, its example flow read from `file`
-/// (whose first `frames` packets are the analysis's first), and its timings when `timed`.
+/// The frames the example flow is drawn from: the capture's first.
+const EXAMPLE_FRAMES: u64 = MAX_CAPTURE_PACKETS;
+
+/// The packet layer of an analysis of `file`, its records joined, its example flow, and its
+/// timings when `timed`.
 fn layers_of(
     a: lagtrace_model::analyze::Analysis,
-    (file, frames): (&std::path::Path, u64),
+    file: &std::path::Path,
     point: String,
     dropped: u64,
     run: &AppRun,
@@ -1266,13 +1242,14 @@ fn layers_of(
         of_record = j.requests.iter().map(|r| r.timing).collect();
         ev.joins.push(j.evidence(run.concurrency));
     }
-    // Second pass over the file, keeping the example stream's packets for its flow.
-    if let Some(s) = adapters::packets::example_stream(&a, frames) {
+    // Second pass over the file's first frames, keeping the example stream's packets for
+    // its flow (an example is drawn from there: a run's whole capture is read once).
+    if let Some(s) = adapters::packets::example_stream(&a, EXAMPLE_FRAMES) {
         let o2 = lagtrace_packet::AnalyzeOptions {
             keep_stream: Some(s),
             ..lagtrace_packet::AnalyzeOptions::default()
         };
-        if let Ok(a2) = lagtrace_packet::analyze_file(file, &o2) {
+        if let Ok(a2) = lagtrace_packet::analyze_file_prefix(file, &o2, EXAMPLE_FRAMES) {
             ev.example_flow = adapters::packets::flow(&a2, s, 14);
         }
     }

@@ -241,3 +241,46 @@ fn an_untimed_softirq_says_so() {
         "{j:#?}"
     );
 }
+
+/// The server's capture times the kernel's answer to each SYN (SYN in → SYN-ACK out): beside
+/// a costly receive path it supports the cause; with a normal one it is a note, not a cause.
+#[test]
+fn the_handshake_gap_at_the_servers_capture_supports_the_measured_cost() {
+    let gap = |p50: u64| Percentiles {
+        count: 40,
+        min_us: p50 / 2,
+        mean_us: p50,
+        p50_us: p50,
+        p90_us: p50 * 2,
+        p99_us: p50 * 3,
+        p999_us: p50 * 3,
+        max_us: p50 * 3,
+    };
+    let mut l = layers(host(
+        300_000,
+        150_000,
+        0.6,
+        Some(walk(20_000, "policy accept")),
+    ));
+    l.packets.data.as_mut().unwrap().server_syn_synack = Some(gap(560));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
+    assert!(
+        j.evidence.iter().any(|e| e.layer == LayerName::Packets
+            && e.stance == lagtrace_diagnose::Stance::Supports
+            && e.text.contains("SYN in → its SYN-ACK out took p50 560µs")),
+        "{:#?}",
+        j.evidence
+    );
+    let mut l = layers(host(3_000, 3_000, 0.1, None));
+    l.packets.data.as_mut().unwrap().server_syn_synack = Some(gap(18));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+    assert!(
+        j.evidence.iter().any(
+            |e| e.stance == lagtrace_diagnose::Stance::Note && e.text.contains("took p50 18µs")
+        ),
+        "{:#?}",
+        j.evidence
+    );
+}

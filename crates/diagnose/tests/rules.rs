@@ -519,6 +519,45 @@ fn syn_retransmits_are_syn_drop_and_zero_window_is_receive_window() {
     assert_eq!(judge(&target(), &l).verdict.cause, Cause::ReceiveWindow);
 }
 
+/// SYNs sent again after their SYN-ACK passed the capture point: the SYN-ACKs were lost, not
+/// the SYNs; the evidence and the fix say so (the path back to the client, not the backlog).
+/// SYNs never answered keep the backlog fix.
+#[test]
+fn answered_syns_sent_again_say_the_syn_acks_were_lost() {
+    let lost = |count: u64, of: u64| {
+        let mut l = healthy_layers();
+        let p = l.packets.data.as_mut().unwrap();
+        p.findings = vec![finding("syn-retransmit", 12, 100_000, 1_000_000)];
+        p.syn_acks_lost = Some(SynAcksLost {
+            count,
+            of,
+            example: FindingExample {
+                stream: 4,
+                frames: vec![17, 18, 52],
+                time_us: 1_000,
+                added_us: 1_000_000,
+                note: String::new(),
+            },
+        });
+        judge(&target(), &l)
+    };
+    let j = lost(12, 12);
+    assert_eq!(j.verdict.cause, Cause::SynDrop);
+    assert_eq!(j.verdict.fix[0].side, FixSide::Path, "{:?}", j.verdict.fix);
+    assert!(j.verdict.fix[0].change.contains("SYN-ACKs are lost"));
+    assert!(
+        texts(&j).contains("12 of the 12 SYNs sent again came after")
+            && texts(&j).contains("frames #17 #18 #52"),
+        "{}",
+        texts(&j)
+    );
+    // One answered among twelve: the SYNs were dropped; the backlog fix stays.
+    let j = lost(1, 12);
+    assert_eq!(j.verdict.cause, Cause::SynDrop);
+    assert_eq!(j.verdict.fix[0].side, FixSide::Server);
+    assert!(!texts(&j).contains("were answered"), "{}", texts(&j));
+}
+
 #[test]
 fn diagnosis_json_has_the_stable_schema_and_finding_statuses() {
     let d = Diagnosis::assemble(

@@ -663,6 +663,18 @@ impl Lab {
     /// output path would not do: the server's TCP sees a local send failure and quietly
     /// sends again, with no retransmission on the wire.
     pub fn drop_percent(&self, pct: u8) -> Result<()> {
+        self.drop_percent_of(pct, "meta l4proto tcp")
+    }
+
+    /// As [`Lab::drop_percent`], of the server's SYN-ACKs only: its connections' answers
+    /// are lost on the way to the client, after they left the server (and its capture).
+    pub fn drop_syn_acks_percent(&self, pct: u8) -> Result<()> {
+        self.drop_percent_of(pct, "tcp flags & (syn | ack) == syn | ack")
+    }
+
+    /// As [`Lab::drop_percent`], of the server->client packets that `matches` (an nft
+    /// match, e.g. `ip length > 1000` for full-size data segments).
+    pub fn drop_percent_of(&self, pct: u8, matches: &str) -> Result<()> {
         if pct > 100 {
             bail!("drop percentage {pct} is above 100");
         }
@@ -672,7 +684,7 @@ impl Lab {
             return Ok(());
         }
         let rules = format!(
-            "table netdev {table} {{\n  chain server_to_client {{\n    type filter hook ingress device \"{}\" priority 0; policy accept;\n    ip saddr {} meta l4proto tcp numgen random mod 100 < {pct} counter drop\n  }}\n}}\n",
+            "table netdev {table} {{\n  chain server_to_client {{\n    type filter hook ingress device \"{}\" priority 0; policy accept;\n    ip saddr {} {matches} numgen random mod 100 < {pct} counter drop\n  }}\n}}\n",
             self.client_iface, self.server_addr
         );
         let file = state_dir(&self.name).join("drop.nft");

@@ -340,3 +340,46 @@ fn annotate_comments_every_finding_frame_for_wireshark() {
     let again = json(&out_file);
     assert_eq!(again["findings"], an["findings"]);
 }
+
+/// Each stream's SYN → SYN-ACK at the capture point (`streams[].syn_synack_us`: the most
+/// recent SYN before the first SYN-ACK) equals the same difference of tshark's frame times,
+/// on every reference capture with handshakes.
+#[test]
+fn syn_to_syn_ack_gaps_match_tshark_frame_times() {
+    let mut compared = 0;
+    for name in ["healthy.pcap", "nagle-delayed-ack.pcap"] {
+        let file = case_file(name);
+        // (stream, epoch µs) of SYNs and of SYN-ACKs, in frame order.
+        let rows = lagtrace_testkit::tshark_fields_first(
+            &file,
+            Some("tcp.flags.syn == 1"),
+            &["tcp.stream", "frame.time_epoch", "tcp.flags.ack"],
+        );
+        let mut syn: BTreeMap<u64, f64> = BTreeMap::new();
+        let mut want: BTreeMap<u64, u64> = BTreeMap::new();
+        for r in &rows {
+            let (stream, t) = (r[0].parse::<u64>().unwrap(), r[1].parse::<f64>().unwrap());
+            let ack = r[2] == "1" || r[2] == "True";
+            match (ack, syn.get(&stream)) {
+                (false, _) if !want.contains_key(&stream) => {
+                    syn.insert(stream, t);
+                }
+                (true, Some(s)) if !want.contains_key(&stream) => {
+                    want.insert(stream, ((t - s) * 1e6).round() as u64);
+                }
+                _ => {}
+            }
+        }
+        let j = json(&file);
+        for s in j["streams"].as_array().unwrap() {
+            let stream = s["stream"].as_u64().unwrap();
+            assert_eq!(
+                s["syn_synack_us"].as_u64(),
+                want.get(&stream).copied(),
+                "{name} stream {stream}"
+            );
+        }
+        compared += want.len();
+    }
+    assert!(compared >= 2, "no handshakes compared");
+}

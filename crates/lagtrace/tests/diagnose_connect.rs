@@ -198,6 +198,52 @@ fn nft_dropping_a_share_of_syns_is_syn_drop_with_the_connects_in_the_tail() {
     }
 }
 
+/// The server answers every SYN, and a quarter of its SYN-ACKs are lost on the way back (an
+/// nftables `netdev` rule at the ingress of the client side's veth, past the server's
+/// capture point, as a path or a firewall in front of the clients would lose them): the
+/// clients send their SYNs again and connect a second later. `syn-drop` three runs out of
+/// three — and the packets show the SYNs answered, so the evidence says the SYN-ACKs were
+/// lost, not the SYNs, and the fix is on the path back, not the server's backlog.
+#[test]
+#[ignore = "needs root"]
+fn syn_acks_lost_on_the_way_back_are_syn_drop_with_the_fix_on_the_path() {
+    let lab = Lab::up(&LabOptions::new(&name("sa")).server(ServerKind::Builtin)).expect("lab");
+    let _py = python_in_lab(&lab, 9013, 128);
+    lab.drop_syn_acks_percent(25).expect("nft netdev rule");
+    let url = format!("http://{}:9013/", lab.server_addr());
+    for run in 0..3 {
+        let (j, err, wall) = diagnose(&url, &["-d", "3s"]);
+        assert_eq!(cause(&j), "syn-drop", "run {run}: {err}\n{}", show(&j));
+        assert!(syn_waits(&j, "cn") >= 2, "run {run}: {}", show(&j));
+        let lost = &j["layers"]["packets"]["data"]["syn_acks_lost"];
+        let (count, of) = (lost["count"].as_u64(), lost["of"].as_u64());
+        eprintln!(
+            "run {run}: {} / {:?} of {:?} SYNs sent again were answered; fix {}",
+            cause(&j),
+            count,
+            of,
+            j["verdict"]["fix"][0]["change"]
+        );
+        assert!(
+            count.is_some_and(|c| c >= 2 && 2 * c >= of.unwrap_or(0)),
+            "run {run}: {}",
+            show(&j)
+        );
+        assert!(
+            common::evidence_lines(&j).contains("the SYNs were answered"),
+            "run {run}: {}",
+            show(&j)
+        );
+        assert_eq!(
+            j["verdict"]["fix"][0]["side"],
+            "path",
+            "run {run}: {}",
+            show(&j)
+        );
+        assert!(wall < Duration::from_secs(20), "run {run}: {wall:?}");
+    }
+}
+
 /// The lab's healthy nginx (keep-alive) with nftables dropping SYNs number `from..=to` to
 /// it, counted from the rule's load: the idle SYN probes are the first five, so the c=1
 /// connect's SYN is the sixth. One dropped SYN (the connect waits 1 s) and a c=1 connect

@@ -103,6 +103,11 @@ pub struct StreamSummary {
     pub syn_b: Option<SynOptions>,
     /// Handshake RTT: SYN to the ACK of the SYN-ACK (Wireshark's `tcp.analysis.initial_rtt`).
     pub handshake_rtt_us: Option<u64>,
+    /// The most recent SYN to the first SYN-ACK, at the capture point. Next to the server
+    /// (this leg the shorter of the two) it is the server host's kernel answering the SYN:
+    /// its receive path, netfilter, the listener, its send path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syn_synack_us: Option<u64>,
     /// Window scale of A's advertised windows, as far as the capture tells.
     #[serde(default)]
     pub scale_a: WindowScale,

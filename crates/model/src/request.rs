@@ -234,8 +234,8 @@ pub fn sample_key(client: std::net::SocketAddr, server: std::net::SocketAddr, in
     mix64(h)
 }
 
-/// The sample keys ([`sample_key`]) of the requests a load admitted to its slowest, shared
-/// with the analyzer of a capture of the same run so that it keeps their transactions too:
+/// The sample keys ([`sample_key`]) of the requests a load admitted to its slowest, given
+/// to the analyzer of a capture of the same run so that it keeps their transactions too:
 /// a request slow at the client can be fast at the capture (its time spent in the client),
 /// and only the load knows it was slow. Admissions to a slowest-`k` set of `n` requests in
 /// random order number about `k·ln(n/k)`: the set stays small.

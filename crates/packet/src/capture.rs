@@ -115,9 +115,6 @@ pub struct CaptureOptions {
     pub buffer_bytes: u32,
     /// Stop after this many packets.
     pub count: Option<u64>,
-    /// Write at most this many packets to `output`; the capture and the callback go on (a
-    /// bounded file beside a callback that sees every packet).
-    pub output_count: Option<u64>,
     /// Stop after this long.
     pub duration: Option<Duration>,
     /// Write the packets to this file.
@@ -143,7 +140,6 @@ impl Default for CaptureOptions {
             netns: NetNs::Current,
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             count: None,
-            output_count: None,
             duration: None,
             output: None,
             format: FileFormat::Pcap,
@@ -391,8 +387,6 @@ struct Delivery {
     callback: Option<PacketCallback>,
     linktype: u32,
     captured: u64,
-    /// Packets the file takes at most.
-    file_cap: u64,
 }
 
 impl Delivery {
@@ -400,7 +394,6 @@ impl Delivery {
         let ts_ns = (p.header.ts.tv_sec as u64) * 1_000_000_000 + p.header.ts.tv_usec as u64;
         match &mut self.sink {
             Sink::None => {}
-            _ if self.captured >= self.file_cap => {}
             Sink::Pcap(s) => s.write(&p),
             Sink::Pcapng(w) => {
                 if self.write_err.is_none()
@@ -578,7 +571,6 @@ fn run_capture(
             callback,
             linktype,
             captured: 0,
-            file_cap: opts.output_count.unwrap_or(u64::MAX),
         },
         count: opts.count,
     };

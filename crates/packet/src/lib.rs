@@ -37,6 +37,30 @@ pub fn analyze_file(path: &Path, opts: &AnalyzeOptions) -> Result<Analysis> {
     })
 }
 
+/// Like [`analyze_file`] over the file's first `frames` frames only.
+pub fn analyze_file_prefix(path: &Path, opts: &AnalyzeOptions, frames: u64) -> Result<Analysis> {
+    let file =
+        std::fs::File::open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+    let mut reader = CaptureReader::new(file).map_err(|e| Error::Read {
+        path: path.to_path_buf(),
+        err: Box::new(e),
+    })?;
+    let mut an = Analyzer::new(opts.clone());
+    let mut n = 0;
+    while n < frames
+        && let Some(ev) = reader.next()
+    {
+        match ev {
+            ReadEvent::Frame(f) => {
+                an.push_frame(&f);
+                n += 1;
+            }
+            ReadEvent::Warning(w) => an.warn(w),
+        }
+    }
+    Ok(an.finish())
+}
+
 /// Like [`analyze_file`] over any reader.
 pub fn analyze_reader<R: std::io::Read>(src: R, opts: &AnalyzeOptions) -> Result<Analysis> {
     let mut reader = CaptureReader::new(src)?;

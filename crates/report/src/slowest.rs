@@ -107,14 +107,14 @@ fn unexplained(p: &RequestParts) -> String {
 /// Why requests of a run with packets have no stream: the capture stopped at its limit, lost
 /// packets, or neither (their times matched no transaction).
 pub fn unmatched_reason(p: &lagtrace_model::diagnosis::evidence::PacketEvidence) -> String {
-    use lagtrace_model::diagnosis::evidence::ACTIVE_CAPTURE_PACKETS;
-    // A capture stopped by its count holds exactly that many packets (an agent's, which
-    // sends its capture whole; a local run's capture takes the whole run).
-    if p.packets == ACTIVE_CAPTURE_PACKETS {
-        format!(
-            "after the capture stopped at its {} packet limit, so no packets",
-            ACTIVE_CAPTURE_PACKETS
-        )
+    use lagtrace_model::diagnosis::evidence::{ACTIVE_CAPTURE_PACKETS, RUN_CAPTURE_PACKETS};
+    // A capture stopped by its count holds exactly that many packets: an agent's, which
+    // sends its capture whole, or a local run's at its disk bound.
+    if let Some(limit) = [ACTIVE_CAPTURE_PACKETS, RUN_CAPTURE_PACKETS]
+        .into_iter()
+        .find(|&n| p.packets == n)
+    {
+        format!("after the capture stopped at its {limit} packet limit, so no packets")
     } else if p.dropped > 0 {
         format!(
             "the capture lost {} packets, so these may have none",

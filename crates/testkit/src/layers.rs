@@ -130,6 +130,8 @@ impl Synth {
                 example_flow: None,
                 joins: Vec::new(),
                 black_hole: None,
+                server_syn_synack: None,
+                syn_acks_lost: None,
                 limits: Vec::new(),
             }),
             sockets: Layer::ran(SocketEvidence {

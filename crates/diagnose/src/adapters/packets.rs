@@ -78,8 +78,47 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
         example_flow: None,
         joins: Vec::new(),
         black_hole: a.black_hole.clone(),
+        server_syn_synack: percentiles_of(&mut server_syn_synack(a)),
+        syn_acks_lost: syn_acks_lost(a),
         limits: limits(a),
     }
+}
+
+/// SYN → SYN-ACK of the streams whose handshake was captured next to the server: that leg
+/// at most half the handshake (the rest, SYN-ACK → ACK, the path's round trip).
+fn server_syn_synack(a: &Analysis) -> Vec<u64> {
+    a.streams
+        .iter()
+        .filter_map(|s| {
+            let (gap, rtt) = (s.syn_synack_us?, s.handshake_rtt_us?);
+            (gap.saturating_mul(2) <= rtt).then_some(gap)
+        })
+        .collect()
+}
+
+/// The SYNs sent again after their SYN-ACK had passed the capture point.
+fn syn_acks_lost(a: &Analysis) -> Option<lagtrace_model::diagnosis::evidence::SynAcksLost> {
+    use lagtrace_packet::analysis::{SYN_ACK, SYN_ACK_LOST};
+    let syns: Vec<_> = a
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::SynRetransmit && f.detail.as_deref() != Some(SYN_ACK))
+        .collect();
+    let mut lost = syns
+        .iter()
+        .filter(|f| f.detail.as_deref() == Some(SYN_ACK_LOST));
+    let f = lost.next()?;
+    Some(lagtrace_model::diagnosis::evidence::SynAcksLost {
+        count: 1 + lost.count() as u64,
+        of: syns.len() as u64,
+        example: FindingExample {
+            stream: f.stream,
+            frames: f.frames.clone(),
+            time_us: u64::try_from(f.start_us).unwrap_or(0),
+            added_us: f.cost_us,
+            note: f.explanation.clone(),
+        },
+    })
 }
 
 /// What the analysed capture could not show: the reader's own warnings of a file cut short

@@ -168,6 +168,12 @@ impl CauseRule for KernelStack {
         c.mechanism = s.mechanism;
         c.evidence
             .push(sup(LayerName::Host, CAUSE, cost_line(&s, port(x))));
+        // The kernel's time per handshake, read off the server's own capture.
+        if let Some(g) = handshake_gap(x).filter(|g| g.p50_us * 1000 >= KERNEL_PACKET_NS) {
+            c.layers.push(LayerName::Packets);
+            c.evidence
+                .push(sup(LayerName::Packets, CAUSE, handshake_text(g)));
+        }
         // A direct path whose SYN RTT is the kernel's time, not the wire's.
         // Only where the kernel's time per packet is a third of the RTT or more: a LAN's
         // 200 µs RTT is not a 30 µs packet's.
@@ -248,6 +254,11 @@ impl CauseRule for KernelStack {
                     cost_line(&s, port(x))
                 ),
             ));
+        }
+        // What a handshake costs the kernel, when the capture is the server's: the same
+        // answer from the packets' side.
+        if let Some(g) = handshake_gap(x) {
+            v.push(note(LayerName::Packets, handshake_text(g)));
         }
         // A long chain the port's packets do not walk: the rules are there, the cost is not.
         if let Some(n) = s.rules
@@ -364,6 +375,24 @@ impl CauseRule for KernelStack {
             }],
         }
     }
+}
+
+/// SYN in → SYN-ACK out at a capture next to the server (the packet layer's).
+fn handshake_gap<'a>(x: &Facts<'a>) -> Option<&'a crate::evidence::Percentiles> {
+    x.packets?
+        .server_syn_synack
+        .as_ref()
+        .filter(|g| g.count >= 3)
+}
+
+fn handshake_text(g: &crate::evidence::Percentiles) -> String {
+    format!(
+        "at the server's capture a SYN in → its SYN-ACK out took p50 {} (p90 {}, {} \
+         handshakes): the server host's kernel answering a handshake, beside the wire",
+        ms(g.p50_us),
+        ms(g.p90_us),
+        g.count
+    )
 }
 
 /// The server's port, as the rule walk was read for it.

@@ -15,6 +15,7 @@ use crate::adapters::app::{connect_time_us, syn_retransmitted};
 use crate::evidence::{AppRun, ConnectStats, LayerName, Target};
 use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
 use lagtrace_model::RequestRecord;
+use lagtrace_model::diagnosis::evidence::SynAcksLost;
 
 pub(super) struct Syn;
 
@@ -226,6 +227,35 @@ fn tail_text(run: &AppRun) -> (u64, String) {
     (total, text)
 }
 
+/// The capture shows the SYNs answered: at least two, and half, of the SYNs sent again came
+/// after the other side's SYN-ACK had passed the capture point — the SYN-ACKs were lost
+/// beyond it, not the SYNs.
+fn answered<'a>(x: &Facts<'a>) -> Option<&'a SynAcksLost> {
+    let lost = x.packets?.syn_acks_lost.as_ref()?;
+    (lost.count >= 2 && 2 * lost.count >= lost.of).then_some(lost)
+}
+
+/// The evidence line of [`answered`].
+fn answered_line(x: &Facts<'_>) -> Option<EvidenceLine> {
+    let lost = answered(x)?;
+    let e = &lost.example;
+    let frames: Vec<String> = e.frames.iter().map(|n| format!("#{n}")).collect();
+    Some(sup(
+        LayerName::Packets,
+        CAUSE,
+        format!(
+            "the SYNs were answered: {} of the {} SYNs sent again came after the other side's \
+             SYN-ACK had passed the capture point ({}), e.g. stream {} frames {}: the SYN-ACKs \
+             were lost beyond it, not the SYNs",
+            lost.count,
+            lost.of,
+            x.packets.map_or("", |p| p.capture_point.as_str()),
+            e.stream,
+            frames.join(" ")
+        ),
+    ))
+}
+
 /// SYN probes that got no answer under load while every idle one did, and the load's own
 /// connects went through: the listener dropped SYNs when its queue was full — the same
 /// drops the waiting connects show, seen from the path (issue 28 item 5).
@@ -263,7 +293,12 @@ impl CauseRule for Syn {
 
     fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
         let mut c = self.waiting_candidate(x)?;
-        if let Some(e) = probes_dropped_under_load(x) {
+        if let Some(e) = answered_line(x) {
+            if !c.layers.contains(&LayerName::Packets) {
+                c.layers.push(LayerName::Packets);
+            }
+            c.evidence.push(e);
+        } else if let Some(e) = probes_dropped_under_load(x) {
             c.layers.push(LayerName::Path);
             c.evidence.push(e);
         }
@@ -282,7 +317,19 @@ impl CauseRule for Syn {
         c.cost(x, cost_text(c, x))
     }
 
-    fn fixes(&self, _c: &Candidate, _x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
+    fn fixes(&self, _c: &Candidate, x: &Facts<'_>, _target: &Target) -> Vec<Fix> {
+        if answered(x).is_some() {
+            return vec![Fix {
+                side: FixSide::Path,
+                location: None,
+                change: "the server answers the SYNs; its SYN-ACKs are lost on the way back: \
+                         look for what drops them between the capture point and the client \
+                         (a firewall or security group that does not pass them, asymmetric \
+                         routing through a stateful device, the client's own input rules)"
+                    .into(),
+                tradeoff: None,
+            }];
+        }
         vec![Fix {
             side: FixSide::Server,
             location: None,

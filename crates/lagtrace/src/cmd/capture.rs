@@ -171,7 +171,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
             None => args.buffer_mib.saturating_mul(1 << 20),
         },
         count: args.count,
-        output_count: None,
         duration: args.duration,
         output: args.write.clone(),
         format: if args.pcapng {

@@ -488,6 +488,17 @@ pub struct FindingExample {
     pub note: String,
 }
 
+/// Answered SYNs sent again ([`PacketEvidence::syn_acks_lost`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SynAcksLost {
+    /// How many (of the findings the capture kept in detail).
+    pub count: u64,
+    /// SYNs (not SYN-ACKs) sent again in all, answered or not.
+    pub of: u64,
+    /// The first one.
+    pub example: FindingExample,
+}
+
 /// All findings of one kind over the capture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FindingSummary {
@@ -571,9 +582,14 @@ pub struct Flow {
     pub stalls: Vec<Stall>,
 }
 
-/// Packets the active c=N capture keeps at most (it stops there; the load goes on), so a
-/// capture of this many packets was cut: the requests after it have no packets.
+/// Packets an agent's capture of a c=N run keeps at most (it stops there; the load goes
+/// on), so a capture of this many packets was cut: the requests after it have no packets.
+/// A local run's capture has [`RUN_CAPTURE_PACKETS`].
 pub const ACTIVE_CAPTURE_PACKETS: u64 = 200_000;
+
+/// The most packets a local c=N run's capture takes (a disk bound, ~0.7 GB at its 160-byte
+/// snap length: a 40 s run at 100 000 packets/s); the whole run, analysed after it.
+pub const RUN_CAPTURE_PACKETS: u64 = 4_000_000;
 
 /// Layer 3: packets captured during the c=N run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
@@ -612,6 +628,17 @@ pub struct PacketEvidence {
     /// A PMTU black hole the segments show (`analyze`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub black_hole: Option<crate::analyze::BlackHole>,
+    /// The server host's kernel answering a SYN: SYN in → SYN-ACK out, over the streams
+    /// whose handshake the capture saw next to the server (that leg the shorter of the
+    /// two; the other, SYN-ACK → ACK, is the path's). Absent for a capture next to the
+    /// client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_syn_synack: Option<Percentiles>,
+    /// SYNs sent again after the other side's SYN-ACK had passed the capture point
+    /// (`syn-retransmit` findings of detail `syn-ack-lost`): the SYN was answered and the
+    /// SYN-ACK lost beyond the capture point. The first is the example.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syn_acks_lost: Option<SynAcksLost>,
     /// What this capture cannot show, one line each: a file cut short, records the reader
     /// could not read, headers cut by the snap length. A `healthy` verdict read from such a
     /// capture is never above low confidence.

@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use lagtrace_model::LatencySummary;
 use lagtrace_model::analyze::{TimingKeep, TxnTiming};
 use lagtrace_model::request::{SlowestAndSample, WantedKeys, sample_key};
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Longest wait the histograms hold exactly (1 h); longer ones are clamped to it.
@@ -71,20 +71,12 @@ fn summary(h: &Histogram<u64>) -> LatencySummary {
     }
 }
 
-/// How long (µs of capture time) a timing waits, with [`Keep`]'s `wanted` keys, for the
-/// load to say it was slow: a load records a request as its response is read, within
-/// moments of the capture seeing the response leave.
-pub const WANTED_HOLD_US: i64 = 1_000_000;
-
 /// The kept timings and the histograms of all.
 pub(super) struct Keep {
     caps: KeepCaps,
     kept: SlowestAndSample<TxnTiming>,
-    /// The keys of the load's slowest requests, as it admits them.
+    /// The keys of the requests the load kept as its slowest (the run is over: all are in).
     wanted: Option<Arc<WantedKeys>>,
-    /// Timings waiting [`WANTED_HOLD_US`] before they are offered, oldest first, with their
-    /// sample key and time.
-    held: VecDeque<(i64, u64, TxnTiming)>,
     /// The timings the load wanted, kept exactly (weight 0: the slow ones and the sample
     /// stand for the distribution; these are for the join).
     extras: Vec<TxnTiming>,
@@ -102,7 +94,6 @@ impl Keep {
             // A fixed seed: the same capture keeps the same sample.
             kept: SlowestAndSample::new(caps.slow_cap, caps.sample_cap, 1 << 16, 0),
             wanted,
-            held: VecDeque::new(),
             extras: Vec::new(),
             seen: 0,
             incomplete: 0,
@@ -130,40 +121,16 @@ impl Keep {
         // Keyed as the load engine keys its records: a sampled record's transaction is in
         // this sample when this sample is at least as dense.
         let key = sample_key(t.client, t.server, t.index);
-        if self.wanted.is_none() {
-            self.kept.offer_keyed(wait.unwrap_or(0), key, t);
-            return;
-        }
-        let at = t
-            .response_last_at_us
-            .or(t.request_first_at_us)
-            .or(t.syn_at_us)
-            .or_else(|| self.held.back().map(|h| h.0))
-            .unwrap_or(0);
-        self.held.push_back((at, key, t));
-        while self.held.front().is_some_and(|h| h.0 + WANTED_HOLD_US < at) {
-            self.release();
-        }
-    }
-
-    /// Offers the oldest held timing, kept exactly too when the load wanted it.
-    fn release(&mut self) {
-        let Some((_, key, t)) = self.held.pop_front() else {
-            return;
-        };
         if self.wanted.as_ref().is_some_and(|w| w.contains(key)) {
             let mut x = t.clone();
             x.weight = 0.0;
             self.extras.push(x);
         }
-        self.kept.offer_keyed(wait_us(&t).unwrap_or(0), key, t);
+        self.kept.offer_keyed(wait.unwrap_or(0), key, t);
     }
 
     /// The kept timings, weighted, and how they were kept.
-    pub fn finish(mut self) -> (Vec<TxnTiming>, TimingKeep) {
-        while !self.held.is_empty() {
-            self.release();
-        }
+    pub fn finish(self) -> (Vec<TxnTiming>, TimingKeep) {
         let k = self.kept.finish();
         let mut out = k.slow;
         out.extend(k.sample.into_iter().map(|mut t| {
@@ -269,50 +236,31 @@ mod tests {
     }
 
     /// A transaction the load called slow is kept exactly though it is fast at the capture,
-    /// when the load says so up to [`WANTED_HOLD_US`] after the capture saw it — and once.
+    /// once, weighing nothing (the others still stand for all).
     #[test]
     fn transactions_the_load_wants_are_kept_whatever_their_wait_here() {
         let wanted = Arc::new(WantedKeys::default());
+        let key = |t: &TxnTiming| sample_key(t.client, t.server, t.index);
+        let want: Vec<u32> = (0..5).map(|j| 7 + 1000 * j).collect();
+        for &w in &want {
+            wanted.insert(key(&timing(w, 0, 0)));
+        }
         let mut k = Keep::new(
             KeepCaps {
                 slow_cap: 5,
                 sample_cap: 5,
             },
-            Some(wanted.clone()),
+            Some(wanted),
         );
-        let key = |t: &TxnTiming| sample_key(t.client, t.server, t.index);
         for i in 0..5_000u32 {
-            let t = timing(i, i64::from(i) * 1000, 200 + i64::from(i % 13));
-            // Said half a second after the capture saw it: 500 transactions later.
-            if i >= 500 && (i - 500) % 1000 == 7 {
-                wanted.insert(key(&timing(i - 500, 0, 0)));
-            }
-            // Said too late (2 s later): not kept.
-            if i >= 2000 && i - 2000 == 3333 {
-                wanted.insert(key(&timing(i - 2000, 0, 0)));
-            }
-            k.offer(t);
+            k.offer(timing(i, i64::from(i) * 1000, 200 + i64::from(i % 13)));
         }
-        // One said after the run, while it was still held.
-        wanted.insert(key(&timing(4_990, 0, 0)));
         let (kept, keep) = k.finish();
         assert_eq!(keep.seen, 5_000);
-        let extras: Vec<u32> = kept
-            .iter()
-            .filter(|t| t.weight == 0.0)
-            .map(|t| t.index)
-            .collect();
-        let mut want: Vec<u32> = (0..5).map(|j| 7 + 1000 * j).collect();
-        want.push(4_990);
         for w in &want {
-            assert_eq!(
-                kept.iter().filter(|t| t.index == *w).count(),
-                1,
-                "{w}: {extras:?}"
-            );
+            assert_eq!(kept.iter().filter(|t| t.index == *w).count(), 1, "{w}");
         }
-        assert!(!kept.iter().any(|t| t.index == 3333 && t.weight == 0.0));
-        // The extras weigh nothing: the others still stand for all.
+        assert_eq!(kept.iter().filter(|t| t.weight == 0.0).count(), 5);
         let total: f64 = kept.iter().map(|t| t.weight).sum();
         assert!((total - 5_000.0).abs() < 1e-6, "{total}");
     }

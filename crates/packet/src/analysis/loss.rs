@@ -9,8 +9,22 @@ use super::event::{Retrans, RetransKind, Seg};
 use super::us;
 use crate::wire::flags;
 
-/// The finding for retransmitted segment `ev`.
-pub(super) fn finding(ev: &Seg<'_>, r: Retrans, txn: Option<u32>, first_ts: i64) -> Finding {
+/// The detail of a `syn-retransmit` whose SYN was sent again after the other side's SYN-ACK
+/// had passed the capture point: the SYN was answered, and the answer was lost beyond it.
+pub const SYN_ACK_LOST: &str = "syn-ack-lost";
+
+/// The detail of a `syn-retransmit` that is a SYN-ACK sent again.
+pub const SYN_ACK: &str = "syn-ack";
+
+/// The finding for retransmitted segment `ev`; `answered`: a SYN sent again after the other
+/// side's SYN-ACK was captured.
+pub(super) fn finding(
+    ev: &Seg<'_>,
+    r: Retrans,
+    txn: Option<u32>,
+    first_ts: i64,
+    answered: bool,
+) -> Finding {
     let cost = us(ev.ts - r.orig_ts);
     let mut frames: Vec<u64> = r.orig_frame.into_iter().collect();
     frames.push(ev.frame);
@@ -20,12 +34,25 @@ pub(super) fn finding(ev: &Seg<'_>, r: Retrans, txn: Option<u32>, first_ts: i64)
         } else {
             "SYN"
         };
+        let answered = answered && what == "SYN";
+        let detail = if what == "SYN-ACK" {
+            Some(SYN_ACK.to_string())
+        } else {
+            answered.then(|| SYN_ACK_LOST.to_string())
+        };
         (
             FindingKind::SynRetransmit,
-            None,
+            detail,
             format!(
-                "{what} retransmitted {:.0} ms after the first: setup waited for the SYN timer",
-                cost as f64 / 1000.0
+                "{what} retransmitted {:.0} ms after the first: setup waited for the SYN \
+                 timer{}",
+                cost as f64 / 1000.0,
+                if answered {
+                    " (the SYN had been answered: its SYN-ACK passed the capture point and \
+                     was lost beyond it)"
+                } else {
+                    ""
+                }
             ),
         )
     } else {
@@ -91,6 +118,26 @@ mod tests {
         let an = s.finish();
         assert_eq!(an.findings[0].detail.as_deref(), Some("spurious"));
         assert_eq!(an.findings[0].cost_us, 0);
+    }
+
+    /// A SYN sent again with no SYN-ACK captured was not answered; one sent again after the
+    /// SYN-ACK passed the capture point was, and its answer was lost beyond it.
+    #[test]
+    fn a_syn_sent_again_after_its_syn_ack_passed_says_the_answer_was_lost() {
+        let mut s = Script::empty();
+        s.raw(0, true, flags::SYN, 999, 0, &[]);
+        s.raw(1_000_000, true, flags::SYN, 999, 0, &[]);
+        let an = s.finish();
+        assert_eq!(kinds(&an), [FindingKind::SynRetransmit]);
+        assert_eq!(an.findings[0].detail, None);
+        let mut s = Script::empty();
+        s.raw(0, true, flags::SYN, 999, 0, &[]);
+        s.raw(100, false, flags::SYN | flags::ACK, 4_999, 1_000, &[]);
+        s.raw(1_000_000, true, flags::SYN, 999, 0, &[]);
+        let an = s.finish();
+        assert_eq!(kinds(&an), [FindingKind::SynRetransmit]);
+        assert_eq!(an.findings[0].detail.as_deref(), Some(super::SYN_ACK_LOST));
+        assert!(an.findings[0].explanation.contains("answered"));
     }
 
     #[test]

@@ -52,6 +52,7 @@ pub use lagtrace_model::analyze::{
 };
 /// Wireshark-style flag string (`ACK,PSH`, ...); one definition, in `lagtrace-wire`.
 pub use lagtrace_wire::tcp::flag_names as flags_str;
+pub use loss::{SYN_ACK, SYN_ACK_LOST};
 pub use nagle::{DELAYED_ACK_MIN_US, RELEASE_SLACK_US};
 pub use server::{SLOW_SERVER_ALONE_US, SLOW_SERVER_MIN_US};
 pub use tracker::CLOSED_LINGER_NS;
@@ -82,9 +83,9 @@ pub struct AnalyzeOptions {
     /// uniform sample of the rest ([`Analysis::timing_keep`]).
     #[serde(default)]
     pub timing_keep: Option<KeepCaps>,
-    /// With `timing_keep`: the keys of the requests the load of the same run keeps as its
-    /// slowest, as it admits them; their transactions are kept too, whatever their wait at
-    /// the capture (a request slow in the client is fast here).
+    /// With `timing_keep`: the keys of the requests the load of the same (finished) run
+    /// admitted to its slowest; their transactions are kept too, whatever their wait at the
+    /// capture (a request slow in the client is fast here).
     #[serde(skip)]
     pub wanted: Option<std::sync::Arc<lagtrace_model::request::WantedKeys>>,
 }
@@ -374,7 +375,16 @@ impl Analyzer {
             if self.retrans_frames.len() < self.opts.max_findings {
                 self.retrans_frames.push(frame);
             }
-            found.push(loss::finding(&ev, r, txn, first_ts));
+            // A SYN sent again after the other side's SYN-ACK was captured.
+            let st = &self.table.streams[i];
+            let answered = ev.flags & wire::flags::SYN != 0
+                && ev.flags & wire::flags::ACK == 0
+                && if ev.dir == 0 {
+                    st.syn_b.is_some()
+                } else {
+                    st.syn_a.is_some()
+                };
+            found.push(loss::finding(&ev, r, txn, first_ts, answered));
         }
         if self.opts.keep_stream == Some(ev.stream) {
             self.keep_packet(&ev, first_ts);

@@ -436,6 +436,11 @@ impl Conn {
                 self.syn_time = Some(ts);
             } else {
                 self.client.get_or_insert(r);
+                if self.synack_time.is_none()
+                    && let Some(syn) = self.syn_time
+                {
+                    st.syn_synack_us = Some(us(ts - syn));
+                }
                 self.synack_time.get_or_insert(ts);
             }
         }

@@ -263,6 +263,7 @@ fn new_summary(id: u32, seg: &TcpSegment<'_>, start_us: i64, frame: u64) -> Stre
         syn_a: None,
         syn_b: None,
         handshake_rtt_us: None,
+        syn_synack_us: None,
         scale_a: WindowScale::Unknown,
         scale_b: WindowScale::Unknown,
         fin_a: false,
