@@ -729,7 +729,13 @@ fn under_load(
         .take()
         .unwrap_or_else(|| Layer::error("the inspection thread did not finish"));
     progress(Step::Start("packets: analysing the capture".into()));
-    let (mut packets, windows, front) = finish_capture(capture, &cn, run_analysis(&lo));
+    // Captured in the server's namespace (or on its host): next to the server.
+    let server_side = matches!(
+        location,
+        ServerLocation::Here | ServerLocation::Namespace(_)
+    );
+    let (mut packets, windows, front) =
+        finish_capture(capture, &cn, run_analysis(&lo), server_side);
     progress(ended(&packets, packets_line(&packets)));
     let (mut hops, hop_timed) = match (discovery, hop_captures) {
         (Some(d), Some(c)) => d.finish(c, front.is_some()),
@@ -1067,6 +1073,7 @@ fn finish_capture(
     c: Result<RunningCapture, Box<Layer<PacketEvidence>>>,
     run: &AppRun,
     analysis: lagtrace_packet::AnalyzeOptions,
+    server_side: bool,
 ) -> (
     Layer<PacketEvidence>,
     Vec<lagtrace_host::offcpu::Window>,
@@ -1081,7 +1088,15 @@ fn finish_capture(
         Err(e) => return (Layer::error(format!("capture: {e:#}")), Vec::new(), None),
     };
     match lagtrace_packet::analyze_file(&c.file.0, &analysis) {
-        Ok(a) => layers_of(a, &c.file.0, c.point, stats.dropped_by_kernel, run, true),
+        Ok(a) => {
+            // Every handshake's SYN → SYN-ACK is the server's kernel's here, however long.
+            let gaps = server_side.then(|| adapters::packets::syn_synack(&a, true));
+            let mut out = layers_of(a, &c.file.0, c.point, stats.dropped_by_kernel, run, true);
+            if let (Some(mut g), Some(p)) = (gaps, out.0.data.as_mut()) {
+                p.server_syn_synack = adapters::percentiles_of(&mut g);
+            }
+            out
+        }
         Err(e) => (Layer::error(format!("analysis: {e:#}")), Vec::new(), None),
     }
 }

@@ -103,6 +103,12 @@ fn per_packet_ns(j: &Value) -> u64 {
         .unwrap_or_else(|| panic!("{k}"))
 }
 
+/// SYN in → SYN-ACK out at the server's capture, p50 µs (the packet layer's).
+fn handshake_gap_us(j: &Value) -> u64 {
+    let g = &j["layers"]["packets"]["data"]["server_syn_synack"];
+    g["p50_us"].as_u64().unwrap_or_else(|| panic!("{g}"))
+}
+
 /// Three diagnoses of a linear chain: `kernel-stack` / `netfilter-rules` each time, naming
 /// the chain and the rules a packet walks.
 fn named_three_times(lab: &Lab, chain: &str, walked: u64) {
@@ -133,11 +139,21 @@ fn named_three_times(lab: &Lab, chain: &str, walked: u64) {
         );
         // The measured cost names it: far above a normal stack's few µs per packet.
         assert!(per_packet_ns(&j) >= 20_000, "{}", show(&j));
+        // And the server's capture shows the same cost from the packets' side: a SYN walks
+        // the chain on its way in, so its SYN-ACK leaves at least about a packet's cost later.
+        let gap = handshake_gap_us(&j);
+        assert!(
+            gap * 1000 >= per_packet_ns(&j) / 2,
+            "SYN→SYN-ACK p50 {gap} µs against {} ns a packet: {}",
+            per_packet_ns(&j),
+            show(&j)
+        );
         eprintln!(
-            "{} / {}: {} ns per packet; {}",
+            "{} / {}: {} ns per packet, SYN→SYN-ACK p50 {} µs; {}",
             v["cause"],
             v["mechanism"],
             per_packet_ns(&j),
+            handshake_gap_us(&j),
             v["cost"]["text"]
         );
     }
@@ -149,6 +165,11 @@ fn healthy_three_times(lab: &Lab) {
         let j = diagnose(lab);
         assert_eq!(j["verdict"]["cause"], "healthy", "{}", show(&j));
         assert!(per_packet_ns(&j) < 20_000, "{}", show(&j));
+        eprintln!(
+            "healthy: {} ns per packet, SYN→SYN-ACK p50 {} µs",
+            per_packet_ns(&j),
+            handshake_gap_us(&j)
+        );
     }
 }
 

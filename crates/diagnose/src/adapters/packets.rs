@@ -78,20 +78,23 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
         example_flow: None,
         joins: Vec::new(),
         black_hole: a.black_hole.clone(),
-        server_syn_synack: percentiles_of(&mut server_syn_synack(a)),
+        server_syn_synack: percentiles_of(&mut syn_synack(a, false)),
         syn_acks_lost: syn_acks_lost(a),
         limits: limits(a),
     }
 }
 
-/// SYN → SYN-ACK of the streams whose handshake was captured next to the server: that leg
-/// at most half the handshake (the rest, SYN-ACK → ACK, the path's round trip).
-fn server_syn_synack(a: &Analysis) -> Vec<u64> {
+/// SYN → SYN-ACK of each stream captured next to the server: all of them when the caller
+/// knows the capture is the server's (`server_side`), else those whose leg is at most half
+/// the handshake (the rest, SYN-ACK → ACK, the path's round trip) — which misses a kernel
+/// slower than the path, so a caller that knows says so.
+pub fn syn_synack(a: &Analysis, server_side: bool) -> Vec<u64> {
     a.streams
         .iter()
         .filter_map(|s| {
-            let (gap, rtt) = (s.syn_synack_us?, s.handshake_rtt_us?);
-            (gap.saturating_mul(2) <= rtt).then_some(gap)
+            let gap = s.syn_synack_us?;
+            let rtt = s.handshake_rtt_us?;
+            (server_side || gap.saturating_mul(2) <= rtt).then_some(gap)
         })
         .collect()
 }

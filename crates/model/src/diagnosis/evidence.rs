@@ -628,10 +628,11 @@ pub struct PacketEvidence {
     /// A PMTU black hole the segments show (`analyze`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub black_hole: Option<crate::analyze::BlackHole>,
-    /// The server host's kernel answering a SYN: SYN in → SYN-ACK out, over the streams
-    /// whose handshake the capture saw next to the server (that leg the shorter of the
-    /// two; the other, SYN-ACK → ACK, is the path's). Absent for a capture next to the
-    /// client.
+    /// The server host's kernel answering a SYN: SYN in → SYN-ACK out at a capture next to
+    /// the server — every stream's when the capture is known to be there (`diagnose`'s own,
+    /// in the server's namespace or on its host), else the streams whose SYN → SYN-ACK leg
+    /// is the shorter of the handshake's two (the other, SYN-ACK → ACK, is the path's).
+    /// Absent for a capture next to the client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_syn_synack: Option<Percentiles>,
     /// SYNs sent again after the other side's SYN-ACK had passed the capture point
