@@ -717,8 +717,7 @@ fn under_load(
         opts.concurrency,
         cn_dur.as_secs_f64()
     )));
-    let mut lo = cn_options(opts, c1, cn_dur);
-    lo.slow_keys = Some(Arc::default());
+    let lo = cn_options(opts, c1, cn_dur);
     let cn = app_cn(&lo, opts.concurrency, stop, progress);
     ping_stop.store(true, Ordering::Relaxed);
     let (ping, notes) = join_pinger(pinger);
@@ -735,7 +734,7 @@ fn under_load(
         ServerLocation::Here | ServerLocation::Namespace(_)
     );
     let (mut packets, windows, front) =
-        finish_capture(capture, &cn, run_analysis(&lo), server_side);
+        finish_capture(capture, &cn, run_analysis(&lo, &cn), server_side);
     progress(ended(&packets, packets_line(&packets)));
     let (mut hops, hop_timed) = match (discovery, hop_captures) {
         (Some(d), Some(c)) => d.finish(c, front.is_some()),
@@ -924,22 +923,30 @@ struct RunningCapture {
 /// The most packets a c=N run's capture takes: the whole run, analysed after it.
 pub const MAX_RUN_PACKETS: u64 = lagtrace_model::diagnosis::evidence::RUN_CAPTURE_PACKETS;
 
-/// The analysis of a c=N run's capture, for the load `lo`: which transactions it keeps
-/// exactly. Four times as many as the load keeps of its requests, the sample keyed by the
-/// same hash of the request (so a sampled record's transaction is in the capture's denser
-/// sample), plus every transaction whose request the load admitted to its slowest
-/// (`lo.slow_keys`: slow at the client is not always slow at the capture). The analysis's
-/// memory is this, whatever the run's length.
-fn run_analysis(lo: &lagtrace_load::LoadOptions) -> lagtrace_packet::AnalyzeOptions {
+/// The analysis of a c=N run's capture, for the load `lo` that made `run`: which
+/// transactions it keeps exactly. Four times as many as the load keeps of its requests, the
+/// sample keyed by the same hash of the request (so a sampled record's transaction is in the
+/// capture's denser sample), plus the transaction of every record the run kept, whatever its
+/// wait at the capture (slow at the client is not always slow at the capture). The
+/// analysis's memory is this, whatever the run's length.
+fn run_analysis(lo: &lagtrace_load::LoadOptions, run: &AppRun) -> lagtrace_packet::AnalyzeOptions {
     let r = lo.records.unwrap_or_default();
     let threads = lo.threads.max(1);
+    let wanted = lagtrace_model::request::WantedKeys::default();
+    for x in run.records.iter().flat_map(|r| &r.records) {
+        if let Some(local) = x.local {
+            wanted.insert(lagtrace_model::request::sample_key(
+                local, x.remote, x.index,
+            ));
+        }
+    }
     lagtrace_packet::AnalyzeOptions {
         timings: true,
         timing_keep: Some(lagtrace_packet::analysis::KeepCaps {
             slow_cap: 4 * r.slow_cap * threads,
             sample_cap: 4 * r.sample_cap * threads,
         }),
-        wanted: lo.slow_keys.clone(),
+        wanted: Some(Arc::new(wanted)),
         ..lagtrace_packet::AnalyzeOptions::default()
     }
 }

@@ -60,8 +60,6 @@ pub(crate) struct Shared<'a> {
     pub start_unix_us: u64,
     /// Per-request records, when asked for.
     pub records: Option<RecordOptions>,
-    /// Where the slowest records' keys go ([`crate::LoadOptions::slow_keys`]).
-    pub slow_keys: Option<std::sync::Arc<lagtrace_model::request::WantedKeys>>,
 }
 
 /// Live counters of one thread, read by the progress loop.
@@ -344,9 +342,7 @@ pub(crate) fn run_thread(
             ended: now,
             records: None,
         },
-        rec: sh
-            .records
-            .map(|o| Recorder::new(o, id as u64 + 1, sh.slow_keys.clone())),
+        rec: sh.records.map(|o| Recorder::new(o, id as u64 + 1)),
         next_conn: id as u64,
     };
     for k in 0..count {

@@ -124,10 +124,6 @@ pub struct LoadOptions {
     /// waited that long. To see a connect wait for the first and second SYN retransmissions
     /// (1 s, 3 s) give `connect_timeout` more than 3 s (e.g. 3.5 s).
     pub records: Option<RecordOptions>,
-    /// With `records`: the sample keys of the requests admitted to the slowest records go
-    /// here as the run goes, for a capture's analyzer of the same run to keep their
-    /// transactions (`lagtrace_model::request::WantedKeys`).
-    pub slow_keys: Option<std::sync::Arc<lagtrace_model::request::WantedKeys>>,
 }
 
 impl LoadOptions {
@@ -152,7 +148,6 @@ impl LoadOptions {
             worker_id: None,
             start_at: None,
             records: None,
-            slow_keys: None,
         }
     }
 
@@ -524,7 +519,6 @@ pub fn run(
         interval: opts.hdr_log.as_ref().map(|_| opts.hdr_log_interval),
         start_unix_us,
         records: opts.records,
-        slow_keys: opts.slow_keys.clone(),
     };
     let mut log = hdrlog::HdrLogWriter::for_run(opts, start_unix_us)?;
     let (tx, rx) = mpsc::channel::<engine::Interval>();

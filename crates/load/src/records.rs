@@ -5,9 +5,7 @@
 use std::os::fd::AsRawFd;
 
 use lagtrace_model::RequestRecord;
-use std::sync::Arc;
-
-use lagtrace_model::request::{SlowestAndSample, WantedKeys, sample_key};
+use lagtrace_model::request::{SlowestAndSample, sample_key};
 
 /// How many records each load thread keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,8 +31,6 @@ impl Default for RecordOptions {
 /// record never allocates.
 pub(crate) struct Recorder {
     kept: SlowestAndSample<RequestRecord>,
-    /// Where the keys of the requests admitted to the slowest go ([`LoadOptions::slow_keys`]).
-    slow_keys: Option<Arc<WantedKeys>>,
     /// Every record made.
     pub seen: u64,
     /// Records made for requests or connects pending at the end.
@@ -42,10 +38,9 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(opts: RecordOptions, seed: u64, slow_keys: Option<Arc<WantedKeys>>) -> Self {
+    pub fn new(opts: RecordOptions, seed: u64) -> Self {
         Recorder {
             kept: SlowestAndSample::new(opts.slow_cap, opts.sample_cap, usize::MAX, seed),
-            slow_keys,
             seen: 0,
             pending: 0,
         }
@@ -59,11 +54,7 @@ impl Recorder {
         match r.local {
             Some(local) => {
                 let key = sample_key(local, r.remote, r.index);
-                if self.kept.offer_keyed(r.wait_us, key, r)
-                    && let Some(w) = &self.slow_keys
-                {
-                    w.insert(key);
-                }
+                self.kept.offer_keyed(r.wait_us, key, r);
             }
             None => self.kept.offer(r.wait_us, r),
         }
@@ -152,7 +143,6 @@ mod tests {
                 sample_cap: 50,
             },
             7,
-            None,
         );
         // 10 000 waits, a permutation of 1..=10000 (so the slowest ten are 9991..=10000).
         for k in 0..10_000u64 {
@@ -176,7 +166,7 @@ mod tests {
 
     #[test]
     fn below_the_caps_everything_is_kept_with_weight_one() {
-        let mut r = Recorder::new(RecordOptions::default(), 1, None);
+        let mut r = Recorder::new(RecordOptions::default(), 1);
         for k in 0..100 {
             r.offer(rec(k));
         }
@@ -193,7 +183,6 @@ mod tests {
                 sample_cap: 0,
             },
             1,
-            None,
         );
         for k in 0..100 {
             r.offer(rec(k));
@@ -201,32 +190,5 @@ mod tests {
         let mut w: Vec<u64> = r.finish().iter().map(|x| x.wait_us).collect();
         w.sort_unstable();
         assert_eq!(w, vec![97, 98, 99]);
-    }
-
-    /// Every record kept as slow had its key published as it was admitted (with others
-    /// admitted and pushed out since); sampled ones are not published.
-    #[test]
-    fn the_keys_of_the_slowest_are_published_as_they_are_admitted() {
-        let keys = Arc::new(WantedKeys::default());
-        let mut r = Recorder::new(
-            RecordOptions {
-                slow_cap: 5,
-                sample_cap: 10,
-            },
-            1,
-            Some(keys.clone()),
-        );
-        for k in 0..1000u32 {
-            let mut x = rec(u64::from(k.wrapping_mul(7919) % 1000));
-            x.local = Some(std::net::SocketAddr::new([10, 0, 0, 1].into(), 40_000));
-            x.index = k;
-            r.offer(x);
-        }
-        let out = r.finish();
-        let key = |x: &RequestRecord| sample_key(x.local.unwrap(), x.remote, x.index);
-        assert!(out.iter().filter(|x| x.slow).all(|x| keys.contains(key(x))));
-        assert_eq!(out.iter().filter(|x| x.slow).count(), 5);
-        // Admissions of a random order: about k·ln(n/k) ≈ 26, far fewer than n.
-        assert!((5..100).contains(&keys.len()), "{}", keys.len());
     }
 }

@@ -234,11 +234,10 @@ pub fn sample_key(client: std::net::SocketAddr, server: std::net::SocketAddr, in
     mix64(h)
 }
 
-/// The sample keys ([`sample_key`]) of the requests a load admitted to its slowest, given
-/// to the analyzer of a capture of the same run so that it keeps their transactions too:
-/// a request slow at the client can be fast at the capture (its time spent in the client),
-/// and only the load knows it was slow. Admissions to a slowest-`k` set of `n` requests in
-/// random order number about `k·ln(n/k)`: the set stays small.
+/// The sample keys ([`sample_key`]) of the requests a load kept, given to the analyzer of a
+/// capture of the same run so that it keeps their transactions too: a request slow at the
+/// client can be fast at the capture (its time spent in the client), and only the load knows
+/// it was slow.
 #[derive(Debug, Default)]
 pub struct WantedKeys(std::sync::Mutex<std::collections::HashSet<u64>>);
 
@@ -296,13 +295,12 @@ impl<T> SlowestAndSample<T> {
     }
 
     /// Offers `item` whose wait is `wait`; should it go to the sample, it is kept when its
-    /// `sample_key` is among the `sample_cap` smallest offered there. Whether it went to the
-    /// slow set (it may be pushed out later).
-    pub fn offer_keyed(&mut self, wait: u64, sample_key: u64, item: T) -> bool {
+    /// `sample_key` is among the `sample_cap` smallest offered there.
+    pub fn offer_keyed(&mut self, wait: u64, sample_key: u64, item: T) {
         use std::cmp::Reverse;
         if self.slow.len() < self.slow_cap {
             self.slow.push(Reverse(ByKey(wait, (sample_key, item))));
-            return true;
+            return;
         }
         match self.slow.peek() {
             Some(Reverse(fastest)) if wait > fastest.0 => {
@@ -311,12 +309,8 @@ impl<T> SlowestAndSample<T> {
                 if let Some((k, out)) = out {
                     self.sample(k, out);
                 }
-                true
             }
-            _ => {
-                self.sample(sample_key, item);
-                false
-            }
+            _ => self.sample(sample_key, item),
         }
     }
 
@@ -438,15 +432,14 @@ mod tests {
         assert_ne!(sample_key(client, server, 3), sample_key(client, server, 4));
     }
 
-    /// Bottom-k by random keys is a uniform sample, and each offer says whether it went to
-    /// the slow set.
+    /// The slowest by wait, the rest to the sample; bottom-k by random keys is uniform.
     #[test]
-    fn offers_say_whether_they_were_admitted_to_the_slowest() {
+    fn the_slowest_are_kept_and_random_keys_sample_uniformly() {
         let mut k = SlowestAndSample::new(2, 1000, usize::MAX, 9);
-        assert!(k.offer_keyed(10, 1, 0u32));
-        assert!(k.offer_keyed(5, 2, 1));
-        assert!(!k.offer_keyed(4, 3, 2));
-        assert!(k.offer_keyed(11, 4, 3));
+        k.offer_keyed(10, 1, 0u32);
+        k.offer_keyed(5, 2, 1);
+        k.offer_keyed(4, 3, 2);
+        k.offer_keyed(11, 4, 3);
         let kept = k.finish();
         let mut slow = kept.slow.clone();
         slow.sort_unstable();

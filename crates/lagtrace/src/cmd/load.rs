@@ -207,7 +207,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .records
             .as_ref()
             .map(|_| lagtrace_load::RecordOptions::default()),
-        slow_keys: None,
     };
     // Ctrl-C stops the run; the report covers what ran. A second Ctrl-C is left to the
     // handler too: the run ends within a few milliseconds of the first.

@@ -75,7 +75,7 @@ fn summary(h: &Histogram<u64>) -> LatencySummary {
 pub(super) struct Keep {
     caps: KeepCaps,
     kept: SlowestAndSample<TxnTiming>,
-    /// The keys of the requests the load kept as its slowest (the run is over: all are in).
+    /// The keys of the requests the load kept (the run is over: all are in).
     wanted: Option<Arc<WantedKeys>>,
     /// The timings the load wanted, kept exactly (weight 0: the slow ones and the sample
     /// stand for the distribution; these are for the join).

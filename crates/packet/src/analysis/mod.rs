@@ -84,8 +84,8 @@ pub struct AnalyzeOptions {
     #[serde(default)]
     pub timing_keep: Option<KeepCaps>,
     /// With `timing_keep`: the keys of the requests the load of the same (finished) run
-    /// admitted to its slowest; their transactions are kept too, whatever their wait at the
-    /// capture (a request slow in the client is fast here).
+    /// kept; their transactions are kept too, whatever their wait at the capture (a request
+    /// slow in the client is fast here).
     #[serde(skip)]
     pub wanted: Option<std::sync::Arc<lagtrace_model::request::WantedKeys>>,
 }
