@@ -335,7 +335,7 @@ fn layers_of(
     dropped: u64,
     cut: bool,
 ) -> (Layer<AppEvidence>, Layer<PacketEvidence>) {
-    let mut ev = adapters::packets::evidence(a, point.clone(), dropped);
+    let mut ev = adapters::packets::evidence(a, point.clone(), dropped, false);
     let run = passive_run(a, point);
     if let Some(records) = &run.records
         && !a.timings.is_empty()

@@ -191,7 +191,7 @@ pub(crate) fn find(
             if of < MIN_EXCHANGES || (nested as f64) < NESTED_SHARE * of as f64 {
                 return None;
             }
-            let mut ev = crate::adapters::packets::evidence(&a, point.clone(), 0);
+            let mut ev = crate::adapters::packets::evidence(&a, point.clone(), 0, false);
             ev.limits.push(format!(
                 "a hop found in the capture alone: the server's host connected to {peer}, and \
                  {nested} of its {of} exchanges lie inside the server's requests; the processes \

@@ -932,14 +932,17 @@ pub const MAX_RUN_PACKETS: u64 = lagtrace_model::diagnosis::evidence::RUN_CAPTUR
 fn run_analysis(lo: &lagtrace_load::LoadOptions, run: &AppRun) -> lagtrace_packet::AnalyzeOptions {
     let r = lo.records.unwrap_or_default();
     let threads = lo.threads.max(1);
-    let wanted = lagtrace_model::request::WantedKeys::default();
-    for x in run.records.iter().flat_map(|r| &r.records) {
-        if let Some(local) = x.local {
-            wanted.insert(lagtrace_model::request::sample_key(
+    let wanted: lagtrace_model::request::WantedKeys = run
+        .records
+        .iter()
+        .flat_map(|r| &r.records)
+        .filter_map(|x| {
+            let local = x.local?;
+            Some(lagtrace_model::request::sample_key(
                 local, x.remote, x.index,
-            ));
-        }
-    }
+            ))
+        })
+        .collect();
     lagtrace_packet::AnalyzeOptions {
         timings: true,
         timing_keep: Some(lagtrace_packet::analysis::KeepCaps {
@@ -1081,11 +1084,7 @@ fn finish_capture(
     run: &AppRun,
     analysis: lagtrace_packet::AnalyzeOptions,
     server_side: bool,
-) -> (
-    Layer<PacketEvidence>,
-    Vec<lagtrace_host::offcpu::Window>,
-    Option<Timings>,
-) {
+) -> Analysed {
     let c = match c {
         Ok(c) => c,
         Err(l) => return (*l, Vec::new(), None),
@@ -1094,18 +1093,14 @@ fn finish_capture(
         Ok(s) => s,
         Err(e) => return (Layer::error(format!("capture: {e:#}")), Vec::new(), None),
     };
-    match lagtrace_packet::analyze_file(&c.file.0, &analysis) {
-        Ok(a) => {
-            // Every handshake's SYN → SYN-ACK is the server's kernel's here, however long.
-            let gaps = server_side.then(|| adapters::packets::syn_synack(&a, true));
-            let mut out = layers_of(a, &c.file.0, c.point, stats.dropped_by_kernel, run, true);
-            if let (Some(mut g), Some(p)) = (gaps, out.0.data.as_mut()) {
-                p.server_syn_synack = adapters::percentiles_of(&mut g);
-            }
-            out
-        }
-        Err(e) => (Layer::error(format!("analysis: {e:#}")), Vec::new(), None),
-    }
+    analyse_file(
+        &c.file.0,
+        &analysis,
+        c.point,
+        stats.dropped_by_kernel,
+        run,
+        server_side,
+    )
 }
 
 /// Each timed transaction's server time (the request's last byte to the response's first
@@ -1215,6 +1210,14 @@ impl Timings {
     }
 }
 
+/// A capture's packet layer, its timed transactions' server-time windows, and (when the
+/// analysis kept timings) the timings.
+type Analysed = (
+    Layer<PacketEvidence>,
+    Vec<lagtrace_host::offcpu::Window>,
+    Option<Timings>,
+);
+
 /// [`analyse_timed`], with the timed transactions' server-time windows.
 fn analyse_windows(
     path: &std::path::Path,
@@ -1222,17 +1225,26 @@ fn analyse_windows(
     dropped: u64,
     run: &AppRun,
     timed: bool,
-) -> (
-    Layer<PacketEvidence>,
-    Vec<lagtrace_host::offcpu::Window>,
-    Option<Timings>,
-) {
+) -> Analysed {
     let opts = lagtrace_packet::AnalyzeOptions {
         timings: run.records.is_some() || timed,
         ..lagtrace_packet::AnalyzeOptions::default()
     };
-    match lagtrace_packet::analyze_file(path, &opts) {
-        Ok(a) => layers_of(a, path, point, dropped, run, opts.timings),
+    analyse_file(path, &opts, point, dropped, run, false)
+}
+
+/// Analyses the capture `file` with `opts` into [`layers_of`] (`server_side`: the capture is
+/// known to be next to the server).
+fn analyse_file(
+    file: &std::path::Path,
+    opts: &lagtrace_packet::AnalyzeOptions,
+    point: String,
+    dropped: u64,
+    run: &AppRun,
+    server_side: bool,
+) -> Analysed {
+    match lagtrace_packet::analyze_file(file, opts) {
+        Ok(a) => layers_of(a, file, point, dropped, run, opts.timings, server_side),
         Err(e) => (Layer::error(format!("analysis: {e:#}")), Vec::new(), None),
     }
 }
@@ -1249,13 +1261,10 @@ fn layers_of(
     dropped: u64,
     run: &AppRun,
     timed: bool,
-) -> (
-    Layer<PacketEvidence>,
-    Vec<lagtrace_host::offcpu::Window>,
-    Option<Timings>,
-) {
+    server_side: bool,
+) -> Analysed {
     let windows = server_windows(&a);
-    let mut ev = adapters::packets::evidence(&a, point, dropped);
+    let mut ev = adapters::packets::evidence(&a, point, dropped, server_side);
     let mut of_record = Vec::new();
     if let Some(records) = &run.records
         && !a.timings.is_empty()

@@ -33,7 +33,7 @@ fn target() -> Target {
 fn reference_capture_is_nagle_delayed_ack_with_a_ladder_showing_the_stall() {
     let f = case_file("nagle-delayed-ack.pcap");
     let a = analyze_file(&f, &AnalyzeOptions::default()).unwrap();
-    let mut ev = packets::evidence(&a, "fixture".into(), 0);
+    let mut ev = packets::evidence(&a, "fixture".into(), 0, false);
     let nd = ev.finding("nagle-delayed-ack").expect("finding").clone();
     assert!(nd.share > 0.8, "{nd:?}");
     assert!((35_000..=50_000).contains(&nd.median_added_us), "{nd:?}");
@@ -86,7 +86,7 @@ fn reference_capture_is_nagle_delayed_ack_with_a_ladder_showing_the_stall() {
 #[test]
 fn healthy_capture_names_no_cause() {
     let a = analyze_file(&case_file("healthy.pcap"), &AnalyzeOptions::default()).unwrap();
-    let ev = packets::evidence(&a, "fixture".into(), 0);
+    let ev = packets::evidence(&a, "fixture".into(), 0, false);
     assert!(ev.transactions > 10, "{ev:?}");
     assert!(ev.server_time.is_some());
     let j = judge(&target(), &packets_only(ev));

@@ -133,20 +133,27 @@ fn throttling_elsewhere_in_time_or_too_rare_names_nothing() {
     assert_eq!(j.verdict.mechanism, None, "{j:#?}");
 }
 
+/// Healthy layers whose c=N run made `attempts` connects, `waited` of them waiting for a
+/// SYN retransmission (the connect times' p99 `connect_p99_us`).
+fn waiting_connects(attempts: u64, waited: u64, connect_p99_us: u64) -> Layers {
+    let mut l = Synth::RULES.healthy_layers();
+    let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
+    cn.waits = Some(cn.latency.clone());
+    cn.connects = Some(ConnectStats {
+        attempts,
+        syn_retransmitted: waited,
+        failed: 0,
+        pending: 0,
+        time: Synth::RULES.pct(attempts, 200, connect_p99_us),
+    });
+    l
+}
+
 #[test]
 fn listener_drops_on_the_target_port_must_match_the_waiting_connects() {
     // `drops`: the listener's sk_drops; `ns_drops`: the namespace's TcpExt.ListenDrops.
     let mk = |port: u16, drops: u64, ns_drops: u64| {
-        let mut l = Synth::RULES.healthy_layers();
-        let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
-        cn.waits = Some(cn.latency.clone());
-        cn.connects = Some(ConnectStats {
-            attempts: 32,
-            syn_retransmitted: 20,
-            failed: 0,
-            pending: 0,
-            time: Synth::RULES.pct(32, 200, 1_030_000),
-        });
+        let mut l = waiting_connects(32, 20, 1_030_000);
         let mut h = host_throttled(&[]);
         h.counters = Layer::ran(
             serde_json::from_value(json!([{
@@ -784,16 +791,7 @@ fn a_backlog_that_probes_and_requests_do_not_wait_behind_is_no_queue() {
 #[test]
 fn conntrack_drops_that_account_for_the_syn_waits_are_kernel_stack_conntrack() {
     let mk = |lost: u64, waited: u64| {
-        let mut l = Synth::RULES.healthy_layers();
-        let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
-        cn.waits = Some(cn.latency.clone());
-        cn.connects = Some(ConnectStats {
-            attempts: 64,
-            syn_retransmitted: waited,
-            failed: 0,
-            pending: 0,
-            time: Synth::RULES.pct(64, 200, 1_030_000),
-        });
+        let mut l = waiting_connects(64, waited, 1_030_000);
         // The capture's view of the same waits: SYNs sent again after ~1 s.
         l.packets.data.as_mut().unwrap().findings =
             vec![finding("syn-retransmit", waited, 64, 1_000_000)];
@@ -861,16 +859,7 @@ fn conntrack_drops_that_account_for_the_syn_waits_are_kernel_stack_conntrack() {
 #[test]
 fn a_full_syn_queue_of_many_sources_with_syncookies_off_is_syn_flood() {
     let mk = |waited: u64, counters: serde_json::Value, peak: u32, sources: u32| {
-        let mut l = Synth::RULES.healthy_layers();
-        let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
-        cn.waits = Some(cn.latency.clone());
-        cn.connects = Some(ConnectStats {
-            attempts: 64,
-            syn_retransmitted: waited,
-            failed: 0,
-            pending: 0,
-            time: Synth::RULES.pct(64, 200, if waited > 0 { 1_030_000 } else { 300 }),
-        });
+        let mut l = waiting_connects(64, waited, if waited > 0 { 1_030_000 } else { 300 });
         let mut h = host_throttled(&[]);
         h.counters = Layer::ran(serde_json::from_value(counters).unwrap());
         h.listeners = Layer::ran(
@@ -947,16 +936,7 @@ fn a_full_syn_queue_of_many_sources_with_syncookies_off_is_syn_flood() {
 #[test]
 fn syn_waits_with_the_namespaces_netfilter_drops_are_dropped_by_netfilter() {
     let mk = |nf: u64, scope: &str| {
-        let mut l = Synth::RULES.healthy_layers();
-        let cn = l.app.data.as_mut().unwrap().cn.as_mut().unwrap();
-        cn.waits = Some(cn.latency.clone());
-        cn.connects = Some(ConnectStats {
-            attempts: 64,
-            syn_retransmitted: 20,
-            failed: 0,
-            pending: 0,
-            time: Synth::RULES.pct(64, 200, 1_030_000),
-        });
+        let mut l = waiting_connects(64, 20, 1_030_000);
         l.packets.data.as_mut().unwrap().findings =
             vec![finding("syn-retransmit", 20, 64, 1_000_000)];
         l.host = Layer::ran(host_drops(nf, scope, 0));

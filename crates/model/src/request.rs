@@ -238,33 +238,7 @@ pub fn sample_key(client: std::net::SocketAddr, server: std::net::SocketAddr, in
 /// capture of the same run so that it keeps their transactions too: a request slow at the
 /// client can be fast at the capture (its time spent in the client), and only the load knows
 /// it was slow.
-#[derive(Debug, Default)]
-pub struct WantedKeys(std::sync::Mutex<std::collections::HashSet<u64>>);
-
-impl WantedKeys {
-    /// Adds a key.
-    pub fn insert(&self, key: u64) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
-    }
-
-    /// Whether a key was added.
-    pub fn contains(&self, key: u64) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&key)
-    }
-
-    /// How many keys were added.
-    pub fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// Whether none was.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
+pub type WantedKeys = std::collections::HashSet<u64>;
 
 impl<T> SlowestAndSample<T> {
     /// Empty, with room for at most `prealloc` items of each store allocated up front (then

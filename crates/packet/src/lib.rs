@@ -29,22 +29,31 @@ pub use reader::{CaptureReader, Frame, ReadEvent};
 /// Errors only when the file cannot be opened or is not a capture file at all; damage
 /// inside the file ends up in [`Analysis::warnings`].
 pub fn analyze_file(path: &Path, opts: &AnalyzeOptions) -> Result<Analysis> {
-    let file =
-        std::fs::File::open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
-    analyze_reader(file, opts).map_err(|e| Error::Read {
-        path: path.to_path_buf(),
-        err: Box::new(e),
-    })
+    analyze_file_prefix(path, opts, u64::MAX)
 }
 
 /// Like [`analyze_file`] over the file's first `frames` frames only.
 pub fn analyze_file_prefix(path: &Path, opts: &AnalyzeOptions, frames: u64) -> Result<Analysis> {
     let file =
         std::fs::File::open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
-    let mut reader = CaptureReader::new(file).map_err(|e| Error::Read {
+    analyze_frames(file, opts, frames).map_err(|e| Error::Read {
         path: path.to_path_buf(),
         err: Box::new(e),
-    })?;
+    })
+}
+
+/// Like [`analyze_file`] over any reader.
+pub fn analyze_reader<R: std::io::Read>(src: R, opts: &AnalyzeOptions) -> Result<Analysis> {
+    analyze_frames(src, opts, u64::MAX)
+}
+
+/// The analysis of the first `frames` frames of a capture read from `src`.
+fn analyze_frames<R: std::io::Read>(
+    src: R,
+    opts: &AnalyzeOptions,
+    frames: u64,
+) -> Result<Analysis> {
+    let mut reader = CaptureReader::new(src)?;
     let mut an = Analyzer::new(opts.clone());
     let mut n = 0;
     while n < frames
@@ -55,19 +64,6 @@ pub fn analyze_file_prefix(path: &Path, opts: &AnalyzeOptions, frames: u64) -> R
                 an.push_frame(&f);
                 n += 1;
             }
-            ReadEvent::Warning(w) => an.warn(w),
-        }
-    }
-    Ok(an.finish())
-}
-
-/// Like [`analyze_file`] over any reader.
-pub fn analyze_reader<R: std::io::Read>(src: R, opts: &AnalyzeOptions) -> Result<Analysis> {
-    let mut reader = CaptureReader::new(src)?;
-    let mut an = Analyzer::new(opts.clone());
-    while let Some(ev) = reader.next() {
-        match ev {
-            ReadEvent::Frame(f) => an.push_frame(&f),
             ReadEvent::Warning(w) => an.warn(w),
         }
     }

@@ -22,8 +22,14 @@ const PRIORITY: [FindingKind; 11] = [
     FindingKind::SlowServer,
 ];
 
-/// Summaries, handshake RTTs and server times of the analysis (no flow yet).
-pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvidence {
+/// Summaries, handshake RTTs and server times of the analysis (no flow yet);
+/// `server_side`: the capture is known to be next to the server ([`syn_synack`]).
+pub fn evidence(
+    a: &Analysis,
+    capture_point: String,
+    dropped: u64,
+    server_side: bool,
+) -> PacketEvidence {
     let mut hs: Vec<u64> = a
         .streams
         .iter()
@@ -55,13 +61,7 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
                 .iter()
                 .filter(|f| f.kind == k.kind)
                 .take(3)
-                .map(|f| FindingExample {
-                    stream: f.stream,
-                    frames: f.frames.clone(),
-                    time_us: u64::try_from(f.start_us).unwrap_or(0),
-                    added_us: f.cost_us,
-                    note: f.explanation.clone(),
-                })
+                .map(example)
                 .collect(),
         })
         .collect();
@@ -78,7 +78,7 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
         example_flow: None,
         joins: Vec::new(),
         black_hole: a.black_hole.clone(),
-        server_syn_synack: percentiles_of(&mut syn_synack(a, false)),
+        server_syn_synack: percentiles_of(&mut syn_synack(a, server_side)),
         syn_acks_lost: syn_acks_lost(a),
         limits: limits(a),
     }
@@ -88,7 +88,7 @@ pub fn evidence(a: &Analysis, capture_point: String, dropped: u64) -> PacketEvid
 /// knows the capture is the server's (`server_side`), else those whose leg is at most half
 /// the handshake (the rest, SYN-ACK → ACK, the path's round trip) — which misses a kernel
 /// slower than the path, so a caller that knows says so.
-pub fn syn_synack(a: &Analysis, server_side: bool) -> Vec<u64> {
+fn syn_synack(a: &Analysis, server_side: bool) -> Vec<u64> {
     a.streams
         .iter()
         .filter_map(|s| {
@@ -114,14 +114,19 @@ fn syn_acks_lost(a: &Analysis) -> Option<lagtrace_model::diagnosis::evidence::Sy
     Some(lagtrace_model::diagnosis::evidence::SynAcksLost {
         count: 1 + lost.count() as u64,
         of: syns.len() as u64,
-        example: FindingExample {
-            stream: f.stream,
-            frames: f.frames.clone(),
-            time_us: u64::try_from(f.start_us).unwrap_or(0),
-            added_us: f.cost_us,
-            note: f.explanation.clone(),
-        },
+        example: example(f),
     })
+}
+
+/// A finding as an example of its kind: stream, frames, time, cost, what happened.
+fn example(f: &lagtrace_packet::Finding) -> FindingExample {
+    FindingExample {
+        stream: f.stream,
+        frames: f.frames.clone(),
+        time_us: u64::try_from(f.start_us).unwrap_or(0),
+        added_us: f.cost_us,
+        note: f.explanation.clone(),
+    }
 }
 
 /// What the analysed capture could not show: the reader's own warnings of a file cut short

@@ -291,14 +291,19 @@ fn note(layer: LayerName, text: String) -> EvidenceLine {
     line(layer, Stance::Note, None, text)
 }
 
+/// Frame numbers as a reader finds them in Wireshark: `#17 #18 #52`.
+fn frames_text(frames: &[u64]) -> String {
+    let f: Vec<String> = frames.iter().map(|n| format!("#{n}")).collect();
+    f.join(" ")
+}
+
 fn example_text(f: &FindingSummary) -> String {
     match f.examples.first() {
         Some(e) => {
-            let frames: Vec<String> = e.frames.iter().map(|n| format!("#{n}")).collect();
             format!(
                 "; e.g. stream {} frames {} at {:.6}s: {}{}",
                 e.stream,
-                frames.join(" "),
+                frames_text(&e.frames),
                 e.time_us as f64 / 1e6,
                 ms(e.added_us),
                 if e.note.is_empty() {

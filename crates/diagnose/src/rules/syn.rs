@@ -10,7 +10,7 @@
 use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
-use super::{Candidate, CauseRule, MATERIAL_LOSS_SHARE, example_text, ms, pct, sup};
+use super::{Candidate, CauseRule, MATERIAL_LOSS_SHARE, example_text, frames_text, ms, pct, sup};
 use crate::adapters::app::{connect_time_us, syn_retransmitted};
 use crate::evidence::{AppRun, ConnectStats, LayerName, Target};
 use crate::verdict::{Cost, EvidenceLine, Fix, FixSide};
@@ -239,7 +239,6 @@ fn answered<'a>(x: &Facts<'a>) -> Option<&'a SynAcksLost> {
 fn answered_line(x: &Facts<'_>) -> Option<EvidenceLine> {
     let lost = answered(x)?;
     let e = &lost.example;
-    let frames: Vec<String> = e.frames.iter().map(|n| format!("#{n}")).collect();
     Some(sup(
         LayerName::Packets,
         CAUSE,
@@ -251,7 +250,7 @@ fn answered_line(x: &Facts<'_>) -> Option<EvidenceLine> {
             lost.of,
             x.packets.map_or("", |p| p.capture_point.as_str()),
             e.stream,
-            frames.join(" ")
+            frames_text(&e.frames)
         ),
     ))
 }

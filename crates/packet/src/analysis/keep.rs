@@ -121,7 +121,7 @@ impl Keep {
         // Keyed as the load engine keys its records: a sampled record's transaction is in
         // this sample when this sample is at least as dense.
         let key = sample_key(t.client, t.server, t.index);
-        if self.wanted.as_ref().is_some_and(|w| w.contains(key)) {
+        if self.wanted.as_ref().is_some_and(|w| w.contains(&key)) {
             let mut x = t.clone();
             x.weight = 0.0;
             self.extras.push(x);
@@ -239,18 +239,15 @@ mod tests {
     /// once, weighing nothing (the others still stand for all).
     #[test]
     fn transactions_the_load_wants_are_kept_whatever_their_wait_here() {
-        let wanted = Arc::new(WantedKeys::default());
         let key = |t: &TxnTiming| sample_key(t.client, t.server, t.index);
         let want: Vec<u32> = (0..5).map(|j| 7 + 1000 * j).collect();
-        for &w in &want {
-            wanted.insert(key(&timing(w, 0, 0)));
-        }
+        let wanted: WantedKeys = want.iter().map(|&w| key(&timing(w, 0, 0))).collect();
         let mut k = Keep::new(
             KeepCaps {
                 slow_cap: 5,
                 sample_cap: 5,
             },
-            Some(wanted),
+            Some(Arc::new(wanted)),
         );
         for i in 0..5_000u32 {
             k.offer(timing(i, i64::from(i) * 1000, 200 + i64::from(i % 13)));
