@@ -117,6 +117,63 @@ fn nginx_with_an_nft_drop_on_its_output_is_packet_loss_dropped_before_wire() {
     }
 }
 
+/// The other direction (issue 28 item 3): an nftables rule on the server host's *input*
+/// hook drops a share of the clients' requests. They pass the server's capture point and
+/// are lost after it; each is sent again at the client's retransmission timer and the
+/// server acknowledges the second copy as new data (no D-SACK) — unlike an output drop,
+/// where the segment never reaches the capture. The lost request also carried the client's
+/// ACK of the previous response, which the server sends again first: the capture must not
+/// take that old data for the start of the next response (it once did, and the wait read
+/// as the server's time on the probe timer: `dropped-before-wire`).
+#[test]
+#[ignore = "needs root"]
+fn nginx_with_an_nft_drop_on_its_input_is_packet_loss_dropped_by_netfilter() {
+    let lab = Lab::up(&LabOptions::new(&name("in"))).expect("lab up");
+    for pct in [2u8, 4, 3] {
+        common::nft_in_lab(&lab, "flush ruleset\n");
+        common::nft_in_lab(
+            &lab,
+            &format!(
+                "table inet ltwd {{\n chain inp {{\n  type filter hook input priority 0; policy accept;\n  tcp dport 80 ip length > 80 numgen random mod 100 < {pct} counter drop\n }}\n}}\n"
+            ),
+        );
+        let (j, err) = diagnose(&lab.good_url(), &["-d", "3s"]);
+        eprintln!(
+            "{pct}%: {} / {} / tail: {} (nft dropped {})",
+            j["verdict"]["cause"],
+            j["verdict"]["mechanism"],
+            j["verdict"]["tail"]["text"],
+            nft_dropped_in_lab(&lab)
+        );
+        assert_eq!(j["verdict"]["cause"], "packet-loss", "{err}\n{}", show(&j));
+        assert_eq!(
+            j["verdict"]["mechanism"],
+            "dropped-by-netfilter",
+            "{}",
+            show(&j)
+        );
+        let lost = &j["layers"]["packets"]["data"]["inbound_lost"];
+        assert!(
+            lost["count"].as_u64().unwrap_or(0) >= 3
+                && lost["count"].as_u64() <= lost["of"].as_u64(),
+            "{}",
+            show(&j)
+        );
+        let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap_or("");
+        assert!(fix.contains("input"), "{fix}\n{}", show(&j));
+        assert!(
+            j["evidence"].as_array().is_some_and(|a| a.iter().any(|e| {
+                e["layer"] == "packets"
+                    && e["text"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("no D-SACK") && t.contains("stream"))
+            })),
+            "{}",
+            show(&j)
+        );
+    }
+}
+
 /// Runs `tc ARGS` in the lab's namespace; its output.
 fn tc(lab: &Lab, args: &[&str]) -> String {
     common::tc_in_lab(lab, args)

@@ -436,6 +436,38 @@ pub struct Analysis {
     /// A PMTU black hole, when the segments show one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub black_hole: Option<BlackHole>,
+    /// The connecting sides' data segments sent again after their first copy passed the
+    /// capture point, and how many of those the server reported receiving twice (D-SACK);
+    /// absent when there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resent_to_server: Option<ResentToServer>,
+}
+
+/// Data the connecting side (the client) sent again after its first copy had passed the
+/// capture point ([`Analysis::resent_to_server`]). Where the capture sits next to the
+/// server, a copy the server did not report receiving twice (no D-SACK, RFC 2883: its ACK
+/// of the second copy was an ordinary one) never reached the server's TCP: it was dropped
+/// inside the server's host, after the capture point (its input path: a netfilter rule,
+/// a full socket backlog or receive buffer). A D-SACKed copy had arrived: only its ACK was
+/// late.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ResentToServer {
+    /// Retransmissions of the client's data (a wait: fast or after a timeout, not of data
+    /// already acknowledged).
+    pub segments: u64,
+    /// Of them, reported received twice (D-SACK): their first copy had arrived.
+    pub dsacked: u64,
+    /// The first one not D-SACKed, when the findings kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub example: Option<Finding>,
+}
+
+impl ResentToServer {
+    /// The resent segments whose first copy the server never reported: lost after the
+    /// capture point.
+    pub fn not_dsacked(&self) -> u64 {
+        self.segments.saturating_sub(self.dsacked)
+    }
 }
 
 impl Analysis {

@@ -132,6 +132,7 @@ impl Synth {
                 black_hole: None,
                 server_syn_synack: None,
                 syn_acks_lost: None,
+                inbound_lost: None,
                 limits: Vec::new(),
             }),
             sockets: Layer::ran(SocketEvidence {

@@ -56,13 +56,16 @@ pub fn evidence(
             share: k.share,
             median_added_us: k.median_us,
             p99_added_us: k.p99_us,
-            examples: a
-                .findings
-                .iter()
-                .filter(|f| f.kind == k.kind)
-                .take(3)
-                .map(example)
-                .collect(),
+            // The ones that cost something first: a D-SACKed retransmission (0 µs) shows
+            // only that the original arrived.
+            examples: {
+                let of = || a.findings.iter().filter(|f| f.kind == k.kind);
+                of().filter(|f| f.cost_us > 0)
+                    .chain(of().filter(|f| f.cost_us == 0))
+                    .take(3)
+                    .map(example)
+                    .collect()
+            },
         })
         .collect();
     PacketEvidence {
@@ -80,6 +83,7 @@ pub fn evidence(
         black_hole: a.black_hole.clone(),
         server_syn_synack: percentiles_of(&mut syn_synack(a, server_side)),
         syn_acks_lost: syn_acks_lost(a),
+        inbound_lost: inbound_lost(a, server_side),
         limits: limits(a),
     }
 }
@@ -115,6 +119,19 @@ fn syn_acks_lost(a: &Analysis) -> Option<lagtrace_model::diagnosis::evidence::Sy
         count: 1 + lost.count() as u64,
         of: syns.len() as u64,
         example: example(f),
+    })
+}
+
+/// The clients' segments resent and not D-SACKed, from a capture known to be the server's.
+fn inbound_lost(
+    a: &Analysis,
+    server_side: bool,
+) -> Option<lagtrace_model::diagnosis::evidence::InboundLost> {
+    let r = a.resent_to_server.as_ref().filter(|_| server_side)?;
+    (r.not_dsacked() > 0).then(|| lagtrace_model::diagnosis::evidence::InboundLost {
+        count: r.not_dsacked(),
+        of: r.segments,
+        example: r.example.as_ref().map(example),
     })
 }
 

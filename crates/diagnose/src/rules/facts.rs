@@ -2,12 +2,17 @@
 //! quantities derived from several layers (the server's own time, a paced transfer, the
 //! queue's rise).
 
+use lagtrace_model::diagnosis::evidence::InboundLost;
+
 use crate::evidence::{
     AppRun, ConnectStats, FindingKind, FindingSummary, Layers, PacketEvidence, PathEvidence,
     SocketEvidence,
 };
 
 use super::{DOMINANT_SERVER_SHARE, PACED_BPS, SLOW_SERVER_US};
+
+/// Least resent-and-lost client segments that say where the loss is.
+const INBOUND_MIN: u64 = 3;
 
 /// The facts most rules share.
 pub(super) struct Facts<'a> {
@@ -154,6 +159,20 @@ impl<'a> Facts<'a> {
 
     pub(super) fn finding(&self, kind: FindingKind) -> Option<&'a FindingSummary> {
         self.packets.and_then(|p| p.finding(kind))
+    }
+
+    /// The clients' segments lost inside the server's host (`packets.inbound_lost`), when
+    /// they are what the retransmissions are about: most of the clients' own
+    /// retransmissions, and at least a quarter of all (a lost request that carried the ACK
+    /// of the previous response costs the server a retransmission of that response too,
+    /// which the client D-SACKs).
+    pub(super) fn inbound_lost(&self) -> Option<&'a InboundLost> {
+        let p = self.packets?;
+        let l = p.inbound_lost.as_ref()?;
+        let all = p
+            .finding(FindingKind::Retransmission)
+            .map_or(0, |f| f.count);
+        (l.count >= INBOUND_MIN && l.count * 2 >= l.of && l.count * 4 >= all).then_some(l)
     }
 
     pub(super) fn transactions(&self) -> u64 {

@@ -622,6 +622,7 @@ pub(super) fn adopt(
     }
     yield_syn_waits_to_conntrack(cands);
     netfilter_syns(x, host, target, cands);
+    netfilter_input(x, host, target, cands);
     yield_inferred_cork(cands);
     cands.sort_by(|a, b| b.impact_us.total_cmp(&a.impact_us));
 }
@@ -673,33 +674,16 @@ fn netfilter_syns(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mut
     else {
         return;
     };
-    let Some(d) = host.drops.get().filter(|d| d.scope == "namespace") else {
+    let Some((dropped, on)) = netfilter_drops(host) else {
         return;
     };
-    let dropped: u64 = d
-        .reasons
-        .iter()
-        .filter(|r| r.reason == "NETFILTER_DROP")
-        .map(|r| r.count)
-        .sum();
     let Some((run, conn)) = x.connects_run() else {
         return;
     };
     let waited = conn.syn_retransmitted + conn.failed;
-    if waited == 0 || dropped == 0 || dropped * NETFILTER_SHARE_OF_WAITS < waited {
+    if waited == 0 || dropped * NETFILTER_SHARE_OF_WAITS < waited {
         return;
     }
-    let devices: Vec<String> = d
-        .devices
-        .iter()
-        .filter(|v| v.reasons.iter().any(|r| r.reason == "NETFILTER_DROP"))
-        .filter_map(|v| v.device.clone())
-        .collect();
-    let on = if devices.is_empty() {
-        String::new()
-    } else {
-        format!(", on {}", devices.join(", "))
-    };
     c.evidence.push(sup(
         LayerName::Host,
         Cause::SynDrop,
@@ -731,6 +715,79 @@ fn netfilter_syns(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mut
              it, and keep syncookies on"
                 .into(),
         ),
+    });
+}
+
+/// Netfilter's drops in the server's own namespace (`skb:kfree_skb` reason
+/// `NETFILTER_DROP`, counted per namespace), with the devices they were on as text; none
+/// when there were none or the count is machine-wide (another namespace's as likely).
+fn netfilter_drops(host: &HostReport) -> Option<(u64, String)> {
+    let d = host.drops.get().filter(|d| d.scope == "namespace")?;
+    let dropped: u64 = d
+        .reasons
+        .iter()
+        .filter(|r| r.reason == "NETFILTER_DROP")
+        .map(|r| r.count)
+        .sum();
+    let devices: Vec<String> = d
+        .devices
+        .iter()
+        .filter(|v| v.reasons.iter().any(|r| r.reason == "NETFILTER_DROP"))
+        .filter_map(|v| v.device.clone())
+        .collect();
+    let on = if devices.is_empty() {
+        String::new()
+    } else {
+        format!(", on {}", devices.join(", "))
+    };
+    (dropped > 0).then_some((dropped, on))
+}
+
+/// `packet-loss` / `dropped-by-netfilter` on the way in: the clients' segments passed the
+/// server's capture point and were lost after it (`packets.inbound_lost`: resent, the
+/// second copy acknowledged as new data), and netfilter in the server's namespace dropped
+/// at least half as many packets. Netfilter's count does not say which way a packet went;
+/// the packets do: an output drop never reaches the capture (`dropped-before-wire`).
+fn netfilter_input(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mut [Candidate]) {
+    let Some(c) = cands
+        .iter_mut()
+        .find(|c| c.cause == Cause::PacketLoss && c.mechanism.is_none())
+    else {
+        return;
+    };
+    let (Some(lost), Some((dropped, on))) = (x.inbound_lost(), netfilter_drops(host)) else {
+        return;
+    };
+    if dropped * 2 < lost.count {
+        return;
+    }
+    c.evidence.push(sup(
+        LayerName::Host,
+        Cause::PacketLoss,
+        format!(
+            "netfilter dropped {dropped} packets in the server's namespace over {} \
+             (skb:kfree_skb reason NETFILTER_DROP{on}), enough for the {} client segments \
+             lost after the capture point: a rule on the server host's input path drops them",
+            ms(host.window_us),
+            lost.count
+        ),
+    ));
+    if !c.layers.contains(&LayerName::Host) {
+        c.layers.push(LayerName::Host);
+    }
+    c.direct = true;
+    c.mechanism = Some(Mechanism::DroppedByNetfilter);
+    c.host_fix = Some(Fix {
+        side: FixSide::Server,
+        location: Some("netfilter input path".into()),
+        change: format!(
+            "a netfilter rule on the server's host drops the clients' segments to port {} \
+             on their way in: find it with `nft list ruleset` / `iptables -S` (a rule on the \
+             input or prerouting hook with drop, numgen, limit, quota or a length match) and \
+             remove or narrow it",
+            target.port
+        ),
+        tradeoff: None,
     });
 }
 

@@ -225,6 +225,15 @@ fn with_mechanism(mut tail: Tail, primary: &Candidate, x: &Facts<'_>) -> Tail {
         tail.text
             .push_str(&format!(", segments dropped before the wire {w}"));
     }
+    if m == Mechanism::DroppedByNetfilter
+        && tail
+            .parts
+            .first()
+            .is_some_and(|p| p.cause == Cause::PacketLoss && primary.cause == Cause::PacketLoss)
+    {
+        tail.text
+            .push_str(", the clients' segments dropped by netfilter on the server's host");
+    }
     tail
 }
 

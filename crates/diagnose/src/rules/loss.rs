@@ -7,12 +7,22 @@
 //! sender's smaller segments pass after them. A random loss lets a resend through; a link
 //! that is down passes nothing; only a size limit passes the small and never the large.
 //! The fixes are then the path MTU's: let the ICMP through, clamp the MSS, or probe.
+//!
+//! Lost inside the server's host, not on the path, when a capture next to the server
+//! (`packets.inbound_lost`) saw the clients' segments pass and then sent again, the second
+//! copies acknowledged as new data: a copy that had reached the server's TCP would be
+//! acknowledged with a D-SACK (RFC 2883; Linux reports one by default, `tcp_dsack`). The
+//! first copies were dropped on the host's input path, after the capture point. The host
+//! layer names by whom (`host.rs`: a netfilter rule, `dropped-by-netfilter`).
 
 use lagtrace_model::analyze::BlackHole;
+use lagtrace_model::diagnosis::evidence::InboundLost;
 use lagtrace_model::{Cause, FindingKind};
 
 use super::facts::Facts;
-use super::{Candidate, CauseRule, MATERIAL_LOSS_SHARE, finding_text, has, ms, out, pct, sup};
+use super::{
+    Candidate, CauseRule, MATERIAL_LOSS_SHARE, finding_text, frames_text, has, ms, out, pct, sup,
+};
 use crate::evidence::{FindingSummary, LayerName, Target};
 use crate::verdict::{Cost, EvidenceLine, Fix, FixSide, Mechanism};
 
@@ -116,6 +126,10 @@ impl CauseRule for Loss {
             c.evidence
                 .push(sup(LayerName::Packets, CAUSE, hole_line(h)));
         }
+        if let Some(l) = x.inbound_lost() {
+            c.evidence
+                .push(sup(LayerName::Packets, CAUSE, inbound_line(l)));
+        }
         if let Some(l) = app_line(x, f) {
             c.evidence.push(l);
             c.layers.push(LayerName::App);
@@ -172,6 +186,19 @@ impl CauseRule for Loss {
         if let Some(h) = black_hole(x) {
             return hole_fixes(h);
         }
+        if x.inbound_lost().is_some() {
+            return vec![Fix {
+                side: FixSide::Server,
+                location: Some("the server host's input path".into()),
+                change: "the clients' segments reach the server's host and are dropped inside \
+                         it, after the capture point: look at its input path — `nft list \
+                         ruleset` (input/prerouting rules with drop, limit, quota or numgen), \
+                         `nstat -az | grep -iE 'backlogdrop|prune|rcvq|ofodrop'` (a full socket \
+                         backlog or receive buffer)"
+                    .into(),
+                tradeoff: None,
+            }];
+        }
         vec![Fix {
             side: FixSide::Path,
             location: None,
@@ -203,6 +230,27 @@ fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
         ms(run.map(|r| r.latency.p99_us).unwrap_or(0)),
         run.map(|r| r.concurrency).unwrap_or(1),
         ms(run.map(|r| r.latency.p50_us).unwrap_or(0))
+    )
+}
+
+/// The packets' line for the clients' segments lost inside the server's host.
+fn inbound_line(l: &InboundLost) -> String {
+    let e = l
+        .example
+        .as_ref()
+        .map(|e| {
+            format!(
+                ", e.g. stream {} frames {}",
+                e.stream,
+                frames_text(&e.frames)
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "lost inside the server's host, not on the path: {} of the {} segments the clients \
+         sent again had passed the server's capture point, and the server acknowledged the \
+         second copies as new data (no D-SACK) — the first copies never reached its TCP{e}",
+        l.count, l.of
     )
 }
 

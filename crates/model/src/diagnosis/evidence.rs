@@ -499,6 +499,19 @@ pub struct SynAcksLost {
     pub example: FindingExample,
 }
 
+/// The clients' segments lost inside the server's host ([`PacketEvidence::inbound_lost`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InboundLost {
+    /// Segments the clients sent again whose second copy the server acknowledged as new
+    /// data (no D-SACK).
+    pub count: u64,
+    /// The clients' retransmissions in all (D-SACKed or not).
+    pub of: u64,
+    /// The first one, when the capture kept it in detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub example: Option<FindingExample>,
+}
+
 /// All findings of one kind over the capture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FindingSummary {
@@ -640,6 +653,12 @@ pub struct PacketEvidence {
     /// SYN-ACK lost beyond the capture point. The first is the example.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syn_acks_lost: Option<SynAcksLost>,
+    /// The clients' data segments sent again after their first copy passed a capture next
+    /// to the server, and not reported received twice (no D-SACK): the first copies were
+    /// dropped inside the server's host, after the capture point (its input path), not on
+    /// the path. Only for a capture known to be the server's (`diagnose`'s own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inbound_lost: Option<InboundLost>,
     /// What this capture cannot show, one line each: a file cut short, records the reader
     /// could not read, headers cut by the snap length. A `healthy` verdict read from such a
     /// capture is never above low confidence.

@@ -148,6 +148,17 @@ impl Transactions {
         let fresh = ev.retrans.is_none();
         let len = u64::from(ev.len);
         if ev.dir != ev.client {
+            // The server sending again what it sent before the open request (its ACK of
+            // the previous response was lost, or the request carrying that ACK was dropped):
+            // the previous response's data, not the start of this one's. The request's own
+            // copy sent again may still follow and is where the server's time starts.
+            let awaiting = self
+                .open
+                .as_ref()
+                .is_some_and(|t| t.resp_first_ts.is_none() && t.t.request_first_frame.is_some());
+            if !fresh && awaiting {
+                return None;
+            }
             if self.open.is_none() {
                 self.open = Some(Txn::new(ev, self.count, false, first_ts));
                 self.count += 1;
@@ -228,6 +239,7 @@ pub(super) fn status_code(p: &[u8]) -> Option<u16> {
 mod tests {
     use super::super::testing::Script;
     use super::*;
+    use crate::wire::flags;
 
     #[test]
     fn http_lines() {
@@ -266,6 +278,52 @@ mod tests {
         assert_eq!(t[1].server_time_us, Some(200));
         assert_eq!(an.streams[0].transactions, 2);
         assert_eq!(an.transaction_stats.complete, 2);
+    }
+
+    /// The request that carried the client's ACK of the previous response is lost after
+    /// the capture point: the server sends that response again (its data, not this
+    /// request's answer), then the client's copy of the request arrives and is answered.
+    #[test]
+    fn a_previous_response_sent_again_is_not_the_start_of_the_next() {
+        let mut s = Script::handshake(100);
+        s.client_data(1_000, 40);
+        s.server_data(1_100, 853);
+        s.client_data(1_200, 40);
+        // The server never had the request: its copy acknowledges only the first.
+        s.raw(
+            205_000,
+            false,
+            flags::PSH | flags::ACK,
+            5_000,
+            1_040,
+            &[b'y'; 853],
+        );
+        let get = {
+            let mut p = vec![b'x'; 40];
+            p[..16].copy_from_slice(b"GET / HTTP/1.1\r\n");
+            p
+        };
+        s.raw(205_100, true, flags::PSH | flags::ACK, 1_040, 5_853, &get);
+        s.server_data(205_200, 853);
+        let an = s.finish();
+        let t = &an.transactions[1];
+        assert_eq!(
+            (
+                t.request_first_frame,
+                t.request_last_frame,
+                t.response_first_frame
+            ),
+            (Some(6), Some(8), Some(9)),
+            "{t:?}"
+        );
+        assert_eq!(t.server_time_us, Some(100));
+        assert_eq!(t.response_bytes, 853);
+        let r = an.resent_to_server.as_ref().expect("the client's resend");
+        assert_eq!((r.segments, r.dsacked, r.not_dsacked()), (1, 0, 1));
+        assert_eq!(
+            r.example.as_ref().map(|f| f.frames.clone()),
+            Some(vec![6, 8])
+        );
     }
 
     #[test]

@@ -47,8 +47,8 @@ pub use cork::CORK_CEILING_US;
 pub use keep::{KeepCaps, wait_us};
 pub use lagtrace_model::FindingKind;
 pub use lagtrace_model::analyze::{
-    Analysis, Finding, KindSummary, PacketRecord, StreamSummary, SynOptions, Transaction,
-    TransactionStats, TxnTiming,
+    Analysis, Finding, KindSummary, PacketRecord, ResentToServer, StreamSummary, SynOptions,
+    Transaction, TransactionStats, TxnTiming,
 };
 /// Wireshark-style flag string (`ACK,PSH`, ...); one definition, in `lagtrace-wire`.
 pub use lagtrace_wire::tcp::flag_names as flags_str;
@@ -186,6 +186,9 @@ pub struct Analyzer {
     dsack: dsack::Dsack,
     /// Segments lost however often resent, and what passed (a PMTU black hole).
     holes: hole::Holes,
+    /// The clients' data sent again: (retransmissions, D-SACKed), and the kept findings of
+    /// the first few (their slots in the recorder) to draw an example from.
+    client_resent: (u64, u64, Vec<usize>),
     /// `(frame, ack_rtt_us)` (Wireshark's `tcp.analysis.ack_rtt`, whole µs).
     ack_rtts_us: Vec<(u64, u64)>,
     /// Per sender: when it last sent data, on which streams (see [`Busy`]).
@@ -230,6 +233,7 @@ impl Analyzer {
             retrans_frames: Vec::new(),
             dsack: dsack::Dsack::default(),
             holes: hole::Holes::default(),
+            client_resent: (0, 0, Vec::new()),
             ack_rtts_us: Vec::new(),
             busy: HashMap::new(),
             stream_packets: Vec::new(),
@@ -392,6 +396,12 @@ impl Analyzer {
         for f in found {
             if f.kind == FindingKind::Retransmission && f.cost_us > 0 {
                 let (finding, cost) = self.rec.next_slots(f.kind);
+                if ev.dir == ev.client {
+                    self.client_resent.0 += 1;
+                    if let Some(at) = finding.filter(|_| self.client_resent.2.len() < 64) {
+                        self.client_resent.2.push(at);
+                    }
+                }
                 let slots = dsack::Dsack::slots(finding, cost);
                 self.dsack
                     .resent(i, ev.dir, seg.seq, seg.payload_len, slots);
@@ -403,6 +413,9 @@ impl Analyzer {
             && seg.flags & crate::wire::flags::ACK != 0
         {
             for r in self.dsack.reported(i, 1 - ev.dir, block, seg.ack) {
+                if 1 - ev.dir == ev.client {
+                    self.client_resent.1 += 1;
+                }
                 self.rec.spurious(r.slots);
             }
         }
@@ -551,6 +564,16 @@ impl Analyzer {
             self.retire(i);
         }
         let black_hole = std::mem::take(&mut self.holes).finish(first);
+        let (segments, dsacked, slots) = std::mem::take(&mut self.client_resent);
+        let resent_to_server = (segments > 0).then(|| ResentToServer {
+            segments,
+            dsacked,
+            example: slots
+                .iter()
+                .filter_map(|&i| self.rec.findings.get(i))
+                .find(|f| f.kind == FindingKind::Retransmission && f.cost_us > 0)
+                .cloned(),
+        });
         Analysis {
             frames: self.frames,
             tcp_frames: self.tcp_frames,
@@ -570,6 +593,7 @@ impl Analyzer {
             timings: self.timings,
             timing_keep,
             black_hole,
+            resent_to_server,
         }
     }
 
