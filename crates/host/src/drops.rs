@@ -13,7 +13,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use lagtrace_model::host::{DeviceDrops, DropReasonCount, DropsByReason};
+use lagtrace_model::host::{DeviceDrops, DropReasonCount, DropSample, DropsByReason};
 
 use crate::bpf::{BpfError, NsCounts, NsDrops, Tracepoint};
 
@@ -276,6 +276,7 @@ impl DropTracer {
             reasons: by_reason(&self.counts, &self.format.names),
             devices: Vec::new(),
             lost: self.lost,
+            timeline: Vec::new(),
         }
     }
 }
@@ -331,6 +332,7 @@ pub fn namespace_drops(
         reasons: by_reason(&total, names),
         devices,
         lost: c.missed,
+        timeline: Vec::new(),
     }
 }
 
@@ -343,9 +345,9 @@ pub struct NoCounter {
     pub why: String,
 }
 
-/// The drop counter of a window: the watched namespace's (BPF), or machine-wide (perf)
+/// What counts the drops: the watched namespace's BPF program, or machine-wide (perf)
 /// when that cannot run and the caller accepts it.
-pub enum DropCounter {
+pub enum Counter {
     /// Per namespace and device.
     Namespace {
         /// The attached program.
@@ -356,6 +358,19 @@ pub enum DropCounter {
     /// Machine-wide, with why not per namespace.
     Machine(DropTracer, String),
 }
+
+/// The drop counter of a window, with the drops placed in time: each sampling tick's new
+/// drops by reason ([`DropCounter::tick`]).
+pub struct DropCounter {
+    counter: Counter,
+    /// The counts by reason number at the last tick, and when it was.
+    last: (u64, BTreeMap<u32, u64>),
+    timeline: Vec<DropSample>,
+}
+
+/// Most timeline samples kept (with drops: the ticks without are not kept): 100 ms ticks
+/// for ~17 minutes of drops every tick.
+const MAX_SAMPLES: usize = 10_000;
 
 impl DropCounter {
     /// Starts counting the drops of the namespace with inode `netns` (the caller's); when
@@ -384,7 +399,7 @@ impl DropCounter {
             )),
         };
         let (why, privilege) = match started {
-            Ok(bpf) if inum != 0 => return Ok(DropCounter::Namespace { bpf, names }),
+            Ok(bpf) if inum != 0 => return Ok(DropCounter::new(Counter::Namespace { bpf, names })),
             Ok(_) => (
                 "the watched namespace's inode is unknown".to_string(),
                 false,
@@ -395,7 +410,7 @@ impl DropCounter {
             return Err(NoCounter { privilege, why });
         }
         match DropTracer::start() {
-            Ok(t) => Ok(DropCounter::Machine(t, why)),
+            Ok(t) => Ok(DropCounter::new(Counter::Machine(t, why))),
             Err(e) => Err(NoCounter {
                 privilege: matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)),
                 why: format!(
@@ -410,31 +425,87 @@ impl DropCounter {
         }
     }
 
-    /// Reads the perf rings (machine-wide); the BPF counter needs nothing.
-    pub fn drain(&mut self) {
-        if let DropCounter::Machine(t, _) = self {
-            t.drain();
+    fn new(counter: Counter) -> DropCounter {
+        DropCounter {
+            counter,
+            last: (unix_us(), BTreeMap::new()),
+            timeline: Vec::new(),
         }
     }
 
+    /// A sampling tick: reads the perf rings (machine-wide) or the BPF map, and notes the
+    /// drops since the last tick by reason, with when.
+    pub fn tick(&mut self) {
+        let now = unix_us();
+        let counts = match &mut self.counter {
+            Counter::Machine(t, _) => {
+                t.drain();
+                t.counts.clone()
+            }
+            Counter::Namespace { bpf, .. } => match bpf.read() {
+                Ok(c) => {
+                    let mut by: BTreeMap<u32, u64> = BTreeMap::new();
+                    for (&(_, reason), &n) in &c.counts {
+                        *by.entry(reason).or_default() += n;
+                    }
+                    by
+                }
+                Err(_) => return,
+            },
+        };
+        let new: BTreeMap<u32, u64> = counts
+            .iter()
+            .map(|(&r, &n)| {
+                (
+                    r,
+                    n.saturating_sub(self.last.1.get(&r).copied().unwrap_or(0)),
+                )
+            })
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        if !new.is_empty() && self.timeline.len() < MAX_SAMPLES {
+            let names = match &self.counter {
+                Counter::Machine(t, _) => &t.format.names,
+                Counter::Namespace { names, .. } => names,
+            };
+            self.timeline.push(DropSample {
+                start_unix_us: self.last.0,
+                end_unix_us: now,
+                reasons: by_reason(&new, names),
+            });
+        }
+        self.last = (now, counts);
+    }
+
     /// Stops and returns the counts; `Err` when the BPF map cannot be read.
-    pub fn finish(self) -> Result<DropsByReason, String> {
-        match self {
-            DropCounter::Namespace { bpf, names } => {
+    pub fn finish(mut self) -> Result<DropsByReason, String> {
+        self.tick();
+        let timeline = self.timeline;
+        let mut d = match self.counter {
+            Counter::Namespace { bpf, names } => {
                 let c = bpf.read().map_err(|e| e.to_string())?;
                 let name = |i: u32| {
                     let n = crate::qdisc::dev_name(i as i32);
                     (n != format!("if{i}")).then_some(n)
                 };
-                Ok(namespace_drops(&c, &names, name))
+                namespace_drops(&c, &names, name)
             }
-            DropCounter::Machine(t, why) => {
+            Counter::Machine(t, why) => {
                 let mut d = t.finish();
                 d.scope_reason = Some(why);
-                Ok(d)
+                d
             }
-        }
+        };
+        d.timeline = timeline;
+        Ok(d)
     }
+}
+
+/// Now on `CLOCK_REALTIME`, µs since the Unix epoch (the clock of the load's records).
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

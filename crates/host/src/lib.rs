@@ -365,7 +365,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
             backlogs.sample(&v);
         }
         if let Some(Ok(t)) = tracer.as_mut() {
-            t.drain();
+            t.tick();
         }
         if let Some(Ok(t)) = offcpu.as_mut() {
             t.drain();

@@ -161,6 +161,30 @@ fn nginx_with_an_nft_drop_on_its_input_is_packet_loss_dropped_by_netfilter() {
         );
         let fix = j["verdict"]["fix"][0]["change"].as_str().unwrap_or("");
         assert!(fix.contains("input"), "{fix}\n{}", show(&j));
+        // The drops placed in time (~100 ms intervals), and the slow requests joined to
+        // them by time: each waited through an interval with netfilter drops.
+        let timeline = j["layers"]["host"]["data"]["drops"]["data"]["timeline"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            timeline.len() >= 2
+                && timeline
+                    .iter()
+                    .all(|t| t["start_unix_us"].as_u64() < t["end_unix_us"].as_u64()),
+            "{}",
+            show(&j)
+        );
+        assert!(
+            j["evidence"].as_array().is_some_and(|a| a.iter().any(|e| {
+                e["layer"] == "host"
+                    && e["text"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("joined by time"))
+            })),
+            "{}",
+            show(&j)
+        );
         assert!(
             j["evidence"].as_array().is_some_and(|a| a.iter().any(|e| {
                 e["layer"] == "packets"

@@ -975,6 +975,41 @@ pub struct DropsByReason {
     pub devices: Vec<DeviceDrops>,
     /// Drops not counted (perf ring or BPF map full); counts are then lower bounds.
     pub lost: u64,
+    /// The same drops placed in time: each sampling interval (~100 ms) that had drops,
+    /// with its drops by reason (intervals without drops are left out). Empty when not
+    /// sampled (older JSON).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<DropSample>,
+}
+
+/// The drops of one sampling interval of the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DropSample {
+    /// Start of the interval, µs since the Unix epoch (`CLOCK_REALTIME`, the clock of the
+    /// load's records' `start_unix_us`).
+    pub start_unix_us: u64,
+    /// End of the interval, µs since the Unix epoch.
+    pub end_unix_us: u64,
+    /// Drops in the interval by reason, most first.
+    pub reasons: Vec<DropReasonCount>,
+}
+
+impl DropsByReason {
+    /// The intervals with drops of any of `reasons`, as (start, end, those drops).
+    pub fn times_of(&self, reasons: &[&str]) -> Vec<(u64, u64, u64)> {
+        self.timeline
+            .iter()
+            .filter_map(|s| {
+                let n: u64 = s
+                    .reasons
+                    .iter()
+                    .filter(|r| reasons.contains(&r.reason.as_str()))
+                    .map(|r| r.count)
+                    .sum();
+                (n > 0).then_some((s.start_unix_us, s.end_unix_us, n))
+            })
+            .collect()
+    }
 }
 
 /// Drops on one device of the watched namespace: the device a packet was received on or

@@ -456,6 +456,86 @@ pub(super) fn join_of<'a>(
         .find(|j| j.concurrency == run.concurrency && j.requests.len() == recs.records.len())
 }
 
+/// Drops placed in time and the requests that waited through them: of the records at
+/// `picked`, how many were waiting (from their start to their end) during an interval in
+/// which the host dropped packets of `reasons`, out of how many picked; none when the host
+/// layer did not place its drops in time (an older report) or none of `reasons` occurred.
+pub(super) fn waited_through_drops(
+    host: &lagtrace_model::host::HostReport,
+    reasons: &[&str],
+    recs: &lagtrace_model::RequestRecords,
+    picked: impl Iterator<Item = usize>,
+) -> Option<TimedDrops> {
+    let times = host.drops.get()?.times_of(reasons);
+    if times.is_empty() {
+        return None;
+    }
+    let waits = picked
+        .filter_map(|i| recs.records.get(i))
+        .map(|r| (recs.start_unix_us + r.start_us, r.wait_us));
+    let (hit, of) = waited_through(&times, waits);
+    let spans: u64 = times.iter().map(|t| t.1.saturating_sub(t.0)).sum();
+    Some(TimedDrops {
+        intervals: times.len() as u64,
+        window_intervals: (host.window_us * times.len() as u64)
+            .checked_div(spans)
+            .unwrap_or(0)
+            .max(times.len() as u64),
+        dropped: times.iter().map(|t| t.2).sum(),
+        hit,
+        of,
+    })
+}
+
+/// Of the waits `(start, length)`, how many overlap one of the intervals `(start, end, _)`,
+/// out of how many (µs on one clock).
+fn waited_through(
+    times: &[(u64, u64, u64)],
+    waits: impl Iterator<Item = (u64, u64)>,
+) -> (u64, u64) {
+    let (mut hit, mut of) = (0, 0);
+    for (start, len) in waits {
+        of += 1;
+        if times.iter().any(|&(s, e, _)| s < start + len && e > start) {
+            hit += 1;
+        }
+    }
+    (hit, of)
+}
+
+/// What [`waited_through_drops`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TimedDrops {
+    /// Sampling intervals (~100 ms) with drops.
+    pub intervals: u64,
+    /// About how many intervals the window had.
+    pub window_intervals: u64,
+    /// The drops in them.
+    pub dropped: u64,
+    /// Requests waiting through one of them.
+    pub hit: u64,
+    /// Requests looked at.
+    pub of: u64,
+}
+
+impl TimedDrops {
+    /// Whether the drops fell elsewhere in time: fewer than half of the requests waited
+    /// through one (none looked at says nothing).
+    pub(super) fn elsewhere(&self) -> bool {
+        self.of > 0 && self.hit * 2 < self.of
+    }
+
+    /// The line's words: "87 of the 89 … waited through one of the 24 ~100 ms intervals in
+    /// which the host dropped them (512 drops)".
+    pub(super) fn text(&self, what: &str) -> String {
+        format!(
+            "joined by time: {} of the {} {what} were waiting during one of the {} ~100 ms \
+             intervals (of the window's ~{}) in which the host dropped them ({} drops)",
+            self.hit, self.of, self.intervals, self.window_intervals, self.dropped
+        )
+    }
+}
+
 /// An on-CPU profile of fewer samples says nothing (at the default 199 Hz, a quarter-second of
 /// one thread's CPU).
 pub(super) const MIN_SAMPLES: u64 = 50;
@@ -519,4 +599,39 @@ pub(super) fn work_shares(p: &lagtrace_model::host::OnCpu) -> Vec<(Work, f64)> {
         }
     }
     v
+}
+
+#[cfg(test)]
+mod timed_drop_tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_joins_the_drops_of_an_interval_it_overlaps_and_only_those() {
+        // Drops in [1.0 s, 1.1 s) and [2.0 s, 2.1 s).
+        let times = [(1_000_000, 1_100_000, 3), (2_000_000, 2_100_000, 1)];
+        let waits = [
+            (900_000, 205_000),   // through the first interval
+            (1_050_000, 10),      // inside it
+            (1_100_000, 200_000), // starts as it ends: not through it
+            (1_500_000, 400_000), // between the two
+            (1_999_000, 1_000),   // ends as the second starts: overlaps by nothing
+        ];
+        assert_eq!(waited_through(&times, waits.into_iter()), (2, 5));
+        let t = TimedDrops {
+            intervals: 2,
+            window_intervals: 30,
+            dropped: 4,
+            hit: 2,
+            of: 5,
+        };
+        assert!(
+            t.elsewhere(),
+            "2 of 5: the drops were mostly at other times"
+        );
+        assert!(!TimedDrops { hit: 3, ..t }.elsewhere());
+        assert!(
+            !TimedDrops { hit: 0, of: 0, ..t }.elsewhere(),
+            "nothing to judge"
+        );
+    }
 }

@@ -36,7 +36,7 @@ use lagtrace_model::host::{
     CgroupCpu, HostCpu, HostReport, ListenerQueue, OffCpuBlock, SchedSample, WaitClass,
 };
 
-use super::facts::Facts;
+use super::facts::{Facts, waited_through_drops};
 use super::{Candidate, Direct, MATERIAL_ADDED_US, ms, note, out, pct, sup};
 use crate::evidence::{AppRun, LayerName, Target};
 use crate::verdict::{EvidenceLine, Fix, FixSide, Mechanism};
@@ -761,6 +761,22 @@ fn netfilter_input(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mu
     if dropped * 2 < lost.count {
         return;
     }
+    // Placed in time: the requests that waited for a loss recovery waited through the
+    // netfilter drops (else the rule dropped other traffic at other times).
+    let when = x.cn.and_then(|run| {
+        let recs = run.records.as_ref()?;
+        let j = super::facts::join_of(x, run)?;
+        let lossy = j
+            .requests
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.loss_us > 0)
+            .map(|(i, _)| i);
+        waited_through_drops(host, &["NETFILTER_DROP"], recs, lossy)
+    });
+    if when.is_some_and(|t| t.elsewhere()) {
+        return;
+    }
     c.evidence.push(sup(
         LayerName::Host,
         Cause::PacketLoss,
@@ -772,6 +788,13 @@ fn netfilter_input(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mu
             lost.count
         ),
     ));
+    if let Some(t) = when.filter(|t| t.of > 0) {
+        c.evidence.push(sup(
+            LayerName::Host,
+            Cause::PacketLoss,
+            t.text("requests that waited for a loss recovery"),
+        ));
+    }
     if !c.layers.contains(&LayerName::Host) {
         c.layers.push(LayerName::Host);
     }

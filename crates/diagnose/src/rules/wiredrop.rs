@@ -276,7 +276,7 @@ pub(super) fn reattributed<'a>(
     };
     let late = late_first(rs, j, d.qdisc() > 0);
     let needed = late.len() as u64 + held(x).map_or(0, |h| h.count);
-    if late.is_empty() || !d.account_for(needed) {
+    if late.is_empty() || !d.account_for(needed) || timed(x, &late).is_some_and(|t| t.elsewhere()) {
         return Cow::Borrowed(j);
     }
     let mut out = j.clone();
@@ -307,7 +307,13 @@ fn material(f: &FindingSummary) -> bool {
 pub(super) fn dropped(x: &Facts<'_>, tail_loss: bool) -> Option<Direct> {
     let d = local_drops(x.host?)?;
     let h = held(x);
-    let late = late_of(x, &d);
+    let mut late = late_of(x, &d);
+    // The host's drops placed in time: late responses that did not wait through any are
+    // late for another reason.
+    let when = timed(x, &late);
+    if when.is_some_and(|t| t.elsewhere()) {
+        late.clear();
+    }
     let needed = h.map_or(0, |h| h.count) + late.len() as u64;
     let matters = h.is_some_and(material) || (tail_loss && needed > 0);
     if !matters || !d.account_for(needed) {
@@ -325,6 +331,13 @@ pub(super) fn dropped(x: &Facts<'_>, tail_loss: bool) -> Option<Direct> {
         ));
     }
     evidence.push(host_line(&d, x.host?, needed));
+    if let Some(t) = when.filter(|_| !late.is_empty()) {
+        evidence.push(sup(
+            LayerName::Host,
+            Cause::PacketLoss,
+            t.text("late responses"),
+        ));
+    }
     let (added_us, share, counted) = match h {
         Some(h) => (
             h.median_added_us.max(MATERIAL_ADDED_US),
@@ -470,6 +483,27 @@ pub(super) fn where_text(x: &Facts<'_>) -> Option<String> {
         None if d.netfilter > 0 => "by netfilter".into(),
         None => "by a qdisc".into(),
     })
+}
+
+/// The host's drops on the output path placed in time, joined with the late responses'
+/// requests.
+fn timed(x: &Facts<'_>, late: &[Late]) -> Option<super::facts::TimedDrops> {
+    let recs = x.cn?.records.as_ref()?;
+    let reasons: Vec<&str> = NETFILTER_REASONS
+        .iter()
+        .chain(QDISC_REASONS)
+        .copied()
+        .collect();
+    (!late.is_empty())
+        .then(|| {
+            super::facts::waited_through_drops(
+                x.host?,
+                &reasons,
+                recs,
+                late.iter().map(|l| l.index),
+            )
+        })
+        .flatten()
 }
 
 /// The c=N run's late first segments.
