@@ -482,6 +482,13 @@ fn netfilter_drops_are_counted_by_reason_as_the_rule_counts_them() {
     let lo = d.devices.iter().find(|x| x.device.as_deref() == Some("lo"));
     let on_lo = lo.and_then(|x| x.reasons.iter().find(|c| c.reason == "NETFILTER_DROP"));
     assert_eq!(on_lo.map_or(0, |c| c.count), rule, "{d:?}");
+    // The same drops placed in time, each once: the SYNs, then their retransmissions
+    // ~1 s later (the SYN timer), in intervals that far apart.
+    let times = d.times_of(&["NETFILTER_DROP"]);
+    assert_eq!(times.iter().map(|t| t.2).sum::<u64>(), rule, "{times:?}");
+    let (first, last) = (times[0], times[times.len() - 1]);
+    assert!(times.len() >= 2 && last.1 - first.0 >= 800_000, "{times:?}");
+    assert!(times.iter().all(|t| t.0 < t.1), "{times:?}");
 }
 
 #[test]
