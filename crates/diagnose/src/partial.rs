@@ -100,8 +100,8 @@ fn coverage(layers: &Layers) -> (Vec<String>, Vec<String>) {
             .flatten()
             .map(|r| {
                 format!(
-                    "c={} {} requests{}",
-                    r.concurrency,
+                    "{} {} requests{}",
+                    r.label(),
                     r.requests,
                     if r.requests > 0 {
                         format!(", p50 {}", Micros(r.latency.p50_us))

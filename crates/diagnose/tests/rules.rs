@@ -1398,7 +1398,7 @@ fn a_capture_cut_at_its_packet_limit_says_how_much_of_the_run_it_holds() {
     assert!(
         texts(&j).contains(
             "the capture stopped at its 200000-packet limit: its 3754 transactions are about \
-             the first 19% of the c=32 run's 20110 requests"
+             the first 19% of the 20110 requests of the c=32 run"
         ),
         "{}",
         texts(&j)

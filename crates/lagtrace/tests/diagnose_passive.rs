@@ -71,6 +71,18 @@ fn the_reference_capture_is_nagle_delayed_ack_from_packets_alone() {
         join["matched"].as_u64(),
         Some(run["records"]["records"].as_array().unwrap().len() as u64)
     );
+    // The clients' connections seen are no concurrency: the text never says "c=N" of them.
+    let conns = run["concurrency"].as_u64().unwrap();
+    let said = format!(
+        "{} {}",
+        common::evidence_lines(&j),
+        j["verdict"]["cost"]["text"]
+    );
+    assert!(!said.contains(&format!("c={conns}")), "{said}");
+    assert!(
+        said.contains(&format!("{conns} client connections")),
+        "{said}"
+    );
 }
 
 #[test]

@@ -269,7 +269,7 @@ fn chart(o: &mut String, d: &Diagnosis) {
         }
         if let Some(r) = a.cn.as_ref().filter(|r| r.requests > 0) {
             series.push(Series::of_run(
-                format!("c={}", r.concurrency),
+                format!("{}", r.label()),
                 "#b03a2e",
                 false,
                 r,
@@ -285,7 +285,7 @@ fn chart(o: &mut String, d: &Diagnosis) {
         }
         if let Some(r) = b.cn.as_ref().filter(|r| r.requests > 0) {
             series.push(Series::of_run(
-                format!("c={} before", r.concurrency),
+                format!("{} before", r.label()),
                 "#f1948a",
                 true,
                 r,
@@ -332,7 +332,7 @@ fn timelines(o: &mut String, d: &Diagnosis) {
         let Some(recs) = r.records.as_ref() else {
             continue;
         };
-        let label = format!("c={}", r.concurrency);
+        let label = format!("{}", r.label());
         let Some(svg) = timeline(&label, recs) else {
             continue;
         };
@@ -374,7 +374,7 @@ fn slowest(o: &mut String, d: &Diagnosis) {
         ) else {
             continue;
         };
-        let label = format!("c={}", r.concurrency);
+        let label = format!("{}", r.label());
         let why = crate::slowest::unmatched_reason(p);
         let Some(table) = slowest_table(&label, recs, join, &why) else {
             continue;

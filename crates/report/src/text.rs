@@ -101,8 +101,11 @@ fn app_summary(a: &AppEvidence) -> String {
     let one = |r: &AppRun| {
         if r.requests == 0 {
             return format!(
-                "c={}: no request completed ({} connect, {} timeout, {} read errors)",
-                r.concurrency, r.errors.connect, r.errors.timeout, r.errors.read
+                "{}: no request completed ({} connect, {} timeout, {} read errors)",
+                r.label(),
+                r.errors.connect,
+                r.errors.timeout,
+                r.errors.read
             );
         }
         // The p99 the verdict reads: every request's wait, slow and failed connects
@@ -114,8 +117,8 @@ fn app_summary(a: &AppEvidence) -> String {
             _ => ms(r.latency.p99_us),
         };
         format!(
-            "c={} p50 {} p99 {} {:.0} req/s{}",
-            r.concurrency,
+            "{} p50 {} p99 {} {:.0} req/s{}",
+            r.label(),
             ms(r.latency.p50_us),
             p99,
             r.requests_per_sec,

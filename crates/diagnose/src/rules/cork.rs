@@ -229,10 +229,10 @@ impl CauseRule for Cork {
 fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
     let run = x.main_run();
     format!(
-        "adds ~{} to {} of requests (held until the 200 ms cork ceiling); p50 {} at c={}",
+        "adds ~{} to {} of requests (held until the 200 ms cork ceiling); p50 {} at {}",
         ms(c.added_us),
         pct(c.share),
         ms(run.map(|r| r.latency.p50_us).unwrap_or(0)),
-        run.map(|r| r.concurrency).unwrap_or(1)
+        run.map_or_else(|| "c=1".to_string(), |r| r.label())
     )
 }

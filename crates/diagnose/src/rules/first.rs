@@ -44,13 +44,13 @@ pub(super) fn note_line(c1: Option<&AppRun>, cn: Option<&AppRun>) -> Option<Evid
     Some(note(
         LayerName::App,
         format!(
-            "the first request on each connection waited p50 {} at c={} ({n} connections; \
+            "the first request on each connection waited p50 {} at {} ({n} connections; \
              {} at c=1) against {} for the later ones: the server is slow to start serving \
              a new connection (an accept loop that falls behind, per-connection setup such \
              as a TLS handshake or a backend connection); keep-alive hides it from these \
              runs' p99, but clients that open connections often pay it on every request",
             ms(first),
-            cn?.concurrency,
+            cn?.label(),
             ms(one),
             ms(later)
         ),

@@ -22,10 +22,10 @@ fn cost(x: &Facts<'_>) -> Cost {
     }
     if let Some(cn) = x.cn {
         cost.push_str(&format!(
-            "{} {} at c={} ({:.0} req/s)",
+            "{} {} at {} ({:.0} req/s)",
             if x.c1.is_some() { "," } else { ": p50" },
             ms(cn.latency.p50_us),
-            cn.concurrency,
+            cn.label(),
             cn.requests_per_sec
         ));
     }
@@ -54,8 +54,8 @@ pub(super) fn judge(layers: &Layers, x: &Facts<'_>) -> Judgement {
             note(
                 LayerName::App,
                 format!(
-                    "c={}: {} requests, p50 {}, p99 {}, {:.0} req/s, {} errors",
-                    run.concurrency,
+                    "{}: {} requests, p50 {}, p99 {}, {:.0} req/s, {} errors",
+                    run.label(),
                     run.requests,
                     ms(run.latency.p50_us),
                     ms(run.latency.p99_us),

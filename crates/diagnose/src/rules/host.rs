@@ -405,7 +405,7 @@ pub(super) fn overflow(x: &Facts<'_>, host: &HostReport, target: &Target) -> Opt
     }
     let text = format!(
         "listener {} (accept queue limit {}, peak {}, full in {} of {} samples) dropped {} \
-         connections during the c={} run (namespace TcpExt.ListenOverflows +{}): enough for \
+         connections during {} (namespace TcpExt.ListenOverflows +{}): enough for \
          the {} connects that waited for a SYN retransmission or failed",
         l.local,
         l.max,
@@ -413,7 +413,7 @@ pub(super) fn overflow(x: &Facts<'_>, host: &HostReport, target: &Target) -> Opt
         l.full_samples,
         l.samples,
         drops,
-        run.concurrency,
+        run.run_name(),
         overflows,
         waited
     );
@@ -465,15 +465,16 @@ pub(super) fn syn_flood(x: &Facts<'_>, target: &Target) -> Option<Direct> {
     }
     let text = f.line(&if waited > 0 {
         format!(
-            "during the c={} run: enough for the {waited} connects that waited for a SYN \
+            "during {}: enough for the {waited} connects that waited for a SYN \
              retransmission or failed",
-            run.concurrency
+            run.run_name()
         )
     } else {
         format!(
-            "during the c={} run; its {} connects found room as the queue freed, but a \
+            "during {}; its {} connects found room as the queue freed, but a \
              client whose SYN is dropped waits at least 1 s for its retransmission",
-            run.concurrency, c.attempts
+            run.run_name(),
+            c.attempts
         )
     });
     Some(Direct {
@@ -539,10 +540,13 @@ pub(super) fn conntrack(x: &Facts<'_>, host: &HostReport, target: &Target) -> Op
     };
     let text = format!(
         "connection tracking in the server's namespace lost {lost} packets of new connections \
-         during the c={} run (`conntrack -S`: drop +{}, insert_failed +{}, early_drop +{}; the \
+         during {} (`conntrack -S`: drop +{}, insert_failed +{}, early_drop +{}; the \
          table {fill}): enough for the {waited} connects that waited for a SYN \
          retransmission or failed",
-        run.concurrency, ct.drop, ct.insert_failed, ct.early_drop
+        run.run_name(),
+        ct.drop,
+        ct.insert_failed,
+        ct.early_drop
     );
     let max = ct
         .max
@@ -689,10 +693,11 @@ fn netfilter_syns(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mut
         Cause::SynDrop,
         format!(
             "netfilter dropped {dropped} packets in the server's namespace (skb:kfree_skb \
-             reason NETFILTER_DROP{on}) while {waited} of the c={} run's {} connects waited \
+             reason NETFILTER_DROP{on}) while {waited} of the {} connects of {} waited \
              for a SYN retransmission or failed: a firewall rule on the server's host drops \
              connection attempts",
-            run.concurrency, conn.attempts
+            conn.attempts,
+            run.run_name()
         ),
     ));
     if !c.layers.contains(&LayerName::Host) {

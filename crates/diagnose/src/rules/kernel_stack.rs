@@ -290,12 +290,7 @@ impl CauseRule for KernelStack {
     fn cost(&self, c: &Candidate, x: &Facts<'_>) -> Cost {
         let run = x.main_run();
         let rate = run
-            .map(|r| {
-                format!(
-                    "; c={} served {:.0} req/s",
-                    r.concurrency, r.requests_per_sec
-                )
-            })
+            .map(|r| format!("; {} served {:.0} req/s", r.label(), r.requests_per_sec))
             .unwrap_or_default();
         c.cost(
             x,

@@ -50,9 +50,10 @@ fn app_line(x: &Facts<'_>, f: &FindingSummary) -> Option<EvidenceLine> {
             LayerName::App,
             CAUSE,
             format!(
-                "c={}: no request completed; {} timed out after the connection was made: \
+                "{}: no request completed; {} timed out after the connection was made: \
                  the responses never arrived",
-                run.concurrency, run.errors.timeout
+                run.label(),
+                run.errors.timeout
             ),
         ));
     }
@@ -65,8 +66,8 @@ fn app_line(x: &Facts<'_>, f: &FindingSummary) -> Option<EvidenceLine> {
             LayerName::App,
             CAUSE,
             format!(
-                "c={}: p99 {} against p50 {}: the tail is the retransmission wait",
-                run.concurrency,
+                "{}: p99 {} against p50 {}: the tail is the retransmission wait",
+                run.label(),
                 ms(run.latency.p99_us),
                 ms(run.latency.p50_us)
             ),
@@ -77,8 +78,8 @@ fn app_line(x: &Facts<'_>, f: &FindingSummary) -> Option<EvidenceLine> {
             LayerName::App,
             CAUSE,
             format!(
-                "c={}: {} timeouts, {} read errors; p99 {}",
-                run.concurrency,
+                "{}: {} timeouts, {} read errors; p99 {}",
+                run.label(),
                 run.errors.timeout,
                 run.errors.read,
                 ms(run.latency.p99_us)
@@ -215,20 +216,20 @@ fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
     if let Some(run) = none_completed(x) {
         return format!(
             "no request completes: {} of the responses seen wait ~{} for retransmissions, \
-             and all {} requests at c={} timed out",
+             and all {} requests at {} timed out",
             pct(c.share),
             ms(c.added_us),
             run.errors.timeout,
-            run.concurrency
+            run.label()
         );
     }
     let run = x.main_run();
     format!(
-        "{} of requests wait ~{} for a retransmission; p99 {} at c={} (p50 {})",
+        "{} of requests wait ~{} for a retransmission; p99 {} at {} (p50 {})",
         pct(c.share),
         ms(c.added_us),
         ms(run.map(|r| r.latency.p99_us).unwrap_or(0)),
-        run.map(|r| r.concurrency).unwrap_or(1),
+        run.map_or_else(|| "c=1".to_string(), |r| r.label()),
         ms(run.map(|r| r.latency.p50_us).unwrap_or(0))
     )
 }

@@ -444,11 +444,11 @@ fn p50_without(c: &Candidate, x: &Facts<'_>) -> u64 {
 fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
     let run = x.main_run();
     let p50 = run.map(|r| r.latency.p50_us).unwrap_or(0);
-    let conc = run.map(|r| r.concurrency).unwrap_or(1);
+    let conc = run.map_or_else(|| "c=1".to_string(), |r| r.label());
     let without = p50_without(c, x);
     format!(
         "adds ~{} to {} of requests (those after the first on each connection); p50 {} \
-         at c={} would be ~{} without it",
+         at {} would be ~{} without it",
         ms(c.added_us),
         pct(c.share),
         ms(p50),

@@ -93,10 +93,10 @@ fn failures(app: &crate::evidence::AppEvidence) -> Vec<EvidenceLine> {
             note(
                 LayerName::App,
                 format!(
-                    "c={}: {failed} of {} requests ({}) failed after connecting ({} closed or \
+                    "{}: {failed} of {} requests ({}) failed after connecting ({} closed or \
                      reset before a response, {} writes failed){c1}; a failed request is in \
                      no latency",
-                    r.concurrency,
+                    r.label(),
                     r.requests + failed,
                     super::pct(failed_share(r)),
                     e.read,
@@ -143,10 +143,10 @@ fn request_errors(layers: &Layers) -> Vec<EvidenceLine> {
                 note(
                     LayerName::App,
                     format!(
-                        "c={}: {} of {} responses ({}) had an error status{code}: their \
+                        "{}: {} of {} responses ({}) had an error status{code}: their \
                      latencies are the server's error path, not the page's — check the URL \
                      and the server's error log before trusting the verdict",
-                        r.concurrency,
+                        r.label(),
                         r.errors.status,
                         r.requests,
                         super::pct(error_status_share(r))
@@ -174,13 +174,13 @@ fn capture_cut(layers: &Layers) -> Option<EvidenceLine> {
         LayerName::Packets,
         format!(
             "the capture stopped at its {}-packet limit: its {} transactions are about the \
-             first {} of the c={} run's {} requests; the packet findings and the per-request \
+             first {} of the {} requests of {}; the packet findings and the per-request \
              join cover only those",
             crate::run::MAX_CAPTURE_PACKETS,
             p.transactions,
             super::pct(p.transactions as f64 / cn.requests as f64),
-            cn.concurrency,
-            cn.requests
+            cn.requests,
+            cn.run_name()
         ),
     ))
 }

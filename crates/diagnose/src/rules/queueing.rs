@@ -125,10 +125,10 @@ fn rising(x: &Facts<'_>) -> Option<Candidate> {
             LayerName::App,
             CAUSE,
             format!(
-                "p50 {} at c=1 → {} at c={}",
+                "p50 {} at c=1 → {} at {}",
                 ms(c1.latency.p50_us),
                 ms(cn.latency.p50_us),
-                cn.concurrency
+                cn.label()
             ),
         ));
         c.layers.push(LayerName::App);
@@ -145,8 +145,8 @@ struct HostQueue<'a> {
     wait_us: u64,
     /// The SYN RTT under load, p50 and min (µs).
     syn: (u64, u64),
-    /// The c=N run's p50 and concurrency.
-    p50: (u64, u32),
+    /// The c=N run's p50 and its label (`c=32`).
+    p50: (u64, String),
 }
 
 fn host_queue<'a>(x: &Facts<'a>) -> Option<HostQueue<'a>> {
@@ -166,7 +166,7 @@ fn host_queue<'a>(x: &Facts<'a>) -> Option<HostQueue<'a>> {
                 rate,
                 wait_us,
                 syn: (load.p50_us, load.min_us),
-                p50: (run.latency.p50_us, run.concurrency),
+                p50: (run.latency.p50_us, run.label()),
             }
         })
         .filter(|h| {
@@ -253,7 +253,7 @@ fn host_candidate(x: &Facts<'_>, h: &HostQueue<'_>) -> Candidate {
         LayerName::App,
         CAUSE,
         format!(
-            "p50 {} at c={}: every request waits behind the queue",
+            "p50 {} at {}: every request waits behind the queue",
             ms(h.p50.0),
             h.p50.1
         ),
@@ -273,10 +273,10 @@ fn host_candidate(x: &Facts<'_>, h: &HostQueue<'_>) -> Candidate {
 fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
     let run = x.main_run();
     format!(
-        "the path's queue adds ~{} to every packet under load; p50 {} at c={}{}",
+        "the path's queue adds ~{} to every packet under load; p50 {} at {}{}",
         ms(c.added_us),
         ms(run.map(|r| r.latency.p50_us).unwrap_or(0)),
-        run.map(|r| r.concurrency).unwrap_or(1),
+        run.map_or_else(|| "c=1".to_string(), |r| r.label()),
         x.c1.map(|r| format!(" vs {} at c=1", ms(r.latency.p50_us)))
             .unwrap_or_default()
     )

@@ -172,17 +172,17 @@ impl CauseRule for SlowServer {
                 LayerName::Packets,
                 if egress_queue {
                     format!(
-                        "server time in packets p50 {} at c={} includes the wait in the \
+                        "server time in packets p50 {} at {} includes the wait in the \
                          server's egress queue: the capture sees a response as it leaves it",
                         ms(p.p50_us),
-                        cn.concurrency
+                        cn.label()
                     )
                 } else {
                     format!(
                         "under load the server queues requests itself: server time p50 {} at \
-                     c={} against ~{} at c=1 ({:.0} req/s is about what it serves)",
+                     {} against ~{} at c=1 ({:.0} req/s is about what it serves)",
                         ms(p.p50_us),
-                        cn.concurrency,
+                        cn.label(),
                         ms(own),
                         cn.requests_per_sec
                     )
@@ -205,11 +205,11 @@ impl CauseRule for SlowServer {
         let own = x.server_own_us().unwrap_or(0);
         let change = if let (Some((p50, _)), Some(cn)) = (queued(x), x.cn) {
             format!(
-                "{server} serves only ~{:.0} req/s: at c={} each request waits ~{} behind \
+                "{server} serves only ~{:.0} req/s: at {} each request waits ~{} behind \
                  the others — make each request cheaper (where its time goes is in the \
                  evidence) or add capacity (workers, processes, CPUs)",
                 cn.requests_per_sec,
-                cn.concurrency,
+                cn.label(),
                 ms(p50)
             )
         } else if own < DOMINANT_SERVER_US {
@@ -262,20 +262,20 @@ fn saturated(x: &Facts<'_>) -> Option<Candidate> {
             });
         c.layers = vec![LayerName::App, LayerName::Host];
         format!(
-            "under load the server queues connections itself: p50 {} at c={} against ~{} at \
+            "under load the server queues connections itself: p50 {} at {} against ~{} at \
              c=1, the wait in connection setup{in_packets} — a new connection per request, \
              each a full TLS handshake on the server's CPU; it serves ~{:.0} req/s",
             ms(p50),
-            cn.concurrency,
+            cn.label(),
             ms(x.c1.map_or(own, |c| c.latency.p50_us)),
             cn.requests_per_sec
         )
     } else {
         format!(
-            "under load the server queues requests itself: server time p50 {} at c={} \
+            "under load the server queues requests itself: server time p50 {} at {} \
              against ~{} at c=1 — it serves ~{:.0} req/s",
             ms(p50),
-            cn.concurrency,
+            cn.label(),
             ms(own),
             cn.requests_per_sec
         )
@@ -301,30 +301,30 @@ fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
         if x.handshake_saturated() == Some((p50, own)) {
             return format!(
                 "under load each connection waits ~{} in the server behind the others' TLS \
-                 handshakes; p50 {} at c={}",
+                 handshakes; p50 {} at {}",
                 ms(c.added_us),
                 ms(cn.latency.p50_us),
-                cn.concurrency
+                cn.label()
             );
         }
         return format!(
             "under load each request waits ~{} in the server behind the others (server time \
-             p50 {} at c={} against ~{} at c=1); p50 {} at c={}",
+             p50 {} at {} against ~{} at c=1); p50 {} at {}",
             ms(c.added_us),
             ms(p50),
-            cn.concurrency,
+            cn.label(),
             ms(own),
             ms(cn.latency.p50_us),
-            cn.concurrency
+            cn.label()
         );
     }
     let run = x.main_run();
     let p50 = run.map(|r| r.latency.p50_us).unwrap_or(0);
-    let conc = run.map(|r| r.concurrency).unwrap_or(1);
+    let conc = run.map_or_else(|| "c=1".to_string(), |r| r.label());
     if let Some((transfer, size, bps)) = x.paced_transfer().filter(|p| p.0 == c.added_us) {
         return format!(
             "each ~{size} B response takes ~{} to arrive ({}) on a path with RTT {}; p50 {} \
-             at c={conc}",
+             at {conc}",
             ms(transfer),
             rate_text(bps),
             ms(x.rtt_us),
@@ -343,7 +343,7 @@ fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
             .unwrap_or_default();
     format!(
         "the server takes ~{} per request itself{share}; the network adds {} (path \
-         RTT); p50 {} at c={}",
+         RTT); p50 {} at {}",
         ms(c.added_us),
         ms(x.rtt_us),
         ms(p50),

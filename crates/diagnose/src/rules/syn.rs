@@ -48,10 +48,10 @@ fn refused_candidate(x: &Facts<'_>) -> Option<Candidate> {
         LayerName::App,
         CAUSE,
         format!(
-            "at c={} {failed} of {} connection attempts ({}) got no SYN-ACK within the \
+            "at {} {failed} of {} connection attempts ({}) got no SYN-ACK within the \
              {} connect timeout, while c=1 and the SYN probes connected every time: \
              the server stops accepting new connections under load",
-            cn.concurrency,
+            cn.label(),
             cn.requests + failed,
             pct(share),
             ms(CONNECT_TIMEOUT_US)
@@ -146,10 +146,10 @@ fn records_candidate(x: &Facts<'_>) -> Option<Candidate> {
         LayerName::App,
         CAUSE,
         format!(
-            "c={}: {} of {} connects ({} of requests) waited for a SYN retransmission, median \
+            "{}: {} of {} connects ({} of requests) waited for a SYN retransmission, median \
              connect {} (typical {}); {failed} failed, {pending} still pending at the \
              end{probes}{example}{tail}",
-            w.run.concurrency,
+            w.run.label(),
             w.count,
             w.attempts,
             pct(w.share),
@@ -378,8 +378,8 @@ impl Syn {
                 LayerName::App,
                 CAUSE,
                 format!(
-                    "c={}: {n} requests waited for a SYN retransmission in its records{t}",
-                    run.concurrency
+                    "{}: {n} requests waited for a SYN retransmission in its records{t}",
+                    run.label()
                 ),
             ));
         }
@@ -391,18 +391,20 @@ impl Syn {
 fn cost_text(c: &Candidate, x: &Facts<'_>) -> String {
     if let Some(w) = syn_waits(x) {
         format!(
-            "{} of requests at c={} wait ~{} to connect: a SYN retransmission ({} of {} \
+            "{} of requests at {} wait ~{} to connect: a SYN retransmission ({} of {} \
              connects)",
             pct(w.share),
-            w.run.concurrency,
+            w.run.label(),
             ms(w.median_us),
             w.count,
             w.attempts
         )
     } else if c.layers.first() == Some(&LayerName::App) {
-        let conc = x.main_run().map(|r| r.concurrency).unwrap_or(1);
+        let conc = x
+            .main_run()
+            .map_or_else(|| "c=1".to_string(), |r| r.label());
         format!(
-            "{} of new connections at c={conc} fail: no SYN-ACK within the {} connect \
+            "{} of new connections at {conc} fail: no SYN-ACK within the {} connect \
              timeout",
             pct(c.share),
             ms(c.added_us)

@@ -427,11 +427,11 @@ fn client_busy(
     let within = busy.filter(|&(_, k)| excess_us <= contention_us(x.rtt_us, k));
     let mut text = match busy {
         Some((c, k)) => format!(
-            "the load generator's host was CPU-busy during c={}: {} runnable tasks on {} \
+            "the load generator's host was CPU-busy during {}: {} runnable tasks on {} \
              CPUs at the p90 sample (≈{k} per CPU){}{}; a woken thread may wait behind the \
              {} others for a {} slice each, on the client and the server: up to +{} with \
              the path",
-            run.concurrency,
+            run.label(),
             c.runnable_p90,
             c.cpus,
             c.pressure()
@@ -554,21 +554,21 @@ impl TailFinding<'_> {
         let mut text = match self.deep {
             Some((_, mean_us)) => format!(
                 "the slowest {} (the {} and up) wait {} to {}, +{} over the p50 on average \
-                 ({} at c={})",
+                 ({} at {})",
                 share_text(self.above()),
                 self.label(),
                 ms(self.at_us()),
                 ms(w.max_us),
                 ms(mean_us.saturating_sub(w.p50_us)),
                 ms(w.p50_us),
-                self.run.concurrency
+                self.run.label()
             ),
             None => format!(
-                "the slowest {} wait +{} over the p50 ({} at c={}, {} {})",
+                "the slowest {} wait +{} over the p50 ({} at {}, {} {})",
                 share_text(self.above()),
                 ms(self.excess_us),
                 ms(w.p50_us),
-                self.run.concurrency,
+                self.run.label(),
                 self.label(),
                 ms(self.at_us())
             ),
@@ -658,8 +658,8 @@ impl TailFinding<'_> {
     pub(super) fn app_line(&self, x: &Facts<'_>, cause: Cause) -> crate::verdict::EvidenceLine {
         let l = self.run.waited();
         let head = format!(
-            "c={}: {} requests, p50 {}, p90 {}, p99 {}, p99.9 {}, max {}",
-            self.run.concurrency,
+            "{}: {} requests, p50 {}, p90 {}, p99 {}, p99.9 {}, max {}",
+            self.run.label(),
             self.run.requests,
             ms(l.p50_us),
             ms(l.p90_us),

@@ -380,13 +380,13 @@ fn late_line(x: &Facts<'_>, late: &[Late]) -> String {
             })
             .unwrap_or_default();
     format!(
-        "{} responses of the c={} run left a retransmission timer late (+{}, the kernel's \
+        "{} responses of {} left a retransmission timer late (+{}, the kernel's \
          max(RTO, 200 ms) schedule) with nothing of them on the wire before: their first \
          segment was dropped before the wire and sent again at the server's probe timer \
          ({}) or on the client's retransmitted request, whose ACK it carried ({}); e.g. \
          streams {}; counted as loss recovery, not the server's time",
         late.len(),
-        x.cn.map_or(0, |r| r.concurrency),
+        x.cn.map_or_else(String::new, |r| r.run_name()),
         ms(late.iter().map(|l| l.wait_us).min().unwrap_or(0)),
         late.len() - by_client,
         by_client,

@@ -353,6 +353,26 @@ pub struct AppRun {
     pub passive: Option<PassiveRun>,
 }
 
+impl AppRun {
+    /// How the run is named in text: `c=32` for lagtrace's own load (its connections,
+    /// each with one request at a time); for real clients' traffic (`passive`), the
+    /// connections the capture saw — not a concurrency: `152 client connections`.
+    pub fn label(&self) -> String {
+        match &self.passive {
+            Some(_) => format!("{} client connections", self.concurrency),
+            None => format!("c={}", self.concurrency),
+        }
+    }
+
+    /// The run as a noun: `the c=32 run`, or `the clients' traffic (152 connections)`.
+    pub fn run_name(&self) -> String {
+        match &self.passive {
+            Some(_) => format!("the clients' traffic ({} connections)", self.concurrency),
+            None => format!("the c={} run", self.concurrency),
+        }
+    }
+}
+
 /// Where a passive run's requests came from and how much of them the capture saw.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 pub struct PassiveRun {
