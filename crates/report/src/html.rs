@@ -269,7 +269,7 @@ fn chart(o: &mut String, d: &Diagnosis) {
         }
         if let Some(r) = a.cn.as_ref().filter(|r| r.requests > 0) {
             series.push(Series::of_run(
-                format!("{}", r.label()),
+                r.label(),
                 "#b03a2e",
                 false,
                 r,
@@ -332,7 +332,7 @@ fn timelines(o: &mut String, d: &Diagnosis) {
         let Some(recs) = r.records.as_ref() else {
             continue;
         };
-        let label = format!("{}", r.label());
+        let label = r.label();
         let Some(svg) = timeline(&label, recs) else {
             continue;
         };
@@ -374,7 +374,7 @@ fn slowest(o: &mut String, d: &Diagnosis) {
         ) else {
             continue;
         };
-        let label = format!("{}", r.label());
+        let label = r.label();
         let why = crate::slowest::unmatched_reason(p);
         let Some(table) = slowest_table(&label, recs, join, &why) else {
             continue;
