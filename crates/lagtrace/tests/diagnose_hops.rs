@@ -843,3 +843,125 @@ fn drops_on_the_backends_output_are_packet_loss_at_the_hop() {
         );
     }
 }
+
+/// The join checked against the backend's own account (issue 25): nginx at c=32 in front of
+/// a keep-alive upstream pool, every proxied request carrying the client connection's port
+/// and its request number on that connection (`$remote_port`, `$connection_requests`) in
+/// headers only the backend reads and logs, with the upstream connection it came on (its
+/// peer port) and its position there. The join matches by timestamps alone; each kept
+/// record's upstream exchange must be the one the backend logged: the same upstream
+/// connection, and a position that differs from the backend's by one offset per connection
+/// (the capture counts a pooled connection's exchanges from its first one captured). At
+/// least 95 % of the records the backend logged are joined to the right exchange.
+#[test]
+#[ignore = "needs root"]
+fn the_upstream_join_at_c32_matches_the_backends_own_log() {
+    use std::collections::HashMap;
+    let lab = Lab::up(&LabOptions::new(&name("jn")).server(ServerKind::Builtin)).expect("lab up");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("backend.log");
+    let script = python_server(
+        "LOG = open(sys.argv[2], \"a\", buffering=1)\nlock = threading.Lock()",
+        "pass",
+        "self.n = getattr(self, \"n\", -1) + 1\n        \
+         with lock:\n            \
+         LOG.write(\"%s %s %d %d\\n\" % (self.headers.get(\"X-Client-Port\"), \
+         self.headers.get(\"X-Conn-Req\"), self.client_address[1], self.n))",
+    );
+    let _be = start_in_lab(
+        &lab,
+        Path::new("/"),
+        &["python3", "-c", &script, "9531", log.to_str().unwrap()],
+        9531,
+    );
+    let (_nginx, _ndir) = nginx_in_lab(
+        &lab,
+        9532,
+        "upstream app { server 127.0.0.1:9531; keepalive 64; }",
+        "",
+        "proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
+         proxy_set_header X-Client-Port $remote_port; \
+         proxy_set_header X-Conn-Req $connection_requests;",
+    );
+    let url = format!("http://{}:9532/", lab.server_addr());
+    let (_, j, err) = diagnose_json(&url, &["-d", "4s", "-c", "32"]);
+    // (client port, request number from 1) → (upstream port, the backend's index on it).
+    let truth: HashMap<(u16, u32), (u16, u32)> = std::fs::read_to_string(&log)
+        .expect("the backend's log")
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((
+                (f.first()?.parse().ok()?, f.get(1)?.parse().ok()?),
+                (f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?),
+            ))
+        })
+        .collect();
+    let records = j["layers"]["app"]["data"]["cn"]["records"]["records"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let joins = j["layers"]["packets"]["data"]["joins"]
+        .as_array()
+        .and_then(|a| a.last())
+        .and_then(|l| l["requests"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(records.len(), joins.len(), "{err}\n{}", show(&j));
+    // (record, the backend's (port, index), the join's (port, index) if any).
+    let mut pairs = Vec::new();
+    for (r, p) in records.iter().zip(&joins) {
+        let port: Option<u16> = r["local"]
+            .as_str()
+            .and_then(|a| a.rsplit(':').next())
+            .and_then(|p| p.parse().ok());
+        let index = r["index"].as_u64().unwrap_or(0) as u32;
+        let Some(&t) = port.and_then(|port| truth.get(&(port, index + 1))) else {
+            continue;
+        };
+        let up = &p["upstream"];
+        let got = up["local_port"]
+            .as_u64()
+            .zip(up["index"].as_u64())
+            .map(|(a, b)| (a as u16, b as u32));
+        pairs.push((t, got));
+    }
+    // The offset per upstream connection: the backend's index less the capture's, as most
+    // of the connection's joined records have it.
+    let mut offsets: HashMap<u16, HashMap<i64, u32>> = HashMap::new();
+    for (t, got) in &pairs {
+        if let Some(g) = got.filter(|g| g.0 == t.0) {
+            *offsets
+                .entry(t.0)
+                .or_default()
+                .entry(i64::from(t.1) - i64::from(g.1))
+                .or_default() += 1;
+        }
+    }
+    let offset = |port: u16| {
+        offsets
+            .get(&port)
+            .and_then(|m| m.iter().max_by_key(|e| *e.1).map(|e| *e.0))
+    };
+    let right = pairs
+        .iter()
+        .filter(|(t, got)| {
+            got.is_some_and(|g| g.0 == t.0 && offset(t.0) == Some(i64::from(t.1) - i64::from(g.1)))
+        })
+        .count();
+    let joined = pairs.iter().filter(|p| p.1.is_some()).count();
+    eprintln!(
+        "upstream join at c=32: {right} of {} logged records joined to the right exchange \
+         ({joined} joined; {} upstream connections; {} requests in the backend's log)",
+        pairs.len(),
+        offsets.len(),
+        truth.len()
+    );
+    assert!(pairs.len() >= 100, "too few records logged: {}", show(&j));
+    assert!(
+        right * 100 >= pairs.len() * 95,
+        "{right} of {} right ({joined} joined)\n{}",
+        pairs.len(),
+        show(&j)
+    );
+}

@@ -268,12 +268,7 @@ fn chart(o: &mut String, d: &Diagnosis) {
             series.push(Series::of_run("c=1".into(), "#2471a3", false, r));
         }
         if let Some(r) = a.cn.as_ref().filter(|r| r.requests > 0) {
-            series.push(Series::of_run(
-                r.label(),
-                "#b03a2e",
-                false,
-                r,
-            ));
+            series.push(Series::of_run(r.label(), "#b03a2e", false, r));
         }
     }
     if let Some(b) = d.verify.as_ref().and_then(|v| v.before_app.as_ref()) {
