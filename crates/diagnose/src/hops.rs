@@ -55,8 +55,9 @@ const OPEN_STATES: u32 =
     (1 << 1) | (1 << 2) | (1 << 4) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 11);
 /// At most this many peers are followed (the busiest by connections seen).
 const MAX_HOPS: usize = 8;
-/// Packets kept per hop capture.
-const MAX_HOP_PACKETS: u64 = 200_000;
+/// Packets kept per hop capture: the whole run, as the front's (the hop's findings cover
+/// it; its timings for the upstream join stay the first `max_transactions`).
+const MAX_HOP_PACKETS: u64 = crate::run::MAX_RUN_PACKETS;
 
 /// A peer seen from the server's sockets (or, deeper, from a hop's).
 #[derive(Debug, Clone)]
