@@ -525,8 +525,9 @@ impl TimedDrops {
         self.of > 0 && self.hit * 2 < self.of
     }
 
-    /// The line's words: "87 of the 89 … waited through one of the 24 ~100 ms intervals in
-    /// which the host dropped them (512 drops)".
+    /// The line's words: "joined by time: 87 of the 89 late responses were waiting during
+    /// one of the 24 ~100 ms intervals (of the window's ~36) in which the host dropped them
+    /// (512 drops)".
     pub(super) fn text(&self, what: &str) -> String {
         format!(
             "joined by time: {} of the {} {what} were waiting during one of the {} ~100 ms \
