@@ -61,7 +61,7 @@ impl ListenTrack {
     /// One sock_diag reading of the calling thread's namespace: its listeners, and (the
     /// first reading and every [`HALF_OPEN_EVERY`]th) their half-open connections.
     pub fn sample(&mut self) -> io::Result<()> {
-        let half_open = self.readings % HALF_OPEN_EVERY == 0;
+        let half_open = self.readings.is_multiple_of(HALF_OPEN_EVERY);
         self.readings += 1;
         let states = if half_open {
             (1 << TCP_LISTEN) | (1 << TCP_SYN_RECV) | (1 << TCP_NEW_SYN_RECV)
