@@ -194,6 +194,15 @@ impl Discovery {
         })
     }
 
+    /// Whether any peer has been seen so far.
+    pub fn any_seen(&self) -> bool {
+        !self
+            .seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     fn snapshot(&self) -> SeenMap {
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }

@@ -858,7 +858,6 @@ fn drops_on_the_backends_output_are_packet_loss_at_the_hop() {
 #[test]
 #[ignore = "needs root"]
 fn the_upstream_join_at_c32_matches_the_backends_own_log() {
-    use std::collections::HashMap;
     let lab = Lab::up(&LabOptions::new(&name("jn")).server(ServerKind::Builtin)).expect("lab up");
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("backend.log");
@@ -887,15 +886,77 @@ fn the_upstream_join_at_c32_matches_the_backends_own_log() {
     );
     let url = format!("http://{}:9532/", lab.server_addr());
     let (_, j, err) = diagnose_json(&url, &["-d", "4s", "-c", "32"]);
+    check_join(&j, &err, &log, 0, (90, 90), "c=32, a Python backend");
+}
+
+/// The same check where requests are many and fast (issue 25): nginx in front of nginx,
+/// ~15 000–20 000 req/s at c=32 for 7 s, 100 000 requests and more. The capture keeps a sample
+/// of a run that long, and a sample cannot be joined by time — which request caused an
+/// exchange is told among *all* the requests in progress (a sampled front joined 2 of 1 200
+/// records). The run's first stretch (100 000 transactions) is kept whole on both sides for
+/// the join: the records in it (measured 74–100 % of them) joined 80–95 % right (the
+/// exchanges of many requests in progress at once start within microseconds of each other);
+/// held to 40 % joined and 70 % of those right.
+#[test]
+#[ignore = "needs root"]
+fn the_upstream_join_behind_a_fast_proxy_matches_the_backends_own_log() {
+    let lab = Lab::up(&LabOptions::new(&name("jf")).server(ServerKind::Builtin)).expect("lab up");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("backend.log");
+    let (_nginx, _ndir) = nginx_in_lab(
+        &lab,
+        9542,
+        &format!(
+            "log_format t '$http_x_client_port $http_x_conn_req $remote_port \
+             $connection_requests'; upstream app {{ server 127.0.0.1:9541; keepalive 64; }} \
+             server {{ listen 9541; access_log {} t; location / {{ return 200 \"hi\\n\"; }} }}",
+            log.display()
+        ),
+        "",
+        "proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
+         proxy_set_header X-Client-Port $remote_port; \
+         proxy_set_header X-Conn-Req $connection_requests;",
+    );
+    let url = format!("http://{}:9542/", lab.server_addr());
+    let (_, j, err) = diagnose_json(&url, &["-d", "7s", "-c", "32"]);
+    let requests = j["layers"]["app"]["data"]["cn"]["requests"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        requests > 50_000,
+        "not a fast run: {requests} requests\n{}",
+        show(&j)
+    );
+    check_join(&j, &err, &log, 1, (40, 70), "c=32, nginx behind nginx");
+}
+
+/// Checks `j`'s upstream join against a backend's log (lines `CLIENT_PORT REQUEST_NUMBER
+/// UPSTREAM_PORT INDEX`, the request number from 1, the index from `base`): at least
+/// `least_joined_pct` % of the kept records the backend logged are joined, and at least
+/// `least_pct` % of those to the exchange it logged — the same upstream connection, and a
+/// position on it that differs from the backend's by one offset per connection (the capture
+/// counts a pooled connection's exchanges from its first one captured).
+fn check_join(
+    j: &Value,
+    err: &str,
+    log: &Path,
+    base: u32,
+    (least_joined_pct, least_pct): (usize, usize),
+    what: &str,
+) {
+    use std::collections::HashMap;
     // (client port, request number from 1) → (upstream port, the backend's index on it).
-    let truth: HashMap<(u16, u32), (u16, u32)> = std::fs::read_to_string(&log)
+    let truth: HashMap<(u16, u32), (u16, u32)> = std::fs::read_to_string(log)
         .expect("the backend's log")
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             Some((
                 (f.first()?.parse().ok()?, f.get(1)?.parse().ok()?),
-                (f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?),
+                (
+                    f.get(2)?.parse().ok()?,
+                    f.get(3)?.parse::<u32>().ok()?.checked_sub(base)?,
+                ),
             ))
         })
         .collect();
@@ -909,7 +970,7 @@ fn the_upstream_join_at_c32_matches_the_backends_own_log() {
         .and_then(|l| l["requests"].as_array())
         .cloned()
         .unwrap_or_default();
-    assert_eq!(records.len(), joins.len(), "{err}\n{}", show(&j));
+    assert_eq!(records.len(), joins.len(), "{err}\n{}", show(j));
     // (record, the backend's (port, index), the join's (port, index) if any).
     let mut pairs = Vec::new();
     for (r, p) in records.iter().zip(&joins) {
@@ -954,7 +1015,7 @@ fn the_upstream_join_at_c32_matches_the_backends_own_log() {
     let joined = pairs.iter().filter(|p| p.1.is_some()).count();
     let hop = &j["layers"]["hops"][0];
     eprintln!(
-        "upstream join at c=32: {right} of {} logged records joined to the right exchange \
+        "upstream join ({what}): {right} of {} logged records joined to the right exchange \
          ({joined} joined; {} upstream connections; {} requests in the backend's log; the \
          hop's capture {} packets, {} dropped; its join {})",
         pairs.len(),
@@ -964,11 +1025,17 @@ fn the_upstream_join_at_c32_matches_the_backends_own_log() {
         hop["packets"]["data"]["dropped"],
         hop["join"]
     );
-    assert!(pairs.len() >= 100, "too few records logged: {}", show(&j));
+    assert!(pairs.len() >= 100, "too few records logged: {}", show(j));
     assert!(
-        right * 100 >= pairs.len() * 90,
-        "{right} of {} right ({joined} joined)\n{}",
+        joined * 100 >= pairs.len() * least_joined_pct,
+        "{joined} of {} joined\n{}",
         pairs.len(),
-        show(&j)
+        show(j)
+    );
+    assert!(
+        right * 100 >= joined * least_pct,
+        "{right} of {joined} joined right ({} logged)\n{}",
+        pairs.len(),
+        show(j)
     );
 }

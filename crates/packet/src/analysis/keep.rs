@@ -80,6 +80,8 @@ pub(super) struct Keep {
     /// The timings the load wanted, kept exactly (weight 0: the slow ones and the sample
     /// stand for the distribution; these are for the join).
     extras: Vec<TxnTiming>,
+    /// The first this many timings are kept exactly too (weight 0).
+    keep_first: usize,
     seen: u64,
     incomplete: u64,
     waits: Histogram<u64>,
@@ -88,13 +90,14 @@ pub(super) struct Keep {
 }
 
 impl Keep {
-    pub fn new(caps: KeepCaps, wanted: Option<Arc<WantedKeys>>) -> Keep {
+    pub fn new(caps: KeepCaps, wanted: Option<Arc<WantedKeys>>, keep_first: usize) -> Keep {
         Keep {
             caps,
             // A fixed seed: the same capture keeps the same sample.
             kept: SlowestAndSample::new(caps.slow_cap, caps.sample_cap, 1 << 16, 0),
             wanted,
             extras: Vec::new(),
+            keep_first,
             seen: 0,
             incomplete: 0,
             waits: hist(),
@@ -104,6 +107,7 @@ impl Keep {
     }
 
     pub fn offer(&mut self, t: TxnTiming) {
+        let early = self.seen < self.keep_first as u64;
         self.seen += 1;
         let wait = wait_us(&t);
         match wait {
@@ -121,7 +125,7 @@ impl Keep {
         // Keyed as the load engine keys its records: a sampled record's transaction is in
         // this sample when this sample is at least as dense.
         let key = sample_key(t.client, t.server, t.index);
-        if self.wanted.as_ref().is_some_and(|w| w.contains(&key)) {
+        if early || self.wanted.as_ref().is_some_and(|w| w.contains(&key)) {
             let mut x = t.clone();
             x.weight = 0.0;
             self.extras.push(x);
@@ -200,6 +204,7 @@ mod tests {
                 sample_cap: 20,
             },
             None,
+            0,
         );
         // 1000 fast transactions and 10 slow ones spread among them.
         for i in 0..1010u32 {
@@ -226,7 +231,7 @@ mod tests {
 
     #[test]
     fn a_transaction_without_a_response_is_counted_incomplete() {
-        let mut k = Keep::new(KeepCaps::default(), None);
+        let mut k = Keep::new(KeepCaps::default(), None, 0);
         let mut t = timing(0, 0, 100);
         t.response_last_at_us = None;
         k.offer(t);
@@ -248,6 +253,7 @@ mod tests {
                 sample_cap: 5,
             },
             Some(Arc::new(wanted)),
+            0,
         );
         for i in 0..5_000u32 {
             k.offer(timing(i, i64::from(i) * 1000, 200 + i64::from(i % 13)));

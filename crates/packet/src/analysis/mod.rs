@@ -88,6 +88,11 @@ pub struct AnalyzeOptions {
     /// slow in the client is fast here).
     #[serde(skip)]
     pub wanted: Option<std::sync::Arc<lagtrace_model::request::WantedKeys>>,
+    /// With `timing_keep`: also keep the first this many transactions exactly (weight 0),
+    /// a stretch of the run where every transaction is there — what the upstream join
+    /// needs to tell which request caused which exchange by time alone.
+    #[serde(default)]
+    pub keep_first: usize,
 }
 
 impl Default for AnalyzeOptions {
@@ -99,6 +104,7 @@ impl Default for AnalyzeOptions {
             timings: false,
             timing_keep: None,
             wanted: None,
+            keep_first: 0,
         }
     }
 }
@@ -213,7 +219,7 @@ impl Analyzer {
         let keep = opts
             .timing_keep
             .filter(|_| opts.timings)
-            .map(|c| keep::Keep::new(c, opts.wanted.clone()));
+            .map(|c| keep::Keep::new(c, opts.wanted.clone(), opts.keep_first));
         Analyzer {
             rec: Recorder::new(opts.max_findings),
             opts,
