@@ -965,8 +965,9 @@ fn run_analysis(
     }
 }
 
-/// The stretch of the run (its first transactions, on the front and on each hop) where the
-/// upstream join has every request and every exchange: ~20 MB of timings a side at most.
+/// The stretch of the run (its first transactions) where the upstream join has every
+/// request: each hop's analysis keeps its first `max_transactions` exchanges (100 000 by
+/// default), the same stretch for a proxy. ~20 MB of timings a side at most.
 pub(crate) const JOIN_STRETCH: usize = 100_000;
 
 pub(crate) use tempfile_path::{TempPath, new as temp_path};

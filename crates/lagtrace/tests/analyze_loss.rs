@@ -125,6 +125,29 @@ fn start_server(g: &VethNs, ns_ip: &str, port: u16, conns: usize, cpu: Option<us
     rx.recv_timeout(Duration::from_secs(10)).expect("server up");
 }
 
+/// The client: `conns` keep-alive connections to `addr`, one after another, each sending
+/// `requests` requests and reading each whole response; bounded to 60 s in all.
+fn keep_alive_client(addr: SocketAddr, conns: usize, requests: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let want = BODY + format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n").len();
+    for _ in 0..conns {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = vec![0u8; 65536];
+        for _ in 0..requests {
+            assert!(Instant::now() < deadline, "traffic took too long");
+            s.write_all(b"GET /x HTTP/1.1\r\nHost: lab\r\n\r\n")
+                .unwrap();
+            let mut got = 0;
+            while got < want {
+                let n = s.read(&mut buf).expect("read response");
+                assert!(n > 0, "server closed");
+                got += n;
+            }
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
@@ -157,26 +180,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
     let file = dir.path().join("loss.pcap");
     tcpdump(&mut g, &file, port);
 
-    // Client: keep-alive connections, bounded count and time.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let addr: SocketAddr = format!("{ns_ip}:{port}").parse().unwrap();
-    for _ in 0..conns {
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut buf = vec![0u8; 65536];
-        for _ in 0..requests {
-            assert!(Instant::now() < deadline, "traffic took too long");
-            s.write_all(b"GET /x HTTP/1.1\r\nHost: lab\r\n\r\n")
-                .unwrap();
-            let mut got = 0;
-            let want = BODY + format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n").len();
-            while got < want {
-                let n = s.read(&mut buf).expect("read response");
-                assert!(n > 0, "server closed");
-                got += n;
-            }
-        }
-    }
+    keep_alive_client(format!("{ns_ip}:{port}").parse().unwrap(), conns, requests);
     stop_tcpdump(&mut g);
 
     let an = analyze_file(&file, &AnalyzeOptions::default()).unwrap();
@@ -472,25 +476,7 @@ fn ipv6_retransmissions_match_tshark_and_the_kernel() {
             .unwrap()
     };
     let before = kernel(&g);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let addr: SocketAddr = format!("[{ns_ip}]:{port}").parse().unwrap();
-    let want = BODY + format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n").len();
-    for _ in 0..conns {
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut buf = vec![0u8; 65536];
-        for _ in 0..8 {
-            assert!(Instant::now() < deadline, "traffic took too long");
-            s.write_all(b"GET /x HTTP/1.1\r\nHost: lab\r\n\r\n")
-                .unwrap();
-            let mut got = 0;
-            while got < want {
-                let n = s.read(&mut buf).expect("read response");
-                assert!(n > 0, "server closed");
-                got += n;
-            }
-        }
-    }
+    keep_alive_client(format!("[{ns_ip}]:{port}").parse().unwrap(), conns, 8);
     settle(&g.netns, port);
     stop_tcpdump(&mut g);
     let server_kernel = kernel(&g) - before;
@@ -570,25 +556,7 @@ fn client_resends_lost_after_the_capture_match_tshark_and_carry_no_dsack() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("input-drop.pcap");
     tcpdump(&mut g, &file, port);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let addr: SocketAddr = format!("{ns_ip}:{port}").parse().unwrap();
-    let want = BODY + format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n").len();
-    for _ in 0..conns {
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut buf = vec![0u8; 65536];
-        for _ in 0..requests {
-            assert!(Instant::now() < deadline, "traffic took too long");
-            s.write_all(b"GET /x HTTP/1.1\r\nHost: lab\r\n\r\n")
-                .unwrap();
-            let mut got = 0;
-            while got < want {
-                let n = s.read(&mut buf).expect("read response");
-                assert!(n > 0, "server closed");
-                got += n;
-            }
-        }
-    }
+    keep_alive_client(format!("{ns_ip}:{port}").parse().unwrap(), conns, requests);
     stop_tcpdump(&mut g);
     let an = analyze_file(&file, &AnalyzeOptions::default()).unwrap();
     let theirs = tshark_frames(

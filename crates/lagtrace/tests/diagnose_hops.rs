@@ -847,6 +847,13 @@ fn drops_on_the_backends_output_are_packet_loss_at_the_hop() {
     }
 }
 
+/// nginx's `location` for the join checks: proxying to `upstream app` over its keep-alive
+/// pool, each request tagged with the client connection's port and its request number
+/// there (headers only the backend reads and logs).
+const TAGGING_PROXY: &str = "proxy_pass http://app; proxy_http_version 1.1; \
+     proxy_set_header Connection \"\"; proxy_set_header X-Client-Port $remote_port; \
+     proxy_set_header X-Conn-Req $connection_requests;";
+
 /// The join checked against the backend's own account (issue 25): nginx at c=32 in front of
 /// a keep-alive upstream pool, every proxied request carrying the client connection's port
 /// and its request number on that connection (`$remote_port`, `$connection_requests`) in
@@ -883,9 +890,7 @@ fn the_upstream_join_at_c32_matches_the_backends_own_log() {
         9532,
         "upstream app { server 127.0.0.1:9531; keepalive 64; }",
         "",
-        "proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
-         proxy_set_header X-Client-Port $remote_port; \
-         proxy_set_header X-Conn-Req $connection_requests;",
+        TAGGING_PROXY,
     );
     let url = format!("http://{}:9532/", lab.server_addr());
     let (_, j, err) = diagnose_json(&url, &["-d", "4s", "-c", "32"]);
@@ -916,9 +921,7 @@ fn the_upstream_join_behind_a_fast_proxy_matches_the_backends_own_log() {
             log.display()
         ),
         "",
-        "proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
-         proxy_set_header X-Client-Port $remote_port; \
-         proxy_set_header X-Conn-Req $connection_requests;",
+        TAGGING_PROXY,
     );
     let url = format!("http://{}:9542/", lab.server_addr());
     let (_, j, err) = diagnose_json(&url, &["-d", "7s", "-c", "32"]);

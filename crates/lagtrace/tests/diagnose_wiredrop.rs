@@ -52,6 +52,14 @@ fn show(j: &Value) -> String {
         + &serde_json::to_string(&h["qdiscs"]).unwrap_or_default()
 }
 
+/// Whether an evidence line of `layer` has a text that `text` accepts.
+fn has_line(j: &Value, layer: &str, text: impl Fn(&str) -> bool) -> bool {
+    j["evidence"].as_array().is_some_and(|a| {
+        a.iter()
+            .any(|e| e["layer"] == layer && e["text"].as_str().is_some_and(&text))
+    })
+}
+
 /// The verdict is packet-loss, dropped-before-wire, with a tail line and the fix `where`.
 fn assert_dropped_before_wire(j: &Value, err: &str, fix: &str) {
     assert_eq!(
@@ -81,12 +89,8 @@ fn assert_dropped_before_wire(j: &Value, err: &str, fix: &str) {
     assert!(host_line.is_some(), "{}", show(j));
     // The held segments, with their stream and frames.
     assert!(
-        j["evidence"].as_array().is_some_and(|a| a.iter().any(|e| {
-            e["layer"] == "packets"
-                && e["text"]
-                    .as_str()
-                    .is_some_and(|t| t.contains("dropped before the wire") && t.contains("stream"))
-        })),
+        has_line(j, "packets", |t| t.contains("dropped before the wire")
+            && t.contains("stream")),
         "{}",
         show(j)
     );
@@ -176,22 +180,13 @@ fn nginx_with_an_nft_drop_on_its_input_is_packet_loss_dropped_by_netfilter() {
             show(&j)
         );
         assert!(
-            j["evidence"].as_array().is_some_and(|a| a.iter().any(|e| {
-                e["layer"] == "host"
-                    && e["text"]
-                        .as_str()
-                        .is_some_and(|t| t.starts_with("joined by time"))
-            })),
+            has_line(&j, "host", |t| t.starts_with("joined by time")),
             "{}",
             show(&j)
         );
         assert!(
-            j["evidence"].as_array().is_some_and(|a| a.iter().any(|e| {
-                e["layer"] == "packets"
-                    && e["text"]
-                        .as_str()
-                        .is_some_and(|t| t.contains("no D-SACK") && t.contains("stream"))
-            })),
+            has_line(&j, "packets", |t| t.contains("no D-SACK")
+                && t.contains("stream")),
             "{}",
             show(&j)
         );

@@ -700,27 +700,26 @@ fn netfilter_syns(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mut
             run.run_name()
         ),
     ));
-    if !c.layers.contains(&LayerName::Host) {
-        c.layers.push(LayerName::Host);
-    }
-    c.direct = true;
-    c.mechanism = Some(Mechanism::DroppedByNetfilter);
-    c.host_fix = Some(Fix {
-        side: FixSide::Server,
-        location: None,
-        change: format!(
-            "a netfilter rule on the server's host drops connection attempts to port {}: find \
+    named_by_host(
+        c,
+        Mechanism::DroppedByNetfilter,
+        Fix {
+            side: FixSide::Server,
+            location: None,
+            change: format!(
+                "a netfilter rule on the server's host drops connection attempts to port {}: find \
              it (`nft list ruleset`, `iptables -S`; rate limits such as `limit rate`, \
              `hashlimit`, `connlimit`, or a drop matching the port or SYN flags) and let the \
              clients' SYNs through, or raise its limit above their rate",
-            target.port
-        ),
-        tradeoff: Some(
-            "a rate limit that protects the server from floods: raise it rather than remove \
+                target.port
+            ),
+            tradeoff: Some(
+                "a rate limit that protects the server from floods: raise it rather than remove \
              it, and keep syncookies on"
-                .into(),
-        ),
-    });
+                    .into(),
+            ),
+        },
+    );
 }
 
 /// Netfilter's drops in the server's own namespace (`skb:kfree_skb` reason
@@ -800,23 +799,32 @@ fn netfilter_input(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mu
             t.text("requests that waited for a loss recovery"),
         ));
     }
+    named_by_host(
+        c,
+        Mechanism::DroppedByNetfilter,
+        Fix {
+            side: FixSide::Server,
+            location: Some("netfilter input path".into()),
+            change: format!(
+                "a netfilter rule on the server's host drops the clients' segments to port {} \
+             on their way in: find it with `nft list ruleset` / `iptables -S` (a rule on the \
+             input or prerouting hook with drop, numgen, limit, quota or a length match) and \
+             remove or narrow it",
+                target.port
+            ),
+            tradeoff: None,
+        },
+    );
+}
+
+/// The host layer names `c`'s mechanism directly (its evidence already pushed), with the fix.
+fn named_by_host(c: &mut Candidate, mechanism: Mechanism, fix: Fix) {
     if !c.layers.contains(&LayerName::Host) {
         c.layers.push(LayerName::Host);
     }
     c.direct = true;
-    c.mechanism = Some(Mechanism::DroppedByNetfilter);
-    c.host_fix = Some(Fix {
-        side: FixSide::Server,
-        location: Some("netfilter input path".into()),
-        change: format!(
-            "a netfilter rule on the server's host drops the clients' segments to port {} \
-             on their way in: find it with `nft list ruleset` / `iptables -S` (a rule on the \
-             input or prerouting hook with drop, numgen, limit, quota or a length match) and \
-             remove or narrow it",
-            target.port
-        ),
-        tradeoff: None,
-    });
+    c.mechanism = Some(mechanism);
+    c.host_fix = Some(fix);
 }
 
 /// SYN waits that connection tracking's drops explain are its symptom, not a cause of their

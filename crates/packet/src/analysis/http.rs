@@ -298,12 +298,7 @@ mod tests {
             1_040,
             &[b'y'; 853],
         );
-        let get = {
-            let mut p = vec![b'x'; 40];
-            p[..16].copy_from_slice(b"GET / HTTP/1.1\r\n");
-            p
-        };
-        s.raw(205_100, true, flags::PSH | flags::ACK, 1_040, 5_853, &get);
+        s.client_resend(205_100, 40);
         s.server_data(205_200, 853);
         let an = s.finish();
         let t = &an.transactions[1];

@@ -167,6 +167,17 @@ impl Skipped {
     }
 }
 
+/// The clients' data sent again (for [`Analysis::resent_to_server`]).
+#[derive(Default)]
+struct ClientResent {
+    /// Costly retransmissions of the clients' data.
+    segments: u64,
+    /// Of them, reported received twice (D-SACK).
+    dsacked: u64,
+    /// The recorder's slots of the first few, to draw an example from.
+    slots: Vec<usize>,
+}
+
 /// Streaming TCP analyzer.
 pub struct Analyzer {
     opts: AnalyzeOptions,
@@ -192,9 +203,8 @@ pub struct Analyzer {
     dsack: dsack::Dsack,
     /// Segments lost however often resent, and what passed (a PMTU black hole).
     holes: hole::Holes,
-    /// The clients' data sent again: (retransmissions, D-SACKed), and the kept findings of
-    /// the first few (their slots in the recorder) to draw an example from.
-    client_resent: (u64, u64, Vec<usize>),
+    /// The clients' data sent again.
+    client_resent: ClientResent,
     /// `(frame, ack_rtt_us)` (Wireshark's `tcp.analysis.ack_rtt`, whole µs).
     ack_rtts_us: Vec<(u64, u64)>,
     /// Per sender: when it last sent data, on which streams (see [`Busy`]).
@@ -239,7 +249,7 @@ impl Analyzer {
             retrans_frames: Vec::new(),
             dsack: dsack::Dsack::default(),
             holes: hole::Holes::default(),
-            client_resent: (0, 0, Vec::new()),
+            client_resent: ClientResent::default(),
             ack_rtts_us: Vec::new(),
             busy: HashMap::new(),
             stream_packets: Vec::new(),
@@ -403,9 +413,10 @@ impl Analyzer {
             if f.kind == FindingKind::Retransmission && f.cost_us > 0 {
                 let (finding, cost) = self.rec.next_slots(f.kind);
                 if ev.dir == ev.client {
-                    self.client_resent.0 += 1;
-                    if let Some(at) = finding.filter(|_| self.client_resent.2.len() < 64) {
-                        self.client_resent.2.push(at);
+                    let c = &mut self.client_resent;
+                    c.segments += 1;
+                    if let Some(at) = finding.filter(|_| c.slots.len() < 64) {
+                        c.slots.push(at);
                     }
                 }
                 let slots = dsack::Dsack::slots(finding, cost);
@@ -420,7 +431,7 @@ impl Analyzer {
         {
             for r in self.dsack.reported(i, 1 - ev.dir, block, seg.ack) {
                 if 1 - ev.dir == ev.client {
-                    self.client_resent.1 += 1;
+                    self.client_resent.dsacked += 1;
                 }
                 self.rec.spurious(r.slots);
             }
@@ -570,7 +581,11 @@ impl Analyzer {
             self.retire(i);
         }
         let black_hole = std::mem::take(&mut self.holes).finish(first);
-        let (segments, dsacked, slots) = std::mem::take(&mut self.client_resent);
+        let ClientResent {
+            segments,
+            dsacked,
+            slots,
+        } = std::mem::take(&mut self.client_resent);
         let resent_to_server = (segments > 0).then(|| ResentToServer {
             segments,
             dsacked,

@@ -153,13 +153,33 @@ impl Script {
         self.next[me] = seq.wrapping_add(payload.len() as u32);
     }
 
-    /// The client sends `len` bytes (a GET line when `len` ≥ 16).
-    pub fn client_data(&mut self, t_us: u64, len: usize) {
+    /// `len` bytes of a request (a GET line when `len` ≥ 16).
+    fn request(len: usize) -> Vec<u8> {
         let mut p = vec![b'x'; len];
         if len >= 16 {
             p[..16].copy_from_slice(b"GET / HTTP/1.1\r\n");
         }
-        self.send(t_us, true, &p);
+        p
+    }
+
+    /// The client sends `len` bytes (a GET line when `len` ≥ 16).
+    pub fn client_data(&mut self, t_us: u64, len: usize) {
+        self.send(t_us, true, &Self::request(len));
+    }
+
+    /// The client sends its last `len` bytes again (a GET line when `len` ≥ 16), with an ACK
+    /// of everything the server sent.
+    pub fn client_resend(&mut self, t_us: u64, len: usize) {
+        let seq = self.next[0].wrapping_sub(len as u32);
+        let ack = self.next[1];
+        self.raw(
+            t_us,
+            true,
+            flags::PSH | flags::ACK,
+            seq,
+            ack,
+            &Self::request(len),
+        );
     }
 
     /// The server sends `len` bytes (a status line when `len` ≥ 17).
