@@ -233,7 +233,8 @@ fn from_file(opts: &PassiveOptions, path: &Path, progress: &dyn Fn(Step)) -> Res
         path.display(),
         opts.port
     )));
-    let (a, snap) = analyze_path(path, opts, analyze_options())?;
+    // The first stretch whole: the hops' exchanges are placed among all its requests.
+    let (a, snap) = analyze_path(path, opts, crate::pcap_hops::analyze_options())?;
     let point = format!("file {}", path.display());
     let (app, mut packets) = layers_of(&a, point.clone(), 0, opts.stop.load(Ordering::Relaxed));
     if let Some(ev) = packets.data.as_mut()

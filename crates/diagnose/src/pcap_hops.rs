@@ -26,6 +26,7 @@ use lagtrace_packet::wire::decode;
 use lagtrace_packet::{Analyzer, CaptureReader, Frame, ReadEvent};
 
 use crate::evidence::Layer;
+use crate::run::JOIN_STRETCH;
 
 /// At most this many peers are analysed (those the server's host connected to most).
 const MAX_PCAP_HOPS: usize = 8;
@@ -83,9 +84,15 @@ impl Windows {
         }
     }
 
-    /// Of a hop's complete exchanges (µs since `first_ts_ns`, its analysis's first packet):
-    /// how many lie inside a request, and how many there are.
-    fn nested(&self, first_ts_ns: i64, timings: &[TxnTiming]) -> (usize, usize) {
+    /// Of a hop's complete exchanges (µs since `first_ts_ns`, its analysis's first packet)
+    /// that end by `horizon` (absolute µs; all when None): how many lie inside a request,
+    /// and how many there are.
+    fn nested(
+        &self,
+        first_ts_ns: i64,
+        timings: &[TxnTiming],
+        horizon: Option<i64>,
+    ) -> (usize, usize) {
         let base = first_ts_ns / 1000;
         let mut n = (0, 0);
         for t in timings {
@@ -93,6 +100,9 @@ impl Windows {
                 continue;
             };
             let (s, e) = (base + s, base + e);
+            if horizon.is_some_and(|h| e > h) {
+                continue;
+            }
             n.1 += 1;
             let i = self.starts.partition_point(|&x| x <= s);
             if i > 0 && self.max_end[i - 1] >= e {
@@ -100,6 +110,37 @@ impl Windows {
             }
         }
         n
+    }
+}
+
+/// The end (absolute µs) of the server's stretch whose requests are all in `front`'s
+/// timings: its analysis keeps its first [`JOIN_STRETCH`] transactions whole and a sample of
+/// the rest, and an exchange lies inside *some* request only among all the requests in
+/// progress. None when every transaction is kept.
+fn horizon(front: &Analysis) -> Option<i64> {
+    let seen = front.timing_keep.as_ref().map_or(0, |k| k.seen);
+    if seen <= JOIN_STRETCH as u64 {
+        return None;
+    }
+    let mut ends: Vec<i64> = front
+        .timings
+        .iter()
+        .filter_map(|t| t.response_last_at_us)
+        .collect();
+    // The first stretch's transactions are all among the timings: the JOIN_STRETCH-th
+    // earliest end is (about) where it stops.
+    let n = JOIN_STRETCH.min(ends.len()).checked_sub(1)?;
+    let (_, &mut h, _) = ends.select_nth_unstable(n);
+    Some(front.first_ts_ns / 1000 + h)
+}
+
+/// The analyzer's options for the server's side and each hop's in a capture that may hold
+/// hops: the passive bounds, and the first [`JOIN_STRETCH`] transactions kept whole (see
+/// [`horizon`]).
+pub(crate) fn analyze_options() -> lagtrace_packet::AnalyzeOptions {
+    lagtrace_packet::AnalyzeOptions {
+        keep_first: JOIN_STRETCH,
+        ..crate::passive::analyze_options()
     }
 }
 
@@ -164,7 +205,7 @@ pub(crate) fn find(
     // 2. Each peer's streams through the same analysis (frame numbers stay the file's).
     let mut analyzers: Vec<(SocketAddr, Analyzer)> = peers
         .iter()
-        .map(|&(_, p)| (p, Analyzer::new(crate::passive::analyze_options())))
+        .map(|&(_, p)| (p, Analyzer::new(analyze_options())))
         .collect();
     each_frame(path, stop, |f| {
         let hit = decode(f.linktype, f.data).ok().and_then(|s| {
@@ -182,12 +223,13 @@ pub(crate) fn find(
     });
     // 3. The hops: the peers whose exchanges lie inside the server's requests.
     let windows = Windows::new(front.first_ts_ns, &front.timings);
+    let horizon = horizon(front);
     let point = format!("file {}", path.display());
     analyzers
         .into_iter()
         .filter_map(|(peer, an)| {
             let a = an.finish();
-            let (nested, of) = windows.nested(a.first_ts_ns, &a.timings);
+            let (nested, of) = windows.nested(a.first_ts_ns, &a.timings, horizon);
             if of < MIN_EXCHANGES || (nested as f64) < NESTED_SHARE * of as f64 {
                 return None;
             }
@@ -261,12 +303,15 @@ mod tests {
         // are 1 000 µs larger.
         let early = timings(&[(1_010, 1_090), (1_060, 1_290), (1_290, 1_310)]);
         // [10, 90] inside the first; [60, 290] inside the second; [290, 310] ends after all.
-        assert_eq!(w.nested(-1_000_000, &early), (2, 3));
+        assert_eq!(w.nested(-1_000_000, &early, None), (2, 3));
+        // Past the horizon (the end of the stretch whose requests are all kept), nothing
+        // is judged: only [10, 90] ends by 100.
+        assert_eq!(w.nested(-1_000_000, &early, Some(100)), (1, 1));
         // Nothing before the first request's start.
-        assert_eq!(w.nested(0, &timings(&[(-5, 20)])), (0, 1));
+        assert_eq!(w.nested(0, &timings(&[(-5, 20)]), None), (0, 1));
         // An open exchange (no response) is not counted at all.
         let mut open = timings(&[(10, 20)]);
         open[0].response_last_at_us = None;
-        assert_eq!(w.nested(0, &open), (0, 0));
+        assert_eq!(w.nested(0, &open, None), (0, 0));
     }
 }

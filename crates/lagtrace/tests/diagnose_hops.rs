@@ -581,6 +581,49 @@ fn a_capture_holding_both_sides_names_the_hop() {
     }
 }
 
+/// The same on a busy chain: tcpdump on `any` while wrk loads nginx in front of nginx at
+/// c=32 for 3 s (tens of thousands of requests). The file's timings are kept as a sample past
+/// a few thousand, and an exchange lies inside *some* request only among all the requests in
+/// progress: judged against a sample, the hop's exchanges fell outside it and no hop was
+/// found (`layers.hops` empty). The hop is found, and a healthy chain's hop is not blamed.
+#[test]
+#[ignore = "needs root"]
+fn a_capture_of_a_busy_chain_holding_both_sides_names_the_hop() {
+    use lagtrace_testkit::tcpdump::{stop_tcpdump, tcpdump_on_filter};
+    let lab = Lab::up(&LabOptions::new(&name("pb")).server(ServerKind::Builtin)).expect("lab up");
+    let (_be, _bdir) = nginx_in_lab(&lab, 9531, "", "", "return 200 \"hello\\n\";");
+    let (_nginx, _dir) = nginx_proxy_in_lab(&lab, 9532, 9531, "");
+    let url = format!("http://{}:9532/", lab.server_addr());
+    let ns = lagtrace_lab::netns_name(lab.name());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let all = dir.path().join("all.pcap");
+    let requests = {
+        let _turn = lagtrace_testkit::measuring();
+        let td = tcpdump_on_filter(Some(&ns), "any", &all, "tcp");
+        let wrk = std::process::Command::new("wrk")
+            .args(["-t2", "-c32", "-d3s", "--timeout", "2s", &url])
+            .output()
+            .expect("wrk");
+        stop_tcpdump(td);
+        assert!(wrk.status.success(), "wrk: {wrk:?}");
+        String::from_utf8_lossy(&wrk.stdout)
+            .lines()
+            .find_map(|l| l.trim().split(" requests in").next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(requests > 10_000, "not a busy run: {requests} requests");
+    let (_, j, err) =
+        common::diagnose_cmd_json(&["--pcap", all.to_str().unwrap(), "--port", "9532"]);
+    let hops = j["layers"]["hops"].as_array().cloned().unwrap_or_default();
+    assert!(
+        hops.iter().any(|h| h["peer"] == "127.0.0.1:9531"),
+        "{requests} requests: {err}\n{}\n{}",
+        show(&j),
+        serde_json::to_string(&j["layers"]["hops"]).unwrap()
+    );
+    assert!(j["verdict"]["hop"].is_null(), "{}", show(&j));
+}
+
 /// Debian's php-fpm binary (`php-fpm8.2` on bookworm: the version is in its name).
 fn php_fpm() -> String {
     std::fs::read_dir("/usr/sbin")
