@@ -186,6 +186,10 @@ pub struct TailSplit {
     pub excess_us: u64,
     /// The components' parts, largest first (positive ones only).
     pub parts: Vec<Piece>,
+    /// Of the server time's part, what the slow requests waited on their upstreams beyond
+    /// the typical request's wait there (the exchanges each caused on the hops behind the
+    /// server, from the upstream join), µs; 0 with no hop joined.
+    pub upstream_us: u64,
     /// Requests hit by the largest part.
     pub hits: usize,
     /// Every-nth, when the hits line up on the connections.
@@ -269,6 +273,13 @@ pub fn split(
         .collect();
     let (ws, ms) = means(rs, parts, &slow);
     let (wt, mt) = means(rs, parts, &typical);
+    let upstream = |set: &[usize]| {
+        let total: f64 = set.iter().map(|&k| rs[k].weight).sum::<f64>().max(1e-9);
+        set.iter()
+            .map(|&k| parts[k].upstream_us as f64 * rs[k].weight / total)
+            .sum::<f64>()
+    };
+    let upstream_us = (upstream(&slow) - upstream(&typical)).max(0.0) as u64;
     let excess = (ws - wt).max(0.0);
     let mut pieces: Vec<Piece> = Component::ALL
         .iter()
@@ -307,6 +318,7 @@ pub fn split(
         slow_matched: slow.iter().filter(|&&k| seen[k]).count(),
         excess_us: excess as u64,
         parts: pieces,
+        upstream_us,
         hits,
         every_nth: nth,
         pause,

@@ -388,6 +388,90 @@ pub(super) fn adopt(front: Judgement, mut hop: Judgement, h: &HopEvidence, at: H
     j
 }
 
+/// The server's tail placed on the hop `h` it waited on: no rule names a cause in the hop's
+/// own packets (a rare stall is far beyond the hop's p99, and its distributions hide it),
+/// but the upstream join shows, request by request, that the slowest requests' server time
+/// was their wait on the exchanges they caused there (`added_us` over the typical request's,
+/// `requests` of them joined). The time is the hop's own: `slow-server` at its peer, with
+/// the server's lines kept as what it saw of the wait, and the fix on the peer (on another
+/// host: `upstream-wait`, an agent there says why).
+pub(super) fn tail_on(
+    front: Judgement,
+    h: &HopEvidence,
+    at: Hop,
+    added_us: u64,
+    requests: usize,
+) -> Judgement {
+    let peer = at.chain[at.at].label();
+    let mut j = front;
+    let mechanism = j.verdict.mechanism;
+    j.verdict.cause = Cause::SlowServer;
+    j.verdict.summary = format!(
+        "{} — the slowest requests wait on the hop to {peer}",
+        super::rule(Cause::SlowServer).map_or("", |r| r.summary())
+    );
+    if let Some(t) = j.verdict.tail.as_mut() {
+        for p in t
+            .parts
+            .iter_mut()
+            .filter(|p| p.cause == Cause::UnexplainedTail)
+        {
+            p.cause = Cause::SlowServer;
+        }
+    }
+    for e in &mut j.evidence {
+        if e.stance == Stance::Supports {
+            e.stance = Stance::Note;
+            e.text = format!("at the server: {}", e.text);
+        }
+    }
+    let pattern = match mechanism {
+        Some(m) => format!(" ({} at {peer})", m.name()),
+        None => String::new(),
+    };
+    j.evidence.insert(
+        0,
+        EvidenceLine {
+            layer: LayerName::Packets,
+            stance: Stance::Supports,
+            cause: Some(Cause::SlowServer),
+            text: format!(
+                "the request's way: {}; the slowest requests' server time was their wait on \
+                 the hop to {}: +{} over the typical request's{pattern}, on the exchanges \
+                 they caused there ({requests} of them matched to one by timestamps) — the \
+                 time is {peer}'s, not {}'s",
+                at.text,
+                h.peer,
+                ms(added_us),
+                who(&h.from)
+            ),
+        },
+    );
+    j.verdict.fix = vec![Fix {
+        side: FixSide::Server,
+        location: Some(peer.clone()),
+        change: format!(
+            "{peer} answers most of {}'s requests at once but some after +{}: find what the \
+             slow ones do there (a slow path, a lock, a pause, its own backends) with \
+             per-request timings in its logs or a profiler; `lagtrace diagnose` pointed at \
+             {} looks at it directly",
+            who(&h.from),
+            ms(added_us),
+            h.peer
+        ),
+        tradeoff: None,
+    }];
+    if !j.finding_layers.contains(&LayerName::Packets) {
+        j.finding_layers.push(LayerName::Packets);
+        j.finding_layers.sort();
+    }
+    if is_remote(h) {
+        upstream_wait(&mut j, h, &at);
+    }
+    j.verdict.hop = Some(at);
+    j
+}
+
 /// Whether lagtrace cannot look inside the hop's peer: no process of this host listens
 /// there (its sockets could not be read) and it is not a loopback address.
 pub(super) fn is_remote(h: &HopEvidence) -> bool {

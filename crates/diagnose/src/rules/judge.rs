@@ -7,7 +7,7 @@ use super::facts::Facts;
 use super::notes::{missing_layers, rule_outs};
 use super::{
     Candidate, Judgement, RULES, SLOW_SERVER_US, healthy, hop, host, ms, note, out, rule,
-    server_time, sup, tail, unreachable, wiredrop,
+    server_time, sup, tail, tail_join, unreachable, wiredrop,
 };
 use crate::evidence::{AppRun, LayerName, Layers, Target};
 use crate::verdict::{Confidence, Cost, EvidenceLine, Mechanism, Stance, Tail, Verdict};
@@ -17,7 +17,7 @@ use lagtrace_model::diagnosis::evidence::HopEvidence;
 /// each hop is judged with the same rules, and a cause its packets show becomes the verdict
 /// when the server's own verdict sees only time inside the server ([`hop`]).
 pub fn judge(target: &Target, layers: &Layers) -> Judgement {
-    let front = judge_here(target, layers);
+    let (front, waited) = judge_server(target, layers);
     if layers.hops.is_empty() || !hop::front_open(&front, layers) {
         return front;
     }
@@ -28,7 +28,23 @@ pub fn judge(target: &Target, layers: &Layers) -> Judgement {
             hop::own_time(&mut j, layers, path[0]);
             j
         }
-        _ => front,
+        // No hop's own packets name a cause, but the slow requests' server time was their
+        // wait on a hop (the upstream join's, request by request): the time is the hop's,
+        // and the verdict says where.
+        _ => match waited.and_then(|u| Some((u, layers.hops.get(u.hop as usize)?))) {
+            Some((u, h))
+                if matches!(
+                    front.verdict.cause,
+                    Cause::SlowServer | Cause::UnexplainedTail
+                ) =>
+            {
+                let at = hop::chain(target, &[h]);
+                let mut j = hop::tail_on(front, h, at, u.added_us, u.requests);
+                hop::own_time(&mut j, layers, h);
+                j
+            }
+            _ => front,
+        },
     }
 }
 
@@ -89,14 +105,24 @@ fn judge_client(layers: &Layers, x: &Facts<'_>, t: &tail::TailFinding<'_>) -> Ju
 
 /// The verdict of one server from its own layers.
 fn judge_here(target: &Target, layers: &Layers) -> Judgement {
+    judge_server(target, layers).0
+}
+
+/// [`judge_here`], with the hop the tail's server time waited on when the upstream join
+/// shows one ([`tail_join::TailUpstream`]).
+fn judge_server(target: &Target, layers: &Layers) -> (Judgement, Option<tail_join::TailUpstream>) {
     let x = Facts::new(layers);
     if let Some(j) = unreachable::judge(target, layers, &x) {
-        return j;
+        return (j, None);
     }
     let reattribute = |run: &AppRun, join| {
         wiredrop::reattributed(&x, run.records.as_ref().map(|r| r.records.as_slice()), join)
     };
     let mut tail = tail::assess(&x, &reattribute);
+    let waited = tail
+        .as_ref()
+        .and_then(|t| t.joined.as_ref())
+        .and_then(|j| j.upstream);
     let mut cands = rank(&x);
     let tail_loss = tail
         .as_ref()
@@ -139,7 +165,7 @@ fn judge_here(target: &Target, layers: &Layers) -> Judgement {
     }
     server_time_split(&x, target, &mut cands);
     let Some(primary) = cands.first() else {
-        return match &tail {
+        let j = match &tail {
             Some(t) if t.client.is_some() => judge_client(layers, &x, t),
             Some(t) => tail::judge(layers, &x, target, t),
             None => {
@@ -148,6 +174,7 @@ fn judge_here(target: &Target, layers: &Layers) -> Judgement {
                 j
             }
         };
+        return (j, waited);
     };
     let mut evidence: Vec<EvidenceLine> = cands
         .iter()
@@ -190,7 +217,7 @@ fn judge_here(target: &Target, layers: &Layers) -> Judgement {
     if let Some(t) = host::cost_text(primary) {
         cost.text = t;
     }
-    Judgement {
+    let j = Judgement {
         verdict: Verdict {
             cause: primary.cause,
             secondary: cands.iter().skip(1).map(|c| c.cause).collect(),
@@ -206,7 +233,8 @@ fn judge_here(target: &Target, layers: &Layers) -> Judgement {
         },
         evidence,
         finding_layers,
-    }
+    };
+    (j, waited)
 }
 
 /// The tail with the mechanism a layer showed directly for the primary cause on its parts

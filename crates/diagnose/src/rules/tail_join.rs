@@ -14,6 +14,8 @@
 //! connections on a measured period. Both are the server's patterns: named on a
 //! `slow-server` part only.
 
+use std::collections::HashMap;
+
 use lagtrace_model::diagnosis::evidence::RequestJoin;
 use lagtrace_model::{Cause, FindingKind, RequestRecord};
 
@@ -35,6 +37,51 @@ pub(super) struct JoinedTail {
     /// The pause's stalls were read from the load's own records, past the capture's end
     /// (the split's component from the captured part).
     pub pause_from_records: bool,
+    /// The hop behind the server whose wait is most of the tail's server time, when the
+    /// server time is the tail's largest part.
+    pub upstream: Option<TailUpstream>,
+}
+
+/// The tail's server time spent waiting on a hop behind the server (the upstream join's):
+/// the time is the hop's, not the server's own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct TailUpstream {
+    /// Index of the hop in `layers.hops` most of the slow requests' exchanges went to.
+    pub hop: u32,
+    /// What the slow requests waited there beyond the typical request, µs.
+    pub added_us: u64,
+    /// Its share of the tail's excess.
+    pub share: f64,
+    /// Slow requests whose exchange on that hop was joined.
+    pub requests: usize,
+}
+
+/// The hop the tail's server time waited on ([`JoinedTail::upstream`]): the server time is
+/// the largest part, and at least half of it is the wait on upstreams; the hop is the one
+/// most slow requests' exchanges went to.
+fn upstream_of(s: &TailSplit, rs: &[RequestRecord], j: &RequestJoin) -> Option<TailUpstream> {
+    let server = s
+        .parts
+        .first()
+        .filter(|p| p.component == Component::Server)?;
+    if s.upstream_us == 0 || s.upstream_us.saturating_mul(2) < server.added_us {
+        return None;
+    }
+    let mut by_hop: HashMap<u32, usize> = HashMap::new();
+    for (r, p) in rs.iter().zip(&j.requests) {
+        if let Some(u) = p.upstream.filter(|_| r.wait_us >= s.at_us) {
+            *by_hop.entry(u.hop).or_default() += 1;
+        }
+    }
+    let (hop, requests) = by_hop
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))?;
+    Some(TailUpstream {
+        hop,
+        added_us: s.upstream_us.min(server.added_us),
+        share: (s.upstream_us.min(server.added_us) as f64 / s.excess_us.max(1) as f64).min(1.0),
+        requests,
+    })
 }
 
 /// The cause a component names, given the slow requests' hold kinds and whether their
@@ -255,12 +302,14 @@ pub(super) fn joined_from(
     {
         first.mechanism = Some(*m);
     }
+    let upstream = upstream_of(&s, rs, j);
     Some(JoinedTail {
         parts,
         split: s,
         mechanism: mech,
         after_capture,
         pause_from_records,
+        upstream,
     })
 }
 
@@ -312,8 +361,17 @@ impl JoinedTail {
             .parts
             .iter()
             .map(|p| {
+                let upstream = match self.upstream {
+                    Some(u) if p.component == Component::Server => format!(
+                        " — of it +{} their wait on the exchanges they caused behind the \
+                         server ({} of them joined to one)",
+                        ms(u.added_us),
+                        u.requests
+                    ),
+                    _ => String::new(),
+                };
                 format!(
-                    "{} +{} ({})",
+                    "{} +{} ({}){upstream}",
                     p.component.name(),
                     ms(p.added_us),
                     pct(p.share)

@@ -348,3 +348,53 @@ fn a_capture_that_ends_with_the_run_cuts_nothing() {
     assert!(t.split.slow >= 3, "{}", t.line());
     assert_eq!(t.parts[0].cause, Cause::SlowServer, "{}", t.line());
 }
+
+/// The slow requests' server time spent on their upstream exchanges (one hop of two): the
+/// tail names that hop; the server's own time stays small.
+fn upstream(us: u64, hop: u32, own: u64) -> RequestParts {
+    RequestParts {
+        server_us: us + own,
+        upstream_us: us,
+        upstream: Some(lagtrace_model::diagnosis::evidence::UpstreamRef {
+            hop,
+            local_port: 40_000,
+            stream: 0,
+            index: 0,
+        }),
+        ..RequestParts::default()
+    }
+}
+
+#[test]
+fn server_time_spent_on_one_hop_names_that_hop() {
+    // Every 10th request waits 40 ms on hop 1; the others 100 µs on hop 0 or 1.
+    let (rs, j) = run(4, &|c, i, _| {
+        if i % 10 == 9 {
+            upstream(40_000, 1, 80)
+        } else {
+            upstream(100, (c % 2) as u32, 80)
+        }
+    });
+    let t = joined(Some(&rs), Some(&j), 99.0).unwrap();
+    assert_eq!(t.parts[0].cause, Cause::SlowServer);
+    let u = t.upstream.expect("the tail's server time is the hop's");
+    assert_eq!(u.hop, 1);
+    assert!(u.added_us > 35_000 && u.share > 0.9, "{u:?}");
+    assert!(
+        u.requests >= t.split.slow * 9 / 10,
+        "{u:?} {}",
+        t.split.slow
+    );
+    assert!(
+        t.line().contains("their wait on the exchanges"),
+        "{}",
+        t.line()
+    );
+    // The same stalls in the server's own time: no hop is named.
+    let (rs, j) = run(4, &|_, i, _| {
+        upstream(100, 0, if i % 10 == 9 { 40_000 } else { 80 })
+    });
+    let t = joined(Some(&rs), Some(&j), 99.0).unwrap();
+    assert_eq!(t.parts[0].cause, Cause::SlowServer);
+    assert_eq!(t.upstream, None, "{t:?}");
+}
