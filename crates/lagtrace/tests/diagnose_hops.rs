@@ -946,9 +946,13 @@ const TAGGING_PROXY: &str = "proxy_pass http://app; proxy_http_version 1.1; \
 /// record's upstream exchange must be the one the backend logged: the same upstream
 /// connection, and a position that differs from the backend's by one offset per connection
 /// (the capture counts a pooled connection's exchanges from its first one captured).
-/// Measured over nine runs on the 2-CPU lab: 92–100 % right (random would be ~3 %); the
-/// issue asks 95 %, which a busy host's timestamps do not reliably give: the test holds
-/// the join to 90 % so that it catches a broken join without failing on a noisy run.
+/// Of all the run's requests (each kept record weighted by the requests it stands for):
+/// 99.3–99.9 % right over seven runs, held to the issue's 95 %. The kept records alone,
+/// where the slowest are kept whole: 92–100 % right (random would be ~3 %), held to 90 % —
+/// the slowest are where nginx, busy with a burst (the run's 32 connections arriving at
+/// once, a stall releasing them together), takes requests out of their order of arrival, and
+/// neither side's timestamps then say which is which (taking near ties by the answer side
+/// instead, or the least-cost matching, was tried: 5–10 % wrong over all requests).
 #[test]
 #[ignore = "needs root"]
 fn the_upstream_join_at_c32_matches_the_backends_own_log() {
@@ -978,7 +982,7 @@ fn the_upstream_join_at_c32_matches_the_backends_own_log() {
     );
     let url = format!("http://{}:9532/", lab.server_addr());
     let (_, j, err) = diagnose_json(&url, &["-d", "4s", "-c", "32"]);
-    check_join(&j, &err, &log, 0, (90, 90), "c=32, a Python backend");
+    check_join(&j, &err, &log, 0, (90, 90, 95), "c=32, a Python backend");
 }
 
 /// The same check where requests are many and fast (issue 25): nginx in front of nginx,
@@ -1017,7 +1021,7 @@ fn the_upstream_join_behind_a_fast_proxy_matches_the_backends_own_log() {
         "not a fast run: {requests} requests\n{}",
         show(&j)
     );
-    check_join(&j, &err, &log, 1, (40, 70), "c=32, nginx behind nginx");
+    check_join(&j, &err, &log, 1, (40, 70, 70), "c=32, nginx behind nginx");
 }
 
 /// Checks `j`'s upstream join against a backend's log (lines `CLIENT_PORT REQUEST_NUMBER
@@ -1025,13 +1029,15 @@ fn the_upstream_join_behind_a_fast_proxy_matches_the_backends_own_log() {
 /// `least_joined_pct` % of the kept records the backend logged are joined, and at least
 /// `least_pct` % of those to the exchange it logged — the same upstream connection, and a
 /// position on it that differs from the backend's by one offset per connection (the capture
-/// counts a pooled connection's exchanges from its first one captured).
+/// counts a pooled connection's exchanges from its first one captured); and, weighing each
+/// kept record by the requests it stands for, at least `least_of_all_pct` % of the run's
+/// joined requests are right.
 fn check_join(
     j: &Value,
     err: &str,
     log: &Path,
     base: u32,
-    (least_joined_pct, least_pct): (usize, usize),
+    (least_joined_pct, least_pct, least_of_all_pct): (usize, usize, usize),
     what: &str,
 ) {
     use std::collections::HashMap;
@@ -1077,12 +1083,12 @@ fn check_join(
             .as_u64()
             .zip(up["index"].as_u64())
             .map(|(a, b)| (a as u16, b as u32));
-        pairs.push((t, got));
+        pairs.push((t, got, r["weight"].as_f64().unwrap_or(1.0)));
     }
     // The offset per upstream connection: the backend's index less the capture's, as most
     // of the connection's joined records have it.
     let mut offsets: HashMap<u16, HashMap<i64, u32>> = HashMap::new();
-    for (t, got) in &pairs {
+    for (t, got, _) in &pairs {
         if let Some(g) = got.filter(|g| g.0 == t.0) {
             *offsets
                 .entry(t.0)
@@ -1096,17 +1102,23 @@ fn check_join(
             .get(&port)
             .and_then(|m| m.iter().max_by_key(|e| *e.1).map(|e| *e.0))
     };
-    let right = pairs
-        .iter()
-        .filter(|(t, got)| {
-            got.is_some_and(|g| g.0 == t.0 && offset(t.0) == Some(i64::from(t.1) - i64::from(g.1)))
-        })
-        .count();
+    let is_right = |(t, got, _): &&((u16, u32), Option<(u16, u32)>, f64)| {
+        got.is_some_and(|g| g.0 == t.0 && offset(t.0) == Some(i64::from(t.1) - i64::from(g.1)))
+    };
+    let right = pairs.iter().filter(is_right).count();
     let joined = pairs.iter().filter(|p| p.1.is_some()).count();
+    // Of all the run's requests: each kept record stands for `weight` of them (the sample's
+    // records for many, the slowest kept exactly for themselves) — the slowest, kept whole,
+    // are where a server busy with a burst takes requests out of their order of arrival.
+    let weight_of = |f: &dyn Fn(&&((u16, u32), Option<(u16, u32)>, f64)) -> bool| {
+        pairs.iter().filter(f).map(|p| p.2).sum::<f64>()
+    };
+    let right_of_all = 100.0 * weight_of(&is_right) / weight_of(&|p| p.1.is_some()).max(1e-9);
     let hop = &j["layers"]["hops"][0];
     eprintln!(
         "upstream join ({what}): {right} of {} logged records joined to the right exchange \
-         ({joined} joined; {} upstream connections; {} requests in the backend's log; the \
+         ({joined} joined; of all the run's requests, weighted, {right_of_all:.2} % of the \
+         joined right; {} upstream connections; {} requests in the backend's log; the \
          hop's capture {} packets, {} dropped; its join {})",
         pairs.len(),
         offsets.len(),
@@ -1126,6 +1138,11 @@ fn check_join(
         right * 100 >= joined * least_pct,
         "{right} of {joined} joined right ({} logged)\n{}",
         pairs.len(),
+        show(j)
+    );
+    assert!(
+        right_of_all >= least_of_all_pct as f64,
+        "{right_of_all:.2} % of the run's joined requests right\n{}",
         show(j)
     );
 }
