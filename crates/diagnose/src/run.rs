@@ -822,9 +822,11 @@ fn start_host(
 ) -> std::thread::JoinHandle<Layer<lagtrace_model::host::HostReport>> {
     let loc = location.clone();
     let pid = opts.server_pid;
-    std::thread::spawn(move || {
-        adapters::host::measure(&loc, server.port(), server.is_ipv6(), pid, window)
-    })
+    // Named: its cost is the host layer's, and `perf`/`top -H` show it by name.
+    std::thread::Builder::new()
+        .name("lagtrace-host".into())
+        .spawn(move || adapters::host::measure(&loc, server.port(), server.is_ipv6(), pid, window))
+        .expect("spawning the host layer's thread")
 }
 
 /// The c=N load itself.
