@@ -1024,6 +1024,9 @@ fn the_upstream_join_behind_a_fast_proxy_matches_the_backends_own_log() {
     check_join(&j, &err, &log, 1, (40, 70, 70), "c=32, nginx behind nginx");
 }
 
+/// A record the backend logged: its (upstream port, index), the join's if any, its weight.
+type Logged = ((u16, u32), Option<(u16, u32)>, f64);
+
 /// Checks `j`'s upstream join against a backend's log (lines `CLIENT_PORT REQUEST_NUMBER
 /// UPSTREAM_PORT INDEX`, the request number from 1, the index from `base`): at least
 /// `least_joined_pct` % of the kept records the backend logged are joined, and at least
@@ -1102,7 +1105,7 @@ fn check_join(
             .get(&port)
             .and_then(|m| m.iter().max_by_key(|e| *e.1).map(|e| *e.0))
     };
-    let is_right = |(t, got, _): &&((u16, u32), Option<(u16, u32)>, f64)| {
+    let is_right = |(t, got, _): &&Logged| {
         got.is_some_and(|g| g.0 == t.0 && offset(t.0) == Some(i64::from(t.1) - i64::from(g.1)))
     };
     let right = pairs.iter().filter(is_right).count();
@@ -1110,9 +1113,7 @@ fn check_join(
     // Of all the run's requests: each kept record stands for `weight` of them (the sample's
     // records for many, the slowest kept exactly for themselves) — the slowest, kept whole,
     // are where a server busy with a burst takes requests out of their order of arrival.
-    let weight_of = |f: &dyn Fn(&&((u16, u32), Option<(u16, u32)>, f64)) -> bool| {
-        pairs.iter().filter(f).map(|p| p.2).sum::<f64>()
-    };
+    let weight_of = |f: &dyn Fn(&&Logged) -> bool| pairs.iter().filter(f).map(|p| p.2).sum::<f64>();
     let right_of_all = 100.0 * weight_of(&is_right) / weight_of(&|p| p.1.is_some()).max(1e-9);
     let hop = &j["layers"]["hops"][0];
     eprintln!(
