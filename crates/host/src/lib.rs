@@ -14,6 +14,7 @@ pub mod counters;
 pub mod cpu;
 pub mod disk;
 pub mod drops;
+mod ksym_cache;
 pub mod listen;
 pub mod netfilter;
 pub mod offcpu;

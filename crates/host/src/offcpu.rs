@@ -136,7 +136,7 @@ pub struct Kallsyms {
 
 /// One `/proc/kallsyms` line's text symbol: (address, name); `None` for data symbols, a
 /// zero address (read without CAP_SYSLOG) or a malformed line.
-fn text_symbol(l: &str) -> Option<(u64, &str)> {
+pub(crate) fn text_symbol(l: &str) -> Option<(u64, &str)> {
     // Most lines are data or read-only symbols on 64-bit kernels ("%016lx %c %s"): the type
     // letter sits at byte 17, so they are skipped before any parsing.
     let b = l.as_bytes();
@@ -209,14 +209,37 @@ impl Kallsyms {
         Kallsyms { syms }
     }
 
-    /// [`Kallsyms::resolve`] on `/proc/kallsyms` (not read when nothing is needed).
+    /// The symbols naming `needed`: from the boot's copy of the core kernel's
+    /// ([`crate::ksym_cache`]) when every address lies there, else [`Kallsyms::resolve`] on
+    /// `/proc/kallsyms`, keeping the copy for the boot's next runs (not read when nothing is
+    /// needed).
     pub fn read(needed: &[u64]) -> Kallsyms {
         if needed.is_empty() {
             return Kallsyms::default();
         }
-        std::fs::File::open("/proc/kallsyms")
-            .map(|f| Kallsyms::resolve(std::io::BufReader::with_capacity(1 << 16, f), needed))
-            .unwrap_or_default()
+        if let Some(mut syms) = crate::ksym_cache::lookup(needed) {
+            syms.sort_unstable_by_key(|s| s.0);
+            syms.dedup_by_key(|s| s.0);
+            return Kallsyms { syms };
+        }
+        let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
+            return Kallsyms::default();
+        };
+        // One pass: every text symbol, kept for the boot, and the needed ones named from it.
+        let mut all: Vec<(u64, &str)> = text.lines().filter_map(text_symbol).collect();
+        all.sort_by_key(|s| s.0);
+        crate::ksym_cache::store_sorted(&all);
+        let mut syms: Vec<(u64, String)> = needed
+            .iter()
+            .filter_map(|&a| {
+                let i = all.partition_point(|s| s.0 <= a);
+                let (at, name) = all.get(i.checked_sub(1)?)?;
+                Some((*at, (*name).to_string()))
+            })
+            .collect();
+        syms.sort_unstable_by_key(|s| s.0);
+        syms.dedup_by_key(|s| s.0);
+        Kallsyms { syms }
     }
 
     /// The function `addr` lies in.
