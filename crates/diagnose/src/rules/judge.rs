@@ -108,8 +108,8 @@ fn judge_here(target: &Target, layers: &Layers) -> Judgement {
     judge_server(target, layers).0
 }
 
-/// [`judge_here`], with the hop the tail's server time waited on when the upstream join
-/// shows one ([`tail_join::TailUpstream`]).
+/// [`judge_here`], with the hop the tail's server time waited on when the verdict is the
+/// tail's and the upstream join shows one ([`tail_join::TailUpstream`]).
 fn judge_server(target: &Target, layers: &Layers) -> (Judgement, Option<tail_join::TailUpstream>) {
     let x = Facts::new(layers);
     if let Some(j) = unreachable::judge(target, layers, &x) {
@@ -234,7 +234,9 @@ fn judge_server(target: &Target, layers: &Layers) -> (Judgement, Option<tail_joi
         evidence,
         finding_layers,
     };
-    (j, waited)
+    // A cause a layer named (the typical request's server time among them) stays the
+    // server's: only a verdict the tail alone gave is moved to the hop it waited on.
+    (j, None)
 }
 
 /// The tail with the mechanism a layer showed directly for the primary cause on its parts
