@@ -127,6 +127,10 @@ pub fn classify(state: u64, frames: &[&str]) -> WaitClass {
     WaitClass::Other
 }
 
+/// Farthest an address may lie past the start of the symbol that names it (bytes): the
+/// kernel's longest functions are a few tens of kilobytes.
+pub const MAX_SYMBOL_SPAN: u64 = 1 << 20;
+
 /// The kernel's text symbols (`/proc/kallsyms`), sorted by address: all of them, or only
 /// those that name a given set of addresses.
 #[derive(Debug, Default)]
@@ -242,10 +246,14 @@ impl Kallsyms {
         Kallsyms { syms }
     }
 
-    /// The function `addr` lies in.
+    /// The function `addr` lies in: the symbol below it, unless that lies farther than any
+    /// function is long ([`MAX_SYMBOL_SPAN`]) — an address in no listed symbol (a JIT'd BPF
+    /// program with `net.core.bpf_jit_kallsyms` off) is unnamed, not named after the core
+    /// kernel's last function a gigabyte below.
     pub fn name(&self, addr: u64) -> Option<&str> {
         let i = self.syms.partition_point(|s| s.0 <= addr);
-        (i > 0).then(|| self.syms[i - 1].1.as_str())
+        let (at, name) = self.syms.get(i.checked_sub(1)?)?;
+        (addr - at <= MAX_SYMBOL_SPAN).then_some(name.as_str())
     }
 
     /// Whether it has any symbol (the file was readable with addresses).
@@ -1040,6 +1048,8 @@ mod tests {
         assert_eq!(k.name(0xffffffff81000250), Some("second"));
         assert_eq!(k.name(0xffffffff81000301), Some("third"));
         assert_eq!(k.name(0xffffffff80000000), None);
+        // A gigabyte past the last symbol (a BPF program kallsyms does not list): unnamed.
+        assert_eq!(k.name(0xffffffffc0025cf3), None);
         // Read without CAP_SYSLOG: every address 0.
         assert!(Kallsyms::parse("0000000000000000 T first\n").is_empty());
         let f = frames(&k, &[0xffffffff81000000, 0xffffffff81000250, 0]);
