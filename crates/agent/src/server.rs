@@ -161,12 +161,15 @@ fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
 /// Rate limit (unauthenticated floods too, on a budget of their own), then the token; a
 /// refusal says only what was refused.
 async fn gate(State(st): State<St>, req: Request, next: Next) -> Response {
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
+    // Exactly one Authorization header: with two, which one a proxy or the agent reads
+    // first is not for the caller to choose.
+    let mut auth = req.headers().get_all(header::AUTHORIZATION).iter();
+    let (first, second) = (auth.next(), auth.next());
+    let presented = first
+        .filter(|_| second.is_none())
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
         .unwrap_or(b"");
-    let authorized = st.cfg.token.matches(presented);
+    let authorized = second.is_none() && st.cfg.token.matches(presented);
     let bucket = if authorized { &st.bucket } else { &st.refusals };
     if !lock(bucket).take(Instant::now()) {
         return ApiError::new(429, "too many requests").into_response();
@@ -305,6 +308,23 @@ fn start_capture(
         std::process::id(),
         random_id().map_err(|e| Box::new(Layer::error(e.message)))?
     ));
+    // Created here, new and the agent's alone (0600), before the capture writes it: it holds
+    // the caller's packets (their session cookies among them), and libpcap would create it
+    // with the umask's mode.
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file)
+            .map_err(|e| {
+                Box::new(Layer::error(format!(
+                    "capture file {}: {e}",
+                    file.display()
+                )))
+            })?;
+    }
     let o = CaptureOptions {
         iface: iface.clone(),
         filter: Some(format!("tcp port {port} and host {peer}")),

@@ -365,6 +365,40 @@ fn the_agent_refuses_without_disclosing_anything() {
             );
         }
     }
+    // Two Authorization headers, the token in either: refused alike.
+    let twice = [
+        format!("{TOKEN}\r\nAuthorization: Bearer not-the-token"),
+        format!("not-the-token\r\nAuthorization: Bearer {TOKEN}"),
+        format!("{TOKEN}\r\nAuthorization: Bearer {TOKEN}"),
+    ];
+    for auth in &twice {
+        let (code, body) = raw(&a, "GET", "/v1/clock", Some(auth), b"");
+        assert_eq!(
+            (code, body.as_str()),
+            (401, r#"{"error":"unauthorized"}"#),
+            "{auth:?}"
+        );
+    }
+    // The capture of an open session is the agent's alone: no other user reads the caller's
+    // packets from it.
+    {
+        let (code, body) = raw(&a, "POST", "/v1/session", Some(TOKEN), open.as_bytes());
+        assert_eq!(code, 201, "{body}");
+        let prefix = format!("lagtrace-agent-{}-", a.pid);
+        let files: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .collect();
+        assert!(!files.is_empty(), "no capture file of the session");
+        for f in &files {
+            use std::os::unix::fs::MetadataExt;
+            let mode = f.metadata().unwrap().mode();
+            assert_eq!(mode & 0o077, 0, "{}: {mode:o}", f.path().display());
+        }
+        // Let it expire (its window and grace) before the checks below.
+        std::thread::sleep(Duration::from_millis(1_600));
+    }
     // Another port's owner: refused, no session.
     let other = format!(r#"{{"port":{},"window_ms":500}}"#, lab.good_addr().port());
     let (code, body) = raw(&a, "POST", "/v1/session", Some(TOKEN), other.as_bytes());
