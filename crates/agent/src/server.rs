@@ -112,6 +112,8 @@ struct Shared {
     /// the caller who has the token keeps its share.
     refusals: Mutex<Bucket>,
     session: Mutex<Option<Session>>,
+    /// The last session that ended by itself (its id and caller), answered `410 expired`.
+    ended: Mutex<Option<(String, IpAddr)>>,
 }
 
 type St = Arc<Shared>;
@@ -229,7 +231,35 @@ async fn open(
     })
     .await
     .map_err(|_| ApiError::new(500, "the session did not start"))??;
+    tokio::spawn(end_on_time(
+        st.clone(),
+        opened.session.clone(),
+        Duration::from_millis(opened.window_ms),
+    ));
     Ok(json(StatusCode::CREATED, &opened))
+}
+
+/// A session ends on time by itself, whether or not its caller comes back: its capture
+/// stops at the window's end (the results kept for the grace period), and at the end of the
+/// grace period the session is dropped, its capture file with it.
+async fn end_on_time(st: St, id: String, window: Duration) {
+    let is = |s: &Session| s.id.as_bytes() == id.as_bytes();
+    tokio::time::sleep(window).await;
+    let (st2, id2) = (st.clone(), id.clone());
+    let _ = tokio::task::spawn_blocking(move || {
+        let mut slot = lock(&st2.session);
+        if let Some(s) = slot.as_mut().filter(|s| s.id.as_bytes() == id2.as_bytes()) {
+            // An error is the caller's to read (its finish gets it again); here the
+            // capture is stopped either way.
+            let _ = finish_blocking(&st2.cfg, s);
+        }
+    })
+    .await;
+    tokio::time::sleep(st.cfg.grace).await;
+    let mut slot = lock(&st.session);
+    if let Some(s) = slot.take_if(|s| is(s)) {
+        *lock(&st.ended) = Some((s.id.clone(), s.peer));
+    }
 }
 
 fn open_blocking(
@@ -362,6 +392,12 @@ fn with_session<R>(
     let mut slot = lock(&st.session);
     let s = match slot.as_mut() {
         Some(s) if s.id.as_bytes() == id.as_bytes() && s.peer == peer => s,
+        _ if lock(&st.ended)
+            .as_ref()
+            .is_some_and(|(e, p)| e.as_bytes() == id.as_bytes() && *p == peer) =>
+        {
+            return Err(ApiError::new(410, "session expired"));
+        }
         _ => return Err(ApiError::new(404, "no such session")),
     };
     if Instant::now() >= s.expires(st.cfg.grace) {
@@ -525,6 +561,7 @@ async fn accept_loop(
         bucket: Mutex::new(Bucket::new(cfg.burst, cfg.rate_per_sec)),
         refusals: Mutex::new(Bucket::new(cfg.burst, cfg.rate_per_sec)),
         session: Mutex::new(None),
+        ended: Mutex::new(None),
         cfg,
     });
     let app = router(st);

@@ -396,8 +396,16 @@ fn the_agent_refuses_without_disclosing_anything() {
             let mode = f.metadata().unwrap().mode();
             assert_eq!(mode & 0o077, 0, "{}: {mode:o}", f.path().display());
         }
-        // Let it expire (its window and grace) before the checks below.
-        std::thread::sleep(Duration::from_millis(1_600));
+        // Never finished, never asked for again: it ends by itself at its window's end
+        // plus the grace period (500 ms + 1 s), its capture file with it.
+        std::thread::sleep(Duration::from_millis(2_500));
+        let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
     }
     // Another port's owner: refused, no session.
     let other = format!(r#"{{"port":{},"window_ms":500}}"#, lab.good_addr().port());
