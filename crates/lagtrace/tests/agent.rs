@@ -407,6 +407,37 @@ fn the_agent_refuses_without_disclosing_anything() {
             .collect();
         assert!(left.is_empty(), "left behind: {left:?}");
     }
+    // `diagnose --agent` with an agent that refuses its token, or none listening there: a
+    // one-line error naming the agent, exit 2, before any request (never a verdict over the
+    // client's side alone, as if the server's had been seen).
+    let url = format!("http://{}/", lab.latency_addr());
+    let addr = a.addr.to_string();
+    let down = SocketAddr::new(a.addr.ip(), 9).to_string();
+    for (at, token, why) in [
+        (addr.as_str(), "not-the-token-0123456789abcdef", "401"),
+        (down.as_str(), TOKEN, "cannot reach"),
+    ] {
+        let t0 = std::time::Instant::now();
+        let out = Command::new(BIN)
+            .args(["diagnose", &url, "--json", "-q", "-d", "2s", "--agent", at])
+            .args(["--agent-fingerprint", &a.fingerprint])
+            .env("LAGTRACE_AGENT_TOKEN", token)
+            .output()
+            .expect("run lagtrace");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{at}: {err}");
+        assert!(out.stdout.is_empty(), "{at}: a verdict was printed");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("--agent {at}")) && err.contains(why),
+            "{at}: {err}"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{at}: {:?}",
+            t0.elapsed()
+        );
+    }
     // Another port's owner: refused, no session.
     let other = format!(r#"{{"port":{},"window_ms":500}}"#, lab.good_addr().port());
     let (code, body) = raw(&a, "POST", "/v1/session", Some(TOKEN), other.as_bytes());

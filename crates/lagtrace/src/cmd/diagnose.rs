@@ -167,6 +167,15 @@ fn agent_client(
         .map_err(|e| anyhow::anyhow!("--agent: {e}"))?;
     let c = lagtrace_agent::AgentClient::new(addr, pin, token)
         .map_err(|e| anyhow::anyhow!("--agent: {e}"))?;
+    // Asked for, the agent must answer before any traffic: an agent down, refusing the
+    // token or showing another certificate leaves the server side unseen, and a verdict
+    // over the client's side alone is not what was asked (run without --agent for that).
+    c.clock_offset().map_err(|e| {
+        anyhow::anyhow!(
+            "--agent {addr}: {e} (no request was sent; without --agent, diagnose looks from \
+             this side only)"
+        )
+    })?;
     Ok(Some(Arc::new(c)))
 }
 
