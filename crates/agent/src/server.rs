@@ -324,6 +324,15 @@ fn open_blocking(
     Ok(opened)
 }
 
+/// The packets of `peer`'s connections to the served `port`, each way: from the peer to the
+/// port, and from the port to the peer. Not the server host's own connections to the peer's
+/// port `port`, nor the peer's connections from a client port `port` to another listener
+/// (`tcp port P and host PEER` took both).
+fn capture_filter(peer: IpAddr, port: u16) -> String {
+    let a = peer.to_canonical();
+    format!("tcp and ((src host {a} and dst port {port}) or (dst host {a} and src port {port}))")
+}
+
 /// The capture of `peer`'s connections to `port`, on the interface toward `peer`.
 fn start_capture(
     cfg: &AgentConfig,
@@ -357,7 +366,7 @@ fn start_capture(
     }
     let o = CaptureOptions {
         iface: iface.clone(),
-        filter: Some(format!("tcp port {port} and host {peer}")),
+        filter: Some(capture_filter(peer, port)),
         snaplen: 160,
         netns,
         count: Some(cfg.max_packets),
