@@ -85,14 +85,21 @@ fn head(o: &mut String, d: &Diagnosis) {
         esc(v.cause.code()),
         esc(&d.target.url)
     );
+    // Real clients' traffic is named by its connections, never as a concurrency.
+    let load = d
+        .layers
+        .app
+        .get()
+        .and_then(|a| a.cn.as_ref())
+        .map_or_else(|| format!("c={}", d.settings.concurrency), |r| r.label());
     let _ = write!(
         o,
-        "<h1>lagtrace diagnose <code>{}</code></h1><div class=\"sub\">{} ({}:{}) · c={} · {:.1} s</div>",
+        "<h1>lagtrace diagnose <code>{}</code></h1><div class=\"sub\">{} ({}:{}) · {} · {:.1} s</div>",
         esc(&d.target.url),
         esc(&d.target.host),
         esc(&d.target.addr),
         d.target.port,
-        d.settings.concurrency,
+        esc(&load),
         d.elapsed_us as f64 / 1e6
     );
     let date = match d.started_unix_us {

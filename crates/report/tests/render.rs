@@ -600,3 +600,38 @@ fn the_label_check_sees_overlapping_labels() {
         ]
     );
 }
+
+/// A passive run's report names the clients' connections in its header, never a
+/// concurrency lagtrace did not choose (`c=N`).
+#[test]
+fn a_passive_reports_header_names_the_clients_connections() {
+    let mut d = nagle_case();
+    let cn = d
+        .layers
+        .app
+        .data
+        .as_mut()
+        .and_then(|a| a.cn.as_mut())
+        .expect("a c=N run");
+    cn.passive = Some(PassiveRun {
+        source: "file capture.pcap".into(),
+        server: "10.77.0.2:8080".into(),
+        clients: 3,
+        connections: cn.concurrency.into(),
+        incomplete: 0,
+        joined_open: 0,
+        by_client: Vec::new(),
+    });
+    let n = cn.concurrency;
+    let h = lagtrace_report::html(&d);
+    let sub = h
+        .split("<div class=\"sub\">")
+        .nth(1)
+        .and_then(|s| s.split("</div>").next())
+        .expect("the header's line");
+    assert!(sub.contains(&format!("{n} client connections")), "{sub}");
+    assert!(!sub.contains("c="), "{sub}");
+    // An active run keeps its c=N.
+    let h = lagtrace_report::html(&nagle_case());
+    assert!(h.contains(&format!(" · c={n} · ")), "active header");
+}
