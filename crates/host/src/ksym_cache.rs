@@ -120,10 +120,14 @@ pub(crate) fn store_sorted(syms: &[(u64, &str)]) {
     if unsafe { libc::geteuid() } != 0 {
         return;
     }
-    let Some(path) = path() else { return };
-    let (Some(lo), Some(hi)) = (syms.first().map(|s| s.0), syms.last().map(|s| s.0)) else {
-        return;
-    };
+    if let (Some(path), Some(bytes)) = (path(), encode(syms)) {
+        let _ = write_private(&path, &bytes);
+    }
+}
+
+/// The file's bytes for `syms` (sorted by address); None without a symbol.
+fn encode(syms: &[(u64, &str)]) -> Option<Vec<u8>> {
+    let (lo, hi) = (syms.first()?.0, syms.last()?.0);
     let mut out = Vec::with_capacity(HEADER + syms.len() * (ENTRY + 24));
     out.extend_from_slice(MAGIC);
     for v in [lo, hi, syms.len() as u64] {
@@ -139,7 +143,7 @@ pub(crate) fn store_sorted(syms: &[(u64, &str)]) {
     for (_, n) in syms {
         out.extend_from_slice(n.as_bytes());
     }
-    let _ = write_private(&path, &out);
+    Some(out)
 }
 
 /// Writes `bytes` to `path` through a temporary file renamed into place, in a directory
@@ -174,27 +178,7 @@ mod tests {
     use super::*;
 
     fn table(text: &str) -> Vec<u8> {
-        let mut syms: Vec<(u64, &str)> = text
-            .lines()
-            .filter_map(crate::offcpu::text_symbol)
-            .collect();
-        syms.sort_unstable_by_key(|s| s.0);
-        let mut out = Vec::new();
-        out.extend_from_slice(MAGIC);
-        for v in [syms[0].0, syms[syms.len() - 1].0, syms.len() as u64] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        let mut off = 0u32;
-        for (a, n) in &syms {
-            out.extend_from_slice(&a.to_le_bytes());
-            out.extend_from_slice(&off.to_le_bytes());
-            out.extend_from_slice(&(n.len() as u32).to_le_bytes());
-            off += n.len() as u32;
-        }
-        for (_, n) in &syms {
-            out.extend_from_slice(n.as_bytes());
-        }
-        out
+        encode(&crate::offcpu::text_symbols(text)).unwrap()
     }
 
     #[test]
@@ -234,7 +218,7 @@ mod tests {
     }
 
     /// On this kernel (as root, with addresses): the boot's copy names every sampled
-    /// address as one pass over `/proc/kallsyms` does, and its file is root's alone.
+    /// address as the file's own table does, and its file is root's alone.
     #[test]
     fn the_boots_copy_names_what_the_file_names() {
         use std::os::unix::fs::MetadataExt;
@@ -246,23 +230,14 @@ mod tests {
         if full.is_empty() || unsafe { libc::geteuid() } != 0 {
             return;
         }
-        let mut all: Vec<(u64, &str)> = text
-            .lines()
-            .filter_map(crate::offcpu::text_symbol)
-            .collect();
-        all.sort_by_key(|s| s.0);
+        let all = crate::offcpu::text_symbols(&text);
         store_sorted(&all);
         let m = std::fs::metadata(path().unwrap()).expect("the boot's copy");
         assert_eq!(m.mode() & 0o077, 0, "{:o}", m.mode());
-        let core: Vec<(u64, &str)> = text
-            .lines()
-            .filter_map(crate::offcpu::text_symbol)
-            .collect();
-        let needed: Vec<u64> = core.iter().step_by(89).map(|s| s.0 + 1).collect();
+        let needed: Vec<u64> = all.iter().step_by(89).map(|s| s.0 + 1).collect();
         let got = lookup(&needed).expect("the copy");
         assert_eq!(got.len(), needed.len());
-        let one_pass =
-            crate::offcpu::Kallsyms::resolve(std::io::Cursor::new(text.as_bytes()), &needed);
+        let one_pass = crate::offcpu::Kallsyms::naming(&all, &needed);
         for (&a, (at, name)) in needed.iter().zip(&got) {
             // The same symbol address (several names can share one).
             assert!(*at <= a, "{a:x}");
@@ -272,11 +247,11 @@ mod tests {
                 "{a:x}: {name}"
             );
             assert!(
-                core.iter().any(|s| s.0 == *at && s.1 == name),
+                all.iter().any(|s| s.0 == *at && s.1 == name),
                 "{a:x}: {name} at {at:x}"
             );
             assert!(
-                !core.iter().any(|s| s.0 > *at && s.0 <= a),
+                !all.iter().any(|s| s.0 > *at && s.0 <= a),
                 "{a:x}: a nearer one"
             );
         }

@@ -140,7 +140,7 @@ pub struct Kallsyms {
 
 /// One `/proc/kallsyms` line's text symbol: (address, name); `None` for data symbols, a
 /// zero address (read without CAP_SYSLOG) or a malformed line.
-pub(crate) fn text_symbol(l: &str) -> Option<(u64, &str)> {
+fn text_symbol(l: &str) -> Option<(u64, &str)> {
     // Most lines are data or read-only symbols on 64-bit kernels ("%016lx %c %s"): the type
     // letter sits at byte 17, so they are skipped before any parsing.
     let b = l.as_bytes();
@@ -163,60 +163,45 @@ pub(crate) fn text_symbol(l: &str) -> Option<(u64, &str)> {
     (addr != 0 && matches!(ty, "t" | "T" | "w" | "W")).then_some((addr, name))
 }
 
+/// Every text symbol of a whole `/proc/kallsyms` text, sorted by address (the file lists the
+/// core kernel, then each module: each part sorted).
+pub(crate) fn text_symbols(text: &str) -> Vec<(u64, &str)> {
+    let mut all: Vec<(u64, &str)> = text.lines().filter_map(text_symbol).collect();
+    all.sort_by_key(|s| s.0);
+    all
+}
+
 impl Kallsyms {
     /// Every text symbol of `text`.
     pub fn parse(text: &str) -> Kallsyms {
-        let mut syms: Vec<(u64, String)> = text
-            .lines()
-            .filter_map(text_symbol)
-            .map(|(a, n)| (a, n.to_string()))
-            .collect();
-        syms.sort_unstable_by_key(|s| s.0);
-        Kallsyms { syms }
+        Kallsyms {
+            syms: text_symbols(text)
+                .into_iter()
+                .map(|(a, n)| (a, n.to_string()))
+                .collect(),
+        }
     }
 
-    /// The symbols that name the addresses `needed`, in one pass over `r` (the file is
-    /// ~120 000 lines; only a few hundred stack addresses are asked): for each needed address
-    /// the nearest symbol at or below it is kept, nothing else is stored.
-    pub fn resolve(mut r: impl std::io::BufRead, needed: &[u64]) -> Kallsyms {
-        let mut need: Vec<u64> = needed.to_vec();
-        need.sort_unstable();
-        need.dedup();
-        // best[i]: the highest symbol address whose smallest needed address at or above it
-        // is need[i]; the nearest symbol below need[j] is then the highest of best[..=j].
-        // Each slot's name is rewritten in place: the file is sorted by address, so a slot
-        // takes a new symbol on nearly every line, and allocating each would cost more than
-        // the parse.
-        let mut best: Vec<(u64, String)> = vec![(0, String::new()); need.len()];
-        let mut line: Vec<u8> = Vec::with_capacity(256);
-        loop {
-            line.clear();
-            match r.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            let Some((addr, name)) = std::str::from_utf8(&line).ok().and_then(text_symbol) else {
-                continue;
-            };
-            let i = need.partition_point(|&n| n < addr);
-            if let Some(b) = best.get_mut(i)
-                && (b.0 == 0 || addr > b.0)
-            {
-                b.0 = addr;
-                b.1.clear();
-                b.1.push_str(name);
-            }
-        }
-        let mut syms: Vec<(u64, String)> = best.into_iter().filter(|b| b.0 != 0).collect();
+    /// The symbols of `all` (sorted by address) that name the addresses `needed`: for each,
+    /// the nearest at or below it; nothing else is kept (the file has ~120 000, a few
+    /// hundred stack addresses are asked).
+    pub(crate) fn naming(all: &[(u64, &str)], needed: &[u64]) -> Kallsyms {
+        let mut syms: Vec<(u64, String)> = needed
+            .iter()
+            .filter_map(|&a| {
+                let i = all.partition_point(|s| s.0 <= a);
+                let (at, name) = all.get(i.checked_sub(1)?)?;
+                Some((*at, (*name).to_string()))
+            })
+            .collect();
         syms.sort_unstable_by_key(|s| s.0);
         syms.dedup_by_key(|s| s.0);
         Kallsyms { syms }
     }
 
-    /// The symbols naming `needed`: from the boot's copy of the core kernel's
-    /// ([`crate::ksym_cache`]) when every address lies there, else [`Kallsyms::resolve`] on
-    /// `/proc/kallsyms`, keeping the copy for the boot's next runs (not read when nothing is
-    /// needed).
+    /// The symbols naming `needed`: from the boot's copy ([`crate::ksym_cache`]) when there is
+    /// one, else from `/proc/kallsyms`, read once and kept for the boot's next runs (not read
+    /// when nothing is needed).
     pub fn read(needed: &[u64]) -> Kallsyms {
         if needed.is_empty() {
             return Kallsyms::default();
@@ -229,21 +214,9 @@ impl Kallsyms {
         let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
             return Kallsyms::default();
         };
-        // One pass: every text symbol, kept for the boot, and the needed ones named from it.
-        let mut all: Vec<(u64, &str)> = text.lines().filter_map(text_symbol).collect();
-        all.sort_by_key(|s| s.0);
+        let all = text_symbols(&text);
         crate::ksym_cache::store_sorted(&all);
-        let mut syms: Vec<(u64, String)> = needed
-            .iter()
-            .filter_map(|&a| {
-                let i = all.partition_point(|s| s.0 <= a);
-                let (at, name) = all.get(i.checked_sub(1)?)?;
-                Some((*at, (*name).to_string()))
-            })
-            .collect();
-        syms.sort_unstable_by_key(|s| s.0);
-        syms.dedup_by_key(|s| s.0);
-        Kallsyms { syms }
+        Kallsyms::naming(&all, needed)
     }
 
     /// The function `addr` lies in: the symbol below it, unless that lies farther than any
@@ -1072,22 +1045,22 @@ mod tests {
             0xffffffff80000010,
             0xffffffff81000150,
         ];
-        let r = Kallsyms::resolve(std::io::Cursor::new(text), &needed);
+        let r = Kallsyms::naming(&text_symbols(text), &needed);
         for a in needed {
             assert_eq!(r.name(a), full.name(a), "{a:x}");
         }
         assert_eq!(r.name(0xffffffff81000250), Some("b"));
         assert_eq!(r.name(0xffffffffc0000180), Some("m2"));
         assert!(r.syms.len() <= needed.len());
-        assert!(Kallsyms::resolve(std::io::Cursor::new("0 T x\n"), &needed).is_empty());
+        assert!(Kallsyms::naming(&text_symbols("0 T x\n"), &needed).is_empty());
         // The kernel's own format: a module's name after a tab.
         let tabbed = "ffffffffc0000000 t m1\t[mod]\nffffffffc0000100 t m2\t[mod]\n";
-        let r = Kallsyms::resolve(std::io::Cursor::new(tabbed), &[0xffffffffc0000180]);
+        let r = Kallsyms::naming(&text_symbols(tabbed), &[0xffffffffc0000180]);
         assert_eq!(r.name(0xffffffffc0000180), Some("m2"));
     }
 
-    /// On this kernel's own `/proc/kallsyms` (when it gives addresses): the one-pass resolve
-    /// names every sampled address as the whole table does.
+    /// On this kernel's own `/proc/kallsyms` (when it gives addresses): the needed symbols
+    /// alone name every sampled address as the whole table does.
     #[test]
     fn resolving_this_kernels_symbols_matches_the_full_table() {
         let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
@@ -1099,7 +1072,7 @@ mod tests {
         }
         // Every 97th symbol, and a byte inside it.
         let needed: Vec<u64> = full.syms.iter().step_by(97).map(|s| s.0 + 1).collect();
-        let r = Kallsyms::resolve(std::io::Cursor::new(text.as_bytes()), &needed);
+        let r = Kallsyms::naming(&text_symbols(&text), &needed);
         // The symbol's address (several names can share one: aliases).
         let start = |k: &Kallsyms, a: u64| {
             let i = k.syms.partition_point(|s| s.0 <= a);
