@@ -87,6 +87,11 @@ struct Session {
 }
 
 impl Session {
+    /// Whether this is the session `id` (compared as bytes).
+    fn is(&self, id: &str) -> bool {
+        self.id.as_bytes() == id.as_bytes()
+    }
+
     fn expires(&self, grace: Duration) -> Instant {
         self.started + self.window + grace
     }
@@ -243,12 +248,11 @@ async fn open(
 /// stops at the window's end (the results kept for the grace period), and at the end of the
 /// grace period the session is dropped, its capture file with it.
 async fn end_on_time(st: St, id: String, window: Duration) {
-    let is = |s: &Session| s.id.as_bytes() == id.as_bytes();
     tokio::time::sleep(window).await;
     let (st2, id2) = (st.clone(), id.clone());
     let _ = tokio::task::spawn_blocking(move || {
         let mut slot = lock(&st2.session);
-        if let Some(s) = slot.as_mut().filter(|s| s.id.as_bytes() == id2.as_bytes()) {
+        if let Some(s) = slot.as_mut().filter(|s| s.is(&id2)) {
             // An error is the caller's to read (its finish gets it again); here the
             // capture is stopped either way.
             let _ = finish_blocking(&st2.cfg, s);
@@ -257,7 +261,7 @@ async fn end_on_time(st: St, id: String, window: Duration) {
     .await;
     tokio::time::sleep(st.cfg.grace).await;
     let mut slot = lock(&st.session);
-    if let Some(s) = slot.take_if(|s| is(s)) {
+    if let Some(s) = slot.take_if(|s| s.is(&id)) {
         *lock(&st.ended) = Some((s.id.clone(), s.peer));
     }
 }
@@ -400,7 +404,7 @@ fn with_session<R>(
 ) -> Result<R, ApiError> {
     let mut slot = lock(&st.session);
     let s = match slot.as_mut() {
-        Some(s) if s.id.as_bytes() == id.as_bytes() && s.peer == peer => s,
+        Some(s) if s.is(id) && s.peer == peer => s,
         _ if lock(&st.ended)
             .as_ref()
             .is_some_and(|(e, p)| e.as_bytes() == id.as_bytes() && *p == peer) =>

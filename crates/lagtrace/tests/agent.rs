@@ -296,12 +296,31 @@ fn raw_len(
     body: &[u8],
     len: usize,
 ) -> (u16, String) {
+    let (code, body) = request(a, method, path, auth, body, len, Duration::from_secs(10));
+    let text = String::from_utf8_lossy(&body);
+    (
+        code,
+        text.split("\r\n\r\n").next().unwrap_or("").to_string(),
+    )
+}
+
+/// One HTTPS request to the agent, pinned to its certificate, with `auth` (None: no
+/// header) and `len` declared body bytes: the status and the bytes after the head.
+fn request(
+    a: &Agent,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: &[u8],
+    len: usize,
+    timeout: Duration,
+) -> (u16, Vec<u8>) {
     let pin = lagtrace_agent::tls::parse_fingerprint(&a.fingerprint).unwrap();
     let cfg = lagtrace_agent::tls::client_config(pin).unwrap();
     let name = rustls::pki_types::ServerName::try_from("lagtrace-agent").unwrap();
     let mut conn = rustls::ClientConnection::new(cfg, name).unwrap();
     let mut tcp = TcpStream::connect(a.addr).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    tcp.set_read_timeout(Some(timeout)).unwrap();
     let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len}\r\n"
@@ -314,14 +333,16 @@ fn raw_len(
     tls.write_all(body).unwrap();
     let mut resp = Vec::new();
     let _ = tls.read_to_end(&mut resp);
-    let text = String::from_utf8_lossy(&resp).into_owned();
-    let code = text
+    let head_end = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(resp.len(), |i| i + 4);
+    let code = String::from_utf8_lossy(&resp[..head_end])
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    (code, body)
+    (code, resp[head_end..].to_vec())
 }
 
 #[test]
@@ -515,32 +536,17 @@ fn the_agent_refuses_without_disclosing_anything() {
     assert!(too_many(&replies), "{replies:?}");
 }
 
-/// [`raw`] with the body as bytes (a capture).
+/// [`raw`] with the token and the body as bytes (a capture).
 fn raw_bytes(a: &Agent, method: &str, path: &str) -> (u16, Vec<u8>) {
-    let pin = lagtrace_agent::tls::parse_fingerprint(&a.fingerprint).unwrap();
-    let cfg = lagtrace_agent::tls::client_config(pin).unwrap();
-    let name = rustls::pki_types::ServerName::try_from("lagtrace-agent").unwrap();
-    let mut conn = rustls::ClientConnection::new(cfg, name).unwrap();
-    let mut tcp = TcpStream::connect(a.addr).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\
-         Authorization: Bearer {TOKEN}\r\n\r\n"
-    );
-    tls.write_all(req.as_bytes()).unwrap();
-    let mut resp = Vec::new();
-    let _ = tls.read_to_end(&mut resp);
-    let head_end = resp
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(resp.len(), |i| i + 4);
-    let code = String::from_utf8_lossy(&resp[..head_end])
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, resp[head_end..].to_vec())
+    request(
+        a,
+        method,
+        path,
+        Some(TOKEN),
+        b"",
+        0,
+        Duration::from_secs(20),
+    )
 }
 
 /// The served capture holds the caller's connections to the served port and nothing else
