@@ -19,6 +19,8 @@ pub const MAP_HASH: u32 = 1;
 pub const MAP_ARRAY: u32 = 2;
 /// `BPF_MAP_TYPE_PERCPU_ARRAY`.
 pub const MAP_PERCPU_ARRAY: u32 = 6;
+/// `BPF_MAP_TYPE_LRU_HASH`.
+pub const MAP_LRU_HASH: u32 = 9;
 /// `BPF_MAP_TYPE_RINGBUF`.
 pub const MAP_RINGBUF: u32 = 27;
 /// `BPF_PROG_TYPE_TRACEPOINT`.

@@ -284,3 +284,70 @@ fn the_handshake_gap_at_the_servers_capture_supports_the_measured_cost() {
         j.evidence
     );
 }
+
+/// `host(...)` with the server's TCP packets' waits in a backlog queue: median `p50_us` over
+/// `packets` packets.
+fn queued(busiest: f64, p50_us: u64, packets: u64) -> HostReport {
+    let mut h = host(2_000, 2_000, busiest, Some(walk(1, "accept")));
+    if let Some(k) = h.softirq.data.as_mut() {
+        k.netns_backlog_wait = Some(lagtrace_model::host::BacklogWait {
+            packets,
+            mean_us: p50_us,
+            p50_us,
+            p99_us: p50_us * 3,
+            max_us: p50_us * 10,
+        });
+        k.ksoftirqd_us = 1_500_000;
+    }
+    h
+}
+
+#[test]
+fn cheap_packets_that_keep_a_cpu_busy_and_queue_the_servers_are_softirq_saturated() {
+    // A flood: 2 µs a packet (a normal stack's), CPU 0 93 % in the receive softirq, the
+    // server's packets ~240 µs in its backlog against a 110 µs request.
+    let j = judge(&target(), &layers(queued(0.93, 240, 50_000)));
+    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::SoftirqSaturated),
+        "{j:#?}"
+    );
+    assert_eq!(j.verdict.cost.added_us, 240, "{j:#?}");
+    assert!(
+        j.evidence.iter().any(|e| e.text.contains("backlog queue")
+            && e.text.contains("p50 240µs")
+            && e.text.contains("CPU 0")),
+        "{j:#?}"
+    );
+    assert_eq!(
+        j.verdict.fix[0].location.as_deref(),
+        Some("CPU 0: /proc/net/softnet_stat, mpstat -P 0 1"),
+        "{j:#?}"
+    );
+}
+
+#[test]
+fn a_busy_softirq_cpu_whose_queue_the_server_does_not_wait_in_is_not_named() {
+    // The CPU busy, the server's packets through at once (another CPU's traffic).
+    let j = judge(&target(), &layers(queued(0.93, 8, 50_000)));
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+    // The server's packets queued, no CPU busy with the receive work: not this (a hand-off
+    // delayed by something else, e.g. the CPU's own scheduling).
+    let j = judge(&target(), &layers(queued(0.3, 240, 50_000)));
+    assert_ne!(
+        j.verdict.mechanism,
+        Some(Mechanism::SoftirqSaturated),
+        "{j:#?}"
+    );
+    // Too few packets timed to speak for the server's.
+    let j = judge(&target(), &layers(queued(0.93, 240, 20)));
+    assert_ne!(
+        j.verdict.mechanism,
+        Some(Mechanism::SoftirqSaturated),
+        "{j:#?}"
+    );
+    // A queue small next to the typical request (110 µs): 10 µs is not its source.
+    let j = judge(&target(), &layers(queued(0.93, 10, 50_000)));
+    assert_eq!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+}

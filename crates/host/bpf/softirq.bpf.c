@@ -14,6 +14,14 @@
 // packet's device is the one it arrived on (macvlan or VLAN devices moved into a namespace
 // count for the lower device's).
 //
+// The wait before it: a packet handed to the stack through a CPU's backlog queue
+// (netif_rx: loopback, veth, tun, and RPS steering it to another CPU) waits there until
+// that CPU's receive softirq takes it; behind a flood the queue is long. The watched
+// namespace's TCP packets are timed from netif_rx to netif_receive_skb (the flood's
+// UDP is not: a map update per packet at a flood's rate would cost more than it tells).
+// A packet a driver's NAPI poll hands over directly has no queue this can see (its wait
+// is in the device's ring): nothing is timed for it.
+//
 // Raw tracepoints: no perf record is built for each event (the three fire on every softirq
 // and every packet of the machine). No CO-RE: the kernel structs' offsets come from its BTF
 // through CONF.
@@ -32,6 +40,8 @@ struct conf {
 	__u32 dev_net;      // net_device.nd_net.net
 	__u32 net_inum;     // net.ns.inum
 	__u32 watch_netns;  // the watched namespace's inode
+	__u32 skb_protocol; // sk_buff.protocol (big-endian ethertype)
+	__u32 skb_data;     // sk_buff.data (the network header once the link layer is pulled)
 };
 
 // One CPU's sums (the layout src/softirq.rs reads).
@@ -48,6 +58,18 @@ struct acc {
 	__u64 pkt_watched; // whether it is the watched namespace's
 	__u64 last_dev;    // the device of the last packet, and whether it is the watched
 	__u64 last_watched; // namespace's (packets come in runs from one device)
+	__u64 q_ns;        // the watched namespace's TCP packets' waits in a backlog queue
+	__u64 q_packets;   // and how many were timed
+	__u64 q_max_ns;    // the longest
+	__u64 q_last_dev;  // netif_rx's own device cache (it runs on the sending CPU,
+	__u64 q_last_watched; // outside the receive softirq)
+};
+
+// Backlog waits by size, in µs: 0–3 one each, then four buckets per power of two
+// (src/softirq.rs's `wait_bucket` inverts it).
+#define QBUCKETS 128 // a power of two: the index is masked for the verifier
+struct qhist {
+	__u64 n[QBUCKETS];
 };
 
 struct {
@@ -64,6 +86,22 @@ struct {
 	__type(value, struct acc);
 } ACC SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct qhist);
+} QHIST SEC(".maps");
+
+// When each timed packet entered a backlog queue, by its sk_buff's address (a packet GRO
+// merged or a queue dropped never leaves: the LRU forgets it).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} QTS SEC(".maps");
+
 static __always_inline __u64 rd64(__u64 base, __u32 off)
 {
 	__u64 v = 0;
@@ -78,6 +116,101 @@ static __always_inline void end_packet(struct acc *a, __u64 now)
 	if (a->pkt_ts && a->pkt_watched)
 		a->ns_ns += now - a->pkt_ts;
 	a->pkt_ts = 0;
+}
+
+// Whether `dev` is in the watched namespace.
+static __always_inline int dev_watched(struct conf *c, __u64 dev)
+{
+	__u64 net = dev ? rd64(dev, c->dev_net) : 0;
+	__u32 inum = 0;
+	if (net)
+		bpf_probe_read_kernel(&inum, sizeof(inum), (const char *)net + c->net_inum);
+	return inum && inum == c->watch_netns;
+}
+
+static __always_inline __u32 log2_u64(__u64 v)
+{
+	__u32 r = 0;
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
+	return r;
+}
+
+static __always_inline __u32 wait_bucket(__u64 us)
+{
+	__u32 msb, idx;
+	if (us < 4)
+		return (__u32)us;
+	msb = log2_u64(us);
+	idx = 4 + (msb - 2) * 4 + (__u32)((us >> (msb - 2)) & 3);
+	return idx < QBUCKETS ? idx : QBUCKETS - 1;
+}
+
+// The packet `skb` entered the stack: the end of its wait in a backlog queue, when it was
+// timed into one.
+static __always_inline void end_wait(struct acc *a, __u64 skb, __u64 now)
+{
+	__u32 zero = 0;
+	__u64 *t = bpf_map_lookup_elem(&QTS, &skb);
+	struct qhist *h;
+	__u64 d;
+	__u32 b;
+	if (!t)
+		return;
+	d = now > *t ? now - *t : 0;
+	bpf_map_delete_elem(&QTS, &skb);
+	a->q_ns += d;
+	a->q_packets += 1;
+	if (d > a->q_max_ns)
+		a->q_max_ns = d;
+	h = bpf_map_lookup_elem(&QHIST, &zero);
+	if (!h)
+		return;
+	b = wait_bucket(d / 1000);
+	// Opaque to the compiler, so that the mask the verifier needs is not optimised away.
+	asm volatile("" : "+r"(b));
+	h->n[b & (QBUCKETS - 1)] += 1;
+}
+
+// netif_rx(struct sk_buff *skb): a packet queued to a CPU's backlog. The watched
+// namespace's TCP packets are timed from here.
+SEC("raw_tracepoint/netif_rx")
+int netif_rx(__u64 *ctx)
+{
+	__u32 zero = 0;
+	struct acc *a = bpf_map_lookup_elem(&ACC, &zero);
+	struct conf *c = bpf_map_lookup_elem(&CONF, &zero);
+	__u64 skb = ctx[0], dev, data, now;
+	__u16 proto = 0;
+	__u8 l4 = 0;
+	if (!a || !c || !skb)
+		return 0;
+	dev = rd64(skb, c->skb_dev);
+	if (!dev)
+		return 0;
+	if (dev != a->q_last_dev) {
+		a->q_last_dev = dev;
+		a->q_last_watched = dev_watched(c, dev);
+	}
+	if (!a->q_last_watched)
+		return 0;
+	bpf_probe_read_kernel(&proto, sizeof(proto), (const char *)skb + c->skb_protocol);
+	data = rd64(skb, c->skb_data);
+	if (!data)
+		return 0;
+	if (proto == __builtin_bswap16(0x0800))
+		bpf_probe_read_kernel(&l4, 1, (const char *)data + 9);
+	else if (proto == __builtin_bswap16(0x86DD))
+		bpf_probe_read_kernel(&l4, 1, (const char *)data + 6);
+	if (l4 != 6)
+		return 0;
+	now = bpf_ktime_get_ns();
+	bpf_map_update_elem(&QTS, &skb, &now, BPF_ANY);
+	return 0;
 }
 
 // softirq_entry(unsigned int vec_nr)
@@ -132,8 +265,7 @@ int netif_receive_skb(__u64 *ctx)
 	__u32 zero = 0;
 	struct acc *a = bpf_map_lookup_elem(&ACC, &zero);
 	struct conf *c;
-	__u64 now, dev, net;
-	__u32 inum = 0;
+	__u64 now, dev;
 	// Only inside a receive softirq: the packets it takes one after the other.
 	if (!a || !a->start || a->vec != NET_RX)
 		return 0;
@@ -146,15 +278,14 @@ int netif_receive_skb(__u64 *ctx)
 	if (dev && dev == a->last_dev) {
 		a->pkt_watched = a->last_watched;
 	} else {
-		net = dev ? rd64(dev, c->dev_net) : 0;
-		if (net)
-			bpf_probe_read_kernel(&inum, sizeof(inum), (const char *)net + c->net_inum);
-		a->pkt_watched = inum && inum == c->watch_netns;
+		a->pkt_watched = dev_watched(c, dev);
 		a->last_dev = dev;
 		a->last_watched = a->pkt_watched;
 	}
-	if (a->pkt_watched)
+	if (a->pkt_watched) {
 		a->ns_packets += 1;
+		end_wait(a, ctx[0], now);
+	}
 	a->pkt_ts = now;
 	return 0;
 }

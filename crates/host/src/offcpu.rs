@@ -647,13 +647,12 @@ mod imp {
     use crate::bpf::{load_tracepoint, refused};
     use lagtrace_bpf::ringbuf::RingBuf;
     use lagtrace_bpf::tracefs::Format;
-    use lagtrace_bpf::{Error, MAP_ARRAY, MAP_HASH, MAP_RINGBUF, MapSpec};
+    use lagtrace_bpf::{Error, MAP_ARRAY, MAP_HASH, MAP_LRU_HASH, MAP_RINGBUF, MapSpec};
     use lagtrace_bpf::{map_create, map_update, stack_addrs, u32_at, u64_at};
     use std::os::fd::OwnedFd;
 
     static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"));
     const MAP_STACK_TRACE: u32 = 7;
-    const MAP_LRU_HASH: u32 = 9;
     const DEPTH: u32 = 24;
     const RING_BYTES: u32 = 1 << 20;
 

@@ -6,7 +6,7 @@
 //! Softirqs are per CPU, not per namespace: the figures are machine-wide, apart from the
 //! watched namespace's own packets (timed one by one, see bpf/softirq.bpf.c).
 
-use lagtrace_model::host::{Softirq, SoftirqCpu};
+use lagtrace_model::host::{BacklogWait, Softirq, SoftirqCpu};
 
 pub use crate::bpf::BpfError;
 
@@ -68,7 +68,7 @@ pub fn possible_cpus(text: &str) -> Option<Vec<u32>> {
 }
 
 /// One CPU's softirq times as the BPF program sums them (ns, runs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Times {
     /// Time in NET_RX (ns).
     pub rx_ns: u64,
@@ -82,6 +82,57 @@ pub struct Times {
     pub ns_ns: u64,
     /// The watched namespace's packets.
     pub ns_packets: u64,
+    /// The watched namespace's TCP packets' waits in a backlog queue (ns), how many were
+    /// timed, the longest (ns).
+    pub q_ns: u64,
+    /// Packets whose wait was timed.
+    pub q_packets: u64,
+    /// The longest wait (ns).
+    pub q_max_ns: u64,
+    /// The waits by size ([`wait_bucket`]'s buckets).
+    pub q_hist: Vec<u64>,
+}
+
+/// Buckets of the backlog-wait histogram (as bpf/softirq.bpf.c's `QBUCKETS`).
+pub const QBUCKETS: usize = 128;
+
+/// The bucket of a wait of `us` µs: 0–3 one each, then four per power of two (~19 %
+/// wide) — the BPF program's own function, kept here for its inverse and its test.
+pub fn wait_bucket(us: u64) -> usize {
+    if us < 4 {
+        return us as usize;
+    }
+    let msb = 63 - us.leading_zeros() as usize;
+    (4 + (msb - 2) * 4 + ((us >> (msb - 2)) & 3) as usize).min(QBUCKETS - 1)
+}
+
+/// The waits bucket `b` holds, from its lowest to its highest (µs).
+pub fn bucket_range(b: usize) -> (u64, u64) {
+    if b < 4 {
+        return (b as u64, b as u64);
+    }
+    let msb = (b - 4) / 4 + 2;
+    let sub = ((b - 4) % 4) as u64;
+    let lo = (4 + sub) << (msb - 2);
+    (lo, lo + (1u64 << (msb - 2)) - 1)
+}
+
+/// The `q` quantile of the histogram's waits (µs): the middle of the bucket it falls in.
+pub fn hist_quantile(hist: &[u64], q: f64) -> Option<u64> {
+    let n: u64 = hist.iter().sum();
+    if n == 0 {
+        return None;
+    }
+    let rank = ((n as f64 * q).ceil() as u64).clamp(1, n);
+    let mut seen = 0;
+    for (b, c) in hist.iter().enumerate() {
+        seen += c;
+        if seen >= rank {
+            let (lo, hi) = bucket_range(b);
+            return Some((lo + hi) / 2);
+        }
+    }
+    None
 }
 
 /// The window's report from the softnet readings at its ends, the CPUs' softirq times
@@ -114,7 +165,7 @@ pub fn report(
                 });
             let t = times
                 .and_then(|t| t.get(e.cpu as usize))
-                .copied()
+                .cloned()
                 .unwrap_or_default();
             SoftirqCpu {
                 cpu: e.cpu,
@@ -134,7 +185,25 @@ pub fn report(
         t.iter()
             .fold((0, 0), |(n, p), c| (n + c.ns_ns, p + c.ns_packets))
     });
+    let mut hist = vec![0u64; QBUCKETS];
+    let (mut q_ns, mut q_packets, mut q_max_ns) = (0, 0, 0);
+    for t in times.unwrap_or_default() {
+        q_ns += t.q_ns;
+        q_packets += t.q_packets;
+        q_max_ns = q_max_ns.max(t.q_max_ns);
+        for (h, n) in hist.iter_mut().zip(&t.q_hist) {
+            *h += n;
+        }
+    }
+    let netns_backlog_wait = (q_packets > 0).then(|| BacklogWait {
+        packets: q_packets,
+        mean_us: q_ns / q_packets / 1000,
+        p50_us: hist_quantile(&hist, 0.5).unwrap_or(0),
+        p99_us: hist_quantile(&hist, 0.99).unwrap_or(0),
+        max_us: q_max_ns / 1000,
+    });
     Softirq {
+        netns_backlog_wait,
         netns_packets: ns_packets,
         netns_rx_us: ns_ns / 1000,
         netns_ns_per_packet: (ns_packets > 0).then(|| ns_ns / ns_packets),
@@ -157,24 +226,31 @@ mod imp {
     use super::*;
     use crate::bpf::{load_program, refused};
     use lagtrace_bpf::btf::{Btf, VMLINUX, Vmlinux};
-    use lagtrace_bpf::{Error, MAP_ARRAY, MAP_PERCPU_ARRAY, MapSpec, PROG_RAW_TRACEPOINT};
+    use lagtrace_bpf::{
+        Error, MAP_ARRAY, MAP_LRU_HASH, MAP_PERCPU_ARRAY, MapSpec, PROG_RAW_TRACEPOINT,
+    };
     use lagtrace_bpf::{map_create, map_lookup, map_update};
     use std::os::fd::OwnedFd;
 
     static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/softirq.bpf.o"));
 
     /// Bytes of one CPU's `struct acc`.
-    const ACC: usize = 96;
+    const ACC: usize = 136;
+    /// Bytes of one CPU's `struct qhist`.
+    const QHIST: usize = QBUCKETS * 8;
 
     /// The program's maps (as softirq.bpf.c declares them).
-    const MAPS: [MapSpec; 2] = [
-        ("CONF", MAP_ARRAY, 4, 16, 1),
+    const MAPS: [MapSpec; 4] = [
+        ("CONF", MAP_ARRAY, 4, 24, 1),
         ("ACC", MAP_PERCPU_ARRAY, 4, ACC as u32, 1),
+        ("QHIST", MAP_PERCPU_ARRAY, 4, QHIST as u32, 1),
+        ("QTS", MAP_LRU_HASH, 8, 8, 16384),
     ];
 
     /// The timer while attached (detached when dropped).
     pub struct Timer {
         acc: OwnedFd,
+        qhist: OwnedFd,
         /// The possible CPUs' ids, in the order a per-CPU map's value lists them.
         possible: Vec<u32>,
         _links: Vec<OwnedFd>,
@@ -185,16 +261,18 @@ mod imp {
         /// with inode `netns` are timed apart.
         pub fn start(netns: u32) -> Result<Timer, BpfError> {
             let what = "loading the softirq timer (BPF on the softirq_entry/exit, \
-                        netif_receive_skb and napi_poll raw tracepoints)";
+                        netif_rx, netif_receive_skb and napi_poll raw tracepoints)";
             let btf = Vmlinux::open().map_err(|e| BpfError::Kernel(format!("{VMLINUX}: {e}")))?;
             let offsets = Btf::parse(btf.bytes()).and_then(|b| {
                 Ok([
                     b.offset("sk_buff", &["dev"])?,
                     b.offset("net_device", &["nd_net", "net"])?,
                     b.offset("net", &["ns", "inum"])?,
+                    b.offset("sk_buff", &["protocol"])?,
+                    b.offset("sk_buff", &["data"])?,
                 ])
             });
-            let [skb_dev, dev_net, net_inum] =
+            let [skb_dev, dev_net, net_inum, skb_protocol, skb_data] =
                 offsets.map_err(|e| BpfError::Kernel(e.to_string()))?;
             drop(btf);
             let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")
@@ -211,7 +289,7 @@ mod imp {
             for m in &MAPS {
                 maps.push((m.0, map_create(m).map_err(|e| refused(what, e))?));
             }
-            let conf: Vec<u8> = [skb_dev, dev_net, net_inum, netns]
+            let conf: Vec<u8> = [skb_dev, dev_net, net_inum, netns, skb_protocol, skb_data]
                 .iter()
                 .flat_map(|v| v.to_ne_bytes())
                 .collect();
@@ -221,6 +299,7 @@ mod imp {
             for (name, tp) in [
                 ("softirq_entry", c"softirq_entry"),
                 ("softirq_exit", c"softirq_exit"),
+                ("netif_rx", c"netif_rx"),
                 ("netif_receive_skb", c"netif_receive_skb"),
                 ("napi_poll", c"napi_poll"),
             ] {
@@ -239,9 +318,11 @@ mod imp {
                 links.push(prog);
                 links.push(link);
             }
+            let qhist = maps.swap_remove(2).1;
             let acc = maps.swap_remove(1).1;
             Ok(Timer {
                 acc,
+                qhist,
                 possible,
                 _links: links,
             })
@@ -256,6 +337,10 @@ mod imp {
             map_lookup(&self.acc, &0u32.to_ne_bytes(), &mut v).map_err(|e| {
                 BpfError::Kernel(format!("reading the softirq timer's per-CPU sums: {e}"))
             })?;
+            let mut h = vec![0u8; QHIST * self.possible.len()];
+            map_lookup(&self.qhist, &0u32.to_ne_bytes(), &mut h).map_err(|e| {
+                BpfError::Kernel(format!("reading the backlog waits' per-CPU histogram: {e}"))
+            })?;
             let last = self.possible.iter().max().map_or(0, |m| *m as usize);
             let mut out = vec![Times::default(); last + 1];
             for (slot, c) in v.chunks_exact(ACC).enumerate() {
@@ -263,6 +348,10 @@ mod imp {
                     u64::from_ne_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or_default())
                 };
                 if let Some(&cpu) = self.possible.get(slot) {
+                    let hist = h[slot * QHIST..(slot + 1) * QHIST]
+                        .chunks_exact(8)
+                        .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or_default()))
+                        .collect();
                     out[cpu as usize] = Times {
                         rx_ns: f(0),
                         rx_runs: f(1),
@@ -270,6 +359,10 @@ mod imp {
                         tx_runs: f(3),
                         ns_ns: f(6),
                         ns_packets: f(7),
+                        q_ns: f(12),
+                        q_packets: f(13),
+                        q_max_ns: f(14),
+                        q_hist: hist,
                     };
                 }
             }
@@ -305,6 +398,33 @@ mod tests {
     // This machine's /proc/net/softnet_stat (kernel 6.18: 15 columns, the CPU in the 13th).
     const A: &str = "0b025e91 00000000 0000003d 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000\n\
                      0aca4dbc 00000000 0000004c 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000001 00000000 00000000\n";
+
+    #[test]
+    fn wait_buckets_invert_and_give_quantiles() {
+        // Every µs value lies in its bucket's range, buckets in order, ~19 % wide.
+        let mut last = 0;
+        for us in (0..5000u64).chain([10_000, 123_456, 1 << 30]) {
+            let b = wait_bucket(us);
+            let (lo, hi) = bucket_range(b);
+            assert!(lo <= us && us <= hi, "{us} in bucket {b} = {lo}..={hi}");
+            assert!(b >= last || us > 5000);
+            last = b;
+            if us >= 16 {
+                assert!(
+                    (hi - lo + 1) as f64 <= 0.26 * lo as f64,
+                    "{us}: {lo}..={hi}"
+                );
+            }
+        }
+        assert_eq!(wait_bucket(u64::MAX), QBUCKETS - 1);
+        let mut h = vec![0u64; QBUCKETS];
+        h[wait_bucket(8)] = 90;
+        h[wait_bucket(700)] = 10;
+        assert_eq!(hist_quantile(&h, 0.5), Some(8));
+        let p99 = hist_quantile(&h, 0.99).unwrap();
+        assert!((640..=767).contains(&p99), "{p99}");
+        assert_eq!(hist_quantile(&[0; 4], 0.5), None);
+    }
 
     #[test]
     fn lists_every_possible_cpu() {

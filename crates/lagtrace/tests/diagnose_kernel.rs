@@ -3,8 +3,11 @@
 //! one by one are `kernel-stack` / `netfilter-rules`, naming the chain and how many rules a
 //! packet walks; the same ports matched by one set, or the same rules behind a rule that
 //! accepts the server's port, are `healthy` — the cost is measured (the receive softirq's
-//! time per packet of the server's namespace), never inferred from counting rules. Each
-//! fault is diagnosed three times: the verdict must not change. Labs are removed by guards.
+//! time per packet of the server's namespace), never inferred from counting rules. A UDP
+//! flood that keeps the server's receive CPU busy while nginx itself is quick is
+//! `kernel-stack` / `softirq-saturated`: cheap packets, but the server's own wait in the
+//! CPU's backlog queue behind them. Each fault is diagnosed three times: the verdict must
+//! not change. Labs are removed by guards.
 
 mod common;
 
@@ -223,5 +226,132 @@ fn two_thousand_iptables_rules_are_named_too() {
     );
     load(&lab, &["iptables-restore"], &restore);
     named_three_times(&lab, "ip filter INPUT", 2_000);
+    unload(lab);
+}
+
+/// The flooder (`common/udp_flood.c`): Ethernet frames written to a device through an
+/// AF_PACKET socket, 64 a call; it stops by itself after the seconds it is given.
+const UDP_FLOOD_C: &str = include_str!("common/udp_flood.c");
+
+/// The flooder while it runs: killed and reaped when dropped, even on a failed assertion.
+struct Flood(std::process::Child);
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The server's TCP packets' median wait in a CPU's backlog queue (µs), as the host layer
+/// timed it.
+fn backlog_p50_us(j: &Value) -> u64 {
+    let k = &j["layers"]["host"]["data"]["softirq"]["data"];
+    k["netns_backlog_wait"]["p50_us"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no backlog wait timed: {k}"))
+}
+
+/// A UDP flood into the server's namespace, every packet of which one CPU's receive softirq
+/// takes (RPS on the server's veth set to that CPU, as a single-queue NIC's interrupt would
+/// be), sent from the other CPU: 2 µs a packet, a normal stack's, but so many that the CPU
+/// is busy with them most of the window and nginx's requests wait behind them in its backlog
+/// queue. `kernel-stack` / `softirq-saturated`, three times, naming the CPU; the same lab
+/// without the flood is healthy, its packets through the backlog in a few µs.
+#[test]
+#[ignore = "needs root"]
+fn a_udp_flood_that_keeps_the_receive_cpu_busy_is_softirq_saturated() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        eprintln!("skipped: needs two CPUs, one to take the flood and one to send it");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("udp_flood.c");
+    std::fs::write(&src, UDP_FLOOD_C).expect("write the flooder");
+    let bin = dir.path().join("udp_flood");
+    let out = {
+        // Compiling takes a CPU: not while another test measures.
+        let _turn = lagtrace_testkit::measuring();
+        Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .output()
+            .expect("cc")
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lab = Lab::up(&LabOptions::new(&name("fld"))).expect("lab up");
+    let ns = lagtrace_lab::netns_name(lab.name());
+    let dev = lab.server_iface().to_string();
+    lagtrace_testkit::in_ns(
+        &ns,
+        &[
+            "sh",
+            "-c",
+            // Every receive queue (a veth has one per CPU: the senders' queue choice
+            // would otherwise spread the requests over both CPUs).
+            &format!("for q in /sys/class/net/{dev}/queues/rx-*; do echo 1 > $q/rps_cpus; done"),
+        ],
+    );
+    let mac = lagtrace_testkit::in_ns(&ns, &["cat", &format!("/sys/class/net/{dev}/address")])
+        .trim()
+        .to_string();
+    {
+        let _turn = lagtrace_testkit::measuring();
+        // The control first: the same lab and RPS, no flood.
+        let j = diagnose(&lab);
+        assert_eq!(j["verdict"]["cause"], "healthy", "{}", show(&j));
+        assert!(backlog_p50_us(&j) < 50, "{}", show(&j));
+        eprintln!("no flood: backlog wait p50 {} µs", backlog_p50_us(&j));
+        let _flood = Flood(
+            Command::new("setpriv")
+                .args([
+                    "--pdeathsig",
+                    "KILL",
+                    "taskset",
+                    "-c",
+                    &(cpus - 1).to_string(),
+                ])
+                .arg(&bin)
+                .args([
+                    lab.client_iface(),
+                    &mac,
+                    &lab.client_addr().to_string(),
+                    &lab.server_addr().to_string(),
+                    "9",
+                    "90",
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start the flooder"),
+        );
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        for _ in 0..3 {
+            let j = diagnose(&lab);
+            let v = &j["verdict"];
+            assert_eq!(v["cause"], "kernel-stack", "{}", show(&j));
+            assert_eq!(v["mechanism"], "softirq-saturated", "{}", show(&j));
+            assert_eq!(
+                v["fix"][0]["location"],
+                "CPU 0: /proc/net/softnet_stat, mpstat -P 0 1",
+                "{}",
+                show(&j)
+            );
+            let k = &j["layers"]["host"]["data"]["softirq"]["data"];
+            assert!(backlog_p50_us(&j) >= 50, "{}", show(&j));
+            assert!(per_packet_ns(&j) < 20_000, "cheap packets: {}", show(&j));
+            eprintln!(
+                "flood: backlog wait p50 {} µs, busiest CPU {:.2} in the receive softirq, {} ns a packet",
+                backlog_p50_us(&j),
+                k["busiest_rx_share"].as_f64().unwrap_or(0.0),
+                per_packet_ns(&j)
+            );
+        }
+    }
     unload(lab);
 }

@@ -143,6 +143,12 @@ pub struct Softirq {
     pub netns_ns_per_packet: Option<u64>,
     /// The busiest CPU's share of its time in the receive softirq (0..1).
     pub busiest_rx_share: f64,
+    /// How long the watched namespace's TCP packets waited in a CPU's backlog queue before
+    /// its receive softirq took them (`net:netif_rx` to `net:netif_receive_skb`: loopback,
+    /// veth and RPS-steered packets; a driver's own NAPI poll queues nothing this sees).
+    /// `None`: none was timed.
+    #[serde(default)]
+    pub netns_backlog_wait: Option<BacklogWait>,
     /// Packets dropped because a CPU's backlog queue was full (`softnet_stat` column 2,
     /// all CPUs): `net.core.netdev_max_backlog`.
     pub backlog_drops: u64,
@@ -169,6 +175,21 @@ impl Softirq {
         self.netns_ns_per_packet
             .filter(|_| self.netns_packets >= 100)
     }
+}
+
+/// Packets' waits in a CPU's backlog queue, before the receive softirq took them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct BacklogWait {
+    /// Packets timed.
+    pub packets: u64,
+    /// Mean wait (µs).
+    pub mean_us: u64,
+    /// Median wait (µs, the middle of a histogram bucket ~19 % wide).
+    pub p50_us: u64,
+    /// 99th percentile (µs, as the median).
+    pub p99_us: u64,
+    /// The longest (µs, exact).
+    pub max_us: u64,
 }
 
 /// One CPU's softirq work over the window.

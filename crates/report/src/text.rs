@@ -228,6 +228,9 @@ fn host_summary(h: &lagtrace_model::host::HostReport) -> String {
             };
             let _ = write!(s, "; kernel receive {} per packet ({whose})", ms(ns / 1000));
         }
+        if let Some(w) = &k.netns_backlog_wait {
+            let _ = write!(s, ", its TCP packets queued p50 {}", ms(w.p50_us));
+        }
         if k.backlog_drops > 0 {
             let _ = write!(
                 s,

@@ -86,7 +86,37 @@ impl Flood<'_> {
     }
 }
 
+/// The busiest CPU's share of the window in the receive softirq at which it leaves the
+/// packets behind waiting their turn.
+pub(super) const SATURATED_SHARE: f64 = 0.5;
+
+/// A median wait in a CPU's backlog queue that is a queue (µs): handing a packet to the
+/// softirq of its own or another CPU takes a few µs to a few tens on an idle host (the lab's
+/// VM: p50 8 µs, p99 29 µs).
+pub(super) const BACKLOG_QUEUE_US: u64 = 50;
+
+/// The server host's receive softirq saturated: a CPU busy in it for most of the window,
+/// and the server's own packets queued behind its work.
+pub(super) struct SoftirqQueue<'a> {
+    pub(super) softirq: &'a lagtrace_model::host::Softirq,
+    pub(super) wait: &'a lagtrace_model::host::BacklogWait,
+}
+
 impl<'a> Facts<'a> {
+    /// The receive softirq's queue the server's packets waited in, when the host layer
+    /// timed one ([`SoftirqQueue`]): the busiest CPU at least [`SATURATED_SHARE`] of the
+    /// window in it, and the server's TCP packets' median wait in a backlog queue at least
+    /// [`BACKLOG_QUEUE_US`] over 100 packets or more.
+    pub(super) fn softirq_queue(&self) -> Option<SoftirqQueue<'a>> {
+        let k = self.host?.softirq.get().filter(|k| k.timed)?;
+        let w = k.netns_backlog_wait.as_ref()?;
+        (k.busiest_rx_share >= SATURATED_SHARE && w.packets >= 100 && w.p50_us >= BACKLOG_QUEUE_US)
+            .then_some(SoftirqQueue {
+                softirq: k,
+                wait: w,
+            })
+    }
+
     /// The SYN flood at the listener on `port`, when the host layer shows one
     /// ([`Flood`]).
     pub(super) fn flood(&self, port: u16) -> Option<Flood<'a>> {

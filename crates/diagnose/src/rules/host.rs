@@ -319,6 +319,19 @@ pub(super) fn contention(x: &Facts<'_>, host: &HostReport, throttled: bool) -> O
         return None;
     }
     let cpu = host.cpu.get();
+    // The CPUs were the kernel's: its receive softirq, saturated with the server's packets
+    // queued behind it, held more of them than any process did (ksoftirqd runs that same
+    // work) — the kernel's packet processing, which kernel-stack names.
+    if let Some(q) = x.softirq_queue()
+        && cpu.is_none_or(|c| {
+            c.top
+                .iter()
+                .filter(|p| !p.comm.starts_with("ksoftirqd/"))
+                .all(|p| p.cpu_us <= q.softirq.rx_us)
+        })
+    {
+        return None;
+    }
     // The measurement's own when this lagtrace may run where the server runs and used at
     // least as much CPU as every other process together. (Not the threads' summed wait
     // against the others' CPU: two workers waiting behind one task count its time twice.)

@@ -14,7 +14,7 @@
 use lagtrace_model::Cause;
 use lagtrace_model::host::{ChainWalk, Netfilter, Softirq};
 
-use super::facts::Facts;
+use super::facts::{Facts, SATURATED_SHARE, SoftirqQueue};
 use super::{Candidate, CauseRule, EXPLAINS_SHARE, ms, note, pct, sup};
 use crate::evidence::{LayerName, Target};
 use crate::verdict::{Cost, EvidenceLine, Fix, FixSide, Mechanism};
@@ -44,10 +44,6 @@ pub const NORMAL_PACKET_NS: u64 = 5_000;
 fn walk_explains(walked: u64, per_packet_ns: u64) -> bool {
     walked >= LONG_WALK && walked * RULE_NS * 4 >= per_packet_ns.saturating_sub(NORMAL_PACKET_NS)
 }
-
-/// The busiest CPU's share of the window in the receive softirq that leaves the server's
-/// packets waiting their turn in the kernel.
-pub const SATURATED_SHARE: f64 = 0.5;
 
 /// What the host shows of the kernel's receive path.
 struct Shown<'a> {
@@ -147,6 +143,94 @@ fn cost_line(s: &Shown<'_>, port: Option<u16>) -> String {
     t
 }
 
+/// A direct path whose SYN RTT is the kernel's time, not the wire's: the path's line on
+/// `c`. Only where the kernel's time per packet is a third of the RTT or more: a LAN's
+/// 200 µs RTT is not a 30 µs packet's.
+fn path_support(x: &Facts<'_>, c: &mut Candidate) {
+    let added_us = c.added_us;
+    if let Some(p) = x.path.filter(|p| p.hops.is_empty())
+        && x.rtt_us >= added_us
+        && x.rtt_us <= 3 * added_us
+    {
+        c.layers.push(LayerName::Path);
+        c.evidence.push(sup(
+            LayerName::Path,
+            CAUSE,
+            format!(
+                "SYN RTT p50 {} on a direct (one-hop) path{}: most of it is the SYN's time in \
+                 the server host's kernel (~{} a packet), not the wire",
+                ms(x.rtt_us),
+                if p.method == "tcp-syn" {
+                    ""
+                } else {
+                    " (connect timing)"
+                },
+                ms(added_us)
+            ),
+        ));
+    }
+}
+
+/// Cheap packets, but so many that a CPU's receive softirq is busy most of the window:
+/// the server's own packets wait their turn in its backlog queue (`softirq-saturated`).
+/// Every request's packet waits the median at least once on its way in.
+fn queued(x: &Facts<'_>, q: &SoftirqQueue<'_>) -> Option<Candidate> {
+    let (k, w) = (q.softirq, q.wait);
+    let typical = x.c1.or(x.cn).map(|r| r.latency.p50_us)?;
+    if (w.p50_us as f64) < EXPLAINS_SHARE * typical as f64 {
+        return None;
+    }
+    let mut c = Candidate::new(CAUSE, w.p50_us, 1.0, vec![LayerName::Host]);
+    c.mechanism = Some(Mechanism::SoftirqSaturated);
+    c.evidence
+        .push(sup(LayerName::Host, CAUSE, queue_line(k, w)));
+    path_support(x, &mut c);
+    Some(c)
+}
+
+/// The queue in words: the server's packets' wait, the busiest CPU, what the packets cost.
+fn queue_line(k: &Softirq, w: &lagtrace_model::host::BacklogWait) -> String {
+    let busiest = k.cpus.first();
+    let mut t = format!(
+        "the server's TCP packets waited p50 {} (p99 {}, longest {}; {} packets) in a CPU's \
+         backlog queue before the kernel's receive softirq took them, where an idle host \
+         takes a few µs",
+        ms(w.p50_us),
+        ms(w.p99_us),
+        ms(w.max_us),
+        w.packets
+    );
+    if let Some(c) = busiest {
+        t += &format!(
+            "; CPU {} spent {} of the window in the receive softirq ({} packets",
+            c.cpu,
+            pct(c.rx_share),
+            c.rx_packets
+        );
+        if let Some(n) = k.rx_ns_per_packet {
+            t += &format!(
+                ", ~{} each: cheap packets, so many that the CPU is their queue",
+                ms(n / 1000)
+            );
+        }
+        t += ")";
+    }
+    if k.ksoftirqd_us > 0 {
+        t += &format!(
+            "; ksoftirqd ran {} (the softirq's work deferred to a thread, it kept coming)",
+            ms(k.ksoftirqd_us)
+        );
+    }
+    if k.backlog_drops > 0 || k.time_squeeze > 0 {
+        t += &format!(
+            "; {} packets dropped with a backlog queue full, {} softirq runs stopped with work \
+             left",
+            k.backlog_drops, k.time_squeeze
+        );
+    }
+    t
+}
+
 impl CauseRule for KernelStack {
     fn cause(&self) -> Cause {
         CAUSE
@@ -155,7 +239,7 @@ impl CauseRule for KernelStack {
     fn candidate(&self, x: &Facts<'_>) -> Option<Candidate> {
         let s = shown(x)?;
         if s.per_packet_ns < KERNEL_PACKET_NS {
-            return None;
+            return x.softirq_queue().and_then(|q| queued(x, &q));
         }
         // Every request's own packet pays it on its way in before the server can read it
         // (a new connection's SYN and ACK pay it again): at least one packet's cost.
@@ -174,30 +258,7 @@ impl CauseRule for KernelStack {
             c.evidence
                 .push(sup(LayerName::Packets, CAUSE, handshake_text(g)));
         }
-        // A direct path whose SYN RTT is the kernel's time, not the wire's.
-        // Only where the kernel's time per packet is a third of the RTT or more: a LAN's
-        // 200 µs RTT is not a 30 µs packet's.
-        if let Some(p) = x.path.filter(|p| p.hops.is_empty())
-            && x.rtt_us >= added_us
-            && x.rtt_us <= 3 * added_us
-        {
-            c.layers.push(LayerName::Path);
-            c.evidence.push(sup(
-                LayerName::Path,
-                CAUSE,
-                format!(
-                    "SYN RTT p50 {} on a direct (one-hop) path{}: most of it is the SYN's \
-                     time in the server host's kernel (~{} a packet), not the wire",
-                    ms(x.rtt_us),
-                    if p.method == "tcp-syn" {
-                        ""
-                    } else {
-                        " (connect timing)"
-                    },
-                    ms(added_us)
-                ),
-            ));
-        }
+        path_support(x, &mut c);
         Some(c)
     }
 
@@ -252,6 +313,25 @@ impl CauseRule for KernelStack {
                 format!(
                     "{}; small next to the typical request",
                     cost_line(&s, port(x))
+                ),
+            ));
+        }
+        // The server's packets' wait for the receive softirq, when it was timed: no queue
+        // in front of the kernel's processing either.
+        if let Some(w) = s.k.netns_backlog_wait.as_ref().filter(|w| w.packets >= 100)
+            && x.softirq_queue().is_none()
+        {
+            v.push(super::out(
+                LayerName::Host,
+                CAUSE,
+                format!(
+                    "the server's TCP packets waited p50 {} (p99 {}, {} packets) in a CPU's \
+                     backlog queue for the receive softirq, the busiest CPU {} in it: no \
+                     queue in the kernel's receive path",
+                    ms(w.p50_us),
+                    ms(w.p99_us),
+                    w.packets,
+                    pct(s.k.busiest_rx_share)
                 ),
             ));
         }
@@ -351,10 +431,17 @@ impl CauseRule for KernelStack {
             (Some(Mechanism::Conntrack), _) => Vec::new(),
             (Some(Mechanism::SoftirqSaturated), _) => vec![Fix {
                 side: FixSide::Server,
-                location: None,
-                change: "one CPU takes the receive work for every packet: spread it (RSS queues, \
-                         RPS: /sys/class/net/DEV/queues/rx-*/rps_cpus, irqbalance), and stop or \
-                         filter the traffic that floods it early (an XDP or ingress drop)"
+                location: s.as_ref().and_then(|s| s.k.cpus.first()).map(|c| {
+                    format!(
+                        "CPU {}: /proc/net/softnet_stat, mpstat -P {} 1",
+                        c.cpu, c.cpu
+                    )
+                }),
+                change: "one CPU takes the receive work for the server's packets and is busy \
+                         with it most of the time: spread it (more RSS queues, RPS \
+                         /sys/class/net/DEV/queues/rx-*/rps_cpus over more CPUs, irqbalance), \
+                         and stop or rate-limit the traffic that floods it as early as \
+                         possible (upstream filtering, an XDP or tc ingress drop)"
                     .into(),
                 tradeoff: Some("RPS spends CPU on other cores for the hand-off".into()),
             }],

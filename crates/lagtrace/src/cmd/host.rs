@@ -52,6 +52,9 @@ What the usual suspects look like:
                           where a symbol covers it (stripped libraries: the file alone)
   a costly kernel path    kernel receive takes tens of µs per packet (a few is normal); with
                           --port, the netfilter chain a packet to it walks rule by rule
+  a flooded receive CPU   one CPU most of the window in the receive softirq on cheap
+                          packets, and the watched namespace's TCP packets wait in its
+                          backlog queue (tens of µs and more; a few µs is normal)
 
 Needs root to enter another namespace (--netns, or --pid of a process in another one).
 
@@ -268,6 +271,17 @@ fn softirq_text(s: &mut String, r: &HostReport) {
                 "; the watched namespace's {} packets {} each",
                 k.netns_packets,
                 lagtrace_model::Micros(ns / 1000)
+            );
+        }
+        if let Some(w) = &k.netns_backlog_wait {
+            let _ = write!(
+                line,
+                "; its TCP packets waited p50 {} (p99 {}, longest {}, {} packets) in a CPU's \
+                 backlog queue",
+                lagtrace_model::Micros(w.p50_us),
+                lagtrace_model::Micros(w.p99_us),
+                lagtrace_model::Micros(w.max_us),
+                w.packets
             );
         }
         if let Some(c) = k.cpus.first().filter(|c| c.rx_us > 0) {
