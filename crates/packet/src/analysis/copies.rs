@@ -15,6 +15,7 @@ use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 
 use super::tcp::{seq_le, seq_lt};
+use super::tracker::Fx;
 use crate::wire::{TcpSegment, flags};
 
 /// How long after a segment a repeat without an IPv4 identification to compare counts as
@@ -69,13 +70,26 @@ pub(super) struct Copies {
     single: bool,
     /// When the newest remembered segment was seen, and whether a copy came after it.
     last_new: Option<(i64, bool)>,
+    /// Per direction, the furthest sequence number any remembered segment reached (its
+    /// end; a segment without payload's own number): a segment starting there or beyond
+    /// overlaps none of them, so neither repeats nor rewrites one — the common case, decided
+    /// without a walk of the remembered segments.
+    reach: [Option<u32>; 2],
+    /// Per direction, how many remembered segments have a key in each of 32 buckets (the
+    /// key's top five bits): a segment whose bucket is empty copies none of them.
+    keys: [[u8; 32]; 2],
+}
+
+/// The bucket of `key` in [`Copies::keys`].
+fn bucket(key: u64) -> usize {
+    (key >> 59) as usize
 }
 
 /// What a copy keeps of its sender's writing besides the sequence range: the flags (but
 /// PSH, FIN and CWR, which GSO puts on one piece only), ACK, window and option bytes; for a
 /// segment without payload, also its sequence number and all flags.
 fn key(seg: &TcpSegment<'_>) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = Fx::default();
     let fl = if seg.payload_len == 0 {
         h.write_u32(seg.seq);
         seg.flags
@@ -108,7 +122,9 @@ impl Copies {
         // SYN-ACK was lost, made two identical SYN-ACKs 36 µs apart.)
         let copying = self.copied || !self.single;
         let q = &mut self.dirs[d];
-        while q.front().is_some_and(|s| ts - s.ts > COPY_WINDOW_ID_NS) {
+        let keys = &mut self.keys[d];
+        while let Some(s) = q.front().filter(|s| ts - s.ts > COPY_WINDOW_ID_NS) {
+            keys[bucket(s.key)] -= 1;
             q.pop_front();
         }
         self.numbered[d] |= seg.ip_id != 0;
@@ -121,11 +137,15 @@ impl Copies {
             ts,
             peer_seen: self.seen[1 - d],
         };
-        let copy = if seg.payload_len == 0 {
+        // Past every remembered segment: no overlap (a copy of data starts inside one).
+        let beyond = self.reach[d].is_none_or(|r| seq_le(r, new.seq));
+        let copy = if keys[bucket(new.key)] == 0 {
+            false
+        } else if seg.payload_len == 0 {
             q.iter()
                 .any(|s| s.key == new.key && s.id == new.id && recent(s, &new, copying))
         } else {
-            covered(q, &new, mss.max(1), copying)
+            !beyond && covered(q, &new, mss.max(1), copying)
         };
         if copy {
             self.copied = true;
@@ -135,10 +155,17 @@ impl Copies {
             return Seen::Copy;
         }
         self.last_new = Some((ts, false));
-        let rewrite = seg.payload_len > 0 && rewritten(q, &new, mss.max(1));
-        if q.len() >= KEEP {
-            q.pop_front();
+        let rewrite = seg.payload_len > 0 && !beyond && rewritten(q, &new, mss.max(1));
+        if q.len() >= KEEP
+            && let Some(s) = q.pop_front()
+        {
+            keys[bucket(s.key)] -= 1;
         }
+        keys[bucket(new.key)] += 1;
+        self.reach[d] = Some(match self.reach[d] {
+            Some(r) if seq_le(new.end, r) => r,
+            _ => new.end,
+        });
         q.push_back(new);
         self.seen[d] += 1;
         if rewrite { Seen::Rewrite } else { Seen::New }

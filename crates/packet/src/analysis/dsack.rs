@@ -4,7 +4,7 @@
 //! or RACK timer that fired before the ACK came back), so it cost the transfer nothing. The
 //! sender's own `TcpExtTCPDSACKRecvSegs` counts the same reports.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::tcp::{seq_le, seq_lt};
 
@@ -23,7 +23,7 @@ pub(super) struct Resent {
 /// The retransmissions of each (stream, sender direction) not yet reported.
 #[derive(Default)]
 pub(super) struct Dsack {
-    pending: HashMap<(usize, usize), VecDeque<Resent>>,
+    pending: super::tracker::FxMap<(usize, usize), VecDeque<Resent>>,
 }
 
 impl Dsack {

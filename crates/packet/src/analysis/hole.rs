@@ -13,7 +13,7 @@
 //! them was sent; and some were acknowledged then (a path that carries nothing is down, not
 //! a hole). One lost segment on one stream, or a resend that got through, names nothing.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::IpAddr;
 
 use lagtrace_model::analyze::BlackHole;
@@ -84,13 +84,13 @@ struct Lost {
 struct Path {
     lost: Vec<Lost>,
     /// Per time bucket: the largest segment acknowledged of those sent in it, how many.
-    passed: HashMap<i64, (u32, u64)>,
+    passed: super::tracker::FxMap<i64, (u32, u64)>,
 }
 
 /// Every path's account, by (sender, receiver).
 #[derive(Debug, Default)]
 pub(super) struct Holes {
-    paths: HashMap<(IpAddr, IpAddr), Path>,
+    paths: super::tracker::FxMap<(IpAddr, IpAddr), Path>,
 }
 
 impl Stream {

@@ -196,7 +196,7 @@ pub struct Analyzer {
     /// Nagle-shaped holds, decided in `finish`: (stream, sender, direction, stall).
     held: Vec<(usize, SocketAddr, usize, nagle::Stall)>,
     /// Per (stream, direction): the first small segment sent while another was unacknowledged.
-    unheld: HashMap<(usize, usize), nagle::Unheld>,
+    unheld: tracker::FxMap<(usize, usize), nagle::Unheld>,
     servers: ServerTimes,
     retrans_frames: Vec<u64>,
     /// Retransmissions the receiver may yet report as received twice.
@@ -208,12 +208,12 @@ pub struct Analyzer {
     /// `(frame, ack_rtt_us)` (Wireshark's `tcp.analysis.ack_rtt`, whole µs).
     ack_rtts_us: Vec<(u64, u64)>,
     /// Per sender: when it last sent data, on which streams (see [`Busy`]).
-    busy: HashMap<SocketAddr, Busy>,
+    busy: tracker::FxMap<SocketAddr, Busy>,
     stream_packets: Vec<PacketRecord>,
     skipped: Skipped,
     /// Packets their senders sent that the capture never saw (IPv4 identifications
     /// skipped), and on how many streams.
-    unseen: (i64, HashMap<usize, i64>),
+    unseen: (i64, tracker::FxMap<usize, i64>),
     warnings: Vec<String>,
 }
 
@@ -242,7 +242,7 @@ impl Analyzer {
             transactions: Vec::new(),
             transactions_total: 0,
             held: Vec::new(),
-            unheld: HashMap::new(),
+            unheld: Default::default(),
             timings: Vec::new(),
             keep,
             servers: ServerTimes::default(),
@@ -251,10 +251,10 @@ impl Analyzer {
             holes: hole::Holes::default(),
             client_resent: ClientResent::default(),
             ack_rtts_us: Vec::new(),
-            busy: HashMap::new(),
+            busy: Default::default(),
             stream_packets: Vec::new(),
             skipped: Skipped::default(),
-            unseen: (0, HashMap::new()),
+            unseen: (0, Default::default()),
             warnings: Vec::new(),
         }
     }

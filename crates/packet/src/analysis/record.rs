@@ -2,7 +2,6 @@
 //! detail, tracks which transactions each kind touched, and holds back the findings that are
 //! decided at the end (stalls released late, slow-server candidates).
 
-use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use lagtrace_model::FindingKind;
@@ -26,11 +25,11 @@ pub(super) struct Recorder {
     /// Set while the decided slow-server findings are recorded.
     deciding: bool,
     /// Per sender: Nagle/delayed-ACK stalls released within about one RTT of their ACK.
-    prompt_releases: HashMap<SocketAddr, u64>,
+    prompt_releases: super::tracker::FxMap<SocketAddr, u64>,
     /// Such stalls released later, decided at the end (kept up to `max_findings`).
     late_pending: Vec<(usize, SocketAddr, Finding)>,
     /// (stream, transaction, kind) already counted as affected.
-    affected_seen: HashSet<(u32, u32, FindingKind)>,
+    affected_seen: super::tracker::FxSet<(u32, u32, FindingKind)>,
 }
 
 impl Recorder {
@@ -44,9 +43,9 @@ impl Recorder {
             slow_pending: Vec::new(),
             slow_pending_dropped: 0,
             deciding: false,
-            prompt_releases: HashMap::new(),
+            prompt_releases: Default::default(),
             late_pending: Vec::new(),
-            affected_seen: HashSet::new(),
+            affected_seen: Default::default(),
         }
     }
 

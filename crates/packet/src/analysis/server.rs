@@ -2,7 +2,6 @@
 //! the path) dominates a transaction. Candidates come from finished transactions; whether
 //! they are reported is decided at the end, against the same server's usual time.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use lagtrace_model::FindingKind;
@@ -21,7 +20,7 @@ pub const SLOW_SERVER_ALONE_US: u64 = 100_000;
 
 /// Per server endpoint: (transactions with a server time, those ≥ [`SLOW_SERVER_MIN_US`]).
 #[derive(Default)]
-pub(super) struct ServerTimes(HashMap<SocketAddr, (u64, u64)>);
+pub(super) struct ServerTimes(super::tracker::FxMap<SocketAddr, (u64, u64)>);
 
 impl ServerTimes {
     /// Counts a finished transaction's think time.

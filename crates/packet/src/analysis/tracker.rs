@@ -15,9 +15,14 @@ use crate::wire::{TcpSegment, flags};
 /// ACKs): twice Linux's TIME_WAIT.
 pub const CLOSED_LINGER_NS: i64 = 120_000_000_000;
 
+/// A map on the per-packet path: [`Fx`]-hashed (no output depends on a map's order).
+pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+/// A set on the per-packet path, as [`FxMap`].
+pub(crate) type FxSet<K> = std::collections::HashSet<K, BuildHasherDefault<Fx>>;
+
 /// FxHash: the hot path hashes one small key per packet.
 #[derive(Default, Clone, Copy)]
-struct Fx(u64);
+pub(super) struct Fx(u64);
 
 impl Hasher for Fx {
     fn finish(&self) -> u64 {
@@ -47,11 +52,12 @@ impl Hasher for Fx {
     }
 }
 
-/// Canonical (lower endpoint first) connection key.
+/// Canonical (lower endpoint first) connection key. Addresses as IPv6 (IPv4-mapped) in one
+/// integer each, big-endian: ordered as their bytes, compared and hashed in a step.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {
-    lo: [u8; 16],
-    hi: [u8; 16],
+    lo: u128,
+    hi: u128,
     lo_port: u16,
     hi_port: u16,
 }
@@ -77,10 +83,10 @@ impl Key {
     }
 }
 
-fn ip16(ip: IpAddr) -> [u8; 16] {
+fn ip16(ip: IpAddr) -> u128 {
     match ip {
-        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
-        IpAddr::V6(v) => v.octets(),
+        IpAddr::V4(v) => v.to_ipv6_mapped().to_bits(),
+        IpAddr::V6(v) => v.to_bits(),
     }
 }
 
@@ -95,6 +101,9 @@ pub(super) struct Live<S> {
 /// Every stream seen, and the state of those alive.
 pub(super) struct Table<S> {
     map: HashMap<Key, u32, BuildHasherDefault<Fx>>,
+    /// The last key looked up and its stream (packets come in runs of one connection): the
+    /// map's own entry for it, kept beside it.
+    last: Option<(Key, u32)>,
     /// Summaries in index order.
     pub streams: Vec<StreamSummary>,
     /// Per-stream state; `None` once a closed stream has been quiet for [`CLOSED_LINGER_NS`].
@@ -112,6 +121,7 @@ impl<S: Default> Table<S> {
     pub fn new() -> Self {
         Table {
             map: HashMap::default(),
+            last: None,
             streams: Vec::new(),
             lives: Vec::new(),
             closed: VecDeque::new(),
@@ -130,7 +140,10 @@ impl<S: Default> Table<S> {
     pub fn lookup(&mut self, seg: &TcpSegment<'_>, ts: i64, frame: u64, start_us: i64) -> usize {
         let key = Key::of(seg);
         let pure_syn = seg.flags & (flags::SYN | flags::ACK) == flags::SYN;
-        let mut idx = self.map.get(&key).copied();
+        let mut idx = match self.last {
+            Some((k, i)) if k == key => Some(i),
+            _ => self.map.get(&key).copied(),
+        };
         if let Some(i) = idx
             && pure_syn
         {
@@ -144,11 +157,13 @@ impl<S: Default> Table<S> {
             }
         }
         if let Some(i) = idx {
+            self.last = Some((key, i));
             return i as usize;
         }
         let i = self.streams.len();
         let id = u32::try_from(i).unwrap_or(u32::MAX);
         self.map.insert(key, id);
+        self.last = Some((key, id));
         self.streams.push(new_summary(id, seg, start_us, frame));
         self.lives.push(Some(Box::new(Live {
             conn: Conn::new(ts, seg.loopback),
