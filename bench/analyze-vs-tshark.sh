@@ -2,6 +2,8 @@
 # lagtrace analyze vs tshark -q -z conv,tcp on a >= 1 M-packet capture, run alternately.
 #
 # Usage: bench/analyze-vs-tshark.sh [CAPTURE]      (as root, to capture when no file given)
+#        FLOOR=12 bench/analyze-vs-tshark.sh      (exit 1 when the CPU ratio is below FLOOR:
+#                                                  the speed guard .ci/run runs)
 #
 # Without CAPTURE it makes one from real traffic on this machine only: a private nginx on
 # 127.0.0.1 (temporary config, stopped at exit), wrk keep-alive load (bounded: a few seconds
@@ -15,7 +17,8 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 MIN_PACKETS=${MIN_PACKETS:-1000000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-LAGTRACE=${LAGTRACE:-$ROOT/target/release/lagtrace}
+LAGTRACE=${LAGTRACE:-${CARGO_TARGET_DIR:-$ROOT/target}/release/lagtrace}
+FLOOR=${FLOOR:-}
 WORK=$(mktemp -d /tmp/lagtrace-bench-analyze.XXXXXX)
 NGINX_PID=""
 TCPDUMP_PID=""
@@ -116,6 +119,15 @@ awk -v l="$LM" -v t="$TM" -v lc="$LC" -v tc="$TC" -v n="$PACKETS" -v lr="$LT_RSS
     printf "lagtrace: %.2f M packets/s per CPU second, %.2f M packets/s wall (target >= 2); tshark: %.3f M packets/s\n", n / lc / 1e6, n / l / 1e6, n / tc / 1e6;
     printf "peak RSS: lagtrace %.1f MB, tshark %.1f MB\n", lr / 1024, tr / 1024;
 }'
+
+if [ -n "$FLOOR" ]; then
+    if awk -v lc="$LC" -v tc="$TC" -v f="$FLOOR" 'BEGIN { if (lc <= 0) lc = 0.005; exit !(tc / lc >= f) }'; then
+        echo "speed guard: CPU ratio at or above the floor ${FLOOR}x"
+    else
+        echo "speed guard: FAILED — lagtrace analyze is below ${FLOOR}x tshark's speed (CPU time, median of $ROUNDS)" >&2
+        exit 1
+    fi
+fi
 
 # Memory grows with live connections, not with file size: the same traffic three times over
 # (concatenated; new connections each time) must not triple lagtrace's peak RSS.

@@ -11,7 +11,7 @@ ROUNDS=${1:-3}
 SECS=${2:-5}
 LONG=${3:-30}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=$ROOT/target/release/lagtrace
+BIN=${LAGTRACE:-${CARGO_TARGET_DIR:-$ROOT/target}/release/lagtrace}
 [ "$(id -u)" = 0 ] || { echo "load-vs-wrk: needs root (the lab creates a network namespace)" >&2; exit 2; }
 command -v wrk >/dev/null || { echo "load-vs-wrk: wrk not installed" >&2; exit 2; }
 [ -x "$BIN" ] || (cd "$ROOT" && cargo build --release -p lagtrace)
@@ -50,7 +50,7 @@ if tool == "wrk":
     secs = n / rps
 else:
     d = json.load(open(f))
-    n, secs = d["requests"], d["duration_s"]
+    n, secs = d["requests"], d["duration_us"] / 1e6
 print(n, secs, cpu, m)
 PY
 }
@@ -67,8 +67,8 @@ if tool == "wrk":
     g = lambda p: us(re.search(r"^\s+%s%%\s+(\S+)" % p, t, re.M).group(1))
     print(g("50"), g("99"))
 else:
-    d = json.load(open(f))["latency_us"]
-    print(d["p50"], d["p99"])
+    d = json.load(open(f))["latency"]
+    print(d["p50_us"], d["p99_us"])
 PY
 }
 
