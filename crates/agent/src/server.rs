@@ -119,6 +119,8 @@ struct Shared {
     session: Mutex<Option<Session>>,
     /// The last session that ended by itself (its id and caller), answered `410 expired`.
     ended: Mutex<Option<(String, IpAddr)>>,
+    /// The open connections, for admission.
+    conns: Mutex<Conns>,
 }
 
 type St = Arc<Shared>;
@@ -179,10 +181,15 @@ async fn gate(State(st): State<St>, req: Request, next: Next) -> Response {
     let authorized = second.is_none() && st.cfg.token.matches(presented);
     let bucket = if authorized { &st.bucket } else { &st.refusals };
     if !lock(bucket).take(Instant::now()) {
-        return ApiError::new(429, "too many requests").into_response();
+        return closing(ApiError::new(429, "too many requests").into_response());
     }
     if !authorized {
-        return ApiError::new(401, "unauthorized").into_response();
+        // Refused: the connection ends with the answer (a client without the token gets
+        // one request per connection, and its connection's slot back).
+        return closing(ApiError::new(401, "unauthorized").into_response());
+    }
+    if let Some(c) = req.extensions().get::<Arc<Conn>>() {
+        lock(&st.conns).authenticated(c);
     }
     if req
         .headers()
@@ -193,7 +200,27 @@ async fn gate(State(st): State<St>, req: Request, next: Next) -> Response {
     {
         return ApiError::new(413, "request too large").into_response();
     }
-    next.run(req).await
+    // The body whole within its time (a short or endless one would hold the connection):
+    // read here, handed on in memory.
+    let (parts, body) = req.into_parts();
+    let body = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => return ApiError::new(413, "request too large").into_response(),
+        Err(_) => {
+            return closing(
+                ApiError::new(408, "the request's body did not arrive in time").into_response(),
+            );
+        }
+    };
+    next.run(Request::from_parts(parts, Body::from(body))).await
+}
+
+/// `r`, and the connection closes after it.
+fn closing(mut r: Response) -> Response {
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 async fn clock(State(st): State<St>) -> Response {
@@ -543,11 +570,121 @@ fn router(st: St) -> Router {
 }
 
 /// Connections open at once, all peers together (each is also bounded in time).
-const MAX_CONNECTIONS: usize = 64;
+const MAX_CONNECTIONS: usize = 512;
+/// Connections open at once from one peer address.
+const PER_PEER: usize = 16;
+/// Connections without an authenticated request yet, kept at once: a new connection beyond
+/// them closes the oldest (a flood of idle or slow connections cannot hold the slots a
+/// caller with the token needs: its connection is new too until its first request).
+const MAX_UNAUTHENTICATED: usize = 384;
+/// How long a connection may stay open without an authenticated request (its TLS
+/// handshake and its first request's headers included).
+const UNAUTHENTICATED_LIFE: Duration = Duration::from_secs(10);
+/// How long a request's body may take to arrive.
+const BODY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One connection as the admission sees it.
+struct Conn {
+    id: u64,
+    peer: IpAddr,
+    /// Whether a request on it carried the token: then it is never evicted.
+    authenticated: AtomicBool,
+    /// Told to close (evicted for a newer connection).
+    evict: tokio::sync::Notify,
+}
+
+/// The open connections: per peer, and the unauthenticated ones oldest first.
+#[derive(Default)]
+struct Conns {
+    next: u64,
+    total: usize,
+    per_peer: std::collections::HashMap<IpAddr, usize>,
+    unauthenticated: std::collections::VecDeque<Arc<Conn>>,
+}
+
+impl Conns {
+    /// Admits a connection from `peer`, evicting the oldest unauthenticated connection (of
+    /// that peer when the peer is at its limit) to make room; `None`: refused (every
+    /// connection in the way has authenticated).
+    fn admit(&mut self, peer: IpAddr) -> Option<Arc<Conn>> {
+        if self.per_peer.get(&peer).copied().unwrap_or(0) >= PER_PEER
+            && !self.evict_oldest(Some(peer))
+        {
+            return None;
+        }
+        if (self.total >= MAX_CONNECTIONS || self.unauthenticated.len() >= MAX_UNAUTHENTICATED)
+            && !self.evict_oldest(None)
+        {
+            return None;
+        }
+        self.next += 1;
+        let c = Arc::new(Conn {
+            id: self.next,
+            peer,
+            authenticated: AtomicBool::new(false),
+            evict: tokio::sync::Notify::new(),
+        });
+        self.total += 1;
+        *self.per_peer.entry(peer).or_default() += 1;
+        self.unauthenticated.push_back(c.clone());
+        Some(c)
+    }
+
+    /// Evicts the oldest unauthenticated connection of `peer`, or, without one, of the peer
+    /// holding the most unauthenticated connections (a flood loses its own first: a caller
+    /// with one connection in the handshake keeps it); whether one was. It leaves the
+    /// unauthenticated list now and the counts when its task ends.
+    fn evict_oldest(&mut self, peer: Option<IpAddr>) -> bool {
+        let peer = peer.or_else(|| {
+            let mut n: std::collections::HashMap<IpAddr, usize> = Default::default();
+            for c in &self.unauthenticated {
+                *n.entry(c.peer).or_default() += 1;
+            }
+            // The most, and of those the one whose oldest is oldest (the list's order).
+            let most = n.values().copied().max()?;
+            self.unauthenticated
+                .iter()
+                .find(|c| n.get(&c.peer) == Some(&most))
+                .map(|c| c.peer)
+        });
+        let Some(i) = self
+            .unauthenticated
+            .iter()
+            .position(|c| peer.is_none_or(|p| c.peer == p))
+        else {
+            return false;
+        };
+        if let Some(c) = self.unauthenticated.remove(i) {
+            c.evict.notify_one();
+        }
+        true
+    }
+
+    /// `c` carried the token: off the unauthenticated list for good.
+    fn authenticated(&mut self, c: &Conn) {
+        if !c.authenticated.swap(true, Ordering::Relaxed) {
+            self.unauthenticated.retain(|u| u.id != c.id);
+        }
+    }
+
+    /// `c` closed.
+    fn closed(&mut self, c: &Conn) {
+        self.total = self.total.saturating_sub(1);
+        if let Some(n) = self.per_peer.get_mut(&c.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_peer.remove(&c.peer);
+            }
+        }
+        self.unauthenticated.retain(|u| u.id != c.id);
+    }
+}
 
 /// Serves on `listener` until `stop` is set. Each connection: a 5 s TLS handshake, 5 s for
-/// a request's headers (at most 16 KiB), and at most the longest window plus its grace and
-/// a minute in all.
+/// a request's headers (at most 16 KiB) and 5 s for its body, an authenticated request
+/// within 10 s, and at most the longest window plus its grace and a minute in all; at most
+/// 16 from one address, and a new connection closes the oldest unauthenticated one when
+/// the slots are full.
 pub fn serve(
     cfg: AgentConfig,
     tls: Arc<rustls::ServerConfig>,
@@ -575,11 +712,11 @@ async fn accept_loop(
         refusals: Mutex::new(Bucket::new(cfg.burst, cfg.rate_per_sec)),
         session: Mutex::new(None),
         ended: Mutex::new(None),
+        conns: Mutex::new(Conns::default()),
         cfg,
     });
-    let app = router(st);
+    let app = router(st.clone());
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     while !stop.load(Ordering::Relaxed) {
         let (tcp, peer) =
             match tokio::time::timeout(Duration::from_millis(200), listener.accept()).await {
@@ -591,36 +728,109 @@ async fn accept_loop(
                 }
                 Err(_) => continue,
             };
-        // Beyond MAX_CONNECTIONS open connections a new one is closed at once.
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let Some(c) = lock(&st.conns).admit(peer.ip()) else {
             drop(tcp);
             continue;
         };
-        let (acceptor, app) = (acceptor.clone(), app.clone());
+        let (acceptor, app, st) = (acceptor.clone(), app.clone(), st.clone());
         tokio::spawn(async move {
-            let _slot = slot;
-            let Ok(Ok(tls)) =
-                tokio::time::timeout(Duration::from_secs(5), acceptor.accept(tcp)).await
-            else {
-                return;
+            let serve = async {
+                let Ok(Ok(tls)) =
+                    tokio::time::timeout(Duration::from_secs(5), acceptor.accept(tcp)).await
+                else {
+                    return;
+                };
+                let conn_id = c.clone();
+                let svc = hyper::service::service_fn(
+                    move |mut req: hyper::Request<hyper::body::Incoming>| {
+                        req.extensions_mut().insert(ConnectInfo(peer));
+                        req.extensions_mut().insert(conn_id.clone());
+                        let app = app.clone();
+                        async move {
+                            use tower::ServiceExt;
+                            app.oneshot(req.map(Body::new)).await
+                        }
+                    },
+                );
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(5))
+                    .max_buf_size(16 * 1024)
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
+                let _ = tokio::time::timeout(life, conn).await;
             };
-            let svc = hyper::service::service_fn(
-                move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    req.extensions_mut().insert(ConnectInfo(peer));
-                    let app = app.clone();
-                    async move {
-                        use tower::ServiceExt;
-                        app.oneshot(req.map(Body::new)).await
-                    }
-                },
-            );
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(5))
-                .max_buf_size(16 * 1024)
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
-            let _ = tokio::time::timeout(life, conn).await;
+            // Unauthenticated for too long: closed (an authenticated one runs its course).
+            let unauthenticated_life = async {
+                tokio::time::sleep(UNAUTHENTICATED_LIFE).await;
+                if c.authenticated.load(Ordering::Relaxed) {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                () = serve => {}
+                () = c.evict.notified() => {}
+                () = unauthenticated_life => {}
+            }
+            lock(&st.conns).closed(&c);
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(n: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, n])
+    }
+
+    #[test]
+    fn a_flood_evicts_its_own_connections_first_and_never_an_authenticated_one() {
+        let mut c = Conns::default();
+        // The caller with the token: one connection, authenticated.
+        let caller = c.admit(ip(1)).unwrap();
+        c.authenticated(&caller);
+        // One address at its limit: its own oldest goes for its next.
+        let first: Vec<_> = (0..PER_PEER).map(|_| c.admit(ip(2)).unwrap()).collect();
+        let next = c.admit(ip(2)).unwrap();
+        assert_eq!(c.unauthenticated.len(), PER_PEER);
+        assert!(!c.unauthenticated.iter().any(|u| u.id == first[0].id));
+        assert!(c.unauthenticated.iter().any(|u| u.id == next.id));
+        // Many addresses fill the unauthenticated slots; a new peer's connection (a caller
+        // in its handshake) gets in, and evictions fall on the peers holding the most.
+        for n in 3..100u8 {
+            for _ in 0..4 {
+                c.admit(ip(n)).unwrap();
+            }
+        }
+        assert!(c.unauthenticated.len() <= MAX_UNAUTHENTICATED);
+        let newcomer = c.admit(ip(200)).unwrap();
+        for n in 100..200u8 {
+            for _ in 0..4 {
+                c.admit(ip(n)).unwrap();
+            }
+        }
+        assert!(c.unauthenticated.iter().any(|u| u.id == newcomer.id));
+        assert!(c.unauthenticated.len() <= MAX_UNAUTHENTICATED);
+        // The authenticated connection was never on the list to evict.
+        assert!(!c.unauthenticated.iter().any(|u| u.id == caller.id));
+        // Closing gives the slot back.
+        let before = c.total;
+        c.closed(&newcomer);
+        assert_eq!(c.total, before - 1);
+        assert!(!c.unauthenticated.iter().any(|u| u.id == newcomer.id));
+    }
+
+    #[test]
+    fn with_every_slot_authenticated_a_new_connection_is_refused() {
+        let mut c = Conns::default();
+        for n in 0..MAX_CONNECTIONS {
+            let x = c
+                .admit(IpAddr::from([10, 1, (n / 200) as u8, (n % 200) as u8]))
+                .unwrap();
+            c.authenticated(&x);
+        }
+        assert!(c.admit(ip(9)).is_none());
+    }
 }
