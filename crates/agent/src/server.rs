@@ -67,8 +67,37 @@ impl AgentConfig {
 /// A capture running for a session.
 struct Running {
     handle: lagtrace_packet::capture::CaptureHandle,
-    file: PathBuf,
+    file: Held,
     point: String,
+}
+
+/// A session's capture file: an anonymous file in memory (`memfd_create`), the agent's
+/// alone, named by its descriptor (`/proc/self/fd/N`) for libpcap to write. Nothing on any
+/// filesystem: another user has nothing to open, and when the session is dropped or the
+/// agent exits — SIGKILL included — its memory goes with the descriptor.
+struct Held {
+    fd: std::os::fd::OwnedFd,
+    path: PathBuf,
+}
+
+impl Held {
+    fn new() -> std::io::Result<Held> {
+        use std::os::fd::AsRawFd;
+        let fd =
+            rustix::fs::memfd_create("lagtrace-agent-capture", rustix::fs::MemfdFlags::CLOEXEC)?;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        Ok(Held { fd, path })
+    }
+
+    /// The whole file, read through a descriptor of its own (never by its number, which a
+    /// dropped session gives back to the process).
+    fn read(&self) -> std::io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::from(self.fd.try_clone()?);
+        let mut b = vec![0u8; usize::try_from(f.metadata()?.len()).unwrap_or(0)];
+        f.read_exact_at(&mut b, 0)?;
+        Ok(b)
+    }
 }
 
 /// One open window.
@@ -83,7 +112,7 @@ struct Session {
     /// The watch of the server's own connections (its hops) and their captures.
     hops: Option<(Discovery, HopCaptures)>,
     finished: Option<SessionFinished>,
-    pcap: Option<PathBuf>,
+    pcap: Option<std::sync::Arc<Held>>,
 }
 
 impl Session {
@@ -99,12 +128,9 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        // The capture's memory goes with its descriptor.
         if let Some(Ok(r)) = self.capture.take() {
             let _ = r.handle.stop();
-            let _ = std::fs::remove_file(&r.file);
-        }
-        if let Some(p) = &self.pcap {
-            let _ = std::fs::remove_file(p);
         }
     }
 }
@@ -373,35 +399,17 @@ fn start_capture(
     use lagtrace_packet::capture::{Capture, CaptureOptions, route_iface};
     let netns = lagtrace_netns::NetNs::Current;
     let iface = route_iface(peer, &netns).unwrap_or_else(|| "any".into());
-    let file = std::env::temp_dir().join(format!(
-        "lagtrace-agent-{}-{}.pcap",
-        std::process::id(),
-        random_id().map_err(|e| Box::new(Layer::error(e.message)))?
-    ));
-    // Created here, new and the agent's alone (0600), before the capture writes it: it holds
-    // the caller's packets (their session cookies among them), and libpcap would create it
-    // with the umask's mode.
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&file)
-            .map_err(|e| {
-                Box::new(Layer::error(format!(
-                    "capture file {}: {e}",
-                    file.display()
-                )))
-            })?;
-    }
+    // In memory, the agent's alone: it holds the caller's packets (their session cookies
+    // among them).
+    let file = Held::new()
+        .map_err(|e| Box::new(Layer::error(format!("the capture's memory file: {e}"))))?;
     let o = CaptureOptions {
         iface: iface.clone(),
         filter: Some(capture_filter(peer, port)),
         snaplen: 160,
         netns,
         count: Some(cfg.max_packets),
-        output: Some(file.clone()),
+        output: Some(file.path.clone()),
         ..CaptureOptions::default()
     };
     let host = rustix::system::uname();
@@ -487,9 +495,10 @@ fn finish_blocking(cfg: &AgentConfig, s: &mut Session) -> Result<SessionFinished
     };
     let capture = match s.capture.take() {
         Some(Ok(r)) => {
-            let file = r.file.clone();
+            let stopped = r.handle.stop();
+            let file = std::sync::Arc::new(r.file);
             s.pcap = Some(file.clone());
-            match r.handle.stop() {
+            match stopped {
                 Ok(stats) => skew_file(&file, cfg.skew_ns)
                     .map(|bytes| CaptureSummary {
                         point: r.point.clone(),
@@ -520,11 +529,18 @@ fn finish_blocking(cfg: &AgentConfig, s: &mut Session) -> Result<SessionFinished
 
 /// Applies the test-only skew to the capture's timestamps (they are the agent's clock);
 /// returns the file's size.
-fn skew_file(file: &std::path::Path, skew_ns: i64) -> Result<u64, String> {
-    let mut b = std::fs::read(file).map_err(|e| format!("capture file: {e}"))?;
+fn skew_file(file: &Held, skew_ns: i64) -> Result<u64, String> {
+    let mut b = file.read().map_err(|e| format!("capture file: {e}"))?;
     if skew_ns != 0 {
         crate::pcap::shift(&mut b, skew_ns)?;
-        std::fs::write(file, &b).map_err(|e| format!("capture file: {e}"))?;
+        use std::os::unix::fs::FileExt;
+        std::fs::File::from(
+            file.fd
+                .try_clone()
+                .map_err(|e| format!("capture file: {e}"))?,
+        )
+        .write_all_at(&b, 0)
+        .map_err(|e| format!("capture file: {e}"))?;
     }
     Ok(b.len() as u64)
 }
@@ -539,7 +555,7 @@ async fn pcap(
             .clone()
             .ok_or_else(|| ApiError::new(409, "the session is not finished"))
     })?;
-    let bytes = tokio::task::spawn_blocking(move || std::fs::read(&file))
+    let bytes = tokio::task::spawn_blocking(move || file.read())
         .await
         .map_err(|_| ApiError::new(500, "capture file"))?
         .map_err(|e| ApiError::new(500, format!("capture file: {e}")))?;

@@ -400,33 +400,43 @@ fn the_agent_refuses_without_disclosing_anything() {
             "{auth:?}"
         );
     }
-    // The capture of an open session is the agent's alone: no other user reads the caller's
-    // packets from it.
+    // The capture of an open session is the agent's alone: in memory (a memfd), nothing on a
+    // filesystem another user could open; it ends with the session, and with the agent.
     {
         let (code, body) = raw(&a, "POST", "/v1/session", Some(TOKEN), open.as_bytes());
         assert_eq!(code, 201, "{body}");
-        let prefix = format!("lagtrace-agent-{}-", a.pid);
-        let files: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-            .collect();
-        assert!(!files.is_empty(), "no capture file of the session");
-        for f in &files {
-            use std::os::unix::fs::MetadataExt;
-            let mode = f.metadata().unwrap().mode();
-            assert_eq!(mode & 0o077, 0, "{}: {mode:o}", f.path().display());
-        }
+        let memfds = |pid: u32| -> usize {
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| {
+                            std::fs::read_link(e.path()).is_ok_and(|l| {
+                                l.to_string_lossy().contains("memfd:lagtrace-agent-capture")
+                            })
+                        })
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        // The agent's descriptor, and libpcap's own while it writes.
+        assert!(memfds(a.pid) >= 1, "the session's capture in memory");
+        let on_disk = |pid: u32| -> Vec<std::path::PathBuf> {
+            std::fs::read_dir(std::env::temp_dir())
+                .unwrap()
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("lagtrace-agent-{pid}-"))
+                })
+                .map(|e| e.path())
+                .collect()
+        };
+        assert!(on_disk(a.pid).is_empty(), "{:?}", on_disk(a.pid));
         // Never finished, never asked for again: it ends by itself at its window's end
-        // plus the grace period (500 ms + 1 s), its capture file with it.
+        // plus the grace period (500 ms + 1 s), its capture with it.
         std::thread::sleep(Duration::from_millis(2_500));
-        let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-            .map(|e| e.path())
-            .collect();
-        assert!(left.is_empty(), "left behind: {left:?}");
+        assert_eq!(memfds(a.pid), 0, "the capture outlived its session");
     }
     // `diagnose --agent` with an agent that refuses its token, or none listening there: a
     // one-line error naming the agent, exit 2, before any request (never a verdict over the
