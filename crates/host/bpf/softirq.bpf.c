@@ -93,14 +93,31 @@ struct {
 	__type(value, struct qhist);
 } QHIST SEC(".maps");
 
-// When each timed packet entered a backlog queue, by its sk_buff's address (a packet GRO
-// merged or a queue dropped never leaves: the LRU forgets it).
+// The packets being timed: a slot per sk_buff address hash, holding the address and when
+// it entered a backlog queue. A packet whose slot is taken goes untimed (64 slots, each freed
+// as its packet leaves the queue: a few µs, a flood's queue a few hundred): an array write
+// per packet where a hash map's update cost as much again as the rest of the timer. A slot
+// whose packet never left (merged by GRO, dropped with the queue full) is free again after
+// STALE_NS.
+#define QSLOTS 64
+#define STALE_NS 100000000ULL
+struct qslot {
+	__u64 skb;
+	__u64 ts;
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, __u64);
-} QTS SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, QSLOTS);
+	__type(key, __u32);
+	__type(value, struct qslot);
+} QSLOT SEC(".maps");
+
+static __always_inline struct qslot *slot_of(__u64 skb)
+{
+	__u32 i = (__u32)((skb >> 8) ^ (skb >> 14)) & (QSLOTS - 1);
+	return bpf_map_lookup_elem(&QSLOT, &i);
+}
 
 static __always_inline __u64 rd64(__u64 base, __u32 off)
 {
@@ -155,14 +172,14 @@ static __always_inline __u32 wait_bucket(__u64 us)
 static __always_inline void end_wait(struct acc *a, __u64 skb, __u64 now)
 {
 	__u32 zero = 0;
-	__u64 *t = bpf_map_lookup_elem(&QTS, &skb);
+	struct qslot *q = slot_of(skb);
 	struct qhist *h;
 	__u64 d;
 	__u32 b;
-	if (!t)
+	if (!q || q->skb != skb)
 		return;
-	d = now > *t ? now - *t : 0;
-	bpf_map_delete_elem(&QTS, &skb);
+	d = now > q->ts ? now - q->ts : 0;
+	q->skb = 0;
 	a->q_ns += d;
 	a->q_packets += 1;
 	if (d > a->q_max_ns)
@@ -185,6 +202,7 @@ int netif_rx(__u64 *ctx)
 	struct acc *a = bpf_map_lookup_elem(&ACC, &zero);
 	struct conf *c = bpf_map_lookup_elem(&CONF, &zero);
 	__u64 skb = ctx[0], dev, data, now;
+	struct qslot *q;
 	__u16 proto = 0;
 	__u8 l4 = 0;
 	if (!a || !c || !skb)
@@ -209,7 +227,11 @@ int netif_rx(__u64 *ctx)
 	if (l4 != 6)
 		return 0;
 	now = bpf_ktime_get_ns();
-	bpf_map_update_elem(&QTS, &skb, &now, BPF_ANY);
+	q = slot_of(skb);
+	if (!q || (q->skb && now - q->ts < STALE_NS))
+		return 0;
+	q->ts = now;
+	q->skb = skb;
 	return 0;
 }
 

@@ -226,9 +226,7 @@ mod imp {
     use super::*;
     use crate::bpf::{load_program, refused};
     use lagtrace_bpf::btf::{Btf, VMLINUX, Vmlinux};
-    use lagtrace_bpf::{
-        Error, MAP_ARRAY, MAP_LRU_HASH, MAP_PERCPU_ARRAY, MapSpec, PROG_RAW_TRACEPOINT,
-    };
+    use lagtrace_bpf::{Error, MAP_ARRAY, MAP_PERCPU_ARRAY, MapSpec, PROG_RAW_TRACEPOINT};
     use lagtrace_bpf::{map_create, map_lookup, map_update};
     use std::os::fd::OwnedFd;
 
@@ -244,7 +242,7 @@ mod imp {
         ("CONF", MAP_ARRAY, 4, 24, 1),
         ("ACC", MAP_PERCPU_ARRAY, 4, ACC as u32, 1),
         ("QHIST", MAP_PERCPU_ARRAY, 4, QHIST as u32, 1),
-        ("QTS", MAP_LRU_HASH, 8, 8, 16384),
+        ("QSLOT", MAP_ARRAY, 4, 16, 64),
     ];
 
     /// The timer while attached (detached when dropped).
