@@ -68,6 +68,11 @@ pub struct RemoteCapture {
 
 /// Appends `note` to a layer's reason: the report says which evidence came from where.
 fn from_remote<T>(mut l: Layer<T>, note: &str) -> Layer<T> {
+    // A layer the agent could not give (lost mid-run, refused) keeps its own reason alone:
+    // "applied" would claim a measurement that is not there.
+    if l.data.is_none() {
+        return l;
+    }
     l.reason = Some(match l.reason.take() {
         Some(r) => format!("{r}; {note}"),
         None => note.to_string(),

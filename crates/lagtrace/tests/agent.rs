@@ -930,3 +930,36 @@ fn a_body_that_never_arrives_is_timed_out() {
     assert_eq!(code, 408, "{}", String::from_utf8_lossy(&body));
     assert!(took < Duration::from_secs(10), "{took:?}");
 }
+
+/// The agent lost mid-run (SIGKILL during the window): the layers it was to give are
+/// errors naming the agent, each named in the evidence, and the verdict over the client's
+/// side alone is never at high confidence.
+#[test]
+#[ignore = "needs root"]
+fn an_agent_lost_mid_run_leaves_its_layers_failed_and_the_verdict_unsure() {
+    let lab = Lab::up(&LabOptions::new(&name("mr"))).expect("lab up");
+    let a = agent(&lab, lab.good_addr().port(), &[], &[]);
+    let url = lab.good_url();
+    let pid = a.pid;
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(2_500));
+        // SAFETY: kill(2) on the agent this test started (still its child: not reaped).
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    });
+    let (code, j, err) = remote_diagnose(&url, &a, &["-d", "4s"]);
+    killer.join().unwrap();
+    for l in ["packets", "sockets", "host"] {
+        assert_eq!(status(&j, l), "error", "{l}: {}\n{err}", reason(&j, l));
+        assert!(reason(&j, l).contains("agent"), "{l}: {}", reason(&j, l));
+        assert!(!reason(&j, l).contains("applied"), "{l}: {}", reason(&j, l));
+        assert!(
+            j["evidence"].as_array().is_some_and(|e| e.iter().any(
+                |e| e["layer"] == l && e["text"].as_str().is_some_and(|t| t.contains("error"))
+            )),
+            "{l} not named in the evidence: {}",
+            common::evidence_lines(&j)
+        );
+    }
+    assert_ne!(j["verdict"]["confidence"], "high", "{err}");
+    assert!(matches!(code, 0 | 1), "exit {code}: {err}");
+}
