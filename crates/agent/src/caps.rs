@@ -5,7 +5,8 @@
 //! - `CAP_BPF`, `CAP_PERFMON`: the host layer's drops by reason (BPF, perf events).
 //! - `CAP_SYS_ADMIN`: entering a namespace, and perf/BPF on kernels without the two above.
 //!
-//! Every other capability leaves the effective, permitted, inheritable and bounding sets.
+//! Every other capability leaves the effective, permitted, inheritable and bounding sets,
+//! and `no_new_privs` is set: no exec regains one.
 //! Capability sets are per thread: [`drop_to_needed`] runs before the agent starts its
 //! runtime's threads, which inherit the reduced sets.
 
@@ -76,6 +77,9 @@ pub fn drop_to_needed() -> std::io::Result<Dropped> {
             inheritable: CapabilitySet::empty(),
         },
     )?;
+    // No exec can give any privilege back: setuid bits and file capabilities are ignored
+    // from here on (what the layers run — nft, for the rule walk — needs neither).
+    rustix::thread::set_no_new_privs(true)?;
     Ok(Dropped {
         kept,
         missing,

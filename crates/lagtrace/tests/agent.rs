@@ -963,3 +963,36 @@ fn an_agent_lost_mid_run_leaves_its_layers_failed_and_the_verdict_unsure() {
     assert_ne!(j["verdict"]["confidence"], "high", "{err}");
     assert!(matches!(code, 0 | 1), "exit {code}: {err}");
 }
+
+/// Least privilege, as /proc shows it on every thread of a running agent: no_new_privs
+/// set (no exec regains a privilege), and no capability beyond the listed five (CAP_NET_RAW,
+/// CAP_SYS_PTRACE, CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) in its effective, permitted or
+/// bounding set.
+#[test]
+#[ignore = "needs root"]
+fn every_agent_thread_runs_with_no_new_privs_and_only_the_listed_capabilities() {
+    let lab = Lab::up(&LabOptions::new(&name("np"))).expect("lab up");
+    let a = agent(&lab, lab.good_addr().port(), &[], &[]);
+    // CAP_NET_RAW 13, CAP_SYS_ADMIN 21, CAP_SYS_PTRACE 19, CAP_PERFMON 38, CAP_BPF 39.
+    let listed: u64 = [13u32, 19, 21, 38, 39].iter().map(|b| 1u64 << b).sum();
+    let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{}/task", a.pid))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert!(tasks.len() >= 2, "the agent's runtime threads");
+    for t in tasks {
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap();
+        let field = |k: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_else(|| panic!("{k} in {status}"))
+        };
+        assert_eq!(field("NoNewPrivs:"), "1", "{}", t.path().display());
+        for set in ["CapEff:", "CapPrm:", "CapBnd:"] {
+            let v = u64::from_str_radix(&field(set), 16).unwrap();
+            assert_eq!(v & !listed, 0, "{set} {v:x} of {}", t.path().display());
+        }
+    }
+}
