@@ -14,7 +14,7 @@
 use lagtrace_model::Cause;
 use lagtrace_model::host::{ChainWalk, Netfilter, Softirq};
 
-use super::facts::{Facts, SATURATED_SHARE, SoftirqQueue};
+use super::facts::{BACKLOG_QUEUE_US, Facts, SATURATED_SHARE, SoftirqQueue};
 use super::{Candidate, CauseRule, EXPLAINS_SHARE, ms, note, pct, sup};
 use crate::evidence::{LayerName, Target};
 use crate::verdict::{Cost, EvidenceLine, Fix, FixSide, Mechanism};
@@ -317,23 +317,33 @@ impl CauseRule for KernelStack {
             ));
         }
         // The server's packets' wait for the receive softirq, when it was timed: no queue
-        // in front of the kernel's processing either.
+        // in front of the kernel's processing, or one no busy CPU explains.
         if let Some(w) = s.k.netns_backlog_wait.as_ref().filter(|w| w.packets >= 100)
             && x.softirq_queue().is_none()
         {
-            v.push(super::out(
-                LayerName::Host,
-                CAUSE,
-                format!(
-                    "the server's TCP packets waited p50 {} (p99 {}, {} packets) in a CPU's \
-                     backlog queue for the receive softirq, the busiest CPU {} in it: no \
-                     queue in the kernel's receive path",
-                    ms(w.p50_us),
-                    ms(w.p99_us),
-                    w.packets,
-                    pct(s.k.busiest_rx_share)
-                ),
-            ));
+            let waited = format!(
+                "the server's TCP packets waited p50 {} (p99 {}, {} packets) in a CPU's backlog \
+                 queue for the receive softirq, the busiest CPU {} of the window in it",
+                ms(w.p50_us),
+                ms(w.p99_us),
+                w.packets,
+                pct(s.k.busiest_rx_share)
+            );
+            if w.p50_us < BACKLOG_QUEUE_US {
+                v.push(super::out(
+                    LayerName::Host,
+                    CAUSE,
+                    format!("{waited}: no queue in the kernel's receive path"),
+                ));
+            } else {
+                v.push(note(
+                    LayerName::Host,
+                    format!(
+                        "{waited}: a wait no CPU busy with the receive work explains (the \
+                         softirq's CPU held by other work, or too few packets to tell)"
+                    ),
+                ));
+            }
         }
         // What a handshake costs the kernel, when the capture is the server's: the same
         // answer from the packets' side.
