@@ -20,7 +20,9 @@
 // namespace's TCP packets are timed from netif_rx to netif_receive_skb (the flood's
 // UDP is not: a map update per packet at a flood's rate would cost more than it tells).
 // A packet a driver's NAPI poll hands over directly has no queue this can see (its wait
-// is in the device's ring): nothing is timed for it.
+// is in the device's ring): nothing is timed for it. The loader attaches netif_rx only once
+// a CPU is busy in the receive softirq (src/softirq.rs): a queue needs a busy CPU, and on
+// an idle machine the program would cost a run per packet for nothing.
 //
 // Raw tracepoints: no perf record is built for each event (the three fire on every softirq
 // and every packet of the machine). No CO-RE: the kernel structs' offsets come from its BTF
