@@ -89,14 +89,25 @@ impl Held {
         Ok(Held { fd, path })
     }
 
-    /// The whole file, read through a descriptor of its own (never by its number, which a
-    /// dropped session gives back to the process).
+    /// The file through a descriptor of its own (never by its number, which a dropped
+    /// session gives back to the process), read and written at offsets.
+    fn file(&self) -> std::io::Result<std::fs::File> {
+        Ok(std::fs::File::from(self.fd.try_clone()?))
+    }
+
+    /// The whole file.
     fn read(&self) -> std::io::Result<Vec<u8>> {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::File::from(self.fd.try_clone()?);
+        let f = self.file()?;
         let mut b = vec![0u8; usize::try_from(f.metadata()?.len()).unwrap_or(0)];
         f.read_exact_at(&mut b, 0)?;
         Ok(b)
+    }
+
+    /// `b` over the file from its start (the same length: the times moved in place).
+    fn rewrite(&self, b: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file()?.write_all_at(b, 0)
     }
 }
 
@@ -533,14 +544,7 @@ fn skew_file(file: &Held, skew_ns: i64) -> Result<u64, String> {
     let mut b = file.read().map_err(|e| format!("capture file: {e}"))?;
     if skew_ns != 0 {
         crate::pcap::shift(&mut b, skew_ns)?;
-        use std::os::unix::fs::FileExt;
-        std::fs::File::from(
-            file.fd
-                .try_clone()
-                .map_err(|e| format!("capture file: {e}"))?,
-        )
-        .write_all_at(&b, 0)
-        .map_err(|e| format!("capture file: {e}"))?;
+        file.rewrite(&b).map_err(|e| format!("capture file: {e}"))?;
     }
     Ok(b.len() as u64)
 }

@@ -45,6 +45,12 @@ fn host(per_packet_ns: u64, machine_ns: u64, busiest: f64, walks: Option<Value>)
     .expect("host report")
 }
 
+/// The verdict is `kernel-stack` with `mechanism`.
+fn kernel_stack(j: &lagtrace_diagnose::Judgement, mechanism: Option<Mechanism>) {
+    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
+    assert_eq!(j.verdict.mechanism, mechanism, "{j:#?}");
+}
+
 fn walk(walked: u64, verdict: &str) -> Value {
     json!([{"family": "inet", "table": "filter", "chain": "input", "hook": "input",
             "priority": 0, "rules": 20_000, "walked": walked, "verdict": verdict,
@@ -67,12 +73,7 @@ fn a_long_rule_walk_with_a_costly_packet_is_kernel_stack_netfilter_rules() {
         Some(walk(20_000, "policy accept")),
     ));
     let j = judge(&target(), &l);
-    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
-    assert_eq!(
-        j.verdict.mechanism,
-        Some(Mechanism::NetfilterRules),
-        "{j:#?}"
-    );
+    kernel_stack(&j, Some(Mechanism::NetfilterRules));
     assert_eq!(j.verdict.cost.added_us, 300, "{j:#?}");
     let f = &j.verdict.fix[0];
     assert_eq!(
@@ -94,20 +95,14 @@ fn a_long_rule_walk_with_a_costly_packet_is_kernel_stack_netfilter_rules() {
 fn a_costly_packet_without_a_long_walk_on_a_busy_softirq_cpu_is_softirq_saturated() {
     let l = layers(host(60_000, 60_000, 0.8, Some(walk(1, "accept"))));
     let j = judge(&target(), &l);
-    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
-    assert_eq!(
-        j.verdict.mechanism,
-        Some(Mechanism::SoftirqSaturated),
-        "{j:#?}"
-    );
+    kernel_stack(&j, Some(Mechanism::SoftirqSaturated));
 }
 
 #[test]
 fn a_costly_packet_the_host_cannot_explain_is_kernel_stack_without_a_mechanism() {
     let l = layers(host(60_000, 60_000, 0.2, None));
     let j = judge(&target(), &l);
-    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
-    assert_eq!(j.verdict.mechanism, None, "{j:#?}");
+    kernel_stack(&j, None);
     assert!(j.verdict.fix[0].change.contains("perf"), "{j:#?}");
 }
 
@@ -192,12 +187,7 @@ fn a_walk_too_short_for_the_cost_does_not_name_the_rules() {
     // 300 rules (a container host's nat chains) cannot account for 60 µs a packet.
     let l = layers(host(60_000, 60_000, 0.8, Some(walk(300, "policy accept"))));
     let j = judge(&target(), &l);
-    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
-    assert_eq!(
-        j.verdict.mechanism,
-        Some(Mechanism::SoftirqSaturated),
-        "{j:#?}"
-    );
+    kernel_stack(&j, Some(Mechanism::SoftirqSaturated));
 }
 
 #[test]
@@ -307,12 +297,7 @@ fn cheap_packets_that_keep_a_cpu_busy_and_queue_the_servers_are_softirq_saturate
     // A flood: 2 µs a packet (a normal stack's), CPU 0 93 % in the receive softirq, the
     // server's packets ~240 µs in its backlog against a 110 µs request.
     let j = judge(&target(), &layers(queued(0.93, 240, 50_000)));
-    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
-    assert_eq!(
-        j.verdict.mechanism,
-        Some(Mechanism::SoftirqSaturated),
-        "{j:#?}"
-    );
+    kernel_stack(&j, Some(Mechanism::SoftirqSaturated));
     assert_eq!(j.verdict.cost.added_us, 240, "{j:#?}");
     assert!(
         j.evidence.iter().any(|e| e.text.contains("backlog queue")

@@ -227,7 +227,7 @@ mod imp {
     use crate::bpf::{load_program, refused};
     use lagtrace_bpf::btf::{Btf, VMLINUX, Vmlinux};
     use lagtrace_bpf::{Error, MAP_ARRAY, MAP_PERCPU_ARRAY, MapSpec, PROG_RAW_TRACEPOINT};
-    use lagtrace_bpf::{map_create, map_lookup, map_update};
+    use lagtrace_bpf::{map_create, map_lookup, map_update, u64_at};
     use std::os::fd::OwnedFd;
 
     static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/softirq.bpf.o"));
@@ -315,15 +315,18 @@ mod imp {
         }
     }
 
+    /// A per-CPU map's one value on each of `n` possible CPUs (`size` bytes each): the
+    /// kernel writes one per possible CPU, so the buffer is sized from the exact list.
+    fn per_cpu(map: &OwnedFd, size: usize, n: usize) -> std::io::Result<Vec<u8>> {
+        let mut v = vec![0u8; size * n];
+        map_lookup(map, &0u32.to_ne_bytes(), &mut v)?;
+        Ok(v)
+    }
+
     /// Each possible CPU's receive softirq time so far (ns), in `possible`'s order.
     fn rx_ns(acc: &OwnedFd, n: usize) -> Option<Vec<u64>> {
-        let mut v = vec![0u8; ACC * n];
-        map_lookup(acc, &0u32.to_ne_bytes(), &mut v).ok()?;
-        Some(
-            v.chunks_exact(ACC)
-                .map(|c| u64::from_ne_bytes(c[0..8].try_into().unwrap_or_default()))
-                .collect(),
-        )
+        let v = per_cpu(acc, ACC, n).ok()?;
+        Some(v.chunks_exact(ACC).map(|c| u64_at(c, 0)).collect())
     }
 
     impl Timer {
@@ -419,27 +422,19 @@ mod imp {
         /// Each possible CPU's sums so far, indexed by CPU id (a CPU that is not possible
         /// has zeros).
         pub fn read(&self) -> Result<Vec<Times>, BpfError> {
-            // The kernel writes one value per possible CPU: the buffer is sized from the
-            // exact list, never less.
-            let mut v = vec![0u8; ACC * self.possible.len()];
-            map_lookup(&self.acc, &0u32.to_ne_bytes(), &mut v).map_err(|e| {
+            let n = self.possible.len();
+            let v = per_cpu(&self.acc, ACC, n).map_err(|e| {
                 BpfError::Kernel(format!("reading the softirq timer's per-CPU sums: {e}"))
             })?;
-            let mut h = vec![0u8; QHIST * self.possible.len()];
-            map_lookup(&self.qhist, &0u32.to_ne_bytes(), &mut h).map_err(|e| {
+            let h = per_cpu(&self.qhist, QHIST, n).map_err(|e| {
                 BpfError::Kernel(format!("reading the backlog waits' per-CPU histogram: {e}"))
             })?;
             let last = self.possible.iter().max().map_or(0, |m| *m as usize);
             let mut out = vec![Times::default(); last + 1];
-            for (slot, c) in v.chunks_exact(ACC).enumerate() {
-                let f = |i: usize| {
-                    u64::from_ne_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or_default())
-                };
+            for (slot, (c, hc)) in v.chunks_exact(ACC).zip(h.chunks_exact(QHIST)).enumerate() {
+                let f = |i: usize| u64_at(c, i * 8);
                 if let Some(&cpu) = self.possible.get(slot) {
-                    let hist = h[slot * QHIST..(slot + 1) * QHIST]
-                        .chunks_exact(8)
-                        .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or_default()))
-                        .collect();
+                    let hist = (0..QBUCKETS).map(|b| u64_at(hc, b * 8)).collect();
                     out[cpu as usize] = Times {
                         rx_ns: f(0),
                         rx_runs: f(1),

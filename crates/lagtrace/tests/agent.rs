@@ -144,6 +144,19 @@ fn reason<'a>(j: &'a Value, l: &str) -> &'a str {
     j["layers"][l]["reason"].as_str().unwrap_or("")
 }
 
+/// Every server-side layer (packets, sockets, host) came over the channel: `ok` or
+/// `finding`; `what` says which run failed.
+fn server_layers_ran(j: &Value, what: &str, err: &str) {
+    for l in ["packets", "sockets", "host"] {
+        assert!(
+            matches!(status(j, l), "ok" | "finding"),
+            "{what}: {l} {} {}\n{err}",
+            status(j, l),
+            reason(j, l)
+        );
+    }
+}
+
 /// A hop through the agent: nginx in the lab's namespace (the server's host) in front of a
 /// Python backend with Nagle on. diagnose here cannot enter that namespace; the agent
 /// follows nginx's own connections, captures and analyses them on its host, and sends the
@@ -227,13 +240,8 @@ fn remote_diagnose_equals_local_on_the_reference_case_and_the_healthy_server() {
         );
         let (_, remote, err) = remote_diagnose(&url, &a, &["-d", "4s"]);
         // Every server-side layer ran and says it came from the agent.
+        server_layers_ran(&remote, &url, &err);
         for l in ["packets", "sockets", "host"] {
-            assert!(
-                matches!(status(&remote, l), "ok" | "finding"),
-                "{l}: {} {}\n{err}",
-                status(&remote, l),
-                reason(&remote, l)
-            );
             assert!(
                 reason(&remote, l).contains("from agent"),
                 "{l}: {}",
@@ -894,14 +902,7 @@ fn floods_without_the_token_do_not_lock_the_caller_out() {
         std::thread::sleep(Duration::from_secs(2));
         for run in 1..=2 {
             let (code, j, err) = remote_diagnose(&url, &a, &["-d", "2s"]);
-            for l in ["packets", "sockets", "host"] {
-                assert!(
-                    matches!(status(&j, l), "ok" | "finding"),
-                    "{what}, run {run}: {l} {} {}\n{err}",
-                    status(&j, l),
-                    reason(&j, l)
-                );
-            }
+            server_layers_ran(&j, &format!("{what}, run {run}"), &err);
             assert_eq!(code, 0, "{what}, run {run}: {err}");
             assert_eq!(j["verdict"]["cause"], "healthy", "{what}, run {run}: {err}");
         }

@@ -277,24 +277,7 @@ fn a_udp_flood_that_keeps_the_receive_cpu_busy_is_softirq_saturated() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let src = dir.path().join("udp_flood.c");
-    std::fs::write(&src, UDP_FLOOD_C).expect("write the flooder");
-    let bin = dir.path().join("udp_flood");
-    let out = {
-        // Compiling takes a CPU: not while another test measures.
-        let _turn = lagtrace_testkit::measuring();
-        Command::new("cc")
-            .args(["-O2", "-o"])
-            .arg(&bin)
-            .arg(&src)
-            .output()
-            .expect("cc")
-    };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let bin = lagtrace_testkit::compile_c(dir.path(), "udp_flood", UDP_FLOOD_C, &["-O2"]);
     let lab = Lab::up(&LabOptions::new(&name("fld"))).expect("lab up");
     let ns = lagtrace_lab::netns_name(lab.name());
     let dev = lab.server_iface().to_string();

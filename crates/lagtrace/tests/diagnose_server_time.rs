@@ -236,23 +236,7 @@ int main(int argc, char **argv) {
 #[ignore = "needs root"]
 fn a_compiled_handler_that_computes_is_on_cpu_in_its_named_function() {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("srv.c"), C_SERVER).unwrap();
-    let bin = dir.path().join("srv");
-    // Compiling takes a CPU: not while another test measures.
-    let out = {
-        let _turn = lagtrace_testkit::measuring();
-        Command::new("cc")
-            .args(["-O1", "-pthread", "-o"])
-            .arg(&bin)
-            .arg(dir.path().join("srv.c"))
-            .output()
-            .expect("cc")
-    };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let bin = lagtrace_testkit::compile_c(dir.path(), "srv", C_SERVER, &["-O1", "-pthread"]);
     // The symbol the profile must name is in the binary's symbol table (nm, the peer).
     let nm = Command::new("nm").arg(&bin).output().expect("nm");
     assert!(String::from_utf8_lossy(&nm.stdout).contains(" T render_report"));

@@ -178,6 +178,31 @@ pub struct Measuring {
 
 thread_local!(static MEASURING_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
 
+/// Compiles the C program `source` into `dir/name` with `cc` and `flags`, holding the
+/// measuring turn (compiling takes a CPU: not while another test measures); panics with the
+/// compiler's output when it fails. Returns the binary's path.
+pub fn compile_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).expect("write the C source");
+    let bin = dir.join(name);
+    let out = {
+        let _turn = measuring();
+        Command::new("cc")
+            .args(flags)
+            .arg("-o")
+            .arg(&bin)
+            .arg(&src)
+            .output()
+            .expect("cc")
+    };
+    assert!(
+        out.status.success(),
+        "cc {name}.c: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
 /// Waits (at most `max`) until the machine is quiet: a 100 ms interval of /proc/stat in
 /// which the CPUs were busy less than a fifth of the time — the kernel's own deferred work
 /// (a namespace's cleanup, rules freed after their commit) included. Call it holding the

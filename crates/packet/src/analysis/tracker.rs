@@ -100,7 +100,7 @@ pub(super) struct Live<S> {
 
 /// Every stream seen, and the state of those alive.
 pub(super) struct Table<S> {
-    map: HashMap<Key, u32, BuildHasherDefault<Fx>>,
+    map: FxMap<Key, u32>,
     /// The last key looked up and its stream (packets come in runs of one connection): the
     /// map's own entry for it, kept beside it.
     last: Option<(Key, u32)>,
@@ -114,7 +114,7 @@ pub(super) struct Table<S> {
     pub copies: u64,
     /// Per (sender, receiver): the MSS a stream between them showed, for streams that do
     /// not show theirs (see [`Conn::share_mss`]).
-    path_mss: HashMap<(IpAddr, IpAddr), u32, BuildHasherDefault<Fx>>,
+    path_mss: FxMap<(IpAddr, IpAddr), u32>,
 }
 
 impl<S: Default> Table<S> {
