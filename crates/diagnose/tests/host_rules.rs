@@ -970,3 +970,39 @@ fn syn_waits_with_the_namespaces_netfilter_drops_are_dropped_by_netfilter() {
         assert_eq!(j.verdict.mechanism, None, "{nf} {scope}: {j:#?}");
     }
 }
+
+/// Netfilter on the server's input drops the clients' segments (325 lost after the capture
+/// point): a few segments held on the way out (one probe timer's worth of late responses in
+/// the lab that found this) do not turn the verdict into `dropped-before-wire`.
+#[test]
+fn input_losses_outweighing_a_few_held_segments_are_dropped_by_netfilter() {
+    let run = |held: u64, lost: u64| {
+        let mut l = layers_held(held);
+        let p = l.packets.data.as_mut().unwrap();
+        p.findings
+            .push(finding("retransmission", 330, 10_000, 200_000));
+        p.inbound_lost = Some(InboundLost {
+            count: lost,
+            of: 330,
+            example: None,
+        });
+        l.host = Layer::ran(host_drops(400, "namespace", 0));
+        judge(&target(), &l)
+    };
+    for held in [0, 3] {
+        let j = run(held, 325);
+        assert_eq!(j.verdict.cause, Cause::PacketLoss, "{j:#?}");
+        assert_eq!(
+            j.verdict.mechanism,
+            Some(Mechanism::DroppedByNetfilter),
+            "held {held}: {j:#?}"
+        );
+    }
+    // The other way round: many held on the way out, a few lost on the way in.
+    let j = run(200, 20);
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::DroppedBeforeWire),
+        "{j:#?}"
+    );
+}

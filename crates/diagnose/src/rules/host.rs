@@ -632,7 +632,13 @@ pub(super) fn adopt(
         // specific account of the same drops.
         syn_flood(x, target),
         conntrack(x, host, target),
-        dropped,
+        // The mechanism follows the larger share: when netfilter's drops on the way in
+        // explain more lost segments than the segments held or sent late on the way out,
+        // the output side's few (one late response can be a probe timer's) do not name it.
+        dropped.filter(|d| {
+            let out = d.counted.map_or(0, |(n, _)| n);
+            input_loss(x, host).is_none_or(|(lost, _, _)| lost <= out)
+        }),
     ];
     for d in direct.into_iter().flatten() {
         merge(cands, d);
@@ -760,6 +766,14 @@ fn netfilter_drops(host: &HostReport) -> Option<(u64, String)> {
     (dropped > 0).then_some((dropped, on))
 }
 
+/// The clients' segments lost after the server's capture point, and netfilter's drops in
+/// the server's namespace (with their devices) when they are at least half as many.
+fn input_loss(x: &Facts<'_>, host: &HostReport) -> Option<(u64, u64, String)> {
+    let lost = x.inbound_lost()?.count;
+    let (dropped, on) = netfilter_drops(host)?;
+    (dropped * 2 >= lost).then_some((lost, dropped, on))
+}
+
 /// `packet-loss` / `dropped-by-netfilter` on the way in: the clients' segments passed the
 /// server's capture point and were lost after it (`packets.inbound_lost`: resent, the
 /// second copy acknowledged as new data), and netfilter in the server's namespace dropped
@@ -772,12 +786,9 @@ fn netfilter_input(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mu
     else {
         return;
     };
-    let (Some(lost), Some((dropped, on))) = (x.inbound_lost(), netfilter_drops(host)) else {
+    let Some((lost, dropped, on)) = input_loss(x, host) else {
         return;
     };
-    if dropped * 2 < lost.count {
-        return;
-    }
     // Placed in time: the requests that waited for a loss recovery waited through the
     // netfilter drops (else the rule dropped other traffic at other times).
     let when = x.cn.and_then(|run| {
@@ -802,7 +813,7 @@ fn netfilter_input(x: &Facts<'_>, host: &HostReport, target: &Target, cands: &mu
              (skb:kfree_skb reason NETFILTER_DROP{on}), enough for the {} client segments \
              lost after the capture point: a rule on the server host's input path drops them",
             ms(host.window_us),
-            lost.count
+            lost
         ),
     ));
     if let Some(t) = when.filter(|t| t.of > 0) {
