@@ -24,6 +24,10 @@
 // a CPU is busy in the receive softirq (src/softirq.rs): a queue needs a busy CPU, and on
 // an idle machine the program would cost a run per packet for nothing.
 //
+// At high packet rates the loader runs the programs in phases (attached for a share of each
+// half second, src/softirq.rs) and scales the sums to the window: a softirq or a queued
+// packet that straddles a detach is recognised by its age and not counted.
+//
 // Raw tracepoints: no perf record is built for each event (the three fire on every softirq
 // and every packet of the machine). No CO-RE: the kernel structs' offsets come from its BTF
 // through CONF.
@@ -101,6 +105,10 @@ struct {
 // per packet where a hash map's update cost as much again as the rest of the timer. A slot
 // whose packet never left (merged by GRO, dropped with the queue full) is free again after
 // STALE_NS.
+// A softirq start older than this is one whose exit was not seen (the programs detached
+// between the two): no softirq runs 100 ms.
+#define STALE_START_NS 100000000ULL
+
 #define QSLOTS 64
 #define STALE_NS 100000000ULL
 struct qslot {
@@ -182,6 +190,10 @@ static __always_inline void end_wait(struct acc *a, __u64 skb, __u64 now)
 		return;
 	d = now > q->ts ? now - q->ts : 0;
 	q->skb = 0;
+	// Timed before the programs were last detached (the loader runs them in phases at high
+	// packet rates) and its address reused since: no wait of its own.
+	if (d > STALE_NS)
+		return;
 	a->q_ns += d;
 	a->q_packets += 1;
 	if (d > a->q_max_ns)
@@ -271,6 +283,10 @@ int softirq_exit(__u64 *ctx)
 	now = bpf_ktime_get_ns();
 	d = now - a->start;
 	a->start = 0;
+	if (d > STALE_START_NS) {
+		a->pkt_ts = 0;
+		return 0;
+	}
 	end_packet(a, now);
 	if (vec == NET_RX) {
 		a->rx_ns += d;
@@ -294,6 +310,8 @@ int netif_receive_skb(__u64 *ctx)
 	if (!a || !a->start || a->vec != NET_RX)
 		return 0;
 	now = bpf_ktime_get_ns();
+	if (now - a->start > STALE_START_NS)
+		return 0;
 	end_packet(a, now);
 	c = bpf_map_lookup_elem(&CONF, &zero);
 	if (!c)
@@ -321,8 +339,12 @@ int napi_poll(__u64 *ctx)
 {
 	__u32 zero = 0;
 	struct acc *a = bpf_map_lookup_elem(&ACC, &zero);
+	__u64 now;
 	if (!a || !a->start || a->vec != NET_RX || !a->pkt_ts)
 		return 0;
-	end_packet(a, bpf_ktime_get_ns());
+	now = bpf_ktime_get_ns();
+	if (now - a->start > STALE_START_NS)
+		return 0;
+	end_packet(a, now);
 	return 0;
 }

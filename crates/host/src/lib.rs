@@ -507,7 +507,7 @@ fn softirq_layer(
     let mut l = Layer::ran(softirq::report(
         a,
         b,
-        times.as_deref(),
+        times.as_ref().map(|(t, share)| (t.as_slice(), *share)),
         ksoftirqd_us,
         window_us,
     ));

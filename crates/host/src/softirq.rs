@@ -141,10 +141,12 @@ pub fn hist_quantile(hist: &[u64], q: f64) -> Option<u64> {
 pub fn report(
     a: &[Softnet],
     b: &[Softnet],
-    times: Option<&[Times]>,
+    times: Option<(&[Times], f64)>,
     ksoftirqd_us: u64,
     window_us: u64,
 ) -> Softirq {
+    let timed_share = times.map_or(1.0, |t| t.1);
+    let times = times.map(|t| t.0);
     let d = |x: u64, y: u64| {
         if y >= x {
             y - x
@@ -208,6 +210,7 @@ pub fn report(
         netns_rx_us: ns_ns / 1000,
         netns_ns_per_packet: (ns_packets > 0).then(|| ns_ns / ns_packets),
         timed: times.is_some(),
+        timed_share,
         rx_us,
         tx_us: cpus.iter().map(|c| c.tx_us).sum(),
         rx_packets,
@@ -221,6 +224,24 @@ pub fn report(
     }
 }
 
+/// Machine-wide packets a second up to which the softirq timer runs throughout. Where every
+/// packet is its own softirq (loopback, a lightly loaded veth) a packet costs ~5 program runs
+/// of ~100–130 ns: ~1 % of a core at this rate. Above it the programs are attached for
+/// `FULL_RATE / rate` of each half second (not under [`MIN_DUTY`]) and the sums are scaled to
+/// the window, so that the timer's own cost stays near 1 % of a core.
+pub const FULL_RATE: f64 = 20_000.0;
+/// The smallest share of each period the timer runs.
+pub const MIN_DUTY: f64 = 0.05;
+
+/// The share of the next period the timer runs at `rate` packets a second.
+pub fn duty(rate: f64) -> f64 {
+    if rate <= FULL_RATE {
+        1.0
+    } else {
+        (FULL_RATE / rate).max(MIN_DUTY)
+    }
+}
+
 #[cfg(lagtrace_bpf)]
 mod imp {
     use super::*;
@@ -229,6 +250,9 @@ mod imp {
     use lagtrace_bpf::{Error, MAP_ARRAY, MAP_PERCPU_ARRAY, MapSpec, PROG_RAW_TRACEPOINT};
     use lagtrace_bpf::{map_create, map_lookup, map_update, u64_at};
     use std::os::fd::OwnedFd;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
 
     static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/softirq.bpf.o"));
 
@@ -245,14 +269,82 @@ mod imp {
         ("QSLOT", MAP_ARRAY, 4, 16, 64),
     ];
 
-    /// The busiest CPU's share of a watch interval in the receive softirq at which the
-    /// backlog wait starts to be timed: a little under the share the rule needs
+    /// The busiest CPU's share of an interval in the receive softirq at which the backlog
+    /// wait starts to be timed: a little under the share the rule needs
     /// (`softirq-saturated`: half the window). A healthy nginx at c=32 over a veth keeps its
     /// busiest CPU ~25–35 % in it, and the program's run per packet cost a fast proxy's join
     /// a few points when it was always attached.
     const ARM_SHARE: f64 = 0.45;
-    /// How often the watch looks.
-    const WATCH: std::time::Duration = std::time::Duration::from_millis(200);
+    /// One attached phase and the detached one after it.
+    const PERIOD: Duration = Duration::from_millis(500);
+    /// The first attached phase.
+    const FIRST: Duration = Duration::from_millis(200);
+    /// The shortest attached phase.
+    const MIN_ON: Duration = Duration::from_millis(25);
+
+    /// How long the programs have been attached: the share of the window the sums cover.
+    struct Clock {
+        started: Instant,
+        /// Attached time of the phases that ended.
+        sampled: Duration,
+        /// When the phase now attached began.
+        on_since: Option<Instant>,
+    }
+
+    impl Clock {
+        /// The share of the time since the start the programs were attached (0..1].
+        fn share(&self) -> f64 {
+            let on = self.sampled + self.on_since.map_or(Duration::ZERO, |t| t.elapsed());
+            let all = self.started.elapsed().as_secs_f64();
+            if all <= 0.0 {
+                return 1.0;
+            }
+            (on.as_secs_f64() / all).clamp(1e-3, 1.0)
+        }
+    }
+
+    /// The loaded programs.
+    struct Progs {
+        entry: OwnedFd,
+        exit: OwnedFd,
+        recv: OwnedFd,
+        napi: OwnedFd,
+        /// `netif_rx`, the backlog wait's start: attached once a CPU is busy.
+        rx: OwnedFd,
+    }
+
+    impl Progs {
+        /// Attaches the programs but `netif_rx`, `softirq_entry` last: a softirq whose
+        /// start was seen has its end seen. Detach with [`detach`] (the entry first).
+        fn attach(&self) -> Result<Vec<OwnedFd>, BpfError> {
+            let mut links = Vec::new();
+            for (name, tp, prog) in [
+                ("softirq_exit", c"softirq_exit", &self.exit),
+                ("netif_receive_skb", c"netif_receive_skb", &self.recv),
+                ("napi_poll", c"napi_poll", &self.napi),
+                ("softirq_entry", c"softirq_entry", &self.entry),
+            ] {
+                let l = lagtrace_bpf::attach_raw_tracepoint(tp, prog).map_err(|e| {
+                    let what = format!("attaching the softirq timer to the {name} tracepoint");
+                    refused(&what, Error::os(what.clone(), e))
+                })?;
+                links.push(l);
+            }
+            Ok(links)
+        }
+
+        /// Attaches `netif_rx` (the backlog wait's start); none when the kernel refuses.
+        fn attach_rx(&self) -> Option<OwnedFd> {
+            lagtrace_bpf::attach_raw_tracepoint(c"netif_rx", &self.rx).ok()
+        }
+    }
+
+    /// Detaches the links in the reverse of [`Progs::attach`]'s order.
+    fn detach(mut links: Vec<OwnedFd>) {
+        while let Some(l) = links.pop() {
+            drop(l);
+        }
+    }
 
     /// The timer while attached (detached when dropped).
     pub struct Timer {
@@ -260,58 +352,123 @@ mod imp {
         qhist: OwnedFd,
         /// The possible CPUs' ids, in the order a per-CPU map's value lists them.
         possible: Vec<u32>,
-        _links: Vec<OwnedFd>,
-        /// The watch that attaches the backlog-wait program once a CPU is busy in the
-        /// receive softirq; stopped (and the program detached) when the timer drops.
-        watch: Option<(
-            std::sync::Arc<std::sync::atomic::AtomicBool>,
-            std::thread::JoinHandle<()>,
-        )>,
+        clock: Arc<Mutex<Clock>>,
+        /// The thread that attaches and detaches the programs in phases and attaches the
+        /// backlog wait's once a CPU is busy; stopped (the programs detached) on drop.
+        duty: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
     }
 
     impl Drop for Timer {
         fn drop(&mut self) {
-            if let Some((stop, t)) = self.watch.take() {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some((stop, t)) = self.duty.take() {
+                stop.store(true, Ordering::Relaxed);
                 let _ = t.join();
             }
         }
     }
 
-    /// The watch: every [`WATCH`], each CPU's receive softirq time; once one spent
-    /// [`ARM_SHARE`] of an interval there, `prog` is attached to `netif_rx` and kept
-    /// attached until `stop` (then detached with the thread's end).
-    fn arm_when_busy(
-        stop: &std::sync::atomic::AtomicBool,
+    /// Sleeps `d` in short steps; false once `stop` is set.
+    fn nap(stop: &AtomicBool, d: Duration) -> bool {
+        let step = Duration::from_millis(25);
+        let end = Instant::now() + d;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return true;
+            }
+            std::thread::sleep((end - now).min(step));
+        }
+    }
+
+    /// Packets the stack received on all CPUs so far (`softnet_stat`; 32-bit counters, each
+    /// CPU's own: the difference of two readings is taken per CPU through a wrap).
+    fn processed() -> Vec<Softnet> {
+        read_softnet().unwrap_or_default()
+    }
+
+    fn received_between(a: &[Softnet], b: &[Softnet]) -> u64 {
+        b.iter()
+            .map(|e| {
+                let s = a.iter().find(|s| s.cpu == e.cpu).map_or(0, |s| s.processed);
+                if e.processed >= s {
+                    e.processed - s
+                } else {
+                    (e.processed + (1 << 32)).saturating_sub(s)
+                }
+            })
+            .sum()
+    }
+
+    /// The duty thread: each attached phase measures the machine's packet rate and each
+    /// CPU's receive softirq share; at a rate over [`FULL_RATE`] the programs are detached
+    /// for the rest of the period; once a CPU spent [`ARM_SHARE`] of a phase in the receive
+    /// softirq, `netif_rx` is attached with the others from then on.
+    fn run_in_phases(
+        stop: &AtomicBool,
         acc: &OwnedFd,
         n: usize,
-        prog: &OwnedFd,
+        progs: &Progs,
+        first: Vec<OwnedFd>,
+        clock: &Mutex<Clock>,
     ) {
-        use std::sync::atomic::Ordering;
-        let mut last = rx_ns(acc, n);
-        let mut link = None;
-        while !stop.load(Ordering::Relaxed) {
-            // In short steps: the timer's drop waits for this thread.
-            for _ in 0..4 {
-                std::thread::sleep(WATCH / 4);
-                if stop.load(Ordering::Relaxed) {
-                    return;
-                }
+        let mut links = Some(first);
+        let mut rx_link: Option<OwnedFd> = None;
+        // The first phase is short: the rate decides the duty, and until it is known the
+        // programs run on every packet.
+        let mut on = FIRST;
+        loop {
+            let (t0, rx0, p0) = (Instant::now(), rx_ns(acc, n), processed());
+            if !nap(stop, on) {
+                return;
             }
-            if link.is_some() {
-                continue;
-            }
-            let now = rx_ns(acc, n);
-            let busy = match (&last, &now) {
-                (Some(a), Some(b)) => a.iter().zip(b).any(|(a, b)| {
-                    b.saturating_sub(*a) as f64 >= ARM_SHARE * WATCH.as_nanos() as f64
-                }),
+            let dt = t0.elapsed();
+            let (rx1, p1) = (rx_ns(acc, n), processed());
+            let busy = match (&rx0, &rx1) {
+                (Some(a), Some(b)) => a
+                    .iter()
+                    .zip(b)
+                    .any(|(a, b)| b.saturating_sub(*a) as f64 >= ARM_SHARE * dt.as_nanos() as f64),
                 _ => false,
             };
-            if busy {
-                link = lagtrace_bpf::attach_raw_tracepoint(c"netif_rx", prog).ok();
+            let armed = rx_link.is_some() || busy;
+            if busy && rx_link.is_none() {
+                rx_link = progs.attach_rx();
             }
-            last = now;
+            let rate = received_between(&p0, &p1) as f64 / dt.as_secs_f64().max(1e-3);
+            let d = duty(rate);
+            if d >= 1.0 {
+                on = PERIOD;
+                continue;
+            }
+            on = PERIOD.mul_f64(d).max(MIN_ON);
+            let off = on.mul_f64((1.0 - d) / d);
+            {
+                let mut c = clock.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(t) = c.on_since.take() {
+                    c.sampled += t.elapsed();
+                }
+            }
+            if let Some(l) = links.take() {
+                detach(l);
+            }
+            rx_link = None;
+            if !nap(stop, off) {
+                return;
+            }
+            match progs.attach() {
+                Ok(l) => {
+                    clock.lock().unwrap_or_else(|e| e.into_inner()).on_since = Some(Instant::now());
+                    links = Some(l);
+                    if armed {
+                        rx_link = progs.attach_rx();
+                    }
+                }
+                // Could not attach again: the sums cover the phases that ran.
+                Err(_) => return,
+            }
         }
     }
 
@@ -378,50 +535,48 @@ mod imp {
                     PROG_RAW_TRACEPOINT,
                 )
             };
-            let mut links = Vec::new();
-            for (name, tp) in [
-                ("softirq_entry", c"softirq_entry"),
-                ("softirq_exit", c"softirq_exit"),
-                ("netif_receive_skb", c"netif_receive_skb"),
-                ("napi_poll", c"napi_poll"),
-            ] {
-                let prog = load(name)?;
-                let link = lagtrace_bpf::attach_raw_tracepoint(tp, &prog).map_err(|e| {
-                    let what = format!("attaching it to the {name} tracepoint");
-                    refused(&what, Error::os(what.clone(), e))
-                })?;
-                links.push(prog);
-                links.push(link);
-            }
-            // The backlog wait costs a program run on every packet queued to a backlog (a
-            // fifth more kernel time per packet, and the timing of a fast proxy's packets
-            // with it): attached only once a CPU spends ARM_SHARE of an interval in the
-            // receive softirq — a queue needs a busy CPU; an idle one is never waited on.
-            let rx = load("netif_rx")?;
+            let progs = Progs {
+                entry: load("softirq_entry")?,
+                exit: load("softirq_exit")?,
+                recv: load("netif_receive_skb")?,
+                napi: load("napi_poll")?,
+                // The backlog wait costs a run on every packet queued to a backlog (a fifth
+                // more kernel time per packet, and the timing of a fast proxy's packets with
+                // it): attached only once a CPU is busy in the receive softirq — a queue
+                // needs a busy CPU; an idle one is never waited on.
+                rx: load("netif_rx")?,
+            };
+            let first = progs.attach()?;
+            let clock = Arc::new(Mutex::new(Clock {
+                started: Instant::now(),
+                sampled: Duration::ZERO,
+                on_since: Some(Instant::now()),
+            }));
             let qhist = maps.swap_remove(2).1;
             let acc = maps.swap_remove(1).1;
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let watch = {
-                let (stop, acc, n) = (stop.clone(), acc.try_clone(), possible.len());
-                acc.ok().and_then(|acc| {
-                    std::thread::Builder::new()
-                        .name("lagtrace-softirq".into())
-                        .spawn(move || arm_when_busy(&stop, &acc, n, &rx))
-                        .ok()
-                })
-            };
+            let stop = Arc::new(AtomicBool::new(false));
+            let acc2 = acc
+                .try_clone()
+                .map_err(|e| BpfError::Kernel(format!("the softirq timer's map: {e}")))?;
+            let (stop2, clock2, n) = (stop.clone(), clock.clone(), possible.len());
+            let duty = std::thread::Builder::new()
+                .name("lagtrace-softirq".into())
+                .spawn(move || run_in_phases(&stop2, &acc2, n, &progs, first, &clock2))
+                .map_err(|e| BpfError::Kernel(format!("the softirq timer's thread: {e}")))?;
             Ok(Timer {
                 acc,
                 qhist,
                 possible,
-                _links: links,
-                watch: watch.map(|t| (stop, t)),
+                clock,
+                duty: Some((stop, duty)),
             })
         }
 
-        /// Each possible CPU's sums so far, indexed by CPU id (a CPU that is not possible
-        /// has zeros).
-        pub fn read(&self) -> Result<Vec<Times>, BpfError> {
+        /// Each possible CPU's sums, indexed by CPU id (a CPU that is not possible has
+        /// zeros), scaled to the time since the start when the programs ran in phases; and
+        /// the share of that time they were attached.
+        pub fn read(&self) -> Result<(Vec<Times>, f64), BpfError> {
+            let share = self.clock.lock().unwrap_or_else(|e| e.into_inner()).share();
             let n = self.possible.len();
             let v = per_cpu(&self.acc, ACC, n).map_err(|e| {
                 BpfError::Kernel(format!("reading the softirq timer's per-CPU sums: {e}"))
@@ -433,15 +588,16 @@ mod imp {
             let mut out = vec![Times::default(); last + 1];
             for (slot, (c, hc)) in v.chunks_exact(ACC).zip(h.chunks_exact(QHIST)).enumerate() {
                 let f = |i: usize| u64_at(c, i * 8);
+                let scaled = |i: usize| (f(i) as f64 / share).round() as u64;
                 if let Some(&cpu) = self.possible.get(slot) {
                     let hist = (0..QBUCKETS).map(|b| u64_at(hc, b * 8)).collect();
                     out[cpu as usize] = Times {
-                        rx_ns: f(0),
-                        rx_runs: f(1),
-                        tx_ns: f(2),
-                        tx_runs: f(3),
-                        ns_ns: f(6),
-                        ns_packets: f(7),
+                        rx_ns: scaled(0),
+                        rx_runs: scaled(1),
+                        tx_ns: scaled(2),
+                        tx_runs: scaled(3),
+                        ns_ns: scaled(6),
+                        ns_packets: scaled(7),
                         q_ns: f(12),
                         q_packets: f(13),
                         q_max_ns: f(14),
@@ -449,7 +605,7 @@ mod imp {
                     };
                 }
             }
-            Ok(out)
+            Ok((out, share))
         }
     }
 }
@@ -469,8 +625,8 @@ impl Timer {
     }
 
     /// Never reached.
-    pub fn read(&self) -> Result<Vec<Times>, BpfError> {
-        Ok(Vec::new())
+    pub fn read(&self) -> Result<(Vec<Times>, f64), BpfError> {
+        Ok((Vec::new(), 1.0))
     }
 }
 
@@ -517,6 +673,14 @@ mod tests {
         assert_eq!(possible_cpus(""), None);
         assert_eq!(possible_cpus("x"), None);
         assert_eq!(possible_cpus("3-1"), None);
+    }
+
+    #[test]
+    fn the_timer_runs_throughout_at_low_rates_and_in_phases_above() {
+        assert_eq!(duty(0.0), 1.0);
+        assert_eq!(duty(FULL_RATE), 1.0);
+        assert!((duty(4.0 * FULL_RATE) - 0.25).abs() < 1e-9);
+        assert_eq!(duty(1e9), MIN_DUTY);
     }
 
     #[test]
@@ -576,7 +740,7 @@ mod tests {
                 ..Times::default()
             },
         ];
-        let r = report(&a, &b, Some(&t), 0, 1_000_000);
+        let r = report(&a, &b, Some((&t, 1.0)), 0, 1_000_000);
         assert!(r.timed);
         assert_eq!(r.cpus[0].cpu, 0, "busiest first");
         assert_eq!(r.cpus[1].rx_packets, 0x20, "through the wrap");

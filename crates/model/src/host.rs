@@ -113,6 +113,10 @@ impl Conntrack {
     }
 }
 
+fn one() -> f64 {
+    1.0
+}
+
 /// The kernel's packet processing in softirq context over the window, machine-wide (a
 /// softirq serves every namespace on its CPU).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
@@ -120,6 +124,12 @@ pub struct Softirq {
     /// Whether the softirq times were measured (the BPF timer ran); without it only
     /// `softnet_stat`'s counts are known and every time is 0.
     pub timed: bool,
+    /// The share of the window the timer ran (0..1; 1: throughout). At high packet rates it
+    /// runs in phases, so that its own cost — a program run per softirq and per packet —
+    /// stays near 1 % of a core; the times, runs and the namespace's packets are then
+    /// scaled to the window (the backlog wait's `packets` stay the ones timed).
+    #[serde(default = "one")]
+    pub timed_share: f64,
     /// Per CPU, busiest first by receive time.
     pub cpus: Vec<SoftirqCpu>,
     /// Time in the receive softirq (NET_RX) on all CPUs (µs).

@@ -265,6 +265,13 @@ fn softirq_text(s: &mut String, r: &HostReport) {
         if let Some(ns) = k.rx_ns_per_packet {
             let _ = write!(line, " ({} per packet)", lagtrace_model::Micros(ns / 1000));
         }
+        if k.timed_share < 0.99 {
+            let _ = write!(
+                line,
+                " (timed over {:.0}% of the window, scaled: the packet rate was high)",
+                k.timed_share * 100.0
+            );
+        }
         if let Some(ns) = k.netns_ns_per_packet {
             let _ = write!(
                 line,
