@@ -1006,3 +1006,76 @@ fn input_losses_outweighing_a_few_held_segments_are_dropped_by_netfilter() {
         "{j:#?}"
     );
 }
+
+/// `host_contended` whose receive softirq kept CPU 0 `busiest` of the window busy, 1.8 s on
+/// all CPUs (cheap packets, no queue of the server's packets timed).
+fn with_softirq(mut h: HostReport, busiest: f64) -> HostReport {
+    let rx_us = (busiest * 2_000_000.0) as u64;
+    h.softirq = Layer::ran(
+        serde_json::from_value(json!({
+            "timed": true,
+            "cpus": [{"cpu": 0, "rx_us": rx_us, "tx_us": 0, "rx_packets": 900_000,
+                      "rx_share": busiest, "backlog_drops": 0, "time_squeeze": 0}],
+            "rx_us": rx_us, "tx_us": 0, "rx_packets": 900_000, "rx_ns_per_packet": 2_000,
+            "netns_packets": 880_000, "netns_rx_us": rx_us, "netns_ns_per_packet": 2_000,
+            "busiest_rx_share": busiest, "backlog_drops": 0, "time_squeeze": 0,
+            "ksoftirqd_us": 700_000, "window_us": 2_000_000}))
+        .expect("softirq"),
+    );
+    h
+}
+
+/// The server's threads wait for a CPU through the slow requests, and what holds the CPUs is
+/// the kernel's receive softirq (a flood's cheap packets), more than any process: the
+/// kernel's packet processing, `kernel-stack` / `softirq-saturated`, not `cpu-contention` —
+/// even when the server's own packets do not queue (the flood leaves the queue between its
+/// bursts). With the softirq not the largest, or its CPU not busy, contention stays.
+#[test]
+fn run_queue_delay_behind_a_saturated_receive_softirq_is_softirq_saturated() {
+    let (starts, busy) = contended_tail();
+    let mut l = layers_with_tail(&starts);
+    l.host = Layer::ran(with_softirq(host_contended(&busy, 60, 300, 650), 0.9));
+    let j = judge(&target(), &l);
+    assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::SoftirqSaturated),
+        "{j:#?}"
+    );
+    assert_eq!(
+        j.verdict.fix[0].location.as_deref(),
+        Some("CPU 0: /proc/net/softnet_stat, mpstat -P 0 1"),
+        "{j:#?}"
+    );
+    assert!(
+        j.evidence
+            .iter()
+            .any(|e| e.text.contains("receive softirq held the CPUs")),
+        "{j:#?}"
+    );
+    assert!(
+        j.verdict
+            .cost
+            .text
+            .contains("wait for a CPU the kernel's receive softirq holds"),
+        "{j:#?}"
+    );
+    // A batch job holding more CPU than the softirq: contention.
+    let mut l = layers_with_tail(&starts);
+    l.host = Layer::ran(with_softirq(host_contended(&busy, 60, 300, 2_500), 0.9));
+    let j = judge(&target(), &l);
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::CpuContention),
+        "{j:#?}"
+    );
+    // The receive softirq not busy (though more than the batch job's 400 ms): contention.
+    let mut l = layers_with_tail(&starts);
+    l.host = Layer::ran(with_softirq(host_contended(&busy, 60, 300, 400), 0.3));
+    let j = judge(&target(), &l);
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::CpuContention),
+        "{j:#?}"
+    );
+}

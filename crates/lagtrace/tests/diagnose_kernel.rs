@@ -259,18 +259,13 @@ fn backlog_p50_us(j: &Value) -> u64 {
 /// queue. `kernel-stack` / `softirq-saturated`, three times, naming the CPU; the same lab
 /// without the flood is healthy, its packets through the backlog in a few µs.
 ///
-/// Not in the suite unless `LAGTRACE_TEST_FLOOD=1`: it passed 12 of 12 runs, then, later the
-/// same day and with the binary that had passed, 2 of 4 runs read the server's packets'
-/// median wait under 50 µs (bimodal: mean 85–146 µs, p99 ~500–700 µs) with CPU 0 still
-/// 86–92 % in the receive softirq — why the queue comes and goes is not understood yet, and
-/// a flaky test here would stop every submission from landing.
+/// The server's packets' queue comes and goes with the flood's bursts (the flooder shares the
+/// other CPU with nginx and the load: 12 of 12 runs read a median wait of 175–415 µs on one
+/// afternoon, 2 of 4 under 50 µs later, CPU 0 86–92 % busy either way). Where the queue is
+/// short, the server's threads wait for a CPU the softirq holds: named from that wait.
 #[test]
 #[ignore = "needs root"]
 fn a_udp_flood_that_keeps_the_receive_cpu_busy_is_softirq_saturated() {
-    if std::env::var_os("LAGTRACE_TEST_FLOOD").is_none() {
-        eprintln!("skipped: set LAGTRACE_TEST_FLOOD=1 (not stable yet, see the doc)");
-        return;
-    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < 2 {
         eprintln!("skipped: needs two CPUs, one to take the flood and one to send it");
@@ -342,13 +337,22 @@ fn a_udp_flood_that_keeps_the_receive_cpu_busy_is_softirq_saturated() {
                 show(&j)
             );
             let k = &j["layers"]["host"]["data"]["softirq"]["data"];
-            assert!(backlog_p50_us(&j) >= 50, "{}", show(&j));
             assert!(per_packet_ns(&j) < 20_000, "cheap packets: {}", show(&j));
+            // From the server's packets' wait in the backlog queue, or from its threads'
+            // wait for a CPU the softirq holds (the queue comes and goes with the flood's
+            // bursts): either way the evidence says which.
+            let text = j["evidence"].to_string();
+            assert!(
+                backlog_p50_us(&j) >= 50 || text.contains("receive softirq held the CPUs"),
+                "{}",
+                show(&j)
+            );
             eprintln!(
-                "flood: backlog wait p50 {} µs, busiest CPU {:.2} in the receive softirq, {} ns a packet",
+                "flood: backlog wait p50 {} µs, busiest CPU {:.2} in the receive softirq, {} ns a packet, timed over {:.0}% of the window",
                 backlog_p50_us(&j),
                 k["busiest_rx_share"].as_f64().unwrap_or(0.0),
-                per_packet_ns(&j)
+                per_packet_ns(&j),
+                k["timed_share"].as_f64().unwrap_or(0.0) * 100.0
             );
         }
     }

@@ -10,6 +10,7 @@ use crate::evidence::{
 };
 
 use super::{DOMINANT_SERVER_SHARE, PACED_BPS, SLOW_SERVER_US};
+use crate::verdict::{Fix, FixSide};
 
 /// Least resent-and-lost client segments that say where the loss is.
 const INBOUND_MIN: u64 = 3;
@@ -115,6 +116,25 @@ impl<'a> Facts<'a> {
                 softirq: k,
                 wait: w,
             })
+    }
+
+    /// The receive softirq, when it held the CPUs more than any process did: timed, the
+    /// busiest CPU at least [`SATURATED_SHARE`] of the window in it, and its time on all
+    /// CPUs at least any process's CPU time (ksoftirqd, which runs that same work, apart).
+    /// A server whose threads wait for a CPU then waits behind the kernel's packet
+    /// processing, whether or not its own packets queue.
+    pub(super) fn softirq_held_cpus(&self) -> Option<&'a lagtrace_model::host::Softirq> {
+        let h = self.host?;
+        let k = h.softirq.get().filter(|k| k.timed)?;
+        let most = h.cpu.get().map_or(0, |c| {
+            c.top
+                .iter()
+                .filter(|p| !p.comm.starts_with("ksoftirqd/"))
+                .map(|p| p.cpu_us)
+                .max()
+                .unwrap_or(0)
+        });
+        (k.busiest_rx_share >= SATURATED_SHARE && k.rx_us >= most).then_some(k)
     }
 
     /// The SYN flood at the listener on `port`, when the host layer shows one
@@ -630,6 +650,26 @@ pub(super) fn work_shares(p: &lagtrace_model::host::OnCpu) -> Vec<(Work, f64)> {
         }
     }
     v
+}
+
+/// The fix for `softirq-saturated`: where to look (the busiest CPU) and what to change.
+pub(super) fn softirq_saturated_fix(k: Option<&lagtrace_model::host::Softirq>) -> Fix {
+    Fix {
+        side: FixSide::Server,
+        location: k.and_then(|k| k.cpus.first()).map(|c| {
+            format!(
+                "CPU {}: /proc/net/softnet_stat, mpstat -P {} 1",
+                c.cpu, c.cpu
+            )
+        }),
+        change: "one CPU takes the receive work for the server's packets and is busy with it \
+                 most of the time: spread it (more RSS queues, RPS \
+                 /sys/class/net/DEV/queues/rx-*/rps_cpus over more CPUs, irqbalance), and stop \
+                 or rate-limit the traffic that floods it as early as possible (upstream \
+                 filtering, an XDP or tc ingress drop)"
+            .into(),
+        tradeoff: Some("RPS spends CPU on other cores for the hand-off".into()),
+    }
 }
 
 #[cfg(test)]

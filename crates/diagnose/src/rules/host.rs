@@ -36,7 +36,7 @@ use lagtrace_model::host::{
     CgroupCpu, HostCpu, HostReport, ListenerQueue, OffCpuBlock, SchedSample, WaitClass,
 };
 
-use super::facts::{Facts, waited_through_drops};
+use super::facts::{Facts, softirq_saturated_fix, waited_through_drops};
 use super::{Candidate, Direct, MATERIAL_ADDED_US, ms, note, out, pct, sup};
 use crate::evidence::{AppRun, LayerName, Target};
 use crate::verdict::{EvidenceLine, Fix, FixSide, Mechanism};
@@ -319,23 +319,18 @@ pub(super) fn contention(x: &Facts<'_>, host: &HostReport, throttled: bool) -> O
         return None;
     }
     let cpu = host.cpu.get();
-    // The CPUs were the kernel's: its receive softirq, saturated with the server's packets
-    // queued behind it, held more of them than any process did (ksoftirqd runs that same
-    // work) — the kernel's packet processing, which kernel-stack names.
-    if let Some(q) = x.softirq_queue()
-        && cpu.is_none_or(|c| {
-            c.top
-                .iter()
-                .filter(|p| !p.comm.starts_with("ksoftirqd/"))
-                .all(|p| p.cpu_us <= q.softirq.rx_us)
-        })
-    {
+    // The CPUs were the kernel's: its receive softirq held more of them than any process
+    // did (ksoftirqd runs that same work) — the kernel's packet processing. With the
+    // server's packets queued behind it, kernel-stack names it from the queue; without,
+    // from the threads' wait here.
+    let softirq = x.softirq_held_cpus();
+    if softirq.is_some() && x.softirq_queue().is_some() {
         return None;
     }
     // The measurement's own when this lagtrace may run where the server runs and used at
     // least as much CPU as every other process together. (Not the threads' summed wait
     // against the others' CPU: two workers waiting behind one task count its time twice.)
-    let own = cpu.is_none_or(|c| c.own_shares_cpus && c.own_us >= c.others_us);
+    let own = softirq.is_none() && cpu.is_none_or(|c| c.own_shares_cpus && c.own_us >= c.others_us);
     let total = run.waits.as_ref().map_or(0, |w| w.count);
     let text = format!(
         "the server's {} threads waited {} for a CPU over the window ({} of their runnable time, ~{} each time); {aligned} of the {} slowest requests (≥ p99) fall where they waited at least half their excess (median wait in a slow request ~{}, median excess +{}){}",
@@ -359,6 +354,52 @@ pub(super) fn contention(x: &Facts<'_>, host: &HostReport, throttled: bool) -> O
         .filter(|t| !t.is_empty())
         .map(|t| format!(" — the largest: {t}"))
         .unwrap_or_default();
+    if let Some(k) = softirq {
+        let busiest = k
+            .cpus
+            .first()
+            .map(|c| {
+                format!(
+                    "CPU {} spent {} of the window in it ({} packets",
+                    c.cpu,
+                    pct(c.rx_share),
+                    c.rx_packets
+                )
+            })
+            .unwrap_or_default();
+        let each = k
+            .rx_ns_per_packet
+            .map(|n| format!(", ~{} each", ms(n / 1000)))
+            .unwrap_or_default();
+        let held = format!(
+            "the kernel's receive softirq held the CPUs the server waits for: {} on all CPUs \
+             over {}, more than any process; {busiest}{each}){}",
+            ms(k.rx_us),
+            ms(k.window_us),
+            if k.ksoftirqd_us > 0 {
+                format!(
+                    "; ksoftirqd ran {} (the softirq's work deferred to a thread, it kept \
+                     coming)",
+                    ms(k.ksoftirqd_us)
+                )
+            } else {
+                String::new()
+            }
+        );
+        let direct = Direct {
+            cause: Cause::KernelStack,
+            mechanism: Mechanism::SoftirqSaturated,
+            evidence: vec![
+                sup(LayerName::Host, Cause::KernelStack, text.clone()),
+                sup(LayerName::Host, Cause::KernelStack, held),
+            ],
+            fix: softirq_saturated_fix(Some(k)),
+            added_us,
+            share: aligned as f64 / total.max(1) as f64,
+            counted: Some((aligned as u64, Some(total))),
+        };
+        return Some(Contention { own, text, direct });
+    }
     let direct = Direct {
         cause: Cause::SlowServer,
         mechanism: Mechanism::CpuContention,
@@ -976,6 +1017,13 @@ pub(super) fn cost_text(c: &Candidate) -> Option<String> {
         Mechanism::CpuContention => format!(
             "{n} of {} requests (the slowest) wait ~{} more while the server's threads wait \
              for a CPU other work on its host holds",
+            of.unwrap_or(0),
+            ms(c.added_us)
+        ),
+        // From the threads' wait (the queue-based candidate has no count: its own text).
+        Mechanism::SoftirqSaturated => format!(
+            "{n} of {} requests (the slowest) wait ~{} more while the server's threads wait \
+             for a CPU the kernel's receive softirq holds",
             of.unwrap_or(0),
             ms(c.added_us)
         ),

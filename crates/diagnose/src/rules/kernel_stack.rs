@@ -14,7 +14,7 @@
 use lagtrace_model::Cause;
 use lagtrace_model::host::{ChainWalk, Netfilter, Softirq};
 
-use super::facts::{BACKLOG_QUEUE_US, Facts, SATURATED_SHARE, SoftirqQueue};
+use super::facts::{BACKLOG_QUEUE_US, Facts, SATURATED_SHARE, SoftirqQueue, softirq_saturated_fix};
 use super::{Candidate, CauseRule, EXPLAINS_SHARE, ms, note, pct, sup};
 use crate::evidence::{LayerName, Target};
 use crate::verdict::{Cost, EvidenceLine, Fix, FixSide, Mechanism};
@@ -439,22 +439,9 @@ impl CauseRule for KernelStack {
             }
             // The host's own fix (the table's size, `notrack`) says it all.
             (Some(Mechanism::Conntrack), _) => Vec::new(),
-            (Some(Mechanism::SoftirqSaturated), _) => vec![Fix {
-                side: FixSide::Server,
-                location: s.as_ref().and_then(|s| s.k.cpus.first()).map(|c| {
-                    format!(
-                        "CPU {}: /proc/net/softnet_stat, mpstat -P {} 1",
-                        c.cpu, c.cpu
-                    )
-                }),
-                change: "one CPU takes the receive work for the server's packets and is busy \
-                         with it most of the time: spread it (more RSS queues, RPS \
-                         /sys/class/net/DEV/queues/rx-*/rps_cpus over more CPUs, irqbalance), \
-                         and stop or rate-limit the traffic that floods it as early as \
-                         possible (upstream filtering, an XDP or tc ingress drop)"
-                    .into(),
-                tradeoff: Some("RPS spends CPU on other cores for the hand-off".into()),
-            }],
+            (Some(Mechanism::SoftirqSaturated), _) => {
+                vec![softirq_saturated_fix(s.as_ref().map(|s| s.k))]
+            }
             _ => vec![Fix {
                 side: FixSide::Server,
                 location: None,
