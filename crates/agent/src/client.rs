@@ -215,15 +215,16 @@ impl RemoteServer for AgentClient {
 
     fn open(
         &self,
-        port: u16,
+        server: std::net::SocketAddr,
         window: Duration,
         hops: bool,
     ) -> Result<Box<dyn RemoteWindow>, String> {
         let offset = self.clock_offset().map_err(|e| e.to_string())?;
         let body = serde_json::to_vec(&SessionRequest {
-            port,
+            port: server.port(),
             window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
             no_hops: !hops,
+            addr: Some(server.ip()),
         })
         .map_err(|e| e.to_string())?;
         let b = self

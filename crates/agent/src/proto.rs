@@ -3,7 +3,8 @@
 //! Endpoints (all need `Authorization: Bearer TOKEN`):
 //! - `POST /v1/session` `{"port": P, "window_ms": W}`: opens a window on the listener on P
 //!   (the one port the agent serves): capture of the caller's connections, host layer, and
-//!   the watch of the server's own connections to its upstreams (`"no_hops": true`: none).
+//!   the watch of the server's own connections to its upstreams (`"no_hops": true`: none);
+//!   `"addr"`: the address the caller connects to, when several listeners share the port.
 //! - `GET /v1/session/ID/sockets`: the port owner's sockets and options now.
 //! - `POST /v1/session/ID/finish`: waits for the window's end, returns the host layer and the
 //!   capture's summary.
@@ -30,6 +31,11 @@ pub struct SessionRequest {
     /// set, so an agent older than the field still accepts the request.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_hops: bool,
+    /// The address the caller connects to: which listener on the port is the server when
+    /// several are (the one that serves this address; the caller's own address decides when
+    /// none does, e.g. behind NAT). Sent only when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<std::net::IpAddr>,
 }
 
 /// Reply to `POST /v1/session`.
@@ -145,6 +151,7 @@ mod tests {
             port: 1,
             window_ms: 500,
             no_hops: false,
+            addr: None,
         })
         .unwrap();
         assert_eq!(body, r#"{"port":1,"window_ms":500}"#);

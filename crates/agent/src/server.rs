@@ -18,6 +18,7 @@ use axum::routing::{get, post};
 use lagtrace_diagnose::ServerLocation;
 use lagtrace_diagnose::evidence::{Layer, PacketEvidence};
 use lagtrace_diagnose::hops::{Discovery, HopCaptures};
+use lagtrace_diagnose::run::Dest;
 use lagtrace_model::host::HostReport;
 
 use crate::auth::{Bucket, Token};
@@ -116,6 +117,8 @@ struct Session {
     id: String,
     peer: IpAddr,
     port: u16,
+    /// Which listener on the port the session is about ([`session_dest`]).
+    dest: Dest,
     started: Instant,
     window: Duration,
     capture: Option<Result<Running, Box<Layer<PacketEvidence>>>>,
@@ -296,7 +299,14 @@ async fn open(
     }
     let st2 = st.clone();
     let opened = tokio::task::spawn_blocking(move || {
-        open_blocking(&st2, peer.ip(), req.port, req.window_ms, !req.no_hops)
+        open_blocking(
+            &st2,
+            peer.ip(),
+            req.addr,
+            req.port,
+            req.window_ms,
+            !req.no_hops,
+        )
     })
     .await
     .map_err(|_| ApiError::new(500, "the session did not start"))??;
@@ -333,6 +343,7 @@ async fn end_on_time(st: St, id: String, window: Duration) {
 fn open_blocking(
     st: &Shared,
     peer: IpAddr,
+    addr: Option<IpAddr>,
     port: u16,
     window_ms: u64,
     follow_hops: bool,
@@ -345,24 +356,20 @@ fn open_blocking(
         *slot = None;
     }
     let window = Duration::from_millis(window_ms);
-    let capture = start_capture(&st.cfg, peer, port);
+    let dest = session_dest(addr, peer, port);
+    let capture = start_capture(&st.cfg, peer, dest, port);
     let host = {
         let loc = ServerLocation::Here;
         // The client's family is the server's: the rule walk reads those tables.
         let ipv6 = peer.to_canonical().is_ipv6();
         std::thread::spawn(move || {
-            lagtrace_diagnose::adapters::host::measure(&loc, port, ipv6, None, window)
+            lagtrace_diagnose::adapters::host::measure(&loc, dest, port, ipv6, None, window)
         })
     };
     // The server's own connections to its upstreams, followed over the window as a local
     // run follows them (each peer captured once the watch sees it).
     let hops = follow_hops
-        .then(|| {
-            Discovery::start(
-                &ServerLocation::Here,
-                SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port),
-            )
-        })
+        .then(|| Discovery::start(&ServerLocation::Here, dest, port))
         .flatten()
         .map(|d| {
             let caps = d.start_captures();
@@ -381,6 +388,7 @@ fn open_blocking(
         id,
         peer,
         port,
+        dest,
         started: Instant::now(),
         window,
         capture: Some(capture),
@@ -395,16 +403,103 @@ fn open_blocking(
 /// The packets of `peer`'s connections to the served `port`, each way: from the peer to the
 /// port, and from the port to the peer. Not the server host's own connections to the peer's
 /// port `port`, nor the peer's connections from a client port `port` to another listener
-/// (`tcp port P and host PEER` took both).
-fn capture_filter(peer: IpAddr, port: u16) -> String {
+/// (`tcp port P and host PEER` took both). `local`: the host's end — the addresses of the
+/// listener that serves the peer, or those of the other listeners on the port to leave out
+/// ([`local_end`]).
+fn capture_filter(peer: IpAddr, port: u16, local: &LocalEnd) -> String {
     let a = peer.to_canonical();
-    format!("tcp and ((src host {a} and dst port {port}) or (dst host {a} and src port {port}))")
+    let hosts = |dir: &str, v: &[IpAddr]| {
+        v.iter()
+            .map(|h| format!("{dir} host {}", h.to_canonical()))
+            .collect::<Vec<_>>()
+            .join(" or ")
+    };
+    let (inb, out) = match local {
+        LocalEnd::Any => (String::new(), String::new()),
+        LocalEnd::Only(v) => (
+            format!(" and ({})", hosts("dst", v)),
+            format!(" and ({})", hosts("src", v)),
+        ),
+        LocalEnd::Not(v) => (
+            format!(" and not ({})", hosts("dst", v)),
+            format!(" and not ({})", hosts("src", v)),
+        ),
+    };
+    format!(
+        "tcp and ((src host {a} and dst port {port}{inb}) or (dst host {a} and src port {port}{out}))"
+    )
+}
+
+/// The host's end of the served connections.
+#[derive(Debug, Clone, PartialEq)]
+enum LocalEnd {
+    /// Any of its addresses (one listener on the port, or none found).
+    Any,
+    /// These: the serving listener is bound to them.
+    Only(Vec<IpAddr>),
+    /// Any but these: the serving listener is a wildcard, and other listeners on the port
+    /// are bound to these addresses (a connection to one of them is theirs).
+    Not(Vec<IpAddr>),
+}
+
+/// The listener that serves `peer` on `port` (the rule every layer follows,
+/// `lagtrace_sockets::serving`) as the capture's local end.
+fn local_end(dest: Dest, port: u16) -> LocalEnd {
+    local_end_of(&listeners(), dest, port)
+}
+
+/// The listening sockets' addresses in the agent's namespace (none when the dump fails).
+fn listeners() -> Vec<SocketAddr> {
+    lagtrace_sockets::diag::dump_tcp(1 << 10)
+        .map(|v| v.iter().map(|s| s.local).collect())
+        .unwrap_or_default()
+}
+
+/// Which listener on `port` a session is about: the one serving `addr`, the address the
+/// caller connects to, when a listener here serves it; else (no address sent, or one this
+/// host does not have: NAT) the caller's own address decides.
+fn session_dest(addr: Option<IpAddr>, peer: IpAddr, port: u16) -> Dest {
+    let ls = listeners();
+    match addr {
+        Some(a)
+            if !lagtrace_sockets::serving::serving(&ls, |s| *s, port, Dest::To(a)).is_empty() =>
+        {
+            Dest::To(a)
+        }
+        _ => Dest::From(peer),
+    }
+}
+
+fn local_end_of(listeners: &[SocketAddr], dest: Dest, port: u16) -> LocalEnd {
+    let serving = lagtrace_sockets::serving::serving(listeners, |s| *s, port, dest);
+    if serving.is_empty() {
+        return LocalEnd::Any;
+    }
+    if serving.iter().any(|s| s.ip().is_unspecified()) {
+        let mut others: Vec<IpAddr> = listeners
+            .iter()
+            .filter(|l| l.port() == port && !l.ip().is_unspecified())
+            .map(|l| l.ip())
+            .collect();
+        others.sort();
+        others.dedup();
+        return if others.is_empty() {
+            LocalEnd::Any
+        } else {
+            LocalEnd::Not(others)
+        };
+    }
+    let mut v: Vec<IpAddr> = serving.iter().map(|s| s.ip()).collect();
+    v.sort();
+    v.dedup();
+    LocalEnd::Only(v)
 }
 
 /// The capture of `peer`'s connections to `port`, on the interface toward `peer`.
 fn start_capture(
     cfg: &AgentConfig,
     peer: IpAddr,
+    dest: Dest,
     port: u16,
 ) -> Result<Running, Box<Layer<PacketEvidence>>> {
     use lagtrace_packet::capture::{Capture, CaptureOptions, route_iface};
@@ -416,7 +511,7 @@ fn start_capture(
         .map_err(|e| Box::new(Layer::error(format!("the capture's memory file: {e}"))))?;
     let o = CaptureOptions {
         iface: iface.clone(),
-        filter: Some(capture_filter(peer, port)),
+        filter: Some(capture_filter(peer, port, &local_end(dest, port))),
         snaplen: 160,
         netns,
         count: Some(cfg.max_packets),
@@ -471,9 +566,9 @@ async fn sockets(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let port = with_session(&st, &id, peer.ip(), |s| Ok(s.port))?;
+    let (port, dest) = with_session(&st, &id, peer.ip(), |s| Ok((s.port, s.dest)))?;
     let l = tokio::task::spawn_blocking(move || {
-        lagtrace_diagnose::run::inspect_server(&ServerLocation::Here, port)
+        lagtrace_diagnose::run::inspect_server(&ServerLocation::Here, dest, port)
     })
     .await
     .map_err(|_| ApiError::new(500, "the inspection failed"))?;
@@ -803,6 +898,49 @@ mod tests {
 
     fn ip(n: u8) -> IpAddr {
         IpAddr::from([10, 0, 0, n])
+    }
+
+    #[test]
+    fn the_capture_takes_only_the_listener_that_serves_the_caller() {
+        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let peer = ip(9);
+        // One wildcard listener: any local address.
+        let one = [sa("0.0.0.0:80")];
+        assert_eq!(local_end_of(&one, Dest::From(peer), 80), LocalEnd::Any);
+        assert_eq!(
+            capture_filter(peer, 80, &LocalEnd::Any),
+            "tcp and ((src host 10.0.0.9 and dst port 80) or (dst host 10.0.0.9 and src port 80))"
+        );
+        // The server on one address, another process on another and on loopback.
+        let two = [
+            sa("10.0.0.1:80"),
+            sa("10.0.0.3:80"),
+            sa("127.0.0.1:80"),
+            sa("10.0.0.1:22"),
+        ];
+        let e = local_end_of(&two, Dest::From(peer), 80);
+        assert_eq!(
+            e,
+            LocalEnd::Only(vec![ip(1), ip(3)]),
+            "both could serve the caller"
+        );
+        // A wildcard beside a specific address (SO_REUSEPORT, or v6only): the other's is left out.
+        let wild = [sa("0.0.0.0:80"), sa("10.0.0.3:80")];
+        let e = local_end_of(&wild, Dest::From(peer), 80);
+        assert_eq!(e, LocalEnd::Only(vec![ip(3)]));
+        let e = LocalEnd::Not(vec![ip(3)]);
+        assert_eq!(
+            capture_filter(peer, 80, &e),
+            "tcp and ((src host 10.0.0.9 and dst port 80 and not (dst host 10.0.0.3)) or \
+             (dst host 10.0.0.9 and src port 80 and not (src host 10.0.0.3)))"
+        );
+        assert_eq!(local_end_of(&[], Dest::From(peer), 80), LocalEnd::Any);
+        // The caller named the address it connects to: that listener alone, and beside a
+        // wildcard, the wildcard's is every address but the other listeners'.
+        let to = |n| Dest::To(ip(n));
+        assert_eq!(local_end_of(&two, to(1), 80), LocalEnd::Only(vec![ip(1)]));
+        assert_eq!(local_end_of(&wild, to(1), 80), LocalEnd::Not(vec![ip(3)]));
+        assert_eq!(local_end_of(&wild, to(3), 80), LocalEnd::Only(vec![ip(3)]));
     }
 
     #[test]

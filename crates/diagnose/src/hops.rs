@@ -77,6 +77,8 @@ const MAX_DEPTH: u32 = 3;
 /// One listener whose processes are watched for the connections they open.
 struct Watched {
     port: u16,
+    /// Which of the listeners on `port` ([`crate::run::Dest`]).
+    dest: crate::run::Dest,
     depth: u32,
     /// The hop this listener is the far end of (none for the server itself).
     via: Option<SocketAddr>,
@@ -140,7 +142,7 @@ impl HopCaptures {
 impl Discovery {
     /// Starts watching the processes holding `target`'s listener where the server runs on
     /// this machine; `None` elsewhere (a remote server: its agent would have to say).
-    pub fn start(loc: &ServerLocation, target: SocketAddr) -> Option<Discovery> {
+    pub fn start(loc: &ServerLocation, dest: crate::run::Dest, port: u16) -> Option<Discovery> {
         let (netns, label) = match loc {
             ServerLocation::Here => (NetNs::Current, "current".to_string()),
             ServerLocation::Namespace(n) => (NetNs::Named(n.clone()), n.clone()),
@@ -172,7 +174,7 @@ impl Discovery {
                     watch(
                         &netns,
                         &label,
-                        target.port(),
+                        (dest, port),
                         &stop,
                         &seen,
                         &late,
@@ -283,7 +285,11 @@ impl Discovery {
             });
             let local = is_local(peer.ip(), &self.netns);
             let sockets = if local {
-                crate::run::inspect_server(&self.location, peer.port())
+                crate::run::inspect_server(
+                    &self.location,
+                    crate::run::Dest::To(peer.ip()),
+                    peer.port(),
+                )
             } else {
                 Layer::skipped(
                     "the peer is not on this host: an agent there (`lagtrace agent`) would read its sockets",
@@ -407,7 +413,7 @@ pub(crate) fn service_name(port: u16) -> Option<&'static str> {
 fn watch(
     netns: &NetNs,
     label: &str,
-    port: u16,
+    (dest, port): (crate::run::Dest, u16),
     stop: &AtomicBool,
     seen: &Mutex<SeenMap>,
     late: &Mutex<Late>,
@@ -424,6 +430,7 @@ fn watch(
     let here = NetNs::Current;
     let mut watched = vec![Watched {
         port,
+        dest,
         depth: 1,
         via: None,
         pids: Vec::new(),
@@ -441,7 +448,8 @@ fn watch(
                 PIDS_EVERY
             };
             if w.pids_at.is_none_or(|t| t.elapsed() >= every) {
-                w.pids = crate::adapters::host::listener_pids(&here, w.port).unwrap_or_default();
+                w.pids =
+                    crate::adapters::host::listener_pids(&here, w.dest, w.port).unwrap_or_default();
                 w.pids_at = Some(Instant::now());
             }
         }
@@ -511,6 +519,7 @@ fn watch(
                     {
                         deeper.push(Watched {
                             port: s.remote.port(),
+                            dest: crate::run::Dest::To(s.remote.ip()),
                             depth: w.depth + 1,
                             via: Some(s.remote),
                             pids: Vec::new(),

@@ -602,18 +602,24 @@ fn live(
     let host = {
         let (loc, port, pid) = (loc.clone(), opts.port, opts.server_pid);
         let ipv6 = opts.addr.is_some_and(|a| a.is_ipv6());
-        std::thread::spawn(move || adapters::host::measure(&loc, port, ipv6, pid, window))
+        let dest = opts
+            .addr
+            .map_or(crate::run::Dest::Any, crate::run::Dest::To);
+        std::thread::spawn(move || adapters::host::measure(&loc, dest, port, ipv6, pid, window))
     };
     let insp: Arc<Mutex<Option<Layer<SocketEvidence>>>> = Arc::new(Mutex::new(None));
     let inspector = {
         let (loc, insp, port, stop) = (loc.clone(), insp.clone(), opts.port, opts.stop.clone());
+        let dest = opts
+            .addr
+            .map_or(crate::run::Dest::Any, crate::run::Dest::To);
         // Midway: the clients' connections are established by then.
         let at = (window / 2).min(Duration::from_secs(5));
         std::thread::spawn(move || {
             let l = if crate::run::nap(at, &stop) {
                 Layer::skipped(INTERRUPTED)
             } else {
-                crate::run::inspect_server(&loc, port)
+                crate::run::inspect_server(&loc, dest, port)
             };
             *insp.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
         })

@@ -21,12 +21,13 @@ use crate::run::{self, Step, UnderLoad};
 pub trait RemoteServer: Send + Sync + std::fmt::Debug {
     /// Where the layers come from, for the report (e.g. `agent 10.0.0.2:7700`).
     fn label(&self) -> String;
-    /// Opens a window of `window` on the server's listener on `port`: its capture and its
+    /// Opens a window of `window` on the server's listener at `server` (the address the
+    /// clients connect to, the port): its capture and its
     /// host layer start now, and the watch of its hops unless `hops` is false (`--no-hops`).
     /// `Err`: why the window could not be opened (one line).
     fn open(
         &self,
-        port: u16,
+        server: std::net::SocketAddr,
         window: Duration,
         hops: bool,
     ) -> Result<Box<dyn RemoteWindow>, String>;
@@ -122,7 +123,7 @@ pub(crate) fn under_load(
         cn_dur.as_secs_f64()
     )));
     let window: Result<Arc<dyn RemoteWindow>, String> =
-        remote.open(sa.port(), cn_dur, hops).map(Arc::from);
+        remote.open(sa, cn_dur, hops).map(Arc::from);
     let (pinger, ping_stop) = run::start_pinger(sa);
     let insp: Arc<Mutex<Option<Layer<SocketEvidence>>>> = Arc::new(Mutex::new(None));
     let inspector = window.as_ref().ok().map(|w| {

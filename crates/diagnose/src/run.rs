@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use lagtrace_netns::NetNs;
+pub use lagtrace_sockets::serving::Dest;
 
 use crate::adapters;
 use crate::evidence::{
@@ -305,7 +306,7 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
     let discovery = if quick_fail || opts.no_hops {
         None
     } else {
-        crate::hops::Discovery::start(&location, sa)
+        crate::hops::Discovery::start(&location, Dest::To(sa.ip()), sa.port())
     };
     let (c1, app_reason) = app_c1(&lo, &mut app, stop, progress);
 
@@ -341,6 +342,7 @@ pub fn run(opts: &DiagnoseOptions, progress: &dyn Fn(Step)) -> Result<Diagnosis>
             ));
             let host = adapters::host::measure(
                 &location,
+                Dest::To(sa.ip()),
                 sa.port(),
                 sa.is_ipv6(),
                 opts.server_pid,
@@ -701,12 +703,13 @@ fn under_load(
         let loc = location.clone();
         let insp = insp.clone();
         let port = sa.port();
+        let dest = Dest::To(sa.ip());
         let stop = opts.stop.clone();
         std::thread::spawn(move || {
             let l = if nap(Duration::from_millis(1200), &stop) {
                 Layer::skipped(INTERRUPTED)
             } else {
-                inspect_server(&loc, port)
+                inspect_server(&loc, dest, port)
             };
             *insp.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
         })
@@ -825,7 +828,16 @@ fn start_host(
     // Named: its cost is the host layer's, and `perf`/`top -H` show it by name.
     std::thread::Builder::new()
         .name("lagtrace-host".into())
-        .spawn(move || adapters::host::measure(&loc, server.port(), server.is_ipv6(), pid, window))
+        .spawn(move || {
+            adapters::host::measure(
+                &loc,
+                Dest::To(server.ip()),
+                server.port(),
+                server.is_ipv6(),
+                pid,
+                window,
+            )
+        })
         .expect("spawning the host layer's thread")
 }
 
@@ -1315,8 +1327,8 @@ fn layers_of(
     (Layer::ran(ev), windows, timings)
 }
 
-/// Layer 4: the server on `port` where the address lives.
-pub fn inspect_server(loc: &ServerLocation, port: u16) -> Layer<SocketEvidence> {
+/// Layer 4: the server on `port` where the address lives: the listener serving `dest`.
+pub fn inspect_server(loc: &ServerLocation, dest: Dest, port: u16) -> Layer<SocketEvidence> {
     let (netns, label) = match loc {
         ServerLocation::Here => (NetNs::Current, "current".to_string()),
         ServerLocation::Namespace(n) => (NetNs::Named(n.clone()), n.clone()),
@@ -1339,7 +1351,7 @@ pub fn inspect_server(loc: &ServerLocation, port: u16) -> Layer<SocketEvidence> 
         ..lagtrace_sockets::InspectOptions::default()
     };
     match lagtrace_sockets::inspect(&o) {
-        Ok(ins) => match adapters::sockets::evidence(&ins, port, &label) {
+        Ok(ins) => match adapters::sockets::evidence(&ins, dest, port, &label) {
             // The listener is there but its process could not be looked into: the layer
             // keeps what it read (queues, TCP_INFO) and is not `ok` (no socket options).
             Some(ev)

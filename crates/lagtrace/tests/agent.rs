@@ -997,3 +997,127 @@ fn every_agent_thread_runs_with_no_new_privs_and_only_the_listed_capabilities() 
         }
     }
 }
+
+/// Two listeners on one port on the agent's host: the server on the lab's address and another
+/// process on 127.0.0.1. The agent's sockets and host layers name the same process — the one
+/// its caller reaches (a caller from another host never reaches a loopback listener).
+#[test]
+#[ignore = "needs root"]
+fn through_the_agent_a_loopback_listener_on_the_port_is_not_the_server() {
+    let lab = Lab::up(&LabOptions::new(&name("two"))).expect("lab up");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = 9312;
+    let (server, _decoy) = common::listener_and_loopback_decoy(&lab, dir.path(), port);
+    let a = agent(&lab, port, &[], &[]);
+    let url = format!("http://{}:{port}/", lab.server_addr());
+    let (_, j, err) = remote_diagnose(&url, &a, &["-d", "2s"]);
+    let want = Value::from(server.0.id());
+    assert_eq!(
+        j["layers"]["sockets"]["data"]["server"]["pid"], want,
+        "{err}"
+    );
+    assert_eq!(j["layers"]["host"]["data"]["scope"]["pid"], want, "{err}");
+}
+
+/// The served capture holds the connections to the listener the caller names (`"addr"`) and
+/// not another process's listener on the same port at another of the host's addresses —
+/// the caller's connection to that one was in the capture while the filter knew only the
+/// caller and the port. Checked with tshark on the capture the agent served.
+#[test]
+#[ignore = "needs root"]
+fn the_served_capture_leaves_out_another_listener_on_the_port_at_another_address() {
+    let lab = Lab::up(&LabOptions::new(&name("adr"))).expect("lab up");
+    let ns = lagtrace_lab::netns_name(lab.name());
+    // A second address on the server's side, routed from here through the lab's link (the
+    // route goes with the lab's client device).
+    let u = lagtrace_testkit::unique();
+    let extra = format!("198.18.{}.{}", (u >> 8) % 256, u % 254 + 1);
+    lagtrace_testkit::in_ns(
+        &ns,
+        &[
+            "ip",
+            "addr",
+            "add",
+            &format!("{extra}/32"),
+            "dev",
+            lab.server_iface(),
+        ],
+    );
+    lagtrace_testkit::sh(&[
+        "ip",
+        "route",
+        "replace",
+        &format!("{extra}/32"),
+        "via",
+        &lab.server_addr().to_string(),
+        "dev",
+        lab.client_iface(),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), "hello\n").unwrap();
+    let p: u16 = 9313;
+    let ps = p.to_string();
+    let server_addr = lab.server_addr().to_string();
+    let _server = common::start_in_lab(
+        &lab,
+        dir.path(),
+        &["python3", "-m", "http.server", "--bind", &server_addr, &ps],
+        p,
+    );
+    let _other = Foreground(
+        Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .args(["python3", "-m", "http.server", "--bind", &extra, &ps])
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the other listener"),
+    );
+    let other_at: SocketAddr = format!("{extra}:{p}").parse().unwrap();
+    common::wait_listening(other_at, "the other listener");
+    let a = agent(&lab, p, &[], &[]);
+    let open = format!(r#"{{"port":{p},"window_ms":1500,"no_hops":true,"addr":"{server_addr}"}}"#);
+    let (code, body) = raw(&a, "POST", "/v1/session", Some(TOKEN), open.as_bytes());
+    assert_eq!(code, 201, "{body}");
+    let id: Value = serde_json::from_str(&body).unwrap();
+    let id = id["session"].as_str().unwrap().to_string();
+    let get = |to: SocketAddr| {
+        let mut s = TcpStream::connect(to).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut b = Vec::new();
+        let _ = s.read_to_end(&mut b);
+        assert!(
+            b.starts_with(b"HTTP/1."),
+            "{:?}",
+            String::from_utf8_lossy(&b)
+        );
+    };
+    get(SocketAddr::new(lab.server_addr().into(), p));
+    get(other_at);
+    let (code, body) = raw(
+        &a,
+        "POST",
+        &format!("/v1/session/{id}/finish"),
+        Some(TOKEN),
+        b"",
+    );
+    assert_eq!(code, 200, "{body}");
+    let (code, pcap) = raw_bytes(&a, "GET", &format!("/v1/session/{id}/pcap"));
+    assert_eq!(code, 200);
+    let f = dir.path().join("served.pcap");
+    std::fs::write(&f, &pcap).unwrap();
+    let rows = lagtrace_testkit::tshark_fields(&f, None, &["ip.src", "ip.dst"]);
+    assert!(
+        rows.len() >= 6,
+        "the caller's own request is served: {rows:?}"
+    );
+    for r in &rows {
+        assert!(
+            r.contains(&server_addr) && !r.contains(&extra),
+            "not the caller's connection to {server_addr}:{p}: {r:?}"
+        );
+    }
+}

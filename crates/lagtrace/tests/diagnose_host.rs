@@ -492,3 +492,27 @@ fn a_slow_backend_behind_nginx_on_a_busy_host_is_not_cpu_contention() {
     causes.dedup();
     assert_eq!(causes.len(), 1, "{causes:?}");
 }
+
+/// Two listeners on one port in the server's namespace: the server on the lab's address and
+/// another process on 127.0.0.1, started after it (a higher pid, and either may come first in
+/// a socket dump). The sockets and host layers name the same process: the one a client of
+/// the lab's address reaches (issue 33: `/sockets` named the other one while the host layer
+/// watched the right one).
+#[test]
+#[ignore = "needs root"]
+fn a_second_listener_on_loopback_with_the_same_port_is_not_taken_for_the_server() {
+    let lab = Lab::up(&LabOptions::new(&name("two"))).expect("lab up");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = 9311;
+    let addr = lab.server_addr().to_string();
+    let (server, decoy) = common::listener_and_loopback_decoy(&lab, dir.path(), port);
+    assert!(decoy.0.id() > server.0.id());
+    let url = format!("http://{addr}:{port}/");
+    let (j, err) = diagnose(&url, &["-d", "2s"]);
+    let sockets = &j["layers"]["sockets"]["data"]["server"]["pid"];
+    let host = &j["layers"]["host"]["data"]["scope"]["pid"];
+    assert_eq!(sockets, &Value::from(server.0.id()), "{err}\n{}", show(&j));
+    assert_eq!(host, &Value::from(server.0.id()), "{err}\n{}", show(&j));
+    drop(decoy);
+    drop(server);
+}

@@ -17,6 +17,7 @@ pub mod netlink;
 pub mod opts;
 pub mod procfs;
 pub mod record;
+pub mod serving;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use lagtrace_host::{HostError, HostOptions};
 use lagtrace_model::host::HostReport;
 use lagtrace_netns::NetNs;
+use lagtrace_sockets::serving::Dest;
 
 use crate::evidence::Layer;
 use crate::run::ServerLocation;
@@ -20,12 +21,13 @@ pub const INTERVAL: Duration = Duration::from_millis(100);
 /// The listen socket state number (sock_diag).
 const TCP_LISTEN: u32 = 10;
 
-/// The processes holding a listener on `port` in `netns`, lowest pid first.
-pub fn listener_pids(netns: &NetNs, port: u16) -> std::io::Result<Vec<u32>> {
+/// The processes holding the listener on `port` in `netns` that serves `dest` (the rule the
+/// sockets layer follows too, [`lagtrace_sockets::serving`]), lowest pid first.
+pub fn listener_pids(netns: &NetNs, dest: Dest, port: u16) -> std::io::Result<Vec<u32>> {
     let socks = netns.run(|| lagtrace_sockets::diag::dump_tcp(1 << TCP_LISTEN))??;
-    let inodes: Vec<u64> = socks
-        .iter()
-        .filter(|s| s.local.port() == port && s.inode != 0)
+    let inodes: Vec<u64> = lagtrace_sockets::serving::serving(&socks, |s| s.local, port, dest)
+        .into_iter()
+        .filter(|s| s.inode != 0)
         .map(|s| s.inode)
         .collect();
     if inodes.is_empty() {
@@ -43,11 +45,12 @@ pub fn listener_pids(netns: &NetNs, port: u16) -> std::io::Result<Vec<u32>> {
     Ok(pids)
 }
 
-/// Measures the server's host for `window`: its process (`pid`, else the listener's owner
-/// on `port`) or, when no process can be found, its namespace only; `ipv6`: the server's
+/// Measures the server's host for `window`: its process (`pid`, else the owner of the
+/// listener on `port` that serves `dest`) or, when no process can be found, its namespace only; `ipv6`: the server's
 /// address is IPv6 (the rule walk reads the `ip6` tables).
 pub fn measure(
     loc: &ServerLocation,
+    dest: Dest,
     port: u16,
     ipv6: bool,
     pid: Option<u32>,
@@ -74,7 +77,7 @@ pub fn measure(
     // The highest pid of the listener's holders: a pre-forked server's workers (which
     // serve the requests) come after its master. Every holder's threads are accounted: any
     // worker may serve a request (one may take every connection while another idles).
-    let holders = listener_pids(&netns, port).unwrap_or_default();
+    let holders = listener_pids(&netns, dest, port).unwrap_or_default();
     let found = match pid {
         Some(p) => Some(p),
         None => holders.last().copied(),

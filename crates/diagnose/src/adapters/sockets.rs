@@ -1,6 +1,7 @@
 //! Layer 4: a `lagtrace_sockets` inspection → [`SocketEvidence`] for the server on `port`.
 
-use lagtrace_sockets::Inspection;
+use lagtrace_sockets::serving::Dest;
+use lagtrace_sockets::{Inspection, SocketInfo};
 
 use crate::evidence::{ClientSide, ConfigDirective, OptionCount, ServerProcess, SocketEvidence};
 
@@ -16,14 +17,27 @@ const DIRECTIVES: [&str; 6] = [
 
 /// The server listening on `port` in the inspected namespace, its established sockets'
 /// options, and its configuration. `None` when nothing listens on `port` there.
-pub fn evidence(ins: &Inspection, port: u16, netns: &str) -> Option<SocketEvidence> {
-    let listen = ins
-        .sockets
-        .iter()
-        .find(|s| s.state == "LISTEN" && s.local.port() == port)?;
+/// The listener is the one that serves `dest` ([`lagtrace_sockets::serving`], the rule the
+/// host layer follows too): a second listener on the port at another address is not the
+/// server, and the connections it accepted are not counted.
+pub fn evidence(ins: &Inspection, dest: Dest, port: u16, netns: &str) -> Option<SocketEvidence> {
+    let listeners: Vec<&SocketInfo> = ins.sockets.iter().filter(|s| s.state == "LISTEN").collect();
+    let serving = lagtrace_sockets::serving::serving(&listeners, |s| s.local, port, dest);
+    serving.first()?;
     // nginx: the master and its workers share the listener; the master has the lowest pid.
-    let owner_pids: Vec<u32> = listen.owners.iter().map(|o| o.pid).collect();
-    let main = listen.owners.iter().min_by_key(|o| o.pid);
+    // Under SO_REUSEPORT each worker may hold a listener of its own: all of them count.
+    let mut owners: Vec<&lagtrace_sockets::Owner> =
+        serving.iter().flat_map(|l| l.owners.iter()).collect();
+    owners.sort_by_key(|o| o.pid);
+    owners.dedup_by_key(|o| o.pid);
+    let owner_pids: Vec<u32> = owners.iter().map(|o| o.pid).collect();
+    let main = owners.first().copied();
+    // A connection is the server's when the listener serving its local address is.
+    let ours = |s: &SocketInfo| {
+        lagtrace_sockets::serving::serving(&listeners, |l| l.local, port, Dest::To(s.local.ip()))
+            .iter()
+            .any(|l| serving.iter().any(|m| std::ptr::eq(**l, **m)))
+    };
     let mut ev = SocketEvidence {
         client: ClientSide::default(),
         server: main.map(|o| ServerProcess {
@@ -33,7 +47,7 @@ pub fn evidence(ins: &Inspection, port: u16, netns: &str) -> Option<SocketEviden
         }),
         ..SocketEvidence::default()
     };
-    if listen.owners.is_empty() {
+    if owners.is_empty() {
         ev.notes.push(format!(
             "the listener on :{port} has no visible owner process (another pid namespace, or \
              no permission to read /proc/*/fd)"
@@ -47,14 +61,12 @@ pub fn evidence(ins: &Inspection, port: u16, netns: &str) -> Option<SocketEviden
     // while the listener's owners were read: it closed in between (a server that closes
     // keep-alive connections after N requests churns them under load; 7 of 32 in one run),
     // so it is no socket of the server's to judge.
-    let closed = |s: &&lagtrace_sockets::SocketInfo| {
-        !listen.owners.is_empty() && s.owners.is_empty() && s.options.is_none()
-    };
+    let closed = |s: &&SocketInfo| !owners.is_empty() && s.owners.is_empty() && s.options.is_none();
     let mut gone = 0;
     for s in ins
         .sockets
         .iter()
-        .filter(|s| s.state == "ESTABLISHED" && s.local.port() == port)
+        .filter(|s| s.state == "ESTABLISHED" && s.local.port() == port && ours(s))
     {
         if closed(&s) {
             gone += 1;

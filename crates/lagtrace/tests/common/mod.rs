@@ -352,3 +352,51 @@ pub fn python_backend(lab: &lagtrace_lab::Lab, port: u16, nagle: bool, think: f6
         port,
     )
 }
+
+/// Two listeners on `port` in `lab`'s namespace (Python's `http.server` serving `dir`): the
+/// server on the lab's address, then another process on 127.0.0.1 (a higher pid, and either
+/// may come first in a socket dump); both listening when this returns.
+pub fn listener_and_loopback_decoy(
+    lab: &lagtrace_lab::Lab,
+    dir: &Path,
+    port: u16,
+) -> (Foreground, Foreground) {
+    std::fs::write(dir.join("index.html"), "hello\n").expect("index");
+    let ns = lagtrace_lab::netns_name(lab.name());
+    let (addr, port_s) = (lab.server_addr().to_string(), port.to_string());
+    let server = start_in_lab(
+        lab,
+        dir,
+        &["python3", "-m", "http.server", "--bind", &addr, &port_s],
+        port,
+    );
+    let decoy = Foreground(
+        Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .args([
+                "python3",
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port_s,
+            ])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the second listener"),
+    );
+    let t = std::time::Instant::now();
+    while !lagtrace_testkit::in_ns(&ns, &["ss", "-Hltn", &format!("src 127.0.0.1:{port}")])
+        .contains(&format!("127.0.0.1:{port}"))
+    {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "the second listener did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(decoy.0.id() > server.0.id());
+    (server, decoy)
+}
