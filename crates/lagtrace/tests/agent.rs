@@ -903,11 +903,17 @@ fn floods_without_the_token_do_not_lock_the_caller_out() {
         for run in 1..=2 {
             let (code, j, err) = remote_diagnose(&url, &a, &["-d", "2s"]);
             server_layers_ran(&j, &format!("{what}, run {run}"), &err);
-            assert_eq!(code, 0, "{what}, run {run}: {err}");
-            assert_eq!(j["verdict"]["cause"], "healthy", "{what}, run {run}: {err}");
+            let v = serde_json::to_string_pretty(&j["verdict"]).unwrap_or_default();
+            assert_eq!(code, 0, "{what}, run {run}: {err}\n{v}\n{}", evidence(&j));
+            assert_eq!(j["verdict"]["cause"], "healthy", "{what}, run {run}: {err}\n{v}");
         }
         drop(attack);
     }
+}
+
+/// The evidence lines, one per line (for a failure's message).
+fn evidence(j: &Value) -> String {
+    common::evidence_lines(j)
 }
 
 /// A body shorter than it said (with the token) no longer holds the connection: `408`
