@@ -21,6 +21,8 @@ pub mod clock;
 pub mod pcap;
 pub mod proto;
 #[cfg(feature = "net")]
+pub mod seccomp;
+#[cfg(feature = "net")]
 pub mod server;
 #[cfg(feature = "net")]
 pub mod tls;

@@ -165,6 +165,14 @@ pub enum HostError {
     Netns(std::io::Error),
 }
 
+/// Mounts tracefs at /sys/kernel/tracing when no tracefs is mounted (needs CAP_SYS_ADMIN):
+/// the tracepoints' ids and record layouts are read there. The host layer does it when it
+/// first needs one; a process that gives up `mount` (the agent's seccomp filter) does it
+/// first. `Err`: why tracefs is not there (the layers using it will say so too).
+pub fn prepare_tracefs() -> std::io::Result<()> {
+    lagtrace_bpf::tracefs::event_dir("skb", "kfree_skb").map(|_| ())
+}
+
 /// Measures the host over `o.duration`.
 pub fn measure(o: &HostOptions) -> Result<HostReport, HostError> {
     measure_with(o, &WindowControl::default())

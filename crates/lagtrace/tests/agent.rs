@@ -905,7 +905,10 @@ fn floods_without_the_token_do_not_lock_the_caller_out() {
             server_layers_ran(&j, &format!("{what}, run {run}"), &err);
             let v = serde_json::to_string_pretty(&j["verdict"]).unwrap_or_default();
             assert_eq!(code, 0, "{what}, run {run}: {err}\n{v}\n{}", evidence(&j));
-            assert_eq!(j["verdict"]["cause"], "healthy", "{what}, run {run}: {err}\n{v}");
+            assert_eq!(
+                j["verdict"]["cause"], "healthy",
+                "{what}, run {run}: {err}\n{v}"
+            );
         }
         drop(attack);
     }
@@ -974,7 +977,8 @@ fn an_agent_lost_mid_run_leaves_its_layers_failed_and_the_verdict_unsure() {
 /// Least privilege, as /proc shows it on every thread of a running agent: no_new_privs
 /// set (no exec regains a privilege), and no capability beyond the listed five (CAP_NET_RAW,
 /// CAP_SYS_PTRACE, CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) in its effective, permitted or
-/// bounding set.
+/// bounding set, and a seccomp filter on each. (Every other agent test runs the agent under
+/// that filter: a refused call a layer needed would fail them.)
 #[test]
 #[ignore = "needs root"]
 fn every_agent_thread_runs_with_no_new_privs_and_only_the_listed_capabilities() {
@@ -997,6 +1001,8 @@ fn every_agent_thread_runs_with_no_new_privs_and_only_the_listed_capabilities() 
                 .unwrap_or_else(|| panic!("{k} in {status}"))
         };
         assert_eq!(field("NoNewPrivs:"), "1", "{}", t.path().display());
+        // Mode 2: a filter (crates/agent/src/seccomp.rs; its own test shows the refusals).
+        assert_eq!(field("Seccomp:"), "2", "{}", t.path().display());
         for set in ["CapEff:", "CapPrm:", "CapBnd:"] {
             let v = u64::from_str_radix(&field(set), 16).unwrap();
             assert_eq!(v & !listed, 0, "{set} {v:x} of {}", t.path().display());

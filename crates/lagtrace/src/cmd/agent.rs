@@ -31,7 +31,11 @@ the window's end; --rate requests/s (bursts of twice that) for all clients, and 
 for refusals (a flood without the token cannot starve its holder); request bodies up to 4 KiB.
 After start the agent keeps only CAP_NET_RAW (capture), CAP_SYS_PTRACE (socket options),
 CAP_BPF and CAP_PERFMON (drops by reason) and CAP_SYS_ADMIN (namespaces); it says which of
-those it lacks and the layers needing them say so in the diagnosis.
+those it lacks and the layers needing them say so in the diagnosis; no_new_privs is set, and a
+seccomp filter refuses with EPERM, on every thread and in every program it runs: ptrace,
+process_vm_readv/writev, mount, umount2, pivot_root, chroot and the new mount API, module
+loading, kexec, reboot, swap, acct, iopl/ioperm, setting the clock or host name,
+open_by_handle_at, the keyring calls and userfaultfd.
 The client: lagtrace diagnose URL --agent ADDR:PORT --agent-fingerprint sha256:HEX
 (token from --agent-token-file FILE or $LAGTRACE_AGENT_TOKEN).
 
@@ -76,8 +80,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(p) = &args.fingerprint_file {
         std::fs::write(p, format!("{fp}\n")).with_context(|| format!("writing {}", p.display()))?;
     }
+    // Tracefs before the seccomp filter refuses `mount` (`ip netns exec` gives a fresh /sys
+    // without it): the host layer's tracepoints are read there.
+    let tracefs = lagtrace_host::prepare_tracefs();
     // Before any thread starts: threads made later inherit the reduced sets.
     let dropped = caps::drop_to_needed().context("dropping capabilities")?;
+    // And the system calls no layer needs, on every thread and every program it runs.
+    lagtrace_agent::seccomp::install_all_threads()
+        .map_err(|e| anyhow::anyhow!("installing the seccomp filter: {e}"))?;
     crate::interrupt::install();
     let mut cfg = AgentConfig::new(args.port, token);
     cfg.max_window = args.max_window;
@@ -101,6 +111,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             out,
             "capabilities missing: {} (the layers needing them will say so)",
             names(&dropped.missing)
+        )?;
+    }
+    writeln!(
+        out,
+        "seccomp: {} system calls refused (ptrace, process_vm_writev, mount, …: see --help)",
+        lagtrace_agent::seccomp::DENIED.len()
+    )?;
+    if let Err(e) = &tracefs {
+        writeln!(
+            out,
+            "tracefs: {e} (the host layer's tracepoint programs will say they could not run)"
         )?;
     }
     if skew_us != 0 {
