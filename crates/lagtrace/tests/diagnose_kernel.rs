@@ -263,9 +263,18 @@ fn backlog_p50_us(j: &Value) -> u64 {
 /// other CPU with nginx and the load: 12 of 12 runs read a median wait of 175–415 µs on one
 /// afternoon, 2 of 4 under 50 µs later, CPU 0 86–92 % busy either way). Where the queue is
 /// short, the server's threads wait for a CPU the softirq holds: named from that wait.
+///
+/// Not in the suite unless `LAGTRACE_TEST_FLOOD=1`: on two CPUs the flood's sender shares the
+/// load generator's CPU, and 2 of 9 later runs read `healthy` — once the tail was the clients'
+/// own reads (the sender delayed them), once (sender at nice 19) the flood kept CPU 0 only
+/// 43 % busy. A third CPU for the sender would make it a test of the kernel alone.
 #[test]
 #[ignore = "needs root"]
 fn a_udp_flood_that_keeps_the_receive_cpu_busy_is_softirq_saturated() {
+    if std::env::var_os("LAGTRACE_TEST_FLOOD").is_none() {
+        eprintln!("skipped: set LAGTRACE_TEST_FLOOD=1 (unstable on two CPUs, see the doc)");
+        return;
+    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < 2 {
         eprintln!("skipped: needs two CPUs, one to take the flood and one to send it");
