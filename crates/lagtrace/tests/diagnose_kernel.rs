@@ -265,9 +265,9 @@ fn backlog_p50_us(j: &Value) -> u64 {
 /// short, the server's threads wait for a CPU the softirq holds: named from that wait.
 ///
 /// Not in the suite unless `LAGTRACE_TEST_FLOOD=1`: on two CPUs the flood's sender shares the
-/// load generator's CPU, and 2 of 9 later runs read `healthy` — once the tail was the clients'
-/// own reads (the sender delayed them), once (sender at nice 19) the flood kept CPU 0 only
-/// 43 % busy. A third CPU for the sender would make it a test of the kernel alone.
+/// load generator's CPU: of the last runs, 1 of 3 read `healthy` once (the tail the clients'
+/// own reads: the sender delayed them), and with the sender at nice 19, 3 of 5 (the flood kept
+/// CPU 0 only 43 % busy). A third CPU for the sender would make it a test of the kernel alone.
 #[test]
 #[ignore = "needs root"]
 fn a_udp_flood_that_keeps_the_receive_cpu_busy_is_softirq_saturated() {
