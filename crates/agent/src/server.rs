@@ -356,8 +356,10 @@ fn open_blocking(
         *slot = None;
     }
     let window = Duration::from_millis(window_ms);
-    let dest = session_dest(addr, peer, port);
-    let capture = start_capture(&st.cfg, peer, dest, port);
+    // One dump of the listeners decides the session's listener and the capture's local end.
+    let ls = listeners();
+    let dest = session_dest(&ls, addr, peer, port);
+    let capture = start_capture(&st.cfg, peer, &local_end_of(&ls, dest, port), port);
     let host = {
         let loc = ServerLocation::Here;
         // The client's family is the server's: the rule walk reads those tables.
@@ -405,7 +407,7 @@ fn open_blocking(
 /// port `port`, nor the peer's connections from a client port `port` to another listener
 /// (`tcp port P and host PEER` took both). `local`: the host's end — the addresses of the
 /// listener that serves the peer, or those of the other listeners on the port to leave out
-/// ([`local_end`]).
+/// ([`local_end_of`]).
 fn capture_filter(peer: IpAddr, port: u16, local: &LocalEnd) -> String {
     let a = peer.to_canonical();
     let hosts = |dir: &str, v: &[IpAddr]| {
@@ -442,12 +444,6 @@ enum LocalEnd {
     Not(Vec<IpAddr>),
 }
 
-/// The listener that serves `peer` on `port` (the rule every layer follows,
-/// `lagtrace_sockets::serving`) as the capture's local end.
-fn local_end(dest: Dest, port: u16) -> LocalEnd {
-    local_end_of(&listeners(), dest, port)
-}
-
 /// The listening sockets' addresses in the agent's namespace (none when the dump fails).
 fn listeners() -> Vec<SocketAddr> {
     lagtrace_sockets::diag::dump_tcp(1 << 10)
@@ -458,11 +454,10 @@ fn listeners() -> Vec<SocketAddr> {
 /// Which listener on `port` a session is about: the one serving `addr`, the address the
 /// caller connects to, when a listener here serves it; else (no address sent, or one this
 /// host does not have: NAT) the caller's own address decides.
-fn session_dest(addr: Option<IpAddr>, peer: IpAddr, port: u16) -> Dest {
-    let ls = listeners();
+fn session_dest(ls: &[SocketAddr], addr: Option<IpAddr>, peer: IpAddr, port: u16) -> Dest {
     match addr {
         Some(a)
-            if !lagtrace_sockets::serving::serving(&ls, |s| *s, port, Dest::To(a)).is_empty() =>
+            if !lagtrace_sockets::serving::serving(ls, |s| *s, port, Dest::To(a)).is_empty() =>
         {
             Dest::To(a)
         }
@@ -470,6 +465,8 @@ fn session_dest(addr: Option<IpAddr>, peer: IpAddr, port: u16) -> Dest {
     }
 }
 
+/// The listener among `listeners` that serves `dest` on `port` (the rule every layer
+/// follows, `lagtrace_sockets::serving`) as the capture's local end.
 fn local_end_of(listeners: &[SocketAddr], dest: Dest, port: u16) -> LocalEnd {
     let serving = lagtrace_sockets::serving::serving(listeners, |s| *s, port, dest);
     if serving.is_empty() {
@@ -499,7 +496,7 @@ fn local_end_of(listeners: &[SocketAddr], dest: Dest, port: u16) -> LocalEnd {
 fn start_capture(
     cfg: &AgentConfig,
     peer: IpAddr,
-    dest: Dest,
+    local: &LocalEnd,
     port: u16,
 ) -> Result<Running, Box<Layer<PacketEvidence>>> {
     use lagtrace_packet::capture::{Capture, CaptureOptions, route_iface};
@@ -511,7 +508,7 @@ fn start_capture(
         .map_err(|e| Box::new(Layer::error(format!("the capture's memory file: {e}"))))?;
     let o = CaptureOptions {
         iface: iface.clone(),
-        filter: Some(capture_filter(peer, port, &local_end(dest, port))),
+        filter: Some(capture_filter(peer, port, local)),
         snaplen: 160,
         netns,
         count: Some(cfg.max_packets),

@@ -135,6 +135,16 @@ pub fn hist_quantile(hist: &[u64], q: f64) -> Option<u64> {
     None
 }
 
+/// `y - x` for a 32-bit `softnet_stat` counter read twice: one that went down counted
+/// through its wrap.
+fn wrapped_delta(x: u64, y: u64) -> u64 {
+    if y >= x {
+        y - x
+    } else {
+        (y + (1 << 32)).saturating_sub(x)
+    }
+}
+
 /// The window's report from the softnet readings at its ends, the CPUs' softirq times
 /// (`None`: not timed) indexed by CPU, and ksoftirqd's CPU time (µs). The softnet counters
 /// are 32-bit and wrap: a counter that went down counted through its wrap.
@@ -147,13 +157,6 @@ pub fn report(
 ) -> Softirq {
     let timed_share = times.map_or(1.0, |t| t.1);
     let times = times.map(|t| t.0);
-    let d = |x: u64, y: u64| {
-        if y >= x {
-            y - x
-        } else {
-            (y + (1 << 32)).saturating_sub(x)
-        }
-    };
     let mut cpus: Vec<SoftirqCpu> = b
         .iter()
         .map(|e| {
@@ -173,10 +176,10 @@ pub fn report(
                 cpu: e.cpu,
                 rx_us: t.rx_ns / 1000,
                 tx_us: t.tx_ns / 1000,
-                rx_packets: d(s.processed, e.processed),
+                rx_packets: wrapped_delta(s.processed, e.processed),
                 rx_share: t.rx_ns as f64 / 1000.0 / window_us.max(1) as f64,
-                backlog_drops: d(s.dropped, e.dropped),
-                time_squeeze: d(s.squeezed, e.squeezed),
+                backlog_drops: wrapped_delta(s.dropped, e.dropped),
+                time_squeeze: wrapped_delta(s.squeezed, e.squeezed),
             }
         })
         .collect();
@@ -394,11 +397,7 @@ mod imp {
         b.iter()
             .map(|e| {
                 let s = a.iter().find(|s| s.cpu == e.cpu).map_or(0, |s| s.processed);
-                if e.processed >= s {
-                    e.processed - s
-                } else {
-                    (e.processed + (1 << 32)).saturating_sub(s)
-                }
+                super::wrapped_delta(s, e.processed)
             })
             .sum()
     }
