@@ -1033,9 +1033,17 @@ fn with_softirq(mut h: HostReport, busiest: f64) -> HostReport {
 #[test]
 fn run_queue_delay_behind_a_saturated_receive_softirq_is_softirq_saturated() {
     let (starts, busy) = contended_tail();
-    let mut l = layers_with_tail(&starts);
-    l.host = Layer::ran(with_softirq(host_contended(&busy, 60, 300, 650), 0.9));
-    let j = judge(&target(), &l);
+    // The slow requests' threads waiting 60 ms of each busy 100 ms; the largest other
+    // process at `others_ms`, CPU 0 `busiest` of the window in the receive softirq.
+    let judged = |others_ms: u64, busiest: f64| {
+        let mut l = layers_with_tail(&starts);
+        l.host = Layer::ran(with_softirq(
+            host_contended(&busy, 60, 300, others_ms),
+            busiest,
+        ));
+        judge(&target(), &l)
+    };
+    let j = judged(650, 0.9);
     assert_eq!(j.verdict.cause, Cause::KernelStack, "{j:#?}");
     assert_eq!(
         j.verdict.mechanism,
@@ -1061,18 +1069,14 @@ fn run_queue_delay_behind_a_saturated_receive_softirq_is_softirq_saturated() {
         "{j:#?}"
     );
     // A batch job holding more CPU than the softirq: contention.
-    let mut l = layers_with_tail(&starts);
-    l.host = Layer::ran(with_softirq(host_contended(&busy, 60, 300, 2_500), 0.9));
-    let j = judge(&target(), &l);
+    let j = judged(2_500, 0.9);
     assert_eq!(
         j.verdict.mechanism,
         Some(Mechanism::CpuContention),
         "{j:#?}"
     );
     // The receive softirq not busy (though more than the batch job's 400 ms): contention.
-    let mut l = layers_with_tail(&starts);
-    l.host = Layer::ran(with_softirq(host_contended(&busy, 60, 300, 400), 0.3));
-    let j = judge(&target(), &l);
+    let j = judged(400, 0.3);
     assert_eq!(
         j.verdict.mechanism,
         Some(Mechanism::CpuContention),

@@ -505,10 +505,7 @@ fn the_agent_refuses_without_disclosing_anything() {
         "{back:?}"
     );
     // An expired session: its window (500 ms) and grace (1 s) past, it is gone.
-    let (code, body) = raw(&a, "POST", "/v1/session", Some(TOKEN), open.as_bytes());
-    assert_eq!(code, 201, "{body}");
-    let id: Value = serde_json::from_str(&body).unwrap();
-    let id = id["session"].as_str().unwrap().to_string();
+    let id = open_session(&a, &open);
     std::thread::sleep(Duration::from_millis(2_000));
     let (code, body) = raw(
         &a,
@@ -567,6 +564,32 @@ fn raw_bytes(a: &Agent, method: &str, path: &str) -> (u16, Vec<u8>) {
     )
 }
 
+/// Opens a session with the request body `open` (201 expected): its id.
+fn open_session(a: &Agent, open: &str) -> String {
+    let (code, body) = raw(a, "POST", "/v1/session", Some(TOKEN), open.as_bytes());
+    assert_eq!(code, 201, "{body}");
+    let id: Value = serde_json::from_str(&body).unwrap();
+    id["session"].as_str().unwrap().to_string()
+}
+
+/// Finishes session `id` (waiting for its window's end) and writes the capture the agent
+/// serves to `dir/served.pcap`: its path.
+fn served_pcap(a: &Agent, id: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    let (code, body) = raw(
+        a,
+        "POST",
+        &format!("/v1/session/{id}/finish"),
+        Some(TOKEN),
+        b"",
+    );
+    assert_eq!(code, 200, "{body}");
+    let (code, pcap) = raw_bytes(a, "GET", &format!("/v1/session/{id}/pcap"));
+    assert_eq!(code, 200);
+    let f = dir.join("served.pcap");
+    std::fs::write(&f, &pcap).unwrap();
+    f
+}
+
 /// The served capture holds the caller's connections to the served port and nothing else
 /// (issue 33): not the caller's connection from a client port equal to the served port to
 /// another listener, not the server host's own connection to the caller's port of that
@@ -579,11 +602,10 @@ fn the_served_capture_holds_only_the_callers_connections_to_the_port() {
     let lab = Lab::up(&LabOptions::new(&name("flt"))).expect("lab up");
     let p = lab.latency_addr().port();
     let a = agent(&lab, p, &[], &[]);
-    let open = format!(r#"{{"port":{p},"window_ms":1500,"no_hops":true}}"#);
-    let (code, body) = raw(&a, "POST", "/v1/session", Some(TOKEN), open.as_bytes());
-    assert_eq!(code, 201, "{body}");
-    let id: Value = serde_json::from_str(&body).unwrap();
-    let id = id["session"].as_str().unwrap().to_string();
+    let id = open_session(
+        &a,
+        &format!(r#"{{"port":{p},"window_ms":1500,"no_hops":true}}"#),
+    );
     let get = |s: &mut TcpStream| {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -625,19 +647,8 @@ fn the_served_capture_holds_only_the_callers_connections_to_the_port() {
     let _ = c.read_to_end(&mut b);
     assert_eq!(b, b"out");
     // The window ends; the capture is served.
-    let (code, body) = raw(
-        &a,
-        "POST",
-        &format!("/v1/session/{id}/finish"),
-        Some(TOKEN),
-        b"",
-    );
-    assert_eq!(code, 200, "{body}");
-    let (code, pcap) = raw_bytes(&a, "GET", &format!("/v1/session/{id}/pcap"));
-    assert_eq!(code, 200);
     let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("served.pcap");
-    std::fs::write(&f, &pcap).unwrap();
+    let f = served_pcap(&a, &id, dir.path());
     let out = Command::new("tshark")
         .args(["-r", f.to_str().unwrap(), "-T", "fields"])
         .args([
@@ -1076,24 +1087,18 @@ fn the_served_capture_leaves_out_another_listener_on_the_port_at_another_address
         &["python3", "-m", "http.server", "--bind", &server_addr, &ps],
         p,
     );
-    let _other = Foreground(
-        Command::new("ip")
-            .args(["netns", "exec", &ns])
-            .args(["python3", "-m", "http.server", "--bind", &extra, &ps])
-            .current_dir(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the other listener"),
+    let _other = common::spawn_in_lab(
+        &lab,
+        dir.path(),
+        &["python3", "-m", "http.server", "--bind", &extra, &ps],
     );
     let other_at: SocketAddr = format!("{extra}:{p}").parse().unwrap();
     common::wait_listening(other_at, "the other listener");
     let a = agent(&lab, p, &[], &[]);
-    let open = format!(r#"{{"port":{p},"window_ms":1500,"no_hops":true,"addr":"{server_addr}"}}"#);
-    let (code, body) = raw(&a, "POST", "/v1/session", Some(TOKEN), open.as_bytes());
-    assert_eq!(code, 201, "{body}");
-    let id: Value = serde_json::from_str(&body).unwrap();
-    let id = id["session"].as_str().unwrap().to_string();
+    let id = open_session(
+        &a,
+        &format!(r#"{{"port":{p},"window_ms":1500,"no_hops":true,"addr":"{server_addr}"}}"#),
+    );
     let get = |to: SocketAddr| {
         let mut s = TcpStream::connect(to).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -1109,18 +1114,7 @@ fn the_served_capture_leaves_out_another_listener_on_the_port_at_another_address
     };
     get(SocketAddr::new(lab.server_addr().into(), p));
     get(other_at);
-    let (code, body) = raw(
-        &a,
-        "POST",
-        &format!("/v1/session/{id}/finish"),
-        Some(TOKEN),
-        b"",
-    );
-    assert_eq!(code, 200, "{body}");
-    let (code, pcap) = raw_bytes(&a, "GET", &format!("/v1/session/{id}/pcap"));
-    assert_eq!(code, 200);
-    let f = dir.path().join("served.pcap");
-    std::fs::write(&f, &pcap).unwrap();
+    let f = served_pcap(&a, &id, dir.path());
     let rows = lagtrace_testkit::tshark_fields(&f, None, &["ip.src", "ip.dst"]);
     assert!(
         rows.len() >= 6,

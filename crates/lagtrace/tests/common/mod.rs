@@ -132,6 +132,16 @@ pub fn nft_dropped_in_lab(lab: &lagtrace_lab::Lab) -> u64 {
 /// Starts `cmd` in `lab`'s namespace, in directory `dir`, and waits (at most 10 s) until
 /// the lab's server address answers on `port`.
 pub fn start_in_lab(lab: &lagtrace_lab::Lab, dir: &Path, cmd: &[&str], port: u16) -> Foreground {
+    let fg = spawn_in_lab(lab, dir, cmd);
+    wait_listening(
+        std::net::SocketAddr::from((lab.server_addr(), port)),
+        &format!("{cmd:?}"),
+    );
+    fg
+}
+
+/// Starts `cmd` in `lab`'s namespace, in `dir`, its output discarded (not waiting for it).
+pub fn spawn_in_lab(lab: &lagtrace_lab::Lab, dir: &Path, cmd: &[&str]) -> Foreground {
     use std::process::Stdio;
     let child = Command::new("ip")
         .args(["netns", "exec", &lagtrace_lab::netns_name(lab.name())])
@@ -140,13 +150,8 @@ pub fn start_in_lab(lab: &lagtrace_lab::Lab, dir: &Path, cmd: &[&str], port: u16
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("start the server");
-    let fg = Foreground(child);
-    wait_listening(
-        std::net::SocketAddr::from((lab.server_addr(), port)),
-        &format!("{cmd:?}"),
-    );
-    fg
+        .unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
+    Foreground(child)
 }
 
 /// Waits (at most 10 s) until `addr` accepts a connection; panics naming `what` otherwise.
@@ -371,22 +376,17 @@ pub fn listener_and_loopback_decoy(
         &["python3", "-m", "http.server", "--bind", &addr, &port_s],
         port,
     );
-    let decoy = Foreground(
-        Command::new("ip")
-            .args(["netns", "exec", &ns])
-            .args([
-                "python3",
-                "-m",
-                "http.server",
-                "--bind",
-                "127.0.0.1",
-                &port_s,
-            ])
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start the second listener"),
+    let decoy = spawn_in_lab(
+        lab,
+        dir,
+        &[
+            "python3",
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            &port_s,
+        ],
     );
     let t = std::time::Instant::now();
     while !lagtrace_testkit::in_ns(&ns, &["ss", "-Hltn", &format!("src 127.0.0.1:{port}")])
