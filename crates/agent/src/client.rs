@@ -329,8 +329,14 @@ impl RemoteWindow for Window {
             (Err(l), _) => Err(l),
             (Ok(_), None) => Err(Layer::error("the agent sent no capture")),
         };
+        // The host's timelines onto this clock, like the capture: the rules place them
+        // against the load's records.
+        let mut host = f.host;
+        if let Some(h) = host.data.as_mut() {
+            h.shift_us(-self.offset.offset_ns / 1000);
+        }
         RemoteLayers {
-            host: f.host,
+            host,
             capture,
             note,
             hops: f.hops,

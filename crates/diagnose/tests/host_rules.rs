@@ -526,6 +526,7 @@ fn with_blocks(mut h: HostReport, starts: &[u64], n: u64, each_us: u64) -> HostR
                 class: lagtrace_model::host::WaitClass::RunQueue,
                 stack: -1,
                 waker: None,
+                woken_us: None,
             });
         }
     }
@@ -560,6 +561,40 @@ fn run_queue_blocks_timed_one_by_one_decide_over_the_samples_average() {
         "{j:#?}"
     );
     assert_ne!(j.verdict.cause, Cause::Healthy, "{j:#?}");
+}
+
+/// A report read back (an agent's, a saved JSON) has no blocks timed one by one, only the
+/// long run-queue waits it carries: they decide as the blocks did — five 10 ms waits in each
+/// slow request hold it; with only 500 µs waits none is carried, and the samples' thousand
+/// short waits say no (the mean of the samples alone would hide the long waits either way).
+#[test]
+fn long_run_queue_waits_carried_in_a_report_decide_like_the_blocks() {
+    use lagtrace_model::host::OffCpu;
+    let (starts, busy) = contended_tail();
+    let read_back = |n: u64, each_us: u64| {
+        let h = with_slices(host_contended(&busy, 60, 300, 2_500), 1_000);
+        let mut h = with_blocks(h, &starts, n, each_us);
+        let off = h.offcpu.data.as_mut().expect("offcpu");
+        off.long_run_queue = Some(OffCpu::long_run_queue_of(&off.blocks));
+        let back: HostReport =
+            serde_json::from_str(&serde_json::to_string(&h).expect("json")).expect("read back");
+        assert!(back.offcpu.get().expect("offcpu").blocks.is_empty());
+        let mut l = layers_with_tail(&starts);
+        l.host = Layer::ran(back);
+        judge(&target(), &l)
+    };
+    let j = read_back(5, 10_000);
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::CpuContention),
+        "{j:#?}"
+    );
+    let j = read_back(80, 500);
+    assert_ne!(
+        j.verdict.mechanism,
+        Some(Mechanism::CpuContention),
+        "{j:#?}"
+    );
 }
 
 /// A p99 of 9× the p50 is within what contention spreads at c=N — no tail — but a server

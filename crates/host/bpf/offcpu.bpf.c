@@ -32,6 +32,7 @@ struct start {
 	__u32 state;
 	__u32 tgid;
 	__u32 waker;      // the process whose thread woke it (0: none seen)
+	__u64 woken;      // when it was first woken (0: not seen; a preempted thread is not)
 };
 
 struct total_key {
@@ -56,6 +57,7 @@ struct block {
 	__u32 state;
 	__u32 waker;
 	__u32 pad;
+	__u64 woken;      // when it became runnable again (0: not seen): the rest is a wait for a CPU
 };
 
 struct {
@@ -210,6 +212,7 @@ int sched_switch(void *ctx)
 			b->state = s->state;
 			b->waker = s->waker;
 			b->pad = 0;
+			b->woken = s->woken;
 			bpf_ringbuf_submit(b, 0);
 		} else {
 			missed(0);
@@ -231,7 +234,11 @@ int sched_waking(void *ctx)
 		return 0;
 	__u32 pid = rd32(ctx, c->waking_pid);
 	struct start *s = bpf_map_lookup_elem(&START, &pid);
-	if (s)
+	if (s) {
 		s->waker = bpf_get_current_pid_tgid() >> 32;
+		// The first wake-up: the thread is runnable from then on, later ones are no-ops.
+		if (!s->woken)
+			s->woken = bpf_ktime_get_ns();
+	}
 	return 0;
 }

@@ -261,6 +261,8 @@ pub struct RawBlock {
     pub state: u32,
     /// The process whose thread woke it (`sched:sched_waking`); 0 when none was seen.
     pub waker: u32,
+    /// When it was first woken (0: not seen; a preempted thread never is).
+    pub woken_ns: u64,
 }
 
 impl RawBlock {
@@ -275,6 +277,7 @@ impl RawBlock {
             kstack: u32_at(24)? as i32,
             state: u32_at(28)?,
             waker: u32_at(32).unwrap_or(0),
+            woken_ns: u64_at(40).unwrap_or(0),
         })
     }
 }
@@ -347,8 +350,10 @@ pub fn report(
             class: class_of(b.kstack, b.state),
             stack: b.kstack,
             waker: (b.waker != 0).then_some(b.waker),
+            woken_us: (b.woken_ns > b.start_ns && b.woken_ns <= b.end_ns)
+                .then(|| (b.woken_ns as i64 + clock_offset_ns) / 1000),
         })
-        .collect();
+        .collect::<Vec<_>>();
     OffCpu {
         classes,
         stacks: stacks_out,
@@ -356,6 +361,7 @@ pub fn report(
         missed,
         during_requests: None,
         during_slowest: None,
+        long_run_queue: Some(OffCpu::long_run_queue_of(&blocks)),
         blocks,
         stack_frames: stacks.iter().map(|(k, v)| (*k, v.clone())).collect(),
         wakers: BTreeMap::new(),
@@ -660,7 +666,7 @@ mod imp {
     const MAPS: [MapSpec; 8] = [
         ("CONF", MAP_ARRAY, 4, 24, 1),
         ("WATCH", MAP_HASH, 4, 1, 256),
-        ("START", MAP_LRU_HASH, 4, 24, 16384),
+        ("START", MAP_LRU_HASH, 4, 32, 16384),
         ("STACKS", MAP_STACK_TRACE, 4, DEPTH * 8, 4096),
         ("SPILL", MAP_STACK_TRACE, 4, DEPTH * 8, 1024),
         ("TOTALS", MAP_HASH, 16, 16, 8192),
@@ -1104,6 +1110,7 @@ mod tests {
             class,
             stack: class as i32,
             waker: None,
+            woken_us: None,
         }
     }
 
@@ -1432,6 +1439,7 @@ mod tests {
             kstack: 4,
             state: 1,
             waker: 0,
+            woken_ns: 0,
         }];
         let r = report(&totals, &raw, &stacks, 1_000_000, 2);
         assert_eq!(r.classes[0].class, WaitClass::Futex);

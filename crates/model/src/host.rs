@@ -525,6 +525,14 @@ pub struct OffCpu {
     /// what the tail waits for, which may not be what the median request does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub during_slowest: Option<SlowestSplit>,
+    /// The waits for a CPU ([`OffCpuBlock::waiting_for_cpu`]: preempted while runnable, or
+    /// woken and not yet running) at least [`LONG_RUN_QUEUE_US`] long,
+    /// by start, at most [`LONG_RUN_QUEUE_MAX`] (the longest): the few long waits for a CPU
+    /// a slow request sits through, which the per-interval sums average away. Written out so
+    /// a report read back (an agent's, a saved JSON) still places them; absent when the
+    /// tracer did not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_run_queue: Option<Vec<RunQueueWait>>,
     /// The blocks timed one by one (not written out).
     #[serde(skip)]
     pub blocks: Vec<OffCpuBlock>,
@@ -572,6 +580,45 @@ pub struct WaitStack {
     pub frames: Vec<String>,
 }
 
+/// Run-queue blocks shorter than this are left out of [`OffCpu::long_run_queue`], µs.
+pub const LONG_RUN_QUEUE_US: i64 = 1_000;
+/// At most this many blocks in [`OffCpu::long_run_queue`].
+pub const LONG_RUN_QUEUE_MAX: usize = 2_000;
+
+/// One long wait for a CPU of one thread ([`OffCpu::long_run_queue`]), on `CLOCK_REALTIME`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunQueueWait {
+    /// Thread id.
+    pub tid: u32,
+    /// When it was preempted, µs since the Unix epoch.
+    pub start_us: i64,
+    /// When it got a CPU again.
+    pub end_us: i64,
+}
+
+impl OffCpu {
+    /// [`OffCpu::long_run_queue`] from the blocks timed one by one.
+    pub fn long_run_queue_of(blocks: &[OffCpuBlock]) -> Vec<RunQueueWait> {
+        let mut v: Vec<RunQueueWait> = blocks
+            .iter()
+            .filter_map(|b| {
+                let (start_us, end_us) = b.waiting_for_cpu()?;
+                (end_us - start_us >= LONG_RUN_QUEUE_US).then_some(RunQueueWait {
+                    tid: b.tid,
+                    start_us,
+                    end_us,
+                })
+            })
+            .collect();
+        if v.len() > LONG_RUN_QUEUE_MAX {
+            v.sort_unstable_by_key(|w| std::cmp::Reverse(w.end_us - w.start_us));
+            v.truncate(LONG_RUN_QUEUE_MAX);
+        }
+        v.sort_unstable_by_key(|w| w.start_us);
+        v
+    }
+}
+
 /// One block of one thread, on `CLOCK_REALTIME`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OffCpuBlock {
@@ -588,6 +635,24 @@ pub struct OffCpuBlock {
     /// The process whose thread woke it (`sched:sched_waking` runs in the waker's context;
     /// in an interrupt, whatever ran there), when the tracer saw the wake-up.
     pub waker: Option<u32>,
+    /// When it was woken (runnable again), when the tracer saw the wake-up: from then to
+    /// `end_us` it waited for a CPU. A preempted thread (run-queue) is never woken.
+    pub woken_us: Option<i64>,
+}
+
+impl OffCpuBlock {
+    /// The part of the block spent waiting for a CPU: all of a preempted thread's block,
+    /// the rest of a sleeping one's after its wake-up (the scheduler's wake-up latency —
+    /// a thread woken by a request's arrival that then waits for a CPU holds the request
+    /// as surely as a preempted one). `None` when neither.
+    pub fn waiting_for_cpu(&self) -> Option<(i64, i64)> {
+        if self.class == WaitClass::RunQueue {
+            return Some((self.start_us, self.end_us));
+        }
+        self.woken_us
+            .filter(|&w| w >= self.start_us && w < self.end_us)
+            .map(|w| (w, self.end_us))
+    }
 }
 
 /// Where the serving thread was during the requests' server time (from the request's last
@@ -672,6 +737,37 @@ pub struct WokenBy {
 }
 
 impl HostReport {
+    /// Moves every time in the report by `d_us` (an agent's report onto the caller's clock:
+    /// its timelines are then compared with the load's records).
+    pub fn shift_us(&mut self, d_us: i64) {
+        let mv = |t: &mut u64| *t = t.saturating_add_signed(d_us);
+        if let Some(c) = self.cgroup.data.as_mut() {
+            c.timeline.iter_mut().for_each(|s| mv(&mut s.t_unix_us));
+        }
+        if let Some(t) = self.threads.data.as_mut() {
+            for s in &mut t.timeline {
+                mv(&mut s.start_unix_us);
+                mv(&mut s.end_unix_us);
+            }
+        }
+        if let Some(d) = self.drops.data.as_mut() {
+            for s in &mut d.timeline {
+                mv(&mut s.start_unix_us);
+                mv(&mut s.end_unix_us);
+            }
+        }
+        if let Some(o) = self.offcpu.data.as_mut() {
+            for b in &mut o.blocks {
+                b.start_us += d_us;
+                b.end_us += d_us;
+            }
+            for w in o.long_run_queue.iter_mut().flatten() {
+                w.start_us += d_us;
+                w.end_us += d_us;
+            }
+        }
+    }
+
     /// The namespace counter `name`'s delta over the window (0 when it did not move or was
     /// not read), e.g. `TcpExt.ListenDrops`.
     pub fn counter(&self, name: &str) -> i64 {
@@ -1076,4 +1172,80 @@ pub struct HostCost {
     pub cpu_us: u64,
     /// `cpu / window`, as a share of one core, 0–1.
     pub cpu_share: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sleeping thread's block waits for a CPU from its wake-up on; a preempted one all
+    /// along; one never seen woken not at all. Only the waits of a millisecond or more are
+    /// carried.
+    #[test]
+    fn the_long_waits_for_a_cpu_are_the_preempted_blocks_and_the_tails_of_woken_ones() {
+        let b = |start_us, end_us, class, woken_us| OffCpuBlock {
+            tid: 7,
+            start_us,
+            end_us,
+            class,
+            stack: -1,
+            waker: None,
+            woken_us,
+        };
+        let blocks = [
+            b(0, 5_000, WaitClass::Poll, Some(1_000)),
+            b(10_000, 13_000, WaitClass::RunQueue, None),
+            b(20_000, 30_000, WaitClass::Poll, None),
+            b(40_000, 45_000, WaitClass::Poll, Some(44_500)),
+        ];
+        let w: Vec<(i64, i64)> = OffCpu::long_run_queue_of(&blocks)
+            .iter()
+            .map(|w| (w.start_us, w.end_us))
+            .collect();
+        assert_eq!(w, [(1_000, 5_000), (10_000, 13_000)]);
+    }
+
+    /// An agent's report moved onto the caller's clock: every timeline and long wait moves
+    /// by the same amount, nothing else changes.
+    #[test]
+    fn shift_moves_every_time_in_the_report() {
+        let mut h: HostReport = serde_json::from_value(serde_json::json!({
+            "scope": {"pid": 1, "comm": "x", "netns_inode": 1},
+            "window_us": 1_000_000,
+            "counters": {"status": "ok", "data": []},
+            "listeners": {"status": "ok", "data": []},
+            "cgroup": {"status": "ok", "data": {"version": 2, "path": "/", "periods": 1,
+                "throttled_periods": 0, "throttled_us": 0, "throttled_share": 0.0,
+                "timeline": [{"t_unix_us": 5_000_000, "throttled_periods": 0, "throttled_us": 0}]}},
+            "threads": {"status": "ok", "data": {"threads": 1, "run_us": 1, "wait_us": 1, "timeslices": 1,
+                "wait_share": 0.5, "timeline": [{"start_unix_us": 5_000_000,
+                "end_unix_us": 5_100_000, "run_us": 1, "wait_us": 1, "active": 1}]}},
+            "qdiscs": {"status": "ok", "data": []},
+            "sockstat": {"status": "skipped", "reason": "x"},
+            "drops": {"status": "ok", "data": {"reasons": [], "lost": 0, "scope": "namespace",
+                "timeline": [{"start_unix_us": 5_000_000, "end_unix_us": 5_100_000, "reasons": []}]}},
+            "offcpu": {"status": "ok", "data": {"classes": [], "stacks": [], "min_block_us": 50,
+                "missed": 0, "long_run_queue": [{"tid": 2, "start_us": 5_000_000, "end_us": 5_010_000}]}},
+            "cost": {"cpu_us": 0, "cpu_share": 0.0}
+        }))
+        .expect("report");
+        h.shift_us(-2_500_000);
+        let j = serde_json::to_value(&h).expect("json");
+        assert_eq!(j["cgroup"]["data"]["timeline"][0]["t_unix_us"], 2_500_000);
+        assert_eq!(
+            j["threads"]["data"]["timeline"][0]["start_unix_us"],
+            2_500_000
+        );
+        assert_eq!(
+            j["threads"]["data"]["timeline"][0]["end_unix_us"],
+            2_600_000
+        );
+        assert_eq!(j["drops"]["data"]["timeline"][0]["end_unix_us"], 2_600_000);
+        let w = &j["offcpu"]["data"]["long_run_queue"][0];
+        assert_eq!(
+            (w["start_us"].clone(), w["end_us"].clone()),
+            (2_500_000.into(), 2_510_000.into())
+        );
+        assert_eq!(j["window_us"], 1_000_000);
+    }
 }

@@ -33,7 +33,7 @@
 
 use lagtrace_model::Cause;
 use lagtrace_model::host::{
-    CgroupCpu, HostCpu, HostReport, ListenerQueue, OffCpuBlock, SchedSample, WaitClass,
+    CgroupCpu, HostCpu, HostReport, ListenerQueue, OffCpu, RunQueueWait, SchedSample,
 };
 
 use super::facts::{Facts, softirq_saturated_fix, waited_through_drops};
@@ -48,13 +48,14 @@ pub(super) const MIN_ALIGNED_SHARE: f64 = 0.5;
 
 /// The slowest requests of `run` (at or above its p99), as `[start, end)` on the realtime
 /// clock, and the run's p50.
-fn slow_intervals(run: &AppRun) -> Option<(Vec<(u64, u64)>, u64)> {
+fn slow_intervals(run: &AppRun, from_us: Option<u64>) -> Option<(Vec<(u64, u64)>, u64)> {
     let waits = run.waits.as_ref()?;
     let recs = run.records.as_ref()?;
+    let from_us = from_us.unwrap_or(waits.p99_us);
     let v: Vec<(u64, u64)> = recs
         .records
         .iter()
-        .filter(|r| r.wait_us >= waits.p99_us)
+        .filter(|r| r.wait_us >= from_us)
         .map(|r| {
             let s = recs.start_unix_us + r.start_us;
             (s, s + r.wait_us)
@@ -85,7 +86,7 @@ pub(super) fn throttled(x: &Facts<'_>, host: &HostReport) -> Option<Direct> {
     }
     let stall_us = cg.throttled_us / cg.throttled_periods;
     let throttled = throttled_intervals(cg);
-    let (slow, p50) = slow_intervals(run)?;
+    let (slow, p50) = slow_intervals(run, None)?;
     // A slow request is accounted for when the intervals it overlaps held the cgroup for
     // at least half of what it waited beyond the p50 (timing and volume, per request).
     let aligned = slow
@@ -214,33 +215,54 @@ fn long_enough(stretch_us: Option<f64>, half_us: u64) -> bool {
     stretch_us.is_none_or(|m| super::facts::spread() * m >= half_us as f64)
 }
 
-/// The watched threads' run-queue blocks (preempted while runnable) at least `min_us` long,
+/// The watched threads' waits for a CPU (preempted while runnable, or woken and not yet
+/// running: [`lagtrace_model::host::OffCpuBlock::waiting_for_cpu`]) at least `min_us` long,
 /// sorted by start, read once per judgement: each slow request then looks only at the blocks
 /// that can overlap it (the tracer keeps up to 400 000 blocks; a scan of all of them per slow
-/// request was up to a thousand scans).
-struct LongRunQueueWaits<'a> {
-    blocks: Vec<&'a OffCpuBlock>,
+/// request was up to a thousand scans). From the blocks timed one by one (a live run), else
+/// from the long ones a report carries ([`OffCpu::long_run_queue`]: an agent's, a saved
+/// JSON), where the waits shorter than
+/// [`lagtrace_model::host::LONG_RUN_QUEUE_US`] are missing — it can only
+/// undercount them, never blame the CPU for more than it held.
+struct LongRunQueueWaits {
+    blocks: Vec<RunQueueWait>,
     /// The longest block: how far before a window a block may start and still overlap it.
     longest_us: i64,
 }
 
-impl<'a> LongRunQueueWaits<'a> {
-    fn new(blocks: &'a [OffCpuBlock], min_us: u64) -> Self {
-        let mut blocks: Vec<&OffCpuBlock> = blocks
-            .iter()
-            .filter(|b| {
-                b.class == WaitClass::RunQueue
-                    && b.end_us > b.start_us
-                    && (b.end_us - b.start_us) as u64 >= min_us
-            })
-            .collect();
+impl LongRunQueueWaits {
+    /// `None` when the report has neither (the tracer did not run, or older JSON).
+    fn new(off: &OffCpu, min_us: u64) -> Option<Self> {
+        let long =
+            |b: &RunQueueWait| b.end_us > b.start_us && (b.end_us - b.start_us) as u64 >= min_us;
+        let mut blocks: Vec<RunQueueWait> = if off.blocks.is_empty() {
+            off.long_run_queue
+                .as_ref()?
+                .iter()
+                .copied()
+                .filter(long)
+                .collect()
+        } else {
+            off.blocks
+                .iter()
+                .filter_map(|b| {
+                    let (start_us, end_us) = b.waiting_for_cpu()?;
+                    Some(RunQueueWait {
+                        tid: b.tid,
+                        start_us,
+                        end_us,
+                    })
+                })
+                .filter(long)
+                .collect()
+        };
         blocks.sort_unstable_by_key(|b| b.start_us);
         let longest_us = blocks
             .iter()
             .map(|b| b.end_us - b.start_us)
             .max()
             .unwrap_or(0);
-        LongRunQueueWaits { blocks, longest_us }
+        Some(LongRunQueueWaits { blocks, longest_us })
     }
 
     /// The longest time one thread spent within `[s, e)` in these blocks — the waits a
@@ -284,19 +306,28 @@ pub(super) fn starved(host: &HostReport) -> bool {
 /// requests, at least half of each one's excess; `None` when the threads were not sampled,
 /// the cgroup's throttling explains it (`throttled`: [`throttled`] named it already — a
 /// throttled thread waits in the run queue too), or the waits do not line up.
-pub(super) fn contention(x: &Facts<'_>, host: &HostReport, throttled: bool) -> Option<Contention> {
+///
+/// `tail`: where the tail the verdict is about starts in the c=N run and its percentile's
+/// name (`(8_350, "p99.9")`), when it is not the p99 — the slowest requests are then those:
+/// a CPU held for 9 ms three times in a run stalls the p99.9, not the p99.
+pub(super) fn contention(
+    x: &Facts<'_>,
+    host: &HostReport,
+    throttled: bool,
+    tail: Option<(u64, &str)>,
+) -> Option<Contention> {
     let th = host.threads.get()?;
     if th.timeline.is_empty() || throttled {
         return None;
     }
     let run = x.cn?;
-    let (slow, p50) = slow_intervals(run)?;
-    // The blocks timed one by one, when the tracer ran here (not read back from JSON).
+    let (slow, p50) = slow_intervals(run, tail.map(|t| t.0))?;
+    let label = tail.map_or("p99", |t| t.1);
+    // The blocks timed one by one, or the long ones a report read back carries.
     let blocks = host
         .offcpu
         .get()
-        .filter(|o| !o.blocks.is_empty())
-        .map(|o| LongRunQueueWaits::new(&o.blocks, p50.max(1)));
+        .and_then(|o| LongRunQueueWaits::new(o, p50.max(1)));
     let mut waited: Vec<u64> = Vec::new();
     let mut excess: Vec<u64> = Vec::new();
     for &(s, e) in &slow {
@@ -333,7 +364,7 @@ pub(super) fn contention(x: &Facts<'_>, host: &HostReport, throttled: bool) -> O
     let own = softirq.is_none() && cpu.is_none_or(|c| c.own_shares_cpus && c.own_us >= c.others_us);
     let total = run.waits.as_ref().map_or(0, |w| w.count);
     let text = format!(
-        "the server's {} threads waited {} for a CPU over the window ({} of their runnable time, ~{} each time); {aligned} of the {} slowest requests (≥ p99) fall where they waited at least half their excess (median wait in a slow request ~{}, median excess +{}){}",
+        "the server's {} threads waited {} for a CPU over the window ({} of their runnable time, ~{} each time); {aligned} of the {} slowest requests (≥ {label}) fall where they waited at least half their excess (median wait in a slow request ~{}, median excess +{}){}",
         th.threads,
         ms(th.wait_us),
         pct(th.wait_share),

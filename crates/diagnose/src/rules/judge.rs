@@ -140,12 +140,18 @@ fn judge_server(target: &Target, layers: &Layers) -> (Judgement, Option<tail_joi
     // threads waited for a CPU longer than they ran ([`host::starved`]) — a p99 9× the p50
     // is no tail, but a server given half the CPU it asks for is slow at every percentile.
     let server_tail = tail.as_ref().is_some_and(|t| t.server_shaped());
+    let slow_from = tail.as_ref().zip(x.cn).and_then(|(t, cn)| t.slow_from(cn));
     if (server_tail || (tail.is_none() && x.host.is_some_and(host::starved)))
         && let Some(c) = x.host.and_then(|h| {
             let throttled = cands
                 .iter()
                 .any(|c| c.mechanism == Some(Mechanism::CpuThrottled));
-            host::contention(&x, h, throttled)
+            host::contention(
+                &x,
+                h,
+                throttled,
+                slow_from.as_ref().map(|(u, l)| (*u, l.as_str())),
+            )
         })
     {
         match tail.as_mut() {

@@ -634,6 +634,13 @@ impl TailFinding<'_> {
         }
     }
 
+    /// Where this tail starts in `run` and its percentile's name, when it is `run`'s and
+    /// past the p99 (the slow requests a host rule should look at).
+    pub(super) fn slow_from(&self, run: &AppRun) -> Option<(u64, String)> {
+        (std::ptr::eq(self.run, run) && self.percentile > PERCENTILE)
+            .then(|| (self.at_us, self.label()))
+    }
+
     /// Whether this is a deep tail ([`deep`] at [`DEEP_MIN_US`]): never `healthy`.
     pub(super) fn is_deep(&self) -> bool {
         self.deep
