@@ -46,6 +46,9 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
 }
 
+/// A map an object declares: name, map type, key size, value size, max entries.
+pub type MapDef = (String, u32, u32, u32, u32);
+
 /// A BTF blob with the start of each type (by id) indexed.
 pub struct Btf<'a> {
     types: &'a [u8],
@@ -181,6 +184,82 @@ impl<'a> Btf<'a> {
             id = self.resolve(t).ok_or_else(|| err(what()))?;
         }
         Ok(total)
+    }
+
+    /// The size in bytes of type `id` (`None` for a kind without one: void, a function).
+    fn size_of(&self, id: u32) -> Option<u32> {
+        let id = self.resolve(id)?;
+        let h = self.head(id)?;
+        match h.kind {
+            KIND_INT | KIND_STRUCT | KIND_UNION | KIND_ENUM | KIND_ENUM64 => Some(h.type_or_size),
+            2 => Some(8),
+            KIND_ARRAY => {
+                let (elem, n) = self.array(id)?;
+                self.size_of(elem)?.checked_mul(n)
+            }
+            _ => None,
+        }
+    }
+
+    /// An array's element type and length.
+    fn array(&self, id: u32) -> Option<(u32, u32)> {
+        let pos = *self.starts.get((id as usize).checked_sub(1)?)? as usize + 12;
+        Some((u32_at(self.types, pos)?, u32_at(self.types, pos + 8)?))
+    }
+
+    /// The maps an object's BTF declares in its `.maps` section (libbpf's convention:
+    /// `__uint(name, N)` is a pointer to an array of N, `__type(name, T)` a pointer to T),
+    /// as (name, map type, key size, value size, max entries); an absent field is 0.
+    pub fn map_defs(&self) -> Result<Vec<MapDef>, BtfError> {
+        let sec = (1..=self.starts.len() as u32)
+            .find(|&id| {
+                self.head(id)
+                    .is_some_and(|h| h.kind == KIND_DATASEC && self.name_is(h.name, ".maps"))
+            })
+            .ok_or_else(|| err("no .maps section"))?;
+        let h = self.head(sec).ok_or_else(|| err("bad .maps"))?;
+        let base = self.starts[sec as usize - 1] as usize + 12;
+        (0..h.vlen)
+            .map(|i| {
+                let bad = || err(format!(".maps entry {i}"));
+                let var = u32_at(self.types, base + 12 * i).ok_or_else(bad)?;
+                let v = self
+                    .head(var)
+                    .filter(|v| v.kind == KIND_VAR)
+                    .ok_or_else(bad)?;
+                let name = self.name(v.name).ok_or_else(bad)?;
+                let def = self.resolve(v.type_or_size).ok_or_else(bad)?;
+                let field = |f: &str| -> Result<u32, BtfError> {
+                    let Some((_, t)) = self.member(def, f, 0) else {
+                        return Ok(0);
+                    };
+                    let target = self
+                        .head(t)
+                        .filter(|p| p.kind == 2)
+                        .and_then(|p| self.resolve(p.type_or_size))
+                        .ok_or_else(|| err(format!("map {name}: {f} is no pointer")))?;
+                    let n = match self.head(target).map(|h| h.kind) {
+                        Some(KIND_ARRAY)
+                            if matches!(f, "type" | "max_entries" | "key_size" | "value_size") =>
+                        {
+                            self.array(target).map(|a| a.1)
+                        }
+                        _ => self.size_of(target),
+                    };
+                    n.ok_or_else(|| err(format!("map {name}: {f} has no size")))
+                };
+                let key = field("key")?.max(field("key_size")?);
+                let value = field("value")?.max(field("value_size")?);
+                let (ty, max) = (field("type")?, field("max_entries")?);
+                Ok((name, ty, key, value, max))
+            })
+            .collect()
+    }
+
+    fn name(&self, off: u32) -> Option<String> {
+        let s = self.strings.get(off as usize..)?;
+        let end = s.iter().position(|&c| c == 0)?;
+        Some(String::from_utf8_lossy(&s[..end]).into_owned())
     }
 
     /// For each name, the id of the kernel function of that name and its argument count

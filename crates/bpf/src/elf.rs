@@ -85,6 +85,11 @@ impl<'a> Object<'a> {
             .find(|&i| cstr(self.names, self.sections[i].name as usize) == Some(name.as_bytes()))
     }
 
+    /// The object's own BTF (`.BTF`), when clang wrote one.
+    pub fn btf(&self) -> Option<&'a [u8]> {
+        self.data(self.find(".BTF")?)
+    }
+
     /// The `license` section's text.
     pub fn license(&self) -> Result<&'a [u8], Error> {
         let i = self

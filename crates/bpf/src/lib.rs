@@ -105,6 +105,37 @@ fn put(a: &mut [u8], off: usize, v: &[u8]) {
 /// A map as the object declares it: name, type, key and value size, entries.
 pub type MapSpec = (&'static str, u32, u32, u32, u32);
 
+/// Whether `maps` — the loader's copy of an object's map declarations — says what the
+/// object's BTF declares, map by map (the verifier refuses a program whose map value is
+/// smaller than the C struct it writes, with a message naming a register, not the map).
+pub fn check_maps(obj: &[u8], maps: &[MapSpec]) -> Result<(), String> {
+    let o = Object::parse(obj).map_err(|e| e.to_string())?;
+    let b = o.btf().ok_or("the object has no BTF")?;
+    let defs = btf::Btf::parse(b)
+        .and_then(|b| b.map_defs())
+        .map_err(|e| e.0)?;
+    for m in maps {
+        let d = defs
+            .iter()
+            .find(|d| d.0 == m.0)
+            .ok_or_else(|| format!("map {} is not in the object", m.0))?;
+        if (d.1, d.2, d.3, d.4) != (m.1, m.2, m.3, m.4) {
+            return Err(format!(
+                "map {}: the object declares type {}, key {} B, value {} B, {} entries; the \
+                 loader says type {}, key {} B, value {} B, {} entries",
+                m.0, d.1, d.2, d.3, d.4, m.1, m.2, m.3, m.4
+            ));
+        }
+    }
+    match defs.iter().find(|d| !maps.iter().any(|m| m.0 == d.0)) {
+        Some(d) => Err(format!(
+            "map {} of the object is not in the loader's list",
+            d.0
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Creates a map.
 pub fn map_create(m: &MapSpec) -> Result<OwnedFd, Error> {
     let (name, ty, key, value, entries) = *m;

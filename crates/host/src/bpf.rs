@@ -67,6 +67,14 @@ mod imp {
         ("MISSED", MAP_ARRAY, 4, 8, 1),
     ];
 
+    /// The list above says what the object declares (a struct grown in the C source and not
+    /// here is refused by the verifier with a message about a register).
+    #[cfg(test)]
+    #[test]
+    fn maps_agree_with_the_object() {
+        lagtrace_bpf::check_maps(OBJ, &MAPS).unwrap();
+    }
+
     /// Byte offsets of the kernel fields the program reads (a path through nested structs
     /// is summed: `net_device.nd_net.net`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -674,6 +674,14 @@ mod imp {
         ("MISSED", MAP_ARRAY, 4, 8, 2),
     ];
 
+    /// The list above says what the object declares (a struct grown in the C source and not
+    /// here is refused by the verifier with a message about a register).
+    #[cfg(test)]
+    #[test]
+    fn maps_agree_with_the_object() {
+        lagtrace_bpf::check_maps(OBJ, &MAPS).unwrap();
+    }
+
     /// The mark on a stack id that lives in SPILL, not STACKS (offcpu.bpf.c).
     const SPILL_BIT: i32 = 1 << 24;
 

@@ -273,6 +273,14 @@ mod imp {
         ("QSLOT", MAP_ARRAY, 4, 16, 64),
     ];
 
+    /// The list above says what the object declares (a struct grown in the C source and not
+    /// here is refused by the verifier with a message about a register).
+    #[cfg(test)]
+    #[test]
+    fn maps_agree_with_the_object() {
+        lagtrace_bpf::check_maps(OBJ, &MAPS).unwrap();
+    }
+
     /// The busiest CPU's share of an interval in the receive softirq at which the backlog
     /// wait starts to be timed: a little under the share the rule needs
     /// (`softirq-saturated`: half the window). A healthy nginx at c=32 over a veth keeps its
