@@ -14,9 +14,10 @@
 //!   every ~100 ms) for at least half of what each of most of the slowest requests waited
 //!   beyond the p50 — the host's CPUs were busy when they were slow — in waits long enough
 //!   to add up to that: one wait for a CPU (the samples' delay per timeslice) times the
-//!   contention spread reaches half the excess. Thousands of 50 µs waits a second leave
-//!   every request quick; a request slow for its own reason on a busy host is not the
-//!   CPU's. Where the off-CPU tracer timed the threads' blocks one by one (a live run), the
+//!   contention spread reaches half the excess. The slowest requests are those of the tail
+//!   the verdict is about: the p99's, or the p99.9's when the tail lies past the p99.
+//!   Thousands of 50 µs waits a second leave every request quick; a request slow for its
+//!   own reason on a busy host is not the CPU's. Where the off-CPU tracer timed the threads' blocks one by one (a live run), the
 //!   waits are read, not inferred: within a slow request, one thread's run-queue blocks each
 //!   longer than the p50 — waits a typical request does not sit through — must add up to
 //!   half its excess (the samples' average hides a few long waits among thousands of short
@@ -46,8 +47,8 @@ pub(super) const MIN_THROTTLED_SHARE: f64 = 0.05;
 /// The share of the slowest requests that must overlap a throttled interval.
 pub(super) const MIN_ALIGNED_SHARE: f64 = 0.5;
 
-/// The slowest requests of `run` (at or above its p99), as `[start, end)` on the realtime
-/// clock, and the run's p50.
+/// The slowest requests of `run` (at or above `from_us`, by default its p99), as
+/// `[start, end)` on the realtime clock, and the run's p50.
 fn slow_intervals(run: &AppRun, from_us: Option<u64>) -> Option<(Vec<(u64, u64)>, u64)> {
     let waits = run.waits.as_ref()?;
     let recs = run.records.as_ref()?;
