@@ -563,6 +563,27 @@ fn run_queue_blocks_timed_one_by_one_decide_over_the_samples_average() {
     assert_ne!(j.verdict.cause, Cause::Healthy, "{j:#?}");
 }
 
+/// One long wait for a CPU per slow request, timed one by one, holds it even where the
+/// samples' density does not show it: three threads shared the 100 ms intervals' 60 ms of
+/// waiting, so spread over an interval it is ~16 ms of an 80 ms request — but one thread
+/// waited 60 ms of it (an event loop descheduled through a stall of every connection).
+#[test]
+fn one_long_timed_wait_per_slow_request_is_not_diluted_by_the_samples() {
+    let (starts, busy) = contended_tail();
+    let mut h = host_contended(&busy, 60, 300, 2_500);
+    for t in &mut h.threads.data.as_mut().expect("threads").timeline {
+        t.active = 3;
+    }
+    let mut l = layers_with_tail(&starts);
+    l.host = Layer::ran(with_blocks(h, &starts, 1, 60_000));
+    let j = judge(&target(), &l);
+    assert_eq!(
+        j.verdict.mechanism,
+        Some(Mechanism::CpuContention),
+        "{j:#?}"
+    );
+}
+
 /// A report read back (an agent's, a saved JSON) has no blocks timed one by one, only the
 /// long run-queue waits it carries: they decide as the blocks did — five 10 ms waits in each
 /// slow request hold it; with only 500 µs waits none is carried, and the samples' thousand
