@@ -20,7 +20,7 @@
 #
 # First run installs what it needs: qemu-system-x86, busybox-static, kmod, python3-venv (apt)
 # and virtme-ng (PyPI, in a venv under the state directory, $LAGTRACE_VM_STATE or
-# /var/tmp/lagtrace-vm).
+# /var/cache/lagtrace-vm).
 set -euo pipefail
 
 KPKG=""
@@ -39,7 +39,7 @@ done
 (($#)) || { echo "vm-run: no command given (usage: support/vm-run.sh [OPTIONS] -- CMD)" >&2; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "vm-run: needs root (apt-get, /dev/kvm, virtiofsd)" >&2; exit 2; }
 
-STATE=${LAGTRACE_VM_STATE:-/var/tmp/lagtrace-vm}
+STATE=${LAGTRACE_VM_STATE:-/var/cache/lagtrace-vm}
 mkdir -p "$STATE"
 export PATH="$STATE/venv/bin:$PATH:/usr/sbin:/sbin"
 
@@ -107,7 +107,9 @@ if [[ -e /dev/kvm && ${LAGTRACE_VM_TCG:-0} != 1 ]]; then
 fi
 
 set +e
-timeout "$TIMEOUT" vng -v "${accel[@]}" --rwdir "$DIR" --run "$VMLINUZ" --user root \
+# The kernel's modules (virtme links /lib/modules/VERSION to them) shared explicitly: the
+# guest mounts its own /var, so nothing under this host's /var is visible otherwise.
+timeout "$TIMEOUT" vng -v "${accel[@]}" --rodir "$KDIR" --rwdir "$DIR" --run "$VMLINUZ" --user root \
     --exec "$DIR/.script" > "$DIR/.console" 2>&1
 vrc=$?
 set -e

@@ -3,7 +3,9 @@
 # - the socket-call recorder on each hook kind: exactly N setsockopt calls of a loop recorded
 #   with --recorder fentry, tracepoint and raw, and `auto` must pick fentry there;
 # - the host layer with --pid: its BPF programs (drops, off-CPU, on-CPU, softirq) and the
-#   scheduler sampling load and report `ok`.
+#   scheduler sampling load and report `ok`;
+# - the drop counter (kfree_skb's reason) equals an nft rule's counter for 500 UDP packets
+#   the rule drops at input.
 # Prints one line per check and exits non-zero when one fails.
 #
 # usage: support/vm-smoke.sh [LAGTRACE] [N]   (as root; default target/release/lagtrace, 2000)
@@ -20,6 +22,9 @@ cat > "$DIR/smoke.sh" <<EOF
 L=$DIR/lagtrace
 O=$DIR
 uname -r > \$O/kernel
+export PATH=\$PATH:/usr/sbin:/sbin
+# The guest loads no module by itself: nft and the listeners' sock_diag need these.
+for m in nf_tables inet_diag tcp_diag udp_diag; do modprobe \$m; done
 for r in fentry tracepoint raw auto; do
   \$L sockets --record --recorder \$r --json -- python3 -c 'import socket
 for i in range($N):
@@ -31,6 +36,21 @@ sleep 60 & P=\$!
 \$L host --pid \$P -d 2s --json > \$O/host.json 2> \$O/host.err
 echo \$? > \$O/host.rc
 kill \$P
+# The drop counter against an nft rule's: UDP to port 9 dropped at input, counted by both.
+nft add table inet ltsmoke
+nft add chain inet ltsmoke in '{ type filter hook input priority 0; }'
+nft add rule inet ltsmoke in udp dport 9 counter drop
+\$L host -d 8s --json > \$O/drops.json 2> \$O/drops.err &
+H=\$!
+sleep 4
+python3 -c 'import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(500):
+    s.sendto(b"x", ("127.0.0.1", 9))'
+wait \$H
+echo \$? > \$O/drops.rc
+nft -j list chain inet ltsmoke in > \$O/nft.json
+nft delete table inet ltsmoke
 EOF
 chmod +x "$DIR/smoke.sh"
 start=$(date +%s)
@@ -60,10 +80,22 @@ for r in ["fentry", "tracepoint", "raw", "auto"]:
           f"recorder {r}: exit {rc}, {calls} of {n} setsockopt calls, hooks {hooks} (want {want})")
 try:
     h = json.load(open(f"{d}/host.json"))
-    for k in ["drops", "offcpu", "oncpu", "softirq", "threads"]:
+    for k in ["drops", "offcpu", "oncpu", "softirq", "threads", "listeners"]:
         s = h.get(k, {}).get("status")
         check(s == "ok", f"host --pid: {k} {s} {h.get(k, {}).get('reason') or ''}".rstrip())
 except (OSError, ValueError) as e:
     check(False, f"host --pid: no report ({e})")
+try:
+    nft = json.load(open(f"{d}/nft.json"))
+    counted = [x["counter"]["packets"] for r in nft["nftables"] if "rule" in r
+               for x in r["rule"]["expr"] if "counter" in x]
+    dr = json.load(open(f"{d}/drops.json"))["drops"]
+    seen = sum(r["count"] for r in (dr.get("data") or {}).get("reasons", [])
+               if "NETFILTER" in r["reason"])
+    check(dr.get("status") == "ok" and counted and seen == counted[0],
+          f"drops: {seen} NETFILTER_DROP counted by lagtrace host, nft's rule counter "
+          f"{counted[0] if counted else '?'} (drops layer {dr.get('status')})")
+except (OSError, ValueError, KeyError) as e:
+    check(False, f"drops vs nft: no result ({e})")
 sys.exit(1 if bad else 0)
 PY
