@@ -601,14 +601,8 @@ impl OffCpu {
     pub fn long_run_queue_of(blocks: &[OffCpuBlock]) -> Vec<RunQueueWait> {
         let mut v: Vec<RunQueueWait> = blocks
             .iter()
-            .filter_map(|b| {
-                let (start_us, end_us) = b.waiting_for_cpu()?;
-                (end_us - start_us >= LONG_RUN_QUEUE_US).then_some(RunQueueWait {
-                    tid: b.tid,
-                    start_us,
-                    end_us,
-                })
-            })
+            .filter_map(OffCpuBlock::waiting_for_cpu)
+            .filter(|w| w.end_us - w.start_us >= LONG_RUN_QUEUE_US)
             .collect();
         if v.len() > LONG_RUN_QUEUE_MAX {
             v.sort_unstable_by_key(|w| std::cmp::Reverse(w.end_us - w.start_us));
@@ -645,13 +639,18 @@ impl OffCpuBlock {
     /// the rest of a sleeping one's after its wake-up (the scheduler's wake-up latency —
     /// a thread woken by a request's arrival that then waits for a CPU holds the request
     /// as surely as a preempted one). `None` when neither.
-    pub fn waiting_for_cpu(&self) -> Option<(i64, i64)> {
-        if self.class == WaitClass::RunQueue {
-            return Some((self.start_us, self.end_us));
-        }
-        self.woken_us
-            .filter(|&w| w >= self.start_us && w < self.end_us)
-            .map(|w| (w, self.end_us))
+    pub fn waiting_for_cpu(&self) -> Option<RunQueueWait> {
+        let start_us = if self.class == WaitClass::RunQueue {
+            self.start_us
+        } else {
+            self.woken_us
+                .filter(|&w| w >= self.start_us && w < self.end_us)?
+        };
+        Some(RunQueueWait {
+            tid: self.tid,
+            start_us,
+            end_us: self.end_us,
+        })
     }
 }
 

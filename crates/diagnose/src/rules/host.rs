@@ -246,14 +246,7 @@ impl LongRunQueueWaits {
         } else {
             off.blocks
                 .iter()
-                .filter_map(|b| {
-                    let (start_us, end_us) = b.waiting_for_cpu()?;
-                    Some(RunQueueWait {
-                        tid: b.tid,
-                        start_us,
-                        end_us,
-                    })
-                })
+                .filter_map(lagtrace_model::host::OffCpuBlock::waiting_for_cpu)
                 .filter(long)
                 .collect()
         };
