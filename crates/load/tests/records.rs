@@ -285,12 +285,21 @@ fn a_refused_connect_is_a_record_not_an_error() {
     assert_eq!(r.requests, 0);
     assert!(r.errors.connect >= 1, "{:?}", r.errors);
     assert_accounted(&r, &recs);
+    // Every kept record is a refused connect but one still pending at the end; with the
+    // weights (`assert_accounted`) they stand for every connect seen. The records are
+    // bounded: a fresh machine refused 10 134 connects in the 100 ms and kept 8 192.
     let refused = recs
         .records
         .iter()
         .filter(|x| x.error == Some(RequestError::ConnectRefused))
-        .count() as u64;
-    assert!(refused >= 1 && refused + 1 >= recs.seen, "{recs:?}");
+        .count();
+    let pending = recs.records.iter().filter(|x| x.pending).count();
+    assert!(
+        refused >= 1 && pending <= 1 && refused + pending == recs.records.len(),
+        "{refused} refused and {pending} pending of {} kept records ({} seen)",
+        recs.records.len(),
+        recs.seen
+    );
     for x in recs.records.iter().filter(|x| !x.pending) {
         assert_ordered(x);
         assert_eq!(x.connect_end_us, Some(x.start_us + x.wait_us));
