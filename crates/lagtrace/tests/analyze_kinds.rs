@@ -257,7 +257,9 @@ fn think_time_is_slow_server() {
 #[test]
 #[ignore = "needs root"]
 fn cork_left_on_is_tcp_cork() {
-    let an = run(
+    let (an, cap, _) = run_keeping(
+        "127.0.0.1",
+        Client::default(),
         3,
         |s| {
             setopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CORK, 1);
@@ -270,6 +272,11 @@ fn cork_left_on_is_tcp_cork() {
     );
     let k = kinds(&an);
     let cork: Vec<_> = k.iter().filter(|(k, _, _)| k == "tcp-cork").collect();
+    if cork.len() != 3 {
+        let keep = std::env::temp_dir().join(format!("lagtrace-cork-{}.pcap", std::process::id()));
+        let _ = std::fs::copy(&cap.file, &keep);
+        eprintln!("capture kept at {}", keep.display());
+    }
     assert_eq!(cork.len(), 3, "{k:?}");
     assert!(
         cork.iter().all(|(_, _, c)| (190_000..260_000).contains(c)),
@@ -447,7 +454,9 @@ fn consistent_25ms_think_time_is_slow_server() {
 #[test]
 #[ignore = "needs root"]
 fn cork_holding_only_the_tail_is_tcp_cork() {
-    let an = run(
+    let (an, cap, _) = run_keeping(
+        "127.0.0.1",
+        Client::default(),
         3,
         |s| {
             setopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CORK, 1);
@@ -460,6 +469,11 @@ fn cork_holding_only_the_tail_is_tcp_cork() {
     );
     let k = kinds(&an);
     let cork: Vec<_> = k.iter().filter(|(k, _, _)| k == "tcp-cork").collect();
+    if cork.len() != 3 {
+        let keep = std::env::temp_dir().join(format!("lagtrace-cork-{}.pcap", std::process::id()));
+        let _ = std::fs::copy(&cap.file, &keep);
+        eprintln!("capture kept at {}", keep.display());
+    }
     assert_eq!(cork.len(), 3, "{k:?}");
     assert!(
         cork.iter().all(|(_, _, c)| (190_000..300_000).contains(c)),

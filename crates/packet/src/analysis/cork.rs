@@ -12,9 +12,14 @@ use super::us;
 /// TCP_CORK ceiling (Linux: 200 ms).
 pub const CORK_CEILING_US: u64 = 200_000;
 
-/// Released at the 200 ms ceiling: allow timer slack and the path RTT after it.
-pub(super) fn is_cork_gap(gap_us: u64, rtt_us: u64) -> bool {
-    gap_us >= CORK_CEILING_US - 5_000 && gap_us <= CORK_CEILING_US + 30_000 + 2 * rtt_us
+/// Released at the 200 ms ceiling: allow timer slack and the path RTT after it. The
+/// ceiling is the sender's probe timer, its RTO: the smoothed RTT (`srtt_us`, the peer's
+/// delayed ACKs included) over a 200 ms floor — a client that delays its ACKs 40 ms moves
+/// the ceiling to ~240 ms (seen: three corked responses on one connection released after
+/// 229, 208 and 240 ms).
+pub(super) fn is_cork_gap(gap_us: u64, rtt_us: u64, srtt_us: u64) -> bool {
+    gap_us >= CORK_CEILING_US - 5_000
+        && gap_us <= CORK_CEILING_US + 30_000 + 2 * rtt_us + srtt_us.min(CORK_CEILING_US)
 }
 
 /// A small segment after `p` in the same run (and not a Nagle or delayed-ACK stall): its
@@ -39,7 +44,10 @@ pub(super) fn tail(ev: &Seg<'_>, p: DataSeg, txn: Option<u32>, first_ts: i64) ->
             (ev.peer_window, ev.peer_last_ack),
             (Some(w), Some(a)) if w.saturating_sub(ev.seq.wrapping_sub(a)) < mss
         );
-    if peer_data_in_gap || window_short || !is_cork_gap(since_other, ev.rtt_est_us) {
+    if peer_data_in_gap
+        || window_short
+        || !is_cork_gap(since_other, ev.rtt_est_us, ev.sender_srtt_us)
+    {
         return None;
     }
     Some(if ev.unseen > 0 {
@@ -85,7 +93,7 @@ fn unseen_resend(ev: &Seg<'_>, txn: Option<u32>, prev: (u64, i64), first_ts: i64
 /// this wait); marking it here already would hide it from the recorder's count of
 /// transactions affected.
 pub(super) fn first_response(ev: &Seg<'_>, t: &Txn, first_ts: i64) -> Option<Finding> {
-    if t.resp_first_ts.is_some() || !is_cork_gap(us(ev.gap_ns), ev.rtt_est_us) {
+    if t.resp_first_ts.is_some() || !is_cork_gap(us(ev.gap_ns), ev.rtt_est_us, ev.sender_srtt_us) {
         return None;
     }
     let prev_frame = t.t.request_last_frame.unwrap_or(ev.frame);
@@ -148,10 +156,38 @@ mod tests {
 
     #[test]
     fn ceiling_window() {
-        assert!(!is_cork_gap(194_999, 100));
-        assert!(is_cork_gap(195_000, 100));
-        assert!(is_cork_gap(230_200, 100));
-        assert!(!is_cork_gap(230_201, 100));
+        assert!(!is_cork_gap(194_999, 100, 0));
+        assert!(is_cork_gap(195_000, 100, 0));
+        assert!(is_cork_gap(230_200, 100, 0));
+        assert!(!is_cork_gap(230_201, 100, 0));
+        // A sender whose peer delays its ACKs 40 ms: its RTO, the ceiling, is ~240 ms.
+        assert!(is_cork_gap(240_000, 100, 40_000));
+        assert!(!is_cork_gap(240_000, 100, 0));
+        // Never more than twice the floor.
+        assert!(!is_cork_gap(500_000, 100, 400_000));
+    }
+
+    #[test]
+    fn a_whole_response_at_a_ceiling_raised_by_the_clients_delayed_acks_is_tcp_cork() {
+        // Twelve quick responses, each ACKed 40 ms late (the client's delayed ACK): the
+        // server's smoothed RTT climbs to ~32 ms and its probe timer, the cork's ceiling,
+        // to ~232 ms. A corked response released 255 ms after its request is the ceiling
+        // plus timer slack, not a server that thought 255 ms.
+        let mut s = Script::handshake(100);
+        let mut t = 1_000;
+        for _ in 0..12 {
+            s.client_data(t, 41);
+            s.server_data(t + 100, 700);
+            s.client_ack(t + 40_100);
+            t += 50_000;
+        }
+        s.client_data(t, 41);
+        s.server_ack(t + 100);
+        s.server_data(t + 255_000, 700);
+        s.client_ack(t + 255_100);
+        let an = s.finish();
+        assert_eq!(kinds(&an), [FindingKind::TcpCork], "{:?}", an.findings);
+        assert_eq!(an.findings[0].cost_us, 254_900);
     }
 
     #[test]

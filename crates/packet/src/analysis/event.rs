@@ -118,6 +118,10 @@ pub(super) struct Seg<'a> {
     pub prev_stream_ts: i64,
     /// Path RTT estimate for thresholds, µs.
     pub rtt_est_us: u64,
+    /// The sender's smoothed RTT as its kernel would keep it, µs (0 before any ACK of its
+    /// data): its ACK RTTs as the capture saw them, the peer's ACK delays included. Its
+    /// retransmission and probe timers run that much past their 200 ms floor.
+    pub sender_srtt_us: u64,
     /// The part of the server time that is the path, for a capture near the client, µs.
     pub server_far_rtt_us: u64,
     /// Retransmission, if this segment repeats data.

@@ -169,6 +169,9 @@ pub(super) struct Conn {
     synack_time: Option<i64>,
     rtt_us: Option<u64>,
     min_ack_rtt_us: [Option<u64>; 2],
+    /// Per side sending the ACKs: the smoothed RTT of the other side's data as its kernel
+    /// keeps it (`srtt`: 1/8 of each new sample), the peer's ACK delays included.
+    srtt_ack_us: [Option<u64>; 2],
     last_ts: i64,
     /// When RST or the second FIN was seen.
     pub closed_at: Option<i64>,
@@ -191,6 +194,7 @@ impl Conn {
             synack_time: None,
             rtt_us: None,
             min_ack_rtt_us: [None, None],
+            srtt_ack_us: [None, None],
             last_ts: ts,
             closed_at: None,
             copies: Copies::default(),
@@ -285,6 +289,8 @@ impl Conn {
             let v = us(rtt);
             let m = &mut self.min_ack_rtt_us[d];
             *m = Some(m.map_or(v, |x| x.min(v)));
+            let s = &mut self.srtt_ack_us[d];
+            *s = Some(s.map_or(v, |x| x - x / 8 + v / 8));
         }
         let acked = newly_acked_oldest.map(|oldest| AckAdvance {
             frame,
@@ -315,6 +321,7 @@ impl Conn {
             gap_ns,
             prev_stream_ts,
             rtt_est_us: self.rtt_est_us(),
+            sender_srtt_us: self.srtt_ack_us[r].unwrap_or(0),
             server_far_rtt_us: self.server_far_rtt_us(),
             retrans,
             ack_rtt_ns,
