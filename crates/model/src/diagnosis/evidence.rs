@@ -774,7 +774,9 @@ pub struct UpstreamRef {
 /// (`lagtrace_diagnose::join::upstream`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HopJoin {
-    /// The hop's complete exchanges (a start and a response) in its capture.
+    /// The hop's complete exchanges (a start and a response) in its capture, within the
+    /// time the capture in front of it covers (the first request's first byte to the last
+    /// response's last byte there).
     pub exchanges: u64,
     /// Of them, matched to the transaction that caused them.
     pub joined: u64,
