@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lagtrace_model::analyze::{Analysis, TxnTiming};
+use lagtrace_model::diagnosis::evidence::HopEvidence;
 use lagtrace_model::{RequestRecord, RequestRecords};
 use lagtrace_netns::NetNs;
 use lagtrace_packet::analysis::KeepCaps;
@@ -32,7 +33,7 @@ use crate::evidence::{
     AppEvidence, AppRun, Layer, Layers, PacketEvidence, PassiveRun, PercentilePoint,
     SocketEvidence, Target,
 };
-use crate::run::{INTERRUPTED, ServerLocation, Step};
+use crate::run::{INTERRUPTED, ServerLocation, Step, Timings};
 use crate::{Assemble, Diagnosis, Settings};
 
 /// Default window of `--passive`.
@@ -70,6 +71,9 @@ pub struct PassiveOptions {
     pub stop: Arc<AtomicBool>,
     /// The server's process for the host layer (default: the listener's owner on `port`).
     pub server_pid: Option<u32>,
+    /// Do not follow the connections the server opens (`--no-hops`; live only: a saved
+    /// capture's hops are whatever it holds).
+    pub no_hops: bool,
 }
 
 /// What passive mode cannot tell, said on the app layer.
@@ -236,7 +240,8 @@ fn from_file(opts: &PassiveOptions, path: &Path, progress: &dyn Fn(Step)) -> Res
     // The first stretch whole: the hops' exchanges are placed among all its requests.
     let (a, snap) = analyze_path(path, opts, crate::pcap_hops::analyze_options())?;
     let point = format!("file {}", path.display());
-    let (app, mut packets) = layers_of(&a, point.clone(), 0, opts.stop.load(Ordering::Relaxed));
+    let (app, mut packets, of_record) =
+        layers_of(&a, point.clone(), 0, opts.stop.load(Ordering::Relaxed));
     if let Some(ev) = packets.data.as_mut()
         && let Some(l) = snap.limit(&a)
     {
@@ -258,6 +263,9 @@ fn from_file(opts: &PassiveOptions, path: &Path, progress: &dyn Fn(Step)) -> Res
     let why = |what: &str| {
         format!("--pcap: a saved capture has no {what}; run --passive on the server's host for it")
     };
+    // The server's own connections, where the capture holds them too.
+    let (mut hops, hop_timed) = crate::pcap_hops::find(path, opts.port, opts.addr, &a, &opts.stop);
+    join_hops(&mut packets, &a, &of_record, &mut hops, &hop_timed);
     Ok(Layers {
         path: Layer::skipped(
             "passive: no probe is sent (the handshake RTT in the packets stands for the path)",
@@ -266,8 +274,7 @@ fn from_file(opts: &PassiveOptions, path: &Path, progress: &dyn Fn(Step)) -> Res
         packets,
         sockets: Layer::skipped(why("server sockets")),
         host: Layer::skipped(why("host counters")),
-        // The server's own connections, where the capture holds them too.
-        hops: crate::pcap_hops::find(path, opts.port, opts.addr, &a, &opts.stop),
+        hops,
     })
 }
 
@@ -329,19 +336,26 @@ fn analyze_path(
     Ok((an.finish(), snap))
 }
 
-/// The app and packet layers of a finished analysis.
+/// The app and packet layers of a finished analysis, and per kept record (in the order of
+/// the packet layer's join) the timing it was matched to.
 fn layers_of(
     a: &Analysis,
     point: String,
     dropped: u64,
     cut: bool,
-) -> (Layer<AppEvidence>, Layer<PacketEvidence>) {
+) -> (
+    Layer<AppEvidence>,
+    Layer<PacketEvidence>,
+    Vec<Option<usize>>,
+) {
     let mut ev = adapters::packets::evidence(a, point.clone(), dropped, false);
     let run = passive_run(a, point);
+    let mut of_record = Vec::new();
     if let Some(records) = &run.records
         && !a.timings.is_empty()
     {
         let j = crate::join::join(records, a.first_ts_ns, &a.timings);
+        of_record = j.requests.iter().map(|r| r.timing).collect();
         ev.joins.push(j.evidence(run.concurrency));
     }
     let packets = if a.frames == 0 {
@@ -367,7 +381,37 @@ fn layers_of(
         l.reason = Some(NO_CONTRAST.into());
         l
     };
-    (app, packets)
+    (app, packets, of_record)
+}
+
+/// Matches the hops' exchanges with the server's transactions in front of them, as a live
+/// run does ([`crate::join::upstream`]): each hop's `join`, and each kept record's wait on
+/// its upstreams (`upstream_us`), so that the server's own time is told from its hops'.
+/// Both sides are on one clock: one capture, or two captures on the server's host.
+fn join_hops(
+    packets: &mut Layer<PacketEvidence>,
+    a: &Analysis,
+    of_record: &[Option<usize>],
+    hops: &mut [HopEvidence],
+    hop_timed: &[Option<Timings>],
+) {
+    if hops.is_empty() || a.timings.is_empty() {
+        return;
+    }
+    let front = crate::join::upstream::Timed {
+        base_us: a.first_ts_ns / 1000,
+        timings: &a.timings,
+    };
+    let timed: Vec<_> = hop_timed
+        .iter()
+        .map(|t| t.as_ref().map(Timings::timed))
+        .collect();
+    let mut none = Vec::new();
+    let requests = match packets.data.as_mut().and_then(|p| p.joins.last_mut()) {
+        Some(j) => &mut j.requests,
+        None => &mut none,
+    };
+    crate::join::upstream::attach(Some(front), of_record, requests, hops, &timed);
 }
 
 /// µs since the capture's first packet as a record time (times before it clamp to 0).
@@ -540,6 +584,7 @@ fn start_live(
     loc: &ServerLocation,
     iface: Option<&str>,
     opts: &PassiveOptions,
+    analysis: AnalyzeOptions,
 ) -> std::result::Result<Live, String> {
     use lagtrace_packet::capture::{Capture, CaptureOptions, PacketCallback};
     let (netns, label) = match loc {
@@ -560,7 +605,7 @@ fn start_live(
         buffer_bytes: 64 << 20,
         ..CaptureOptions::default()
     };
-    let analyzer = Arc::new(Mutex::new(Some(Analyzer::new(analyze_options()))));
+    let analyzer = Arc::new(Mutex::new(Some(Analyzer::new(analysis))));
     let feed = analyzer.clone();
     let cb: PacketCallback = Box::new(move |p| {
         if let Some(an) = feed.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
@@ -592,7 +637,23 @@ fn live(
     progress: &dyn Fn(Step),
 ) -> Result<Layers> {
     let stop = &*opts.stop;
-    let cap = start_live(loc, iface, opts).map_err(Error::Target)?;
+    let dest = opts
+        .addr
+        .map_or(crate::run::Dest::Any, crate::run::Dest::To);
+    // The server's own connections (its upstreams), found from its sockets and captured
+    // from the window's start, as a live run's: the front then keeps its first stretch of
+    // transactions whole for the per-request join.
+    let discovery = (!opts.no_hops)
+        .then(|| crate::hops::Discovery::start(loc, dest, opts.port))
+        .flatten();
+    let analysis = match &discovery {
+        Some(_) => crate::pcap_hops::analyze_options(),
+        None => analyze_options(),
+    };
+    let cap = start_live(loc, iface, opts, analysis).map_err(Error::Target)?;
+    let hop_caps = discovery
+        .as_ref()
+        .map(crate::hops::Discovery::start_captures);
     progress(Step::Start(format!(
         "passive: watching port {} on {} for {:.0} s (no request is sent)",
         opts.port,
@@ -637,13 +698,21 @@ fn live(
     };
     let a = an.map(Analyzer::finish);
     let cut = stop.load(Ordering::Relaxed);
-    let (app, mut packets) = match &a {
+    let (app, mut packets, of_record) = match &a {
         Some(a) => layers_of(a, cap.point.clone(), dropped, cut),
         None => (
             Layer::error("the capture's analyzer was lost"),
             Layer::error("the capture's analyzer was lost"),
+            Vec::new(),
         ),
     };
+    let (mut hops, hop_timed) = match (discovery, hop_caps) {
+        (Some(d), Some(c)) => d.finish(c, a.is_some()),
+        _ => Default::default(),
+    };
+    if let Some(a) = &a {
+        join_hops(&mut packets, a, &of_record, &mut hops, &hop_timed);
+    }
     if dropped > 0 || note.is_some() {
         let n = note.unwrap_or_else(|| {
             format!("the kernel dropped {dropped} packets from the capture: the figures miss them")
@@ -651,6 +720,9 @@ fn live(
         packets.reason = Some(n);
     }
     progress(Step::Done(crate::run::packets_line(&packets)));
+    for h in &hops {
+        progress(Step::Done(crate::run::hop_line(h)));
+    }
     let _ = inspector.join();
     let mut sockets = insp
         .lock()
@@ -678,7 +750,7 @@ fn live(
         packets,
         sockets,
         host,
-        hops: Vec::new(),
+        hops,
     })
 }
 

@@ -26,7 +26,7 @@ use lagtrace_packet::wire::decode;
 use lagtrace_packet::{Analyzer, CaptureReader, Frame, ReadEvent};
 
 use crate::evidence::Layer;
-use crate::run::JOIN_STRETCH;
+use crate::run::{JOIN_STRETCH, Timings};
 
 /// At most this many peers are analysed (those the server's host connected to most).
 const MAX_PCAP_HOPS: usize = 8;
@@ -145,15 +145,16 @@ pub(crate) fn analyze_options() -> lagtrace_packet::AnalyzeOptions {
 }
 
 /// The hops behind the server at `port` in the capture `path`, given the analysis of the
-/// server's own traffic (`front`). None when the capture holds no connection the server's
-/// host opened whose exchanges lie inside its requests.
+/// server's own traffic (`front`), each with its timed exchanges for the per-request join
+/// ([`crate::join::upstream`]; one capture, one clock). Empty when the capture holds no
+/// connection the server's host opened whose exchanges lie inside its requests.
 pub(crate) fn find(
     path: &Path,
     port: u16,
     addr: Option<IpAddr>,
     front: &Analysis,
     stop: &AtomicBool,
-) -> Vec<HopEvidence> {
+) -> (Vec<HopEvidence>, Vec<Option<Timings>>) {
     // The addresses the server's clients reached it at.
     let servers: Vec<IpAddr> = {
         let mut v: Vec<IpAddr> = front
@@ -166,7 +167,7 @@ pub(crate) fn find(
         v
     };
     if servers.is_empty() {
-        return Vec::new();
+        return Default::default();
     }
     let the_server = |ip: IpAddr, p: u16| {
         p == port && addr.is_none_or(|a| a.to_canonical() == ip.to_canonical())
@@ -188,7 +189,7 @@ pub(crate) fn find(
         }
     });
     if !read {
-        return Vec::new();
+        return Default::default();
     }
     let mut exchanges: BTreeMap<SocketAddr, u32> = BTreeMap::new();
     for t in &others.finish().timings {
@@ -197,7 +198,7 @@ pub(crate) fn find(
         }
     }
     if exchanges.is_empty() {
-        return Vec::new();
+        return Default::default();
     }
     let mut peers: Vec<(u32, SocketAddr)> = exchanges.into_iter().map(|(p, n)| (n, p)).collect();
     peers.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -240,7 +241,7 @@ pub(crate) fn find(
                  at either end, the peer's sockets and listener, and hops behind it are not in a \
                  saved capture"
             ));
-            Some(HopEvidence {
+            let hop = HopEvidence {
                 depth: 1,
                 via: None,
                 from: ServerProcess {
@@ -259,9 +260,15 @@ pub(crate) fn find(
                 ),
                 listener: None,
                 join: None,
-            })
+            };
+            let timed = Timings {
+                base_us: a.first_ts_ns / 1000,
+                timings: a.timings,
+                of_record: Vec::new(),
+            };
+            Some((hop, Some(timed)))
         })
-        .collect()
+        .unzip()
 }
 
 #[cfg(test)]

@@ -748,17 +748,7 @@ fn under_load(
         join_upstreams(&mut packets, front, &mut hops, &hop_timed);
     }
     for h in &hops {
-        progress(Step::Done(format!(
-            "hop: {} (pid {}) → {}{}: {} connection(s) seen; {}",
-            h.from.comm,
-            h.from.pid,
-            h.peer,
-            h.to.as_ref()
-                .map(|t| format!(" ({} pid {})", t.comm, t.pid))
-                .unwrap_or_default(),
-            h.connections,
-            packets_line(&h.packets)
-        )));
+        progress(Step::Done(hop_line(h)));
     }
     progress(ended(&sockets, sockets_line(&sockets)));
     let mut host = match join_unless_stopped(host, stop) {
@@ -788,6 +778,21 @@ fn under_load(
         host,
         hops,
     }
+}
+
+/// The progress line of one hop: who opened connections to whom, and its packets.
+pub(crate) fn hop_line(h: &lagtrace_model::diagnosis::evidence::HopEvidence) -> String {
+    format!(
+        "hop: {} (pid {}) → {}{}: {} connection(s) seen; {}",
+        h.from.comm,
+        h.from.pid,
+        h.peer,
+        h.to.as_ref()
+            .map(|t| format!(" ({} pid {})", t.comm, t.pid))
+            .unwrap_or_default(),
+        h.connections,
+        packets_line(&h.packets)
+    )
 }
 
 /// Matches the hops' exchanges with the transactions in front of them (`join::upstream`),

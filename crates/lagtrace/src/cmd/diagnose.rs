@@ -94,7 +94,9 @@ pub struct Args {
     /// Do not follow the request behind the server. By default the connections the server's
     /// processes open during the run (to an application server, a database, a cache) are
     /// found from their sockets, captured in the server's namespace (loopback included) and
-    /// judged with the same rules: a cause on such a hop is named there (`verdict.hop`)
+    /// judged with the same rules: a cause on such a hop is named there (`verdict.hop`), and
+    /// each request's wait on it is told from the server's own time. `--passive` follows them
+    /// over its window too; `--pcap` finds them in the file when it holds them
     #[arg(long)]
     pub no_hops: bool,
     /// The server-side layers (capture, sockets, host) from `lagtrace agent` on the server's
@@ -432,6 +434,7 @@ fn diagnose_passive(args: &Args) -> anyhow::Result<Diagnosis> {
         url: from_url.map(|(_, u)| u),
         stop,
         server_pid: args.server_pid,
+        no_hops: args.no_hops,
     };
     // A URL's host in a namespace: watch there.
     if let (Source::Live { netns, .. }, Some(a)) = (&mut o.source, o.addr)
