@@ -237,6 +237,7 @@ pub fn measure_with(o: &HostOptions, ctl: &WindowControl) -> Result<HostReport, 
     report.cost = HostCost {
         cpu_us,
         cpu_share: cpu_us as f64 / (wall.as_micros().max(1) as f64),
+        ..report.cost
     };
     Ok(report)
 }
@@ -352,6 +353,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
     }
     let deadline = started + o.duration;
     let mut backlogs = qdisc::BacklogTrack::default();
+    let cpu_at_start = thread_cpu_us();
     ctl.arm();
     loop {
         let now = Instant::now();
@@ -392,6 +394,7 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
         Some(Err(e)) => Layer::error(e.why),
     };
     let window_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let window_cpu_us = thread_cpu_us().saturating_sub(cpu_at_start);
     // After the drop counter (read right after the last reading): naming the samples'
     // frames reads the binaries' symbols. One read of /proc/kallsyms names both tracers'
     // kernel stacks (the kernel formats ~150 000 lines for it: ~30 ms of CPU a read).
@@ -465,7 +468,11 @@ fn window(o: &HostOptions, ctl: &WindowControl) -> HostReport {
             (Ok(_), Ok(_)) => Layer::skipped("no connection tracking table in the namespace"),
             (Err(e), _) | (_, Err(e)) => err_layer("reading /proc/net/stat/nf_conntrack", e),
         },
-        cost: HostCost::default(),
+        cost: HostCost {
+            window_cpu_us,
+            window_share: window_cpu_us as f64 / window_us.max(1) as f64,
+            ..HostCost::default()
+        },
     }
 }
 

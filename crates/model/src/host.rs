@@ -1167,10 +1167,19 @@ pub struct DropReasonCount {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct HostCost {
     /// User + system CPU time of the measuring thread over the window (inside `diagnose`
-    /// the process's other threads run the load, which this does not count).
+    /// the process's other threads run the load, which this does not count), from loading
+    /// its programs to naming their stacks.
     pub cpu_us: u64,
     /// `cpu / window`, as a share of one core, 0–1.
     pub cpu_share: f64,
+    /// Of `cpu_us`, what it used between the window's first and last readings: the CPU that
+    /// competes with the measured server (the programs' loading comes before, naming the
+    /// stacks' frames after: a boot's first run reads the kernel's symbols then, ~30 ms).
+    #[serde(default)]
+    pub window_cpu_us: u64,
+    /// `window_cpu / window`, as a share of one core, 0–1.
+    #[serde(default)]
+    pub window_share: f64,
 }
 
 #[cfg(test)]

@@ -245,9 +245,12 @@ pub fn text(r: &HostReport) -> String {
     }
     let _ = writeln!(
         s,
-        "cost: {} CPU ({:.2}% of one core)",
+        "cost: {} CPU ({:.2}% of one core); during the window {} ({:.2}%), the rest loading \
+         the programs and naming their stacks",
         lagtrace_model::Micros(r.cost.cpu_us),
-        r.cost.cpu_share * 100.0
+        r.cost.cpu_share * 100.0,
+        lagtrace_model::Micros(r.cost.window_cpu_us),
+        r.cost.window_share * 100.0
     );
     s
 }
