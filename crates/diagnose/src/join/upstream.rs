@@ -714,8 +714,13 @@ mod tests {
 
     #[test]
     fn an_exchange_outside_every_request_is_not_joined() {
-        // Before the request arrived, and answered after the response left.
-        let down = vec![t(0, 0, (100, 100), (500, 500))];
+        // Before the request arrived, and answered after the response left (two short
+        // requests around them: the capture in front covers 40..700).
+        let down = vec![
+            t(0, 0, (100, 100), (500, 500)),
+            t(1, 0, (40, 40), (45, 45)),
+            t(2, 0, (590, 590), (700, 700)),
+        ];
         let up = vec![
             t(5, 0, (50, 50), (200, 200)),
             t(5, 1, (200, 200), (600, 600)),
@@ -723,9 +728,14 @@ mod tests {
         let d = on_one_clock(&down);
         let u = [on_one_clock(&up)];
         let j = join(d, &u);
-        assert!(j.caused[0].is_empty());
+        assert!(j.caused.iter().all(Vec::is_empty), "{:?}", j.caused);
         assert_eq!(j.per_hop, vec![(2, 0)]);
         assert_eq!(j.wait_us(d, &u, 0, None), None);
+        // Outside the time the capture in front covers, an exchange is not even counted
+        // (the hop's capture began before it and ended after it).
+        let late = vec![t(5, 2, (800, 800), (900, 900)), t(5, 3, (10, 10), (30, 30))];
+        let j = join(d, &[on_one_clock(&late)]);
+        assert_eq!(j.per_hop, vec![(0, 0)]);
     }
 
     #[test]
