@@ -384,10 +384,9 @@ fn layers_of(
     (app, packets, of_record)
 }
 
-/// Matches the hops' exchanges with the server's transactions in front of them, as a live
-/// run does ([`crate::join::upstream`]): each hop's `join`, and each kept record's wait on
-/// its upstreams (`upstream_us`), so that the server's own time is told from its hops'.
-/// Both sides are on one clock: one capture, or two captures on the server's host.
+/// The hops' exchanges joined with the server's transactions in front of them, as a live
+/// run joins them ([`crate::run::join_upstreams`]): the server's own time told from its
+/// hops' per request.
 fn join_hops(
     packets: &mut Layer<PacketEvidence>,
     a: &Analysis,
@@ -395,23 +394,11 @@ fn join_hops(
     hops: &mut [HopEvidence],
     hop_timed: &[Option<Timings>],
 ) {
-    if hops.is_empty() || a.timings.is_empty() {
-        return;
-    }
     let front = crate::join::upstream::Timed {
         base_us: a.first_ts_ns / 1000,
         timings: &a.timings,
     };
-    let timed: Vec<_> = hop_timed
-        .iter()
-        .map(|t| t.as_ref().map(Timings::timed))
-        .collect();
-    let mut none = Vec::new();
-    let requests = match packets.data.as_mut().and_then(|p| p.joins.last_mut()) {
-        Some(j) => &mut j.requests,
-        None => &mut none,
-    };
-    crate::join::upstream::attach(Some(front), of_record, requests, hops, &timed);
+    crate::run::join_upstreams(packets, front, of_record, hops, hop_timed);
 }
 
 /// µs since the capture's first packet as a record time (times before it clamp to 0).

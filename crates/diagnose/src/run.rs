@@ -745,7 +745,13 @@ fn under_load(
         _ => (Vec::new(), Vec::new()),
     };
     if let Some(front) = &front {
-        join_upstreams(&mut packets, front, &mut hops, &hop_timed);
+        join_upstreams(
+            &mut packets,
+            front.timed(),
+            &front.of_record,
+            &mut hops,
+            &hop_timed,
+        );
     }
     for h in &hops {
         progress(Step::Done(hop_line(h)));
@@ -796,13 +802,19 @@ pub(crate) fn hop_line(h: &lagtrace_model::diagnosis::evidence::HopEvidence) -> 
 }
 
 /// Matches the hops' exchanges with the transactions in front of them (`join::upstream`),
-/// into the hops' evidence and the packet layer's last join of records.
-fn join_upstreams(
+/// into the hops' evidence and the packet layer's last join of records (`of_record`: per
+/// record of that join, the front timing it was matched to). Both on one clock: captures
+/// on the server's host (a live or passive run), or one capture holding both (`--pcap`).
+pub(crate) fn join_upstreams(
     packets: &mut Layer<PacketEvidence>,
-    front: &Timings,
+    front: crate::join::upstream::Timed<'_>,
+    of_record: &[Option<usize>],
     hops: &mut [lagtrace_model::diagnosis::evidence::HopEvidence],
     hop_timed: &[Option<Timings>],
 ) {
+    if hops.is_empty() || front.timings.is_empty() {
+        return;
+    }
     let timed: Vec<_> = hop_timed
         .iter()
         .map(|t| t.as_ref().map(Timings::timed))
@@ -812,13 +824,7 @@ fn join_upstreams(
         Some(j) => &mut j.requests,
         None => &mut none,
     };
-    crate::join::upstream::attach(
-        Some(front.timed()),
-        &front.of_record,
-        requests,
-        hops,
-        &timed,
-    );
+    crate::join::upstream::attach(Some(front), of_record, requests, hops, &timed);
 }
 
 /// Layer 5 on its own thread, over the c=N run: the server host's kernel evidence.
