@@ -1456,10 +1456,15 @@ fn a_deep_tail_past_a_healthy_p99_is_never_healthy() {
 /// summaries and trimmed records the adapter makes of it; `sampled`: one more slow record
 /// that stands for 200 (a sampled record, not one of the slow set).
 fn records_run(deep: &[(u64, u64)], sampled: Option<u64>) -> AppRun {
-    let mut r = run(32, 1_000, 2_500, 10_000.0);
+    records_run_of(40_000, deep, sampled)
+}
+
+/// [`records_run`] with `n` requests over the 4 s.
+fn records_run_of(n: u64, deep: &[(u64, u64)], sampled: Option<u64>) -> AppRun {
+    let mut r = run(32, 1_000, 2_500, n as f64 / 4.0);
     let mut recs: Vec<_> = Vec::new();
-    for k in 0..40_000u64 {
-        let mut rec = connect_record(k % 32, k * 100, 0, 0);
+    for k in 0..n {
+        let mut rec = connect_record(k % 32, k * 4_000_000 / n, 0, 0);
         rec.index = (k / 32) as u32;
         rec.wait_us = 900 + (k * 7919) % 400;
         rec.last_byte_us = Some(rec.start_us + rec.wait_us);
@@ -1535,4 +1540,36 @@ fn a_deep_tail_is_several_moments_of_requests_that_stand_for_themselves() {
     let cn = records_run(&few, Some(150_000));
     assert!(tail::deep_tail(&cn, tail::DEEP_MIN_US).is_none());
     assert_eq!(judged(cn).verdict.cause, Cause::Healthy);
+}
+
+/// A closed-loop load holds one request per connection in a stall, however long the stall:
+/// at a high rate the stalls' requests are a tiny share of the run while the clients spent a
+/// large share of their time in them. Five 50 ms stalls releasing all 32 connections in a
+/// 4 s run of 400 000 requests: 0.04 % of the requests (under the 0.05 %), 6 % of the
+/// clients' time — a deep tail past the noise floor (the caller names it only with a
+/// mechanism). The same stalls in 40 000 requests were one already; a single stall, or waits
+/// under 20 × the p50, are not.
+#[test]
+fn stalls_that_hold_the_clients_time_are_a_deep_tail_at_any_request_rate() {
+    let stall = |end_us: u64, wait_us: u64| (0..32).map(move |i| (end_us + i * 20, wait_us));
+    let five = |wait_us: u64| -> Vec<(u64, u64)> {
+        [400_000, 1_100_000, 1_800_000, 2_500_000, 3_200_000]
+            .into_iter()
+            .flat_map(|e| stall(e, wait_us))
+            .collect()
+    };
+    let floor = 10_000;
+    let fast = records_run_of(400_000, &five(50_000), None);
+    assert!(fast.waited().p999_us < 50_000, "{:?}", fast.waited());
+    let d = tail::deep_tail(&fast, floor).expect("a deep tail at 100 000 req/s");
+    assert_eq!(d.moments, 5, "{d:?}");
+    assert!(d.share < tail::DEEP_MIN_SHARE, "{d:?}");
+    // Not past the 100 ms floor: a deep tail only with a mechanism.
+    assert!(tail::deep_tail(&fast, tail::DEEP_MIN_US).is_none());
+    let slow = records_run_of(40_000, &five(50_000), None);
+    assert!(tail::deep_tail(&slow, floor).is_some());
+    let once: Vec<_> = stall(2_000_000, 50_000).collect();
+    assert!(tail::deep_tail(&records_run_of(400_000, &once, None), floor).is_none());
+    // 15 ms is under 20 × the ~1 ms p50.
+    assert!(tail::deep_tail(&records_run_of(400_000, &five(15_000), None), floor).is_none());
 }
