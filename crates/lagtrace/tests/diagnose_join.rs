@@ -26,6 +26,14 @@ const BURN: &str = "while [ $SECONDS -lt 90 ]; do :; done";
 /// A namespace behind a veth with the server started in it and `BURNERS` busy loops here,
 /// all owned by the guard; the server's address and pid.
 fn lab(tag: &str, every: u32, slow_ms: u32) -> (VethNs, SocketAddr, u32) {
+    lab_pinned(tag, every, slow_ms, false)
+}
+
+/// [`lab`]; `apart`: the server's threads on CPU 0 and the burners on the others (the
+/// diagnosis then runs there too, [`diagnose_apart`]): the client's host busy, not the
+/// server's CPU — on two CPUs shared by all, the server's own waits for a CPU behind the
+/// burners are real contention, and a verdict may rightly name them.
+fn lab_pinned(tag: &str, every: u32, slow_ms: u32, apart: bool) -> (VethNs, SocketAddr, u32) {
     let pid = std::process::id();
     let k = lagtrace_testkit::unique();
     let net = format!("10.{}.{}", 140 + pid % 40, (pid / 40 + k) % 250 + 1);
@@ -33,15 +41,48 @@ fn lab(tag: &str, every: u32, slow_ms: u32) -> (VethNs, SocketAddr, u32) {
     let port: u16 = 20_000 + ((pid + k) % 5000) as u16;
     let addr: SocketAddr = format!("{net}.2:{port}").parse().unwrap();
     let spid = every_nth(&mut g, addr, every, slow_ms);
+    let others = client_cpus();
+    if apart {
+        pin(spid, "0");
+    }
     for _ in 0..BURNERS {
         let b = Command::new("bash")
             .args(["-c", BURN])
             .stdout(Stdio::null())
             .spawn()
             .expect("bash");
+        if apart {
+            pin(b.id(), &others);
+        }
         g.guard.own_child(b);
     }
     (g, addr, spid)
+}
+
+/// The CPUs but CPU 0, as a `taskset` list.
+fn client_cpus() -> String {
+    let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+    format!("1-{}", n.max(2) - 1)
+}
+
+/// Pins every thread of `pid` (a process this test started) to `cpus`.
+fn pin(pid: u32, cpus: &str) {
+    let ok = Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "taskset -a -p -c {cpus} {pid}");
+}
+
+/// [`diagnose`] on the client's CPUs ([`lab_pinned`]'s `apart`).
+fn diagnose_apart(addr: SocketAddr) -> Value {
+    common::diagnose_json_via(
+        &["taskset", "-c", &client_cpus()],
+        &format!("http://{addr}/"),
+        &["-d", "2s", "-c", "4"],
+    )
+    .1
 }
 
 /// `lagtrace diagnose URL -d 2s -c 4 --json`.
@@ -115,7 +156,11 @@ fn a_periodically_stopped_server_is_slow_server_periodic_pause_with_a_busy_clien
     const STOP_MS: u64 = 50;
     // One diagnosis at a time across test binaries: two on 2 cores would measure each other.
     let _turn = lagtrace_testkit::measuring();
-    let (_g, addr, pid) = lab("jpause", 1_000_000_000, 0);
+    // The server on a CPU of its own: its stops are the fault, the client's busy CPUs the
+    // noise (sharing the CPUs with the burners, the server's p99.9 was its own waits for a
+    // CPU after each SIGCONT, and 1 diagnosis in 3 read cpu-contention, also before the
+    // deep tail's time share).
+    let (_g, addr, pid) = lab_pinned("jpause", 1_000_000_000, 0, true);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let pauser = std::thread::spawn(move || {
@@ -131,7 +176,7 @@ fn a_periodically_stopped_server_is_slow_server_periodic_pause_with_a_busy_clien
     });
     let mut seen = Vec::new();
     for _ in 0..3 {
-        seen.push(diagnose(addr));
+        seen.push(diagnose_apart(addr));
     }
     stop.store(true, Ordering::SeqCst);
     pauser.join().unwrap();
