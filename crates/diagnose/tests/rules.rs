@@ -1544,8 +1544,8 @@ fn a_deep_tail_is_several_moments_of_requests_that_stand_for_themselves() {
 
 /// A closed-loop load holds one request per connection in a stall, however long the stall:
 /// at a high rate the stalls' requests are a tiny share of the run while the clients spent a
-/// large share of their time in them. Five 50 ms stalls releasing all 32 connections in a
-/// 4 s run of 400 000 requests: 0.04 % of the requests (under the 0.05 %), 6 % of the
+/// large share of their time in them. Five 80 ms stalls releasing all 32 connections in a
+/// 4 s run of 400 000 requests: 0.04 % of the requests (under the 0.05 %), 10 % of the
 /// clients' time — a deep tail past the noise floor (the caller names it only with a
 /// mechanism). The same stalls in 40 000 requests were one already; a single stall, or waits
 /// under 20 × the p50, are not.
@@ -1559,16 +1559,18 @@ fn stalls_that_hold_the_clients_time_are_a_deep_tail_at_any_request_rate() {
             .collect()
     };
     let floor = 10_000;
-    let fast = records_run_of(400_000, &five(50_000), None);
+    let fast = records_run_of(400_000, &five(80_000), None);
     assert!(fast.waited().p999_us < 50_000, "{:?}", fast.waited());
     let d = tail::deep_tail(&fast, floor).expect("a deep tail at 100 000 req/s");
     assert_eq!(d.moments, 5, "{d:?}");
     assert!(d.share < tail::DEEP_MIN_SHARE, "{d:?}");
     // Not past the 100 ms floor: a deep tail only with a mechanism.
     assert!(tail::deep_tail(&fast, tail::DEEP_MIN_US).is_none());
-    let slow = records_run_of(40_000, &five(50_000), None);
+    let slow = records_run_of(40_000, &five(80_000), None);
     assert!(tail::deep_tail(&slow, floor).is_some());
-    let once: Vec<_> = stall(2_000_000, 50_000).collect();
+
+    assert!(tail::deep_tail(&records_run_of(400_000, &five(20_000), None), floor).is_none());
+    let once: Vec<_> = stall(2_000_000, 80_000).collect();
     assert!(tail::deep_tail(&records_run_of(400_000, &once, None), floor).is_none());
     // 15 ms is under 20 × the ~1 ms p50.
     assert!(tail::deep_tail(&records_run_of(400_000, &five(15_000), None), floor).is_none());
