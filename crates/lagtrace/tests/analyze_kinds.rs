@@ -273,8 +273,7 @@ fn cork_left_on_is_tcp_cork() {
     let k = kinds(&an);
     let cork: Vec<_> = k.iter().filter(|(k, _, _)| k == "tcp-cork").collect();
     if cork.len() != 3 {
-        let keep = std::env::temp_dir().join(format!("lagtrace-cork-{}.pcap", std::process::id()));
-        let _ = std::fs::copy(&cap.file, &keep);
+        let keep = lagtrace_testkit::keep_capture(&cap.file, "cork");
         eprintln!("capture kept at {}", keep.display());
     }
     assert_eq!(cork.len(), 3, "{k:?}");
@@ -470,8 +469,7 @@ fn cork_holding_only_the_tail_is_tcp_cork() {
     let k = kinds(&an);
     let cork: Vec<_> = k.iter().filter(|(k, _, _)| k == "tcp-cork").collect();
     if cork.len() != 3 {
-        let keep = std::env::temp_dir().join(format!("lagtrace-cork-{}.pcap", std::process::id()));
-        let _ = std::fs::copy(&cap.file, &keep);
+        let keep = lagtrace_testkit::keep_capture(&cap.file, "cork");
         eprintln!("capture kept at {}", keep.display());
     }
     assert_eq!(cork.len(), 3, "{k:?}");

@@ -209,10 +209,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
         an.warnings
     );
     if ours != theirs {
-        // Keep the capture for a look in Wireshark.
-        let keep =
-            std::env::temp_dir().join(format!("lagtrace-analyze-loss-{}.pcap", std::process::id()));
-        let _ = std::fs::copy(&file, &keep);
+        let keep = lagtrace_testkit::keep_capture(&file, "analyze-loss");
         panic!(
             "retransmitted frames differ from tshark: ours {ours:?}, tshark {theirs:?}; capture kept at {}",
             keep.display()
@@ -317,11 +314,7 @@ fn retransmissions_and_ack_rtts_match_tshark_under_induced_loss() {
         .map(|(f, t)| (*f, rtts[f], (t * 1e6).round() as u64))
         .collect();
     if !only_ours.is_empty() || !only_theirs.is_empty() || !differ.is_empty() {
-        let keep = std::env::temp_dir().join(format!(
-            "lagtrace-analyze-loss-rtt-{}.pcap",
-            std::process::id()
-        ));
-        let _ = std::fs::copy(&file, &keep);
+        let keep = lagtrace_testkit::keep_capture(&file, "analyze-loss-rtt");
         panic!(
             "ACK RTTs differ from tshark's: frames only ours {only_ours:?}, only tshark's \
              {only_theirs:?}, (frame, ours µs, tshark µs) {differ:?}; capture kept at {}",

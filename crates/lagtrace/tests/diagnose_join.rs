@@ -30,7 +30,7 @@ fn lab(tag: &str, every: u32, slow_ms: u32) -> (VethNs, SocketAddr, u32) {
 }
 
 /// [`lab`]; `apart`: the server's threads on CPU 0 and the burners on the others (the
-/// diagnosis then runs there too, [`diagnose_apart`]): the client's host busy, not the
+/// diagnosis then runs there too, through [`diagnose_via`]): the client's host busy, not the
 /// server's CPU — on two CPUs shared by all, the server's own waits for a CPU behind the
 /// burners are real contention, and a verdict may rightly name them.
 fn lab_pinned(tag: &str, every: u32, slow_ms: u32, apart: bool) -> (VethNs, SocketAddr, u32) {
@@ -41,7 +41,6 @@ fn lab_pinned(tag: &str, every: u32, slow_ms: u32, apart: bool) -> (VethNs, Sock
     let port: u16 = 20_000 + ((pid + k) % 5000) as u16;
     let addr: SocketAddr = format!("{net}.2:{port}").parse().unwrap();
     let spid = every_nth(&mut g, addr, every, slow_ms);
-    let others = client_cpus();
     if apart {
         pin(spid, "0");
     }
@@ -52,7 +51,7 @@ fn lab_pinned(tag: &str, every: u32, slow_ms: u32, apart: bool) -> (VethNs, Sock
             .spawn()
             .expect("bash");
         if apart {
-            pin(b.id(), &others);
+            pin(b.id(), &client_cpus());
         }
         g.guard.own_child(b);
     }
@@ -75,19 +74,14 @@ fn pin(pid: u32, cpus: &str) {
     assert!(ok, "taskset -a -p -c {cpus} {pid}");
 }
 
-/// [`diagnose`] on the client's CPUs ([`lab_pinned`]'s `apart`).
-fn diagnose_apart(addr: SocketAddr) -> Value {
-    common::diagnose_json_via(
-        &["taskset", "-c", &client_cpus()],
-        &format!("http://{addr}/"),
-        &["-d", "2s", "-c", "4"],
-    )
-    .1
-}
-
 /// `lagtrace diagnose URL -d 2s -c 4 --json`.
 fn diagnose(addr: SocketAddr) -> Value {
-    common::diagnose_json(&format!("http://{addr}/"), &["-d", "2s", "-c", "4"]).1
+    diagnose_via(&[], addr)
+}
+
+/// [`diagnose`] run through `via` (`taskset` for [`lab_pinned`]'s `apart`).
+fn diagnose_via(via: &[&str], addr: SocketAddr) -> Value {
+    common::diagnose_json_via(via, &format!("http://{addr}/"), &["-d", "2s", "-c", "4"]).1
 }
 
 fn show(j: &Value) -> String {
@@ -174,9 +168,10 @@ fn a_periodically_stopped_server_is_slow_server_periodic_pause_with_a_busy_clien
             unsafe { libc::kill(pid, libc::SIGCONT) };
         }
     });
+    let client = client_cpus();
     let mut seen = Vec::new();
     for _ in 0..3 {
-        seen.push(diagnose_apart(addr));
+        seen.push(diagnose_via(&["taskset", "-c", &client], addr));
     }
     stop.store(true, Ordering::SeqCst);
     pauser.join().unwrap();

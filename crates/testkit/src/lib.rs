@@ -89,6 +89,14 @@ pub fn pin_this_thread(cpu: usize) {
     sh(&["taskset", "-p", "-c", &cpu.to_string(), &tid]);
 }
 
+/// Copies a test's capture `file` (about to be removed with its temporary directory) to
+/// `$TMPDIR/lagtrace-{what}-{pid}.pcap` for a look in Wireshark after a failure; that path.
+pub fn keep_capture(file: &Path, what: &str) -> std::path::PathBuf {
+    let keep = std::env::temp_dir().join(format!("lagtrace-{what}-{}.pcap", std::process::id()));
+    let _ = std::fs::copy(file, &keep);
+    keep
+}
+
 /// `tshark -r file -T fields [-Y filter] -e ...`: one row per frame, one string per field
 /// (a field that occurs several times in a frame: its values joined by commas).
 pub fn tshark_fields(file: &Path, filter: Option<&str>, fields: &[&str]) -> Vec<Vec<String>> {

@@ -309,7 +309,10 @@ pub fn deep_tail(run: &AppRun, floor_us: u64) -> Option<DeepTail> {
         .max((DEEP_SPREAD * w.p50_us as f64) as u64)
         .max(w.p99_us + 1);
     let total = w.count.max(1) as f64;
-    let (n, least, sum, moments) = match run_records(run).filter(|r| !r.is_empty()) {
+    // `time_share`: the clients' time in these waits, of the time they had (records only:
+    // without them the percentiles' set is a fixed share of the requests, nothing more is
+    // known).
+    let (n, least, sum, moments, time_share) = match run_records(run).filter(|r| !r.is_empty()) {
         Some(rs) => {
             let exact: Vec<&RequestRecord> = rs
                 .iter()
@@ -322,7 +325,8 @@ pub fn deep_tail(run: &AppRun, floor_us: u64) -> Option<DeepTail> {
             ends.sort_unstable();
             let moments = ends.windows(2).filter(|p| p[1] - p[0] > MOMENT_US).count()
                 + usize::from(!ends.is_empty());
-            (n, least, sum, moments)
+            let had = f64::from(run.concurrency.max(1)) * run.duration_us.max(1) as f64;
+            (n, least, sum, moments, sum / had)
         }
         // Between the p99.9 and the max: their middle stands for the set's mean.
         None if w.p999_us >= from_us
@@ -334,15 +338,10 @@ pub fn deep_tail(run: &AppRun, floor_us: u64) -> Option<DeepTail> {
                 w.p999_us,
                 total * 0.001 * (w.p999_us + w.max_us) as f64 / 2.0,
                 DEEP_MIN_MOMENTS,
+                0.0,
             )
         }
         None => return None,
-    };
-    // The clients' time in these waits, of the time they had (records only: without them
-    // the percentiles' set is a fixed share of the requests, nothing more is known).
-    let time_share = match run_records(run).filter(|r| !r.is_empty()) {
-        Some(_) => sum / (f64::from(run.concurrency.max(1)) * run.duration_us.max(1) as f64),
-        None => 0.0,
     };
     let enough = n / total >= DEEP_MIN_SHARE || time_share >= DEEP_MIN_TIME_SHARE;
     (n >= DEEP_MIN_REQUESTS && enough && moments >= DEEP_MIN_MOMENTS).then(|| DeepTail {
