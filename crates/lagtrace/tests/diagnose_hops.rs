@@ -35,6 +35,22 @@ fn hop_at(j: &Value) -> Option<(String, u64, String)> {
     ))
 }
 
+/// Run `run`'s hop layer to `peer` (panics, showing the verdict, when there is none).
+fn hop_layer<'a>(j: &'a Value, peer: &str, run: u32) -> &'a Value {
+    j["layers"]["hops"]
+        .as_array()
+        .and_then(|h| h.iter().find(|h| h["peer"] == peer))
+        .unwrap_or_else(|| panic!("run {run}: no hop layer to {peer}: {}", show(j)))
+}
+
+/// A hop layer's exchanges and how many of them the upstream join matched.
+fn exchanges_joined(hop: &Value) -> (u64, u64) {
+    (
+        hop["join"]["exchanges"].as_u64().unwrap_or(0),
+        hop["join"]["joined"].as_u64().unwrap_or(0),
+    )
+}
+
 /// Asserts that run `run`'s verdict is `cause` with `verdict.hop` at the backend `be`
 /// listening on `addr`; its process name.
 fn assert_at_backend(
@@ -87,10 +103,7 @@ fn nagle_on_the_backend_behind_nginx_is_named_at_the_backend() {
             "the fix is the backend's: {fix}"
         );
         // The hop's evidence in the JSON: its packets hold the Nagle stalls.
-        let hop = j["layers"]["hops"]
-            .as_array()
-            .and_then(|h| h.iter().find(|h| h["peer"] == "127.0.0.1:9411"))
-            .unwrap_or_else(|| panic!("no hop layer: {}", show(&j)));
+        let hop = hop_layer(&j, "127.0.0.1:9411", run);
         assert_eq!(hop["from"]["comm"], "nginx");
         assert_eq!(hop["to"]["pid"], u64::from(be.0.id()));
         // The HTML report draws the chain with the backend marked.
@@ -1235,15 +1248,9 @@ fn a_passive_run_follows_the_hop_and_names_nagle_at_the_backend() {
         let who = assert_at_backend(&j, &err, run, "nagle-delayed-ack", &be, "127.0.0.1:9541");
         assert_eq!(code, 1, "run {run}");
         assert!(who.starts_with("python"), "{who}");
-        let hop = j["layers"]["hops"]
-            .as_array()
-            .and_then(|h| h.iter().find(|h| h["peer"] == "127.0.0.1:9541"))
-            .unwrap_or_else(|| panic!("run {run}: no hop layer: {}", show(&j)));
+        let hop = hop_layer(&j, "127.0.0.1:9541", run);
         assert_eq!(hop["from"]["comm"], "nginx");
-        let (exchanges, joined) = (
-            hop["join"]["exchanges"].as_u64().unwrap_or(0),
-            hop["join"]["joined"].as_u64().unwrap_or(0),
-        );
+        let (exchanges, joined) = exchanges_joined(hop);
         eprintln!("run {run}: {joined} of {exchanges} hop exchanges joined");
         assert!(
             exchanges > 20 && joined * 10 >= exchanges * 9,
@@ -1312,14 +1319,8 @@ fn a_capture_holding_both_sides_joins_each_request_to_its_hop_exchange() {
             "run {run}: {}",
             show(&j)
         );
-        let hop = j["layers"]["hops"]
-            .as_array()
-            .and_then(|h| h.iter().find(|h| h["peer"] == "127.0.0.1:9551"))
-            .unwrap_or_else(|| panic!("run {run}: no hop layer: {}", show(&j)));
-        let (exchanges, joined) = (
-            hop["join"]["exchanges"].as_u64().unwrap_or(0),
-            hop["join"]["joined"].as_u64().unwrap_or(0),
-        );
+        let hop = hop_layer(&j, "127.0.0.1:9551", run);
+        let (exchanges, joined) = exchanges_joined(hop);
         let own = hop["join"]["own"]["p50_us"].as_u64();
         eprintln!(
             "run {run}: {joined} of {exchanges} joined, nginx's own p50 {own:?} µs: {}",
