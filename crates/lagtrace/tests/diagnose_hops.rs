@@ -136,6 +136,30 @@ fn a_slow_backend_behind_nginx_is_slow_server_at_the_backend() {
     }
 }
 
+/// A Python backend on `backend` that stalls 200 ms on one request in 400 (counted over the
+/// whole server), behind nginx on `front`: the backend, and nginx with its config directory.
+fn stalling_backend_behind_nginx(
+    lab: &Lab,
+    backend: u16,
+    front: u16,
+) -> (Foreground, (Foreground, tempfile::TempDir)) {
+    let port = backend.to_string();
+    let be = start_in_lab(
+        lab,
+        Path::new("/"),
+        &[
+            "python3",
+            "-c",
+            &common::every_nth_server(),
+            &port,
+            "400",
+            "0.2",
+        ],
+        backend,
+    );
+    (be, nginx_proxy_in_lab(lab, front, backend, ""))
+}
+
 /// Who names what (issue 25): a backend that stalls 200 ms on one request in 400 (counted
 /// over the whole server) behind nginx at c=32. The stalls are a tail past the p99 that the
 /// hop's own distributions hide; the upstream join shows, request by request, that the slow
@@ -145,20 +169,7 @@ fn a_slow_backend_behind_nginx_is_slow_server_at_the_backend() {
 #[ignore = "needs root"]
 fn a_rare_stall_of_the_backend_behind_nginx_is_named_at_the_backend() {
     let lab = Lab::up(&LabOptions::new(&name("rs")).server(ServerKind::Builtin)).expect("lab up");
-    let be = start_in_lab(
-        &lab,
-        Path::new("/"),
-        &[
-            "python3",
-            "-c",
-            &common::every_nth_server(),
-            "9425",
-            "400",
-            "0.2",
-        ],
-        9425,
-    );
-    let (_nginx, _dir) = nginx_proxy_in_lab(&lab, 9426, 9425, "");
+    let (be, _nginx) = stalling_backend_behind_nginx(&lab, 9425, 9426);
     let url = format!("http://{}:9426/", lab.server_addr());
     for run in 1..=3 {
         let (_, j, err) = diagnose_json(&url, &["-d", "5s", "-c", "32"]);
@@ -1272,20 +1283,7 @@ fn a_passive_run_follows_the_hop_and_names_nagle_at_the_backend() {
 fn a_capture_holding_both_sides_joins_each_request_to_its_hop_exchange() {
     use lagtrace_testkit::tcpdump::{stop_tcpdump, tcpdump_on_filter};
     let lab = Lab::up(&LabOptions::new(&name("pj")).server(ServerKind::Builtin)).expect("lab up");
-    let _be = start_in_lab(
-        &lab,
-        Path::new("/"),
-        &[
-            "python3",
-            "-c",
-            &common::every_nth_server(),
-            "9551",
-            "400",
-            "0.2",
-        ],
-        9551,
-    );
-    let (_nginx, _dir) = nginx_proxy_in_lab(&lab, 9552, 9551, "");
+    let (_be, _nginx) = stalling_backend_behind_nginx(&lab, 9551, 9552);
     let url = format!("http://{}:9552/", lab.server_addr());
     let ns = lagtrace_lab::netns_name(lab.name());
     let dir = tempfile::tempdir().expect("tempdir");
